@@ -1,0 +1,36 @@
+"""The durable core: one SQLite file per inbox. The only code that speaks SQL; never imports Textual."""
+
+from console.core.base import SendError, StaleGeneration
+from console.core.db import MIN_SQLITE, StoreError, StoreUnavailable
+from console.core.models import (
+    STATUSES,
+    Approval,
+    Attempt,
+    Batch,
+    Event,
+    JournalStep,
+    Lease,
+    OutboxMessage,
+    RefusedFinish,
+    Timer,
+)
+from console.core.store import Store
+
+__all__ = [
+    "MIN_SQLITE",
+    "STATUSES",
+    "Approval",
+    "Attempt",
+    "Batch",
+    "Event",
+    "JournalStep",
+    "Lease",
+    "OutboxMessage",
+    "RefusedFinish",
+    "SendError",
+    "StaleGeneration",
+    "Store",
+    "StoreError",
+    "StoreUnavailable",
+    "Timer",
+]

@@ -1,0 +1,77 @@
+"""What every part of the Store shares: the connection, the settings, and the lease check."""
+
+from __future__ import annotations
+
+import json
+import random
+from typing import Any
+
+import apsw
+
+from console.core.db import one
+from console.core.models import Lease
+
+
+class SendError(Exception):
+    """Raised by a channel's send. permanent=True (a 4xx, say) marks the batch failed for good."""
+
+    def __init__(self, message: str, *, permanent: bool = False) -> None:
+        super().__init__(message)
+        self.permanent = permanent
+
+
+class StaleGeneration(Exception):
+    """A worker acted under a lease generation that has since been replaced."""
+
+
+def dumps(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
+def loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+class StoreBase:
+    _conn: apsw.Connection
+    path: str
+    lease_ttl: int
+    max_attempts: int
+    outbox_gap: int
+    batch_cap: int
+    backoff_base: int
+    backoff_max: int
+    backoff_jitter: float
+    max_payload_bytes: int
+    send_timeout: int
+    _rng: random.Random
+
+    def _lease_row(self) -> Lease | None:
+        for holder, gen, until, acquired_at, renewed_at in self._conn.execute(
+            "SELECT holder, gen, until, acquired_at, renewed_at FROM lease WHERE one = 1"
+        ):
+            return Lease(holder, gen, until, acquired_at, renewed_at)
+        return None
+
+    def _holds(self, holder: str, gen: int, now: int) -> bool:
+        lease = self._lease_row()
+        return lease is not None and lease.holder == holder and lease.gen == gen and lease.until >= now
+
+    def _backoff(self, attempts: int) -> int:
+        """Seconds before attempt number attempts+1 may be claimed: exponential, capped, jittered."""
+        if self.backoff_base <= 0:
+            return 0
+        delay = min(self.backoff_max, self.backoff_base * 2 ** max(0, attempts - 1))
+        spread = delay * self.backoff_jitter
+        return max(0, round(float(delay) + self._rng.uniform(-spread, spread)))
+
+    def _log_attempt(
+        self, event_id: int, at: int, kind: str, holder: str | None, gen: int | None, detail: str | None = None
+    ) -> None:
+        self._conn.execute(
+            "INSERT INTO attempts (event_id, at, kind, holder, gen, detail) VALUES (?, ?, ?, ?, ?, ?)",
+            (event_id, at, kind, holder, gen, detail),
+        )
+
+    def _scalar(self, sql: str, params: Any = ()) -> Any:
+        return one(self._conn, sql, params)

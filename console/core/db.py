@@ -1,0 +1,179 @@
+"""The one place that opens SQLite: apsw, pragmas, write transactions and migrations.
+
+Every transaction that may write starts with BEGIN IMMEDIATE, so SQLite serialises writers at the
+start of the transaction instead of failing one of them half-way with SQLITE_BUSY on upgrade.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import stat
+from collections.abc import Iterator
+from contextlib import contextmanager
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import apsw
+
+# Versions 3.7.0 to 3.51.2 carry the WAL-reset corruption bug, which needs two connections on one
+# file: exactly how this product runs (the console, the webhook receiver and CLI ingests).
+MIN_SQLITE = (3, 51, 3)
+BUSY_TIMEOUT_MS = 5000
+
+_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
+
+
+class StoreError(Exception):
+    """A problem the user can act on (bad path, not a database, read-only file, old SQLite)."""
+
+
+class StoreUnavailable(StoreError):
+    """The database could not take a write right now (busy for too long, disk or file full)."""
+
+
+def sqlite_version() -> tuple[int, int, int]:
+    parts = [int(p) for p in apsw.sqlite_lib_version().split(".")[:3]]
+    while len(parts) < 3:
+        parts.append(0)
+    return parts[0], parts[1], parts[2]
+
+
+def check_sqlite_version(version: tuple[int, int, int] | None = None) -> None:
+    found = version or sqlite_version()
+    if found < MIN_SQLITE:
+        have = ".".join(map(str, found))
+        need = ".".join(map(str, MIN_SQLITE))
+        raise StoreError(
+            f"SQLite {have} is too old: versions 3.7.0 to 3.51.2 can corrupt a WAL database shared by "
+            f"two connections; agent-console needs {need} or newer (upgrade the apsw package)"
+        )
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """The numbered schema migrations shipped in console/core/schema, in order."""
+    found = []
+    for entry in resources.files("console.core").joinpath("schema").iterdir():
+        match = _MIGRATION_NAME.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
+    found.sort()
+    numbers = [n for n, _, _ in found]
+    if numbers != list(range(1, len(numbers) + 1)):
+        raise RuntimeError(f"schema migrations must be numbered 1..N without gaps, found {numbers}")
+    return found
+
+
+SCHEMA_VERSION = len(migrations())
+
+
+def _check_path(path: Path) -> None:
+    folder = path.parent
+    if not folder.is_dir():
+        raise StoreError(f"cannot open inbox {path}: the folder {folder} does not exist")
+    if path.exists():
+        if path.is_dir():
+            raise StoreError(f"cannot open inbox {path}: it is a folder, not a file")
+        mode = path.stat().st_mode
+        # Checked by mode bits and not os.access, which says yes to root for a 0444 file.
+        if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(path, os.W_OK):
+            raise StoreError(f"cannot open inbox {path}: the file is read-only")
+        with path.open("rb") as head:
+            magic = head.read(16)
+        if magic and magic != b"SQLite format 3\x00":
+            raise StoreError(f"cannot open inbox {path}: the file is not a SQLite database")
+
+
+def connect(path: str | os.PathLike[str], *, check: bool = True, migrate: bool = True) -> apsw.Connection:
+    """Open (creating if needed) one inbox file with this project's pragmas and schema."""
+    check_sqlite_version()
+    target = Path(path).expanduser().absolute()
+    _check_path(target)
+    try:
+        conn = apsw.Connection(str(target))
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
+        if str(mode).lower() != "wal":
+            raise StoreError(f"cannot open inbox {target}: WAL mode was refused (got {mode})")
+        conn.execute("PRAGMA synchronous=FULL")
+        conn.execute("PRAGMA foreign_keys=ON")
+        if check:
+            result = conn.execute("PRAGMA quick_check").fetchall()
+            if result != [("ok",)]:
+                detail = "; ".join(str(r[0]) for r in result[:3])
+                raise StoreError(f"inbox {target} failed its integrity check: {detail}")
+        if migrate:
+            _migrate(conn, target)
+    except apsw.NotADBError as exc:
+        raise StoreError(f"cannot open inbox {target}: the file is not a SQLite database") from exc
+    except apsw.ReadOnlyError as exc:
+        raise StoreError(f"cannot open inbox {target}: the file is read-only") from exc
+    except apsw.CantOpenError as exc:
+        raise StoreError(f"cannot open inbox {target}: {exc}") from exc
+    except apsw.CorruptError as exc:
+        raise StoreError(f"cannot open inbox {target}: the database is corrupt ({exc})") from exc
+    return conn
+
+
+def _migrate(conn: apsw.Connection, path: Path) -> None:
+    with transaction(conn):
+        current = int(conn.execute("PRAGMA user_version").fetchall()[0][0])
+        if current > SCHEMA_VERSION:
+            raise StoreError(
+                f"inbox {path} has schema version {current}, newer than this agent-console "
+                f"understands ({SCHEMA_VERSION}); upgrade agent-console"
+            )
+        for number, _name, sql in migrations():
+            if number > current:
+                conn.execute(sql)
+                conn.execute(f"PRAGMA user_version = {number}")
+
+
+@contextmanager
+def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
+    """A write transaction that always ends: COMMIT on success, ROLLBACK on any error."""
+    try:
+        conn.execute("BEGIN IMMEDIATE")
+    except apsw.BusyError as exc:
+        raise StoreUnavailable(f"the inbox is busy (another writer held it for {BUSY_TIMEOUT_MS} ms)") from exc
+    try:
+        yield conn
+    except BaseException:
+        if not conn.autocommit:  # SQLite may already have rolled back (e.g. SQLITE_FULL)
+            conn.execute("ROLLBACK")
+        raise
+    try:
+        conn.execute("COMMIT")
+    except apsw.Error:
+        if not conn.autocommit:
+            conn.execute("ROLLBACK")
+        raise
+
+
+@contextmanager
+def translate_errors() -> Iterator[None]:
+    """Turn the SQLite errors a caller can meet at run time into StoreUnavailable."""
+    try:
+        yield
+    except apsw.FullError as exc:
+        raise StoreUnavailable("the inbox file or its disk is full") from exc
+    except apsw.BusyError as exc:
+        raise StoreUnavailable("the inbox is busy") from exc
+    except (apsw.IOError, apsw.ReadOnlyError) as exc:
+        raise StoreUnavailable(f"the inbox cannot be written: {exc}") from exc
+
+
+def one(conn: apsw.Connection, sql: str, params: Any = ()) -> Any:
+    """The first column of the first row, or None."""
+    for row in conn.execute(sql, params):
+        return row[0]
+    return None
+
+
+def schema_dump(conn: apsw.Connection) -> list[tuple[str, str, str]]:
+    """The schema as (type, name, normalised sql), for comparing a fresh file with a migrated one."""
+    rows = conn.execute(
+        "SELECT type, name, sql FROM sqlite_schema WHERE sql IS NOT NULL ORDER BY type, name"
+    ).fetchall()
+    return [(t, n, " ".join(str(s).split())) for t, n, s in rows]

@@ -1,0 +1,335 @@
+"""The inbox: ingest with a key the database refuses twice, claim under the lease, fenced finish."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from console.core.base import StoreBase, dumps, loads
+from console.core.db import transaction, translate_errors
+from console.core.models import STATUSES, Attempt, Event
+
+MAX_KEY_CHARS = 512
+_EVENT_COLUMNS = (
+    "id, source, source_id, payload, status, attempts, claim_gen, error, "
+    "created_at, updated_at, next_attempt_at, duplicates"
+)
+
+
+def _event(row: Sequence[Any]) -> Event:
+    return Event(
+        id=row[0],
+        source=row[1],
+        source_id=row[2],
+        payload=loads(row[3]),
+        status=row[4],
+        attempts=row[5],
+        claim_gen=row[6],
+        error=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        next_attempt_at=row[10],
+        duplicates=row[11],
+    )
+
+
+class InboxMixin(StoreBase):
+    # --- ingest -------------------------------------------------------------------------------
+    def encode_event(self, source: str, source_id: str, payload: Any) -> str:
+        """Validate one event and return its payload as JSON text; ValueError says what is wrong."""
+        for name, value in (("source", source), ("source_id", source_id)):
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"{name} must be a non-empty string")
+            if len(value) > MAX_KEY_CHARS:
+                raise ValueError(f"{name} is longer than {MAX_KEY_CHARS} characters")
+            if "\x00" in value:
+                raise ValueError(f"{name} must not contain a NUL character")
+        try:
+            text = dumps(payload)
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"payload is not JSON-serialisable: {exc}") from exc
+        size = len(text.encode("utf-8", "surrogatepass"))
+        if size > self.max_payload_bytes:
+            raise ValueError(f"payload is {size} bytes, over the limit of {self.max_payload_bytes} bytes")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ValueError("payload contains a lone surrogate, which is not valid UTF-8") from exc
+        return text
+
+    def _insert_event(self, source: str, source_id: str, text: str, now: int) -> bool:
+        """Insert, or count a refused duplicate. Returns True when the event is new."""
+        for (duplicates,) in self._conn.execute(
+            """INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+               VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (source, source_id) DO UPDATE
+                  SET duplicates = duplicates + 1, last_duplicate_at = excluded.created_at
+               RETURNING duplicates""",
+            (source, source_id, text, now, now),
+        ):
+            return bool(duplicates == 0)
+        raise AssertionError("INSERT ... RETURNING returned no row")
+
+    def ingest(self, source: str, source_id: str, payload: Any, *, now: int) -> bool:
+        """Store an event once. False means a copy was already stored (the duplicate is counted)."""
+        text = self.encode_event(source, source_id, payload)
+        with translate_errors(), transaction(self._conn):
+            return self._insert_event(source, source_id, text, now)
+
+    def ingest_many(self, items: Iterable[tuple[str, str, Any]], *, now: int) -> list[bool]:
+        """Store many events in one transaction (one fsync). All are validated before any is written."""
+        encoded = [(source, source_id, self.encode_event(source, source_id, payload))
+                   for source, source_id, payload in items]
+        if not encoded:
+            return []
+        with translate_errors(), transaction(self._conn):
+            return [self._insert_event(source, source_id, text, now) for source, source_id, text in encoded]
+
+    # --- claim and finish ---------------------------------------------------------------------
+    def claim_batch(self, holder: str, gen: int, *, now: int) -> list[Event]:
+        """Claim work for one run, under the lease (holder, gen).
+
+        Rows left running by an older generation belong to a worker that lost its lease: they go
+        back to pending (or dead once out of attempts). Attempts are counted here, at claim time,
+        because a worker that crashes never records its failure. A due retry is claimed alone so a
+        poison event cannot take healthy ones down with it; fresh events are claimed together, up to
+        the batch cap.
+        """
+        with translate_errors(), transaction(self._conn):
+            if not self._holds(holder, gen, now):
+                return []
+            self._recover_lost(holder, gen, now)
+            while True:
+                retry = self._conn.execute(
+                    """SELECT id, attempts FROM inbox INDEXED BY inbox_retry
+                       WHERE status = 'pending' AND attempts > 0 AND next_attempt_at <= ?
+                       ORDER BY id LIMIT 1""",
+                    (now,),
+                ).fetchall()
+                if not retry:
+                    break
+                event_id, attempts = retry[0]
+                if attempts < self.max_attempts:
+                    where, params = "id = ?", (event_id,)
+                    break
+                self._mark_dead(event_id, now, f"out of attempts ({attempts} of {self.max_attempts})", holder, gen)
+            if retry:
+                rows = self._conn.execute(
+                    f"""UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?,
+                           updated_at = ? WHERE {where} RETURNING {_EVENT_COLUMNS}""",
+                    (gen, now, *params),
+                ).fetchall()
+            else:
+                rows = self._conn.execute(
+                    f"""UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?,
+                           updated_at = ?
+                        WHERE id IN (SELECT id FROM inbox INDEXED BY inbox_fresh
+                                     WHERE status = 'pending' AND attempts = 0 ORDER BY id LIMIT ?)
+                        RETURNING {_EVENT_COLUMNS}""",
+                    (gen, now, self.batch_cap),
+                ).fetchall()
+            events = sorted((_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
+            for event in events:
+                self._log_attempt(event.id, now, "claim", holder, gen, f"attempt {event.attempts}")
+            return events
+
+    def _recover_lost(self, holder: str, gen: int, now: int) -> None:
+        lost = self._conn.execute(
+            """SELECT id, attempts, claim_gen FROM inbox INDEXED BY inbox_running
+               WHERE status = 'running' AND claim_gen < ?""",
+            (gen,),
+        ).fetchall()
+        for event_id, attempts, old_gen in lost:
+            reason = f"worker of generation {old_gen} lost its lease mid-run"
+            self._log_attempt(event_id, now, "lost", holder, old_gen, reason)
+            if attempts >= self.max_attempts:
+                self._mark_dead(event_id, now, f"{reason}; out of attempts ({attempts} of {self.max_attempts})",
+                                holder, gen)
+            else:
+                self._conn.execute(
+                    """UPDATE inbox SET status = 'pending', error = ?, next_attempt_at = ?, updated_at = ?
+                       WHERE id = ?""",
+                    (reason, now + self._backoff(attempts), now, event_id),
+                )
+
+    def _mark_dead(self, event_id: int, now: int, reason: str, holder: str | None, gen: int | None) -> None:
+        self._conn.execute(
+            "UPDATE inbox SET status = 'dead', error = ?, updated_at = ? WHERE id = ?", (reason, now, event_id)
+        )
+        self._log_attempt(event_id, now, "dead", holder, gen, reason)
+
+    def finish(
+        self,
+        holder: str,
+        gen: int,
+        ids: Sequence[int],
+        *,
+        now: int,
+        messages: Iterable[str | tuple[str, bool]] = (),
+        error: str | None = None,
+    ) -> bool:
+        """Record a run's outcome and queue its messages, in one fenced transaction.
+
+        Refused (False, and recorded) unless holder still holds the lease in generation gen. Only
+        events still running under gen change; messages are queued only on success, and only when
+        this finish moved at least one event (or the run had none), so a finish can never queue a
+        second reply for an event another generation already finished.
+        """
+        outgoing = [(m, False) if isinstance(m, str) else (str(m[0]), bool(m[1])) for m in messages]
+        with translate_errors(), transaction(self._conn):
+            if not self._holds(holder, gen, now):
+                lease = self._lease_row()
+                reason = "lease expired" if lease and lease.holder == holder and lease.gen == gen else (
+                    "lease held by another generation")
+                self._conn.execute(
+                    """INSERT INTO refused_finishes
+                       (at, holder, gen, event_ids, lease_holder, lease_gen, reason) VALUES (?, ?, ?, ?, ?, ?, ?)""",
+                    (now, holder, gen, dumps(list(ids)), lease.holder if lease else None,
+                     lease.gen if lease else None, reason),
+                )
+                for event_id in ids:
+                    self._log_attempt(event_id, now, "refused", holder, gen, reason)
+                return False
+            moved = 0
+            for event_id in ids:
+                if error is None:
+                    changed = self._conn.execute(
+                        """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
+                           WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING id""",
+                        (now, event_id, gen),
+                    ).fetchall()
+                    if changed:
+                        self._log_attempt(event_id, now, "finish", holder, gen)
+                else:
+                    changed = self._conn.execute(
+                        """SELECT attempts FROM inbox WHERE id = ? AND status = 'running' AND claim_gen = ?""",
+                        (event_id, gen),
+                    ).fetchall()
+                    if changed:
+                        attempts = changed[0][0]
+                        self._log_attempt(event_id, now, "error", holder, gen, error)
+                        if attempts >= self.max_attempts:
+                            self._mark_dead(
+                                event_id, now,
+                                f"failed {attempts} of {self.max_attempts} attempts; last error: {error}",
+                                holder, gen,
+                            )
+                        else:
+                            self._conn.execute(
+                                """UPDATE inbox SET status = 'pending', error = ?, next_attempt_at = ?,
+                                   updated_at = ? WHERE id = ?""",
+                                (error, now + self._backoff(attempts), now, event_id),
+                            )
+                moved += len(changed)
+            if error is None and (moved or not ids):
+                source_event = ids[0] if ids else None
+                for body, urgent in outgoing:
+                    self._conn.execute(
+                        "INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, ?, ?, ?)",
+                        (body, int(urgent), now, source_event),
+                    )
+            return True
+
+    # --- reading ------------------------------------------------------------------------------
+    def events(
+        self,
+        *,
+        status: str | None = None,
+        source: str | None = None,
+        before_id: int | None = None,
+        after_id: int | None = None,
+        limit: int = 100,
+    ) -> list[Event]:
+        """Newest first; page with before_id (older) or after_id (newer). Reads only the page."""
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
+        where: list[str] = []
+        params: list[Any] = []
+        if status is not None:
+            where.append("status = ?")
+            params.append(status)
+        if source is not None:
+            where.append("source = ?")
+            params.append(source)
+        if before_id is not None:
+            where.append("id < ?")
+            params.append(before_id)
+        if after_id is not None:
+            where.append("id > ?")
+            params.append(after_id)
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        if after_id is not None:
+            # Oldest-first just above after_id, then flipped, so the page is the one next to it.
+            sql = f"SELECT * FROM (SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id LIMIT ?) ORDER BY id DESC"
+        else:
+            sql = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id DESC LIMIT ?"
+        return [_event(r) for r in self._conn.execute(sql, (*params, int(limit)))]
+
+    def event(self, event_id: int) -> Event | None:
+        for row in self._conn.execute(f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE id = ?", (event_id,)):
+            return _event(row)
+        return None
+
+    def find_event(self, source: str, source_id: str) -> Event | None:
+        for row in self._conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE source = ? AND source_id = ?", (source, source_id)
+        ):
+            return _event(row)
+        return None
+
+    def history(self, event_id: int) -> list[Attempt]:
+        return [
+            Attempt(*row)
+            for row in self._conn.execute(
+                "SELECT event_id, at, kind, holder, gen, detail FROM attempts WHERE event_id = ? ORDER BY id",
+                (event_id,),
+            )
+        ]
+
+    def counts(self) -> dict[str, int]:
+        return {status: n for status, n in self._conn.execute("SELECT status, n FROM inbox_counts")}
+
+    def sources(self) -> list[str]:
+        """Distinct sources, read by skipping through the (source, id) index, not scanning rows."""
+        found: list[str] = []
+        last = ""
+        while True:
+            row = self._scalar("SELECT source FROM inbox WHERE source > ? ORDER BY source LIMIT 1", (last,))
+            if row is None:
+                return found
+            found.append(row)
+            last = row
+
+    def max_event_id(self) -> int:
+        return int(self._scalar("SELECT COALESCE(MAX(id), 0) FROM inbox"))
+
+    # --- dead events --------------------------------------------------------------------------
+    def retry_dead(self, event_id: int, *, now: int) -> bool:
+        """Return one dead event to pending with a fresh attempt budget."""
+        with translate_errors(), transaction(self._conn):
+            return self._revive(event_id, now)
+
+    def retry_dead_matching(self, *, source: str | None = None, now: int) -> int:
+        """Return every dead event (of one source, if given) to pending. Returns how many."""
+        with translate_errors(), transaction(self._conn):
+            if source is None:
+                ids = [r[0] for r in self._conn.execute("SELECT id FROM inbox WHERE status = 'dead'")]
+            else:
+                ids = [r[0] for r in self._conn.execute(
+                    "SELECT id FROM inbox WHERE status = 'dead' AND source = ?", (source,))]
+            return sum(self._revive(event_id, now) for event_id in ids)
+
+    def count_dead(self, *, source: str | None = None) -> int:
+        if source is None:
+            return int(self._scalar("SELECT n FROM inbox_counts WHERE status = 'dead'"))
+        return int(self._scalar("SELECT COUNT(*) FROM inbox WHERE status = 'dead' AND source = ?", (source,)))
+
+    def _revive(self, event_id: int, now: int) -> bool:
+        changed = self._conn.execute(
+            """UPDATE inbox SET status = 'pending', attempts = 0, next_attempt_at = 0, claim_gen = NULL,
+                   updated_at = ? WHERE id = ? AND status = 'dead' RETURNING error""",
+            (now, event_id),
+        ).fetchall()
+        if changed:
+            self._log_attempt(event_id, now, "retry", None, None, f"retried by hand (was: {changed[0][0]})")
+        return bool(changed)

@@ -1,0 +1,99 @@
+"""One worker per inbox: a lease row with a generation number that fences stale workers."""
+
+from __future__ import annotations
+
+from console.core.base import StoreBase, loads
+from console.core.db import transaction, translate_errors
+from console.core.models import Lease, RefusedFinish
+
+
+class LeaseMixin(StoreBase):
+    def acquire(self, holder: str, *, now: int) -> int | None:
+        """Take or renew the lease. Returns the generation, or None while someone else holds it.
+
+        Renewing keeps the generation; any takeover, even by the same holder after its lease
+        lapsed or was released, starts a new one, so the old generation's claims are fenced off.
+        """
+        with translate_errors(), transaction(self._conn):
+            lease = self._lease_row()
+            if lease is None:
+                gen, kind = 1, "acquire"
+            elif lease.holder == holder and lease.until >= now:
+                gen, kind = lease.gen, "renew"
+            elif lease.until < now:
+                gen, kind = lease.gen + 1, "takeover"
+            else:
+                return None
+            acquired_at = lease.acquired_at if (lease is not None and kind == "renew") else now
+            self._conn.execute(
+                """INSERT OR REPLACE INTO lease (one, holder, gen, until, acquired_at, renewed_at)
+                   VALUES (1, ?, ?, ?, ?, ?)""",
+                (holder, gen, now + self.lease_ttl, acquired_at, now),
+            )
+            if kind != "renew":
+                self._conn.execute(
+                    "INSERT INTO lease_log (at, kind, holder, gen, previous_holder) VALUES (?, ?, ?, ?, ?)",
+                    (now, kind, holder, gen, lease.holder if lease else None),
+                )
+            return gen
+
+    def renew(self, holder: str, gen: int, *, now: int) -> bool:
+        """Extend the lease only if (holder, gen) still holds it; never starts a new generation."""
+        with translate_errors(), transaction(self._conn):
+            if not self._holds(holder, gen, now):
+                return False
+            self._conn.execute(
+                "UPDATE lease SET until = ?, renewed_at = ? WHERE one = 1", (now + self.lease_ttl, now)
+            )
+            return True
+
+    def release(self, holder: str, gen: int, *, now: int | None = None) -> bool:
+        """Give the lease up so a replacement need not wait out the TTL.
+
+        Events this generation still has running go back to pending at once (their attempt stays
+        counted); the next acquire starts a new generation.
+        """
+        with translate_errors(), transaction(self._conn):
+            lease = self._lease_row()
+            if lease is None or lease.holder != holder or lease.gen != gen:
+                return False
+            at = lease.renewed_at if now is None else now
+            self._conn.execute("UPDATE lease SET until = ? WHERE one = 1", (min(lease.until, at) - 1,))
+            self._conn.execute(
+                """UPDATE inbox SET status = 'pending', next_attempt_at = 0, updated_at = ?
+                   WHERE status = 'running' AND claim_gen = ?""",
+                (at, gen),
+            )
+            self._conn.execute(
+                "INSERT INTO lease_log (at, kind, holder, gen, previous_holder) VALUES (?, 'release', ?, ?, ?)",
+                (at, holder, gen, holder),
+            )
+            return True
+
+    def lease(self) -> Lease | None:
+        return self._lease_row()
+
+    def lease_log(self, limit: int = 20) -> list[tuple[int, str, str, int, str | None]]:
+        """Newest first: (at, kind, holder, gen, previous holder)."""
+        return [
+            (at, kind, holder, gen, previous)
+            for at, kind, holder, gen, previous in self._conn.execute(
+                "SELECT at, kind, holder, gen, previous_holder FROM lease_log ORDER BY id DESC LIMIT ?", (limit,)
+            )
+        ]
+
+    def takeover_count(self) -> int:
+        return int(self._scalar("SELECT COUNT(*) FROM lease_log WHERE kind = 'takeover'"))
+
+    def refused_finishes(self, limit: int = 20) -> list[RefusedFinish]:
+        return [
+            RefusedFinish(at, holder, gen, loads(ids), lease_holder, lease_gen, reason)
+            for at, holder, gen, ids, lease_holder, lease_gen, reason in self._conn.execute(
+                """SELECT at, holder, gen, event_ids, lease_holder, lease_gen, reason
+                   FROM refused_finishes ORDER BY id DESC LIMIT ?""",
+                (limit,),
+            )
+        ]
+
+    def refused_finish_count(self) -> int:
+        return int(self._scalar("SELECT COUNT(*) FROM refused_finishes"))

@@ -1,0 +1,133 @@
+"""Plain records the core hands out. No SQL, no Textual: every layer may import these."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+STATUSES = ("pending", "running", "done", "dead")
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    source: str
+    source_id: str
+    payload: Any
+    status: str
+    attempts: int
+    claim_gen: int | None
+    error: str | None
+    created_at: int = 0
+    updated_at: int = 0
+    next_attempt_at: int = 0
+    duplicates: int = 0
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One line of an event's history: claim, finish, error, lost, dead, retry or refusal."""
+
+    event_id: int
+    at: int
+    kind: str
+    holder: str | None
+    gen: int | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
+class Lease:
+    holder: str
+    gen: int
+    until: int
+    acquired_at: int
+    renewed_at: int
+
+    def expires_in(self, now: int) -> int:
+        return self.until - now
+
+    def is_live(self, now: int) -> bool:
+        return self.until >= now
+
+
+@dataclass(frozen=True)
+class RefusedFinish:
+    at: int
+    holder: str
+    gen: int
+    event_ids: list[int]
+    lease_holder: str | None
+    lease_gen: int | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class Timer:
+    id: str
+    due: int
+    every: int | None
+    cron: str | None
+    tz: str | None
+    payload: Any
+    catch_up: str
+    paused: bool
+    done: bool
+    last_fired_at: int | None
+
+
+@dataclass(frozen=True)
+class Approval:
+    request_id: str
+    action: str
+    details: Any
+    session_id: str | None
+    requested_at: int
+    expires_at: int
+    outcome: str | None
+    resolved_at: int | None
+
+    def seconds_left(self, now: int) -> int:
+        return max(0, self.expires_at - now)
+
+
+@dataclass(frozen=True)
+class Batch:
+    """What a channel sends: the held messages of one dispatch, under one idempotency key."""
+
+    key: str
+    bodies: list[str]
+    urgent: bool = False
+    attempt: int = 1
+    message_ids: list[int] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "\n\n".join(self.bodies)
+
+
+@dataclass(frozen=True)
+class OutboxMessage:
+    id: int
+    body: str
+    urgent: bool
+    created_at: int
+    event_id: int | None
+    status: str  # queued | sending | sent | failed
+    sent_at: int | None
+    batch_key: str | None
+    channel: str | None
+    error: str | None
+    next_try_at: int | None
+
+
+@dataclass(frozen=True)
+class JournalStep:
+    idem_key: str
+    state: str  # claimed | committed
+    gen: int
+    event_id: int | None
+    claimed_at: int
+    committed_at: int | None
+    result: Any
+    executions: int

@@ -1,0 +1,173 @@
+"""The paced outbox: held messages, at most one send per gap, an urgent lane, retries under one key.
+
+Unlike the seed, the send does not happen inside the write transaction: holding SQLite's write
+lock across a network call would stall every webhook ingest for as long as a channel takes. A
+dispatch instead claims a batch (state `sending`, with a claim deadline), sends outside any
+transaction, then records the outcome. A dispatcher that dies mid-send leaves the batch to be
+retried under the same idempotency key once the claim lapses: at-least-once, deduplicated by the
+channel. At-most-once marks the batch sent before sending, and a failure is then final.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+from console.core.base import SendError, StoreBase
+from console.core.db import transaction, translate_errors
+from console.core.models import Batch, OutboxMessage
+
+Send = Callable[[Batch], Any]
+
+
+class OutboxMixin(StoreBase):
+    def queue_message(self, body: str, *, now: int, urgent: bool = False, event_id: int | None = None) -> int:
+        if not isinstance(body, str) or not body.strip():
+            raise ValueError("a message must be non-empty text")
+        with translate_errors(), transaction(self._conn):
+            return int(self._conn.execute(
+                "INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, ?, ?, ?) RETURNING id",
+                (body, int(urgent), now, event_id),
+            ).fetchall()[0][0])
+
+    def last_send_at(self) -> int | None:
+        """When the held (non-urgent) lane last sent; the gap counts from here."""
+        value = self._scalar(
+            "SELECT MAX(sent_at) FROM outbox_batches INDEXED BY outbox_batches_sent WHERE state = 'sent' AND urgent = 0"
+        )
+        return None if value is None else int(value)
+
+    def next_send_at(self, *, now: int) -> int | None:
+        """When the dispatcher will next have something to send, or None if nothing is queued."""
+        retry = self._scalar(
+            "SELECT MIN(COALESCE(next_try_at, claimed_until)) FROM outbox_batches WHERE state IN ('sending', 'retry')"
+        )
+        if retry is not None:
+            return max(now, int(retry))
+        if self._scalar("SELECT 1 FROM outbox WHERE status = 'queued' AND urgent = 1 LIMIT 1"):
+            return now
+        if not self._scalar("SELECT 1 FROM outbox WHERE status = 'queued' LIMIT 1"):
+            return None
+        last = self.last_send_at()
+        return now if last is None else max(now, last + self.outbox_gap)
+
+    def dispatch(self, send: Send, *, now: int, at_most_once: bool = False, channel: str | None = None) -> int:
+        """Send at most one batch; returns how many messages it delivered (0 if none was due or it failed)."""
+        claimed = self._claim_batch_to_send(now, at_most_once, channel)
+        if claimed is None:
+            return 0
+        batch_id, batch = claimed
+        try:
+            send(batch)
+        except SendError as exc:
+            self._record_failure(batch_id, batch, now, str(exc), permanent=exc.permanent or at_most_once)
+            return 0
+        except Exception as exc:  # a channel's own failure must not lose the batch
+            self._record_failure(batch_id, batch, now, f"{type(exc).__name__}: {exc}", permanent=at_most_once)
+            return 0
+        if not at_most_once:
+            with translate_errors(), transaction(self._conn):
+                self._mark_sent(batch_id, now)
+        return len(batch.bodies)
+
+    def _claim_batch_to_send(self, now: int, at_most_once: bool, channel: str | None) -> tuple[int, Batch] | None:
+        with translate_errors(), transaction(self._conn):
+            open_batch = self._conn.execute(
+                """SELECT id, key, urgent, attempts FROM outbox_batches INDEXED BY outbox_batches_open
+                   WHERE state IN ('sending', 'retry')
+                     AND ((state = 'retry' AND next_try_at <= ?) OR (state = 'sending' AND claimed_until < ?))
+                   ORDER BY urgent DESC, id LIMIT 1""",
+                (now, now),
+            ).fetchall()
+            if open_batch:
+                batch_id, key, urgent, attempts = open_batch[0]
+                self._conn.execute(
+                    """UPDATE outbox_batches SET state = 'sending', attempts = attempts + 1, claimed_until = ?,
+                       next_try_at = NULL WHERE id = ?""",
+                    (now + self.send_timeout, batch_id),
+                )
+                rows = self._conn.execute(
+                    "SELECT id, body FROM outbox WHERE batch_id = ? ORDER BY id", (batch_id,)
+                ).fetchall()
+                attempt = attempts + 1
+            else:
+                rows = self._conn.execute(
+                    "SELECT id, body FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' AND urgent = 1 "
+                    "ORDER BY id"
+                ).fetchall()
+                urgent = 1 if rows else 0
+                if not rows:
+                    if self._scalar("SELECT 1 FROM outbox_batches WHERE state IN ('sending', 'retry') AND urgent = 0"):
+                        return None  # the held lane sends in order: wait for the open batch
+                    last = self.last_send_at()
+                    if last is not None and now - last < self.outbox_gap:
+                        return None
+                    rows = self._conn.execute(
+                        "SELECT id, body FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' AND urgent = 0 "
+                        "ORDER BY id"
+                    ).fetchall()
+                if not rows:
+                    return None
+                key = f"ob-{secrets.token_hex(6)}-{now}"
+                batch_id = int(self._conn.execute(
+                    """INSERT INTO outbox_batches (key, urgent, created_at, state, attempts, claimed_until, channel)
+                       VALUES (?, ?, ?, 'sending', 1, ?, ?) RETURNING id""",
+                    (key, urgent, now, now + self.send_timeout, channel),
+                ).fetchall()[0][0])
+                self._conn.executemany(
+                    "UPDATE outbox SET status = 'sending', batch_id = ? WHERE id = ?",
+                    [(batch_id, message_id) for message_id, _ in rows],
+                )
+                attempt = 1
+            if at_most_once:
+                self._mark_sent(batch_id, now)
+            return batch_id, Batch(
+                key=key, bodies=[body for _, body in rows], urgent=bool(urgent), attempt=attempt,
+                message_ids=[message_id for message_id, _ in rows],
+            )
+
+    def _mark_sent(self, batch_id: int, now: int) -> None:
+        self._conn.execute(
+            """UPDATE outbox_batches SET state = 'sent', sent_at = ?, claimed_until = NULL, last_error = NULL
+               WHERE id = ?""",
+            (now, batch_id),
+        )
+        self._conn.execute("UPDATE outbox SET status = 'sent', sent_at = ? WHERE batch_id = ?", (now, batch_id))
+
+    def _record_failure(self, batch_id: int, batch: Batch, now: int, error: str, *, permanent: bool) -> None:
+        with translate_errors(), transaction(self._conn):
+            if permanent:
+                self._conn.execute(
+                    """UPDATE outbox_batches SET state = 'failed', last_error = ?, claimed_until = NULL,
+                       next_try_at = NULL WHERE id = ?""",
+                    (error, batch_id),
+                )
+                self._conn.execute("UPDATE outbox SET status = 'failed' WHERE batch_id = ?", (batch_id,))
+            else:
+                self._conn.execute(
+                    """UPDATE outbox_batches SET state = 'retry', last_error = ?, claimed_until = NULL,
+                       next_try_at = ? WHERE id = ? AND state = 'sending'""",
+                    (error, now + self._backoff(batch.attempt), batch_id),
+                )
+
+    def outbox_messages(self, *, status: str | None = None, limit: int = 50) -> list[OutboxMessage]:
+        """Newest first, with the batch's key, error and retry time."""
+        clause = "WHERE o.status = ?" if status else ""
+        params: tuple[Any, ...] = (status, limit) if status else (limit,)
+        return [
+            OutboxMessage(row[0], row[1], bool(row[2]), *row[3:])
+            for row in self._conn.execute(
+                f"""SELECT o.id, o.body, o.urgent, o.created_at, o.event_id, o.status, o.sent_at,
+                           b.key, b.channel, b.last_error, b.next_try_at
+                    FROM outbox o LEFT JOIN outbox_batches b ON b.id = o.batch_id {clause}
+                    ORDER BY o.id DESC LIMIT ?""",
+                params,
+            )
+        ]
+
+    def outbox_counts(self) -> dict[str, int]:
+        counts = {"queued": 0, "sending": 0, "sent": 0, "failed": 0}
+        counts.update({s: n for s, n in self._conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status")})
+        counts["retrying"] = int(self._scalar("SELECT COUNT(*) FROM outbox_batches WHERE state = 'retry'"))
+        return counts

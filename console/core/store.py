@@ -1,0 +1,131 @@
+"""Store: the facade over one inbox file. Every writer and every reader goes through it.
+
+One Store wraps one apsw connection; use one Store per thread (Store.reopen() makes a sibling).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import apsw
+
+from console.core.approvals import ApprovalsMixin
+from console.core.db import connect, schema_dump
+from console.core.inbox import InboxMixin
+from console.core.journal import JournalMixin
+from console.core.lease import LeaseMixin
+from console.core.outbox import OutboxMixin
+
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+
+
+class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin):
+    def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
+        self._conn = conn
+        self.path = path
+        self._settings = settings
+        self.lease_ttl = int(settings["lease_ttl"])
+        self.max_attempts = int(settings["max_attempts"])
+        self.outbox_gap = int(settings["outbox_gap"])
+        self.batch_cap = int(settings["batch_cap"])
+        self.backoff_base = int(settings["backoff_base"])
+        self.backoff_max = int(settings["backoff_max"])
+        self.backoff_jitter = float(settings["backoff_jitter"])
+        self.max_payload_bytes = int(settings["max_payload_bytes"])
+        self.send_timeout = int(settings["send_timeout"])
+        seed = settings.get("seed")
+        self._rng = random.Random(seed)
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        lease_ttl: int = 120,
+        max_attempts: int = 3,
+        outbox_gap: int = 3600,
+        batch_cap: int = 100,
+        backoff_base: int = 10,
+        backoff_max: int = 900,
+        backoff_jitter: float = 0.2,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
+        send_timeout: int = 60,
+        check: bool = True,
+        seed: int | None = None,
+    ) -> Store:
+        settings: dict[str, Any] = dict(
+            lease_ttl=lease_ttl, max_attempts=max_attempts, outbox_gap=outbox_gap, batch_cap=batch_cap,
+            backoff_base=backoff_base, backoff_max=backoff_max, backoff_jitter=backoff_jitter,
+            max_payload_bytes=max_payload_bytes, send_timeout=send_timeout, seed=seed,
+        )
+        for name in ("lease_ttl", "max_attempts", "batch_cap", "max_payload_bytes", "send_timeout"):
+            if int(settings[name]) < 1:
+                raise ValueError(f"{name} must be at least 1, not {settings[name]}")
+        for name in ("outbox_gap", "backoff_base", "backoff_max"):
+            if int(settings[name]) < 0:
+                raise ValueError(f"{name} must not be negative, not {settings[name]}")
+        if not 0 <= backoff_jitter < 1:
+            raise ValueError(f"backoff_jitter must be in [0, 1), not {backoff_jitter}")
+        conn = connect(path, check=check)
+        return cls(conn, os.fspath(path), settings)
+
+    def reopen(self) -> Store:
+        """Another connection to the same file with the same settings (for another thread)."""
+        return type(self)(connect(self.path, check=False), self.path, dict(self._settings))
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def connection(self) -> apsw.Connection:
+        """For tests and benchmarks inside the core's own tree; application code uses the methods."""
+        return self._conn
+
+    def data_version(self) -> int:
+        """Changes when another connection commits to the file (cheap; no disk read)."""
+        return int(self._scalar("PRAGMA data_version"))
+
+    def schema(self) -> list[tuple[str, str, str]]:
+        return schema_dump(self._conn)
+
+    def integrity_check(self) -> str:
+        return "; ".join(str(r[0]) for r in self._conn.execute("PRAGMA integrity_check"))
+
+    def status(self, *, now: int) -> dict[str, Any]:
+        """Everything a glance needs, read in short queries (no full scans)."""
+        lease = self.lease()
+        nxt = self.next_timer()
+        if lease is None:
+            lease_info: dict[str, Any] | None = None
+        else:
+            lease_info = {
+                "holder": lease.holder,
+                "gen": lease.gen,
+                "until": lease.until,
+                "expires_in": lease.until - now,
+                "live": lease.until >= now,
+            }
+        approvals = self.pending_approvals()
+        return {
+            "path": self.path,
+            "events": self.counts(),
+            "lease": lease_info,
+            "takeovers": self.takeover_count(),
+            "refused_finishes": self.refused_finish_count(),
+            "approvals_pending": [
+                {"request_id": a.request_id, "action": a.action, "expires_at": a.expires_at,
+                 "expires_in": a.expires_at - now}
+                for a in approvals
+            ],
+            "outbox": self.outbox_counts(),
+            "next_send_at": self.next_send_at(now=now),
+            "next_timer": None if nxt is None else {"id": nxt.id, "due": nxt.due, "due_in": nxt.due - now},
+        }

@@ -1,0 +1,225 @@
+"""Timers feed the inbox and never start a run. Interval, one-off and cron (with a time zone)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from datetime import datetime
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from croniter import CroniterBadCronError, croniter
+
+from console.core.base import StoreBase, dumps, loads
+from console.core.db import transaction, translate_errors
+from console.core.models import Timer
+
+CATCH_UP_POLICIES = ("coalesce", "each")
+# Past this many missed cron occurrences the count is not walked one by one any more.
+_MAX_CRON_WALK = 100_000
+
+
+def _zone(tz: str | None) -> ZoneInfo:
+    try:
+        return ZoneInfo(tz or "UTC")
+    except (ZoneInfoNotFoundError, ValueError) as exc:
+        raise ValueError(f"unknown time zone {tz!r} (use an IANA name such as Europe/Berlin)") from exc
+
+
+def validate_cron(expression: str, tz: str | None) -> None:
+    _zone(tz)
+    if not croniter.is_valid(expression):
+        raise ValueError(f"invalid cron expression {expression!r}")
+
+
+def _is_repeat(moment: datetime, zone: ZoneInfo) -> bool:
+    """True for the second pass through a wall-clock time repeated when clocks go back.
+
+    Cron means wall-clock time, and a local 02:30 job must run once on the night the clocks go back,
+    not twice; croniter yields both instants, so the later one is skipped.
+    """
+    first = moment.replace(tzinfo=None).replace(tzinfo=zone, fold=0)
+    return int(first.timestamp()) != int(moment.timestamp())
+
+
+def cron_occurrences(expression: str, tz: str | None, after: int) -> Iterator[int]:
+    """Epoch seconds of the occurrences strictly after `after`, DST-aware, one per wall-clock time."""
+    zone = _zone(tz)
+    try:
+        walker = croniter(expression, datetime.fromtimestamp(after, zone))
+    except (CroniterBadCronError, ValueError) as exc:
+        raise ValueError(f"invalid cron expression {expression!r}: {exc}") from exc
+    while True:
+        moment = walker.get_next(datetime)
+        if not _is_repeat(moment, zone):
+            yield int(moment.timestamp())
+
+
+def cron_next(expression: str, tz: str | None, after: int) -> int:
+    return next(cron_occurrences(expression, tz, after))
+
+
+def _timer(row: tuple[Any, ...]) -> Timer:
+    tid, due, every, cron, tz, payload, catch_up, paused, done, last = row
+    return Timer(tid, due, every, cron, tz, loads(payload), catch_up, bool(paused), bool(done), last)
+
+
+_TIMER_COLUMNS = "id, due, every, cron, tz, payload, catch_up, paused, done, last_fired_at"
+
+
+class TimersMixin(StoreBase):
+    def add_timer(
+        self,
+        timer_id: str,
+        due: int,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        every: int | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        catch_up: str = "coalesce",
+        key: tuple[str, str] | None = None,
+        each_cap: int = 100,
+        now: int | None = None,
+    ) -> Timer:
+        """Register (or re-register) a timer. A cron timer's first due time is its first
+        occurrence at or after `due`. Re-registering the same occurrence cannot fire it twice:
+        the event key timer_id@scheduled_at is refused the second time."""
+        if not isinstance(timer_id, str) or not timer_id.strip():
+            raise ValueError("timer id must be a non-empty string")
+        if every is not None and cron is not None:
+            raise ValueError("a timer is either an interval (every) or a cron timer, not both")
+        if every is not None and (not isinstance(every, int) or every <= 0):
+            raise ValueError("every must be a positive whole number of seconds")
+        if key is not None and (every is not None or cron is not None):
+            raise ValueError("a recurring timer can't use a fixed event key")
+        if catch_up not in CATCH_UP_POLICIES:
+            raise ValueError(f"catch_up must be one of {', '.join(CATCH_UP_POLICIES)}, not {catch_up!r}")
+        if each_cap < 1:
+            raise ValueError("each_cap must be at least 1")
+        if tz is not None and cron is None:
+            raise ValueError("a time zone applies to cron timers only")
+        first_due = int(due)
+        if cron is not None:
+            validate_cron(cron, tz)
+            first_due = cron_next(cron, tz, first_due - 1)
+        text = dumps(dict(payload or {}))
+        created = int(now if now is not None else due)
+        with translate_errors(), transaction(self._conn):
+            self._conn.execute(
+                """INSERT OR REPLACE INTO timers
+                   (id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, created_at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (timer_id, first_due, every, cron, tz, text, *(key or (None, None)), catch_up, each_cap, created),
+            )
+        timer = self.timer(timer_id)
+        assert timer is not None
+        return timer
+
+    def timer(self, timer_id: str) -> Timer | None:
+        for row in self._conn.execute(f"SELECT {_TIMER_COLUMNS} FROM timers WHERE id = ?", (timer_id,)):
+            return _timer(row)
+        return None
+
+    def timers(self, *, include_done: bool = False) -> list[Timer]:
+        clause = "" if include_done else "WHERE done = 0"
+        return [_timer(r) for r in self._conn.execute(f"SELECT {_TIMER_COLUMNS} FROM timers {clause} ORDER BY due")]
+
+    def remove_timer(self, timer_id: str) -> bool:
+        with translate_errors(), transaction(self._conn):
+            return bool(self._conn.execute("DELETE FROM timers WHERE id = ? RETURNING id", (timer_id,)).fetchall())
+
+    def pause_timer(self, timer_id: str, paused: bool = True) -> bool:
+        with translate_errors(), transaction(self._conn):
+            return bool(self._conn.execute(
+                "UPDATE timers SET paused = ? WHERE id = ? RETURNING id", (int(paused), timer_id)
+            ).fetchall())
+
+    def next_timer(self) -> Timer | None:
+        for row in self._conn.execute(
+            f"SELECT {_TIMER_COLUMNS} FROM timers INDEXED BY timers_due WHERE done = 0 AND paused = 0 "
+            "ORDER BY due LIMIT 1"
+        ):
+            return _timer(row)
+        return None
+
+    def run_scheduler(self, *, now: int) -> int:
+        """Turn due timers into inbox events; returns how many timers were due.
+
+        The timer advances in the same transaction as the insert, so a second pass finds nothing
+        due; the key timer_id@scheduled_at refuses a replay of the same occurrence.
+        """
+        with translate_errors(), transaction(self._conn):
+            due = self._conn.execute(
+                """SELECT id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap
+                   FROM timers INDEXED BY timers_due WHERE done = 0 AND paused = 0 AND due <= ?""",
+                (now,),
+            ).fetchall()
+            for timer_id, at, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap in due:
+                body = loads(payload)
+                if every:
+                    latest = at + ((now - at) // every) * every
+                    missed_count = (latest - at) // every + 1
+                    recent = range(max(at, latest - (each_cap - 1) * every), latest + 1, every)
+                    self._emit(timer_id, body, list(recent), missed_count, now, catch_up)
+                    self._conn.execute(
+                        "UPDATE timers SET due = ?, last_fired_at = ? WHERE id = ?", (latest + every, now, timer_id)
+                    )
+                elif cron:
+                    occurrences = [at]
+                    walker = cron_occurrences(cron, tz, at)
+                    upcoming = next(walker)
+                    while upcoming <= now and len(occurrences) < _MAX_CRON_WALK:
+                        occurrences.append(upcoming)
+                        upcoming = next(walker)
+                    if upcoming <= now:  # an outage longer than the walk: jump to the present
+                        occurrences.append(upcoming)
+                        upcoming = cron_next(cron, tz, now)
+                    self._emit(timer_id, body, occurrences[-each_cap:], len(occurrences), now, catch_up)
+                    self._conn.execute(
+                        "UPDATE timers SET due = ?, last_fired_at = ? WHERE id = ?", (upcoming, now, timer_id)
+                    )
+                else:
+                    body.update(scheduled_for=at, late_by=now - at, skipped=0)
+                    source, source_id = (ev_source, ev_id) if ev_source else ("timer", f"{timer_id}@{at}")
+                    self._insert_timer_event(source, source_id, body, now)
+                    self._conn.execute("UPDATE timers SET done = 1, last_fired_at = ? WHERE id = ?", (now, timer_id))
+            return len(due)
+
+    def _emit(
+        self, timer_id: str, body: dict[str, Any], recent: list[int], missed_count: int, now: int, catch_up: str
+    ) -> None:
+        """Insert the events for the occurrences that came due: `recent` are the latest (at most
+        each_cap of them), out of missed_count in all."""
+        if catch_up == "each":
+            dropped = missed_count - len(recent)
+            for index, at in enumerate(recent):
+                event = dict(body, scheduled_for=at, late_by=now - at, skipped=dropped if index == 0 else 0)
+                self._insert_timer_event("timer", f"{timer_id}@{at}", event, now)
+            return
+        latest = recent[-1]
+        event = dict(body, scheduled_for=latest, late_by=now - latest, skipped=missed_count - 1)
+        self._insert_timer_event("timer", f"{timer_id}@{latest}", event, now)
+
+    def _insert_timer_event(self, source: str, source_id: str, body: dict[str, Any], now: int) -> None:
+        self._conn.execute(
+            """INSERT INTO inbox (source, source_id, payload, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (source, source_id) DO UPDATE
+                  SET duplicates = duplicates + 1, last_duplicate_at = excluded.created_at""",
+            (source, source_id, dumps(body), now, now),
+        )
+        if source == "approval":
+            self._settle_approval(source_id, now)
+
+    def _settle_approval(self, request_id: str, now: int) -> str | None:
+        """Mirror the outcome that stands (the inbox row) onto the approval, for listing."""
+        stored = self._scalar(
+            "SELECT payload FROM inbox WHERE source = 'approval' AND source_id = ?", (request_id,)
+        )
+        if stored is None:
+            return None
+        answer = str(loads(stored)["answer"])
+        self._conn.execute(
+            "UPDATE approvals SET outcome = ?, resolved_at = ? WHERE request_id = ? AND outcome IS NULL",
+            (answer, now, request_id),
+        )
+        return answer
