@@ -1,0 +1,1 @@
+"""What a run does: the agent protocol and the built-in agents."""

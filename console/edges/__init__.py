@@ -1,0 +1,1 @@
+"""The outside: the signed webhook receiver and the outbox channels."""

@@ -1,0 +1,1 @@
+"""asyncio services around the core: worker, scheduler, outbox dispatcher. Never imports Textual."""

@@ -1,0 +1,14 @@
+"""Change notices the engine publishes; a UI subscribes and re-reads the Store. Coalescable by kind."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+NoticeKind = Literal["events", "lease", "approvals", "outbox", "timers", "run", "log"]
+
+
+@dataclass(frozen=True)
+class Notice:
+    kind: NoticeKind
+    detail: str = ""
