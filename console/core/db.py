@@ -140,13 +140,13 @@ def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     try:
         yield conn
     except BaseException:
-        if not conn.autocommit:  # SQLite may already have rolled back (e.g. SQLITE_FULL)
+        if conn.in_transaction:  # SQLite may already have rolled back (e.g. SQLITE_FULL)
             conn.execute("ROLLBACK")
         raise
     try:
         conn.execute("COMMIT")
     except apsw.Error:
-        if not conn.autocommit:
+        if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
 
