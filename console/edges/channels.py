@@ -24,6 +24,7 @@ the others send twice.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import fcntl
 import json
@@ -189,18 +190,22 @@ class HttpChannel:
                  timeout: float = DEFAULT_HTTP_TIMEOUT) -> None:
         self.name = name
         self.at_most_once = at_most_once
-        self.url = url
         self.timeout = timeout
         self._opener = urllib.request.build_opener(_NoRedirects())
+        self._headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": "agent-console"}
+        parts = urllib.parse.urlsplit(url)
+        if parts.username is not None:  # user:password@ in the URL becomes HTTP basic auth
+            login = f"{urllib.parse.unquote(parts.username)}:{urllib.parse.unquote(parts.password or '')}"
+            self._headers["Authorization"] = "Basic " + base64.b64encode(login.encode()).decode()
+            netloc = parts.netloc.rpartition("@")[2]
+            url = urllib.parse.urlunsplit(parts._replace(netloc=netloc))
+        self.url = url
 
     def send(self, batch: Batch) -> None:
         data = json.dumps({"key": batch.key, "messages": batch.bodies, "urgent": batch.urgent},
                           ensure_ascii=False).encode("utf-8")
-        request = urllib.request.Request(self.url, data=data, method="POST", headers={
-            "Content-Type": "application/json; charset=utf-8",
-            "Idempotency-Key": batch.key,
-            "User-Agent": "agent-console",
-        })
+        request = urllib.request.Request(self.url, data=data, method="POST",
+                                         headers={**self._headers, "Idempotency-Key": batch.key})
         where = safe_url(self.url)
         try:
             with self._opener.open(request, timeout=self.timeout) as response:

@@ -50,8 +50,9 @@ def sign(kind: str, body: bytes, *, now: int, delivery_id: str = "d-1", secret: 
     if kind == "standard":
         data = body.decode()
         good = Webhook(key).sign(delivery_id, datetime.fromtimestamp(now, tz=UTC), data)
-        others = [Webhook("whsec_" + base64.b64encode(f"old-key-{n}".encode()).decode()).sign(delivery_id, datetime.fromtimestamp(now, tz=UTC), data)
-                  for n in range(extra_signatures)]
+        at = datetime.fromtimestamp(now, tz=UTC)
+        old_keys = ["whsec_" + base64.b64encode(f"old-key-{n}".encode()).decode() for n in range(extra_signatures)]
+        others = [Webhook(old).sign(delivery_id, at, data) for old in old_keys]
         return {"webhook-id": delivery_id, "webhook-timestamp": str(now),
                 "webhook-signature": " ".join([*others, good])}
     if kind == "slack":

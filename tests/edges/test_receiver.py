@@ -199,7 +199,7 @@ async def test_missing_secret_names_the_setting_not_the_value(db_path: Path) -> 
 
 
 async def test_no_sources_is_a_config_error(db_path: Path) -> None:
-    with pytest.raises(ConfigError, match="webhooks.sources"):
+    with pytest.raises(ConfigError, match=r"webhooks\.sources"):
         build_receiver(Settings(db=db_path), environ={})
 
 
