@@ -1,0 +1,181 @@
+"""Webhook receiver benchmark: durable acks per second, fsyncs per event, ack latency.
+
+N concurrent senders (aiohttp client, loopback) post signed GitHub-style deliveries to the real
+receiver, run in its own process on a fresh inbox file, first with group commit and then with one
+transaction per request (the same receiver with group_commit=False), in the same run.
+
+fsyncs are counted two ways: the receiver's commit counter (GET /healthz -> writer.commits; in WAL
+mode with synchronous=FULL each commit fsyncs the WAL once), and, when strace is available, the
+fsync/fdatasync system calls the receiver process actually made (strace -f --seccomp-bpf -c), which
+also catches checkpoints.
+
+    /work/venv/bin/python bench/webhook_bench.py [--senders 64] [--requests 4000] [--no-strace]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import hashlib
+import hmac
+import json
+import os
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+ROOT = Path(__file__).resolve().parents[1]
+SECRET = "bench-secret-not-real"
+SECRET_ENV = "WEBHOOK_BENCH_SECRET"
+
+
+# --- the receiver process ---------------------------------------------------------------------
+def serve_main(db: str, group_commit: bool) -> None:
+    sys.path.insert(0, str(ROOT))
+    from console.config import Settings
+    from console.edges.receiver import WebhookReceiver, serve
+
+    settings = Settings(db=Path(db), webhooks={
+        "port": 0, "sources": {"github": {"verifier": "github", "secret_env": SECRET_ENV}}})
+
+    def ready(receiver: WebhookReceiver) -> None:
+        print(json.dumps({"url": receiver.url, "pid": os.getpid()}), flush=True)
+
+    asyncio.run(serve(settings, group_commit=group_commit, on_ready=ready))
+
+
+# --- the senders ------------------------------------------------------------------------------
+def signed(n: int) -> tuple[bytes, dict[str, str]]:
+    body = json.dumps({"action": "opened", "number": n, "title": f"PR {n}", "text": "x" * 200}).encode()
+    signature = "sha256=" + hmac.new(SECRET.encode(), body, hashlib.sha256).hexdigest()
+    return body, {"X-Hub-Signature-256": signature, "X-GitHub-Delivery": f"delivery-{n}",
+                  "X-GitHub-Event": "pull_request", "Content-Type": "application/json"}
+
+
+async def send_all(url: str, senders: int, requests: int) -> tuple[float, list[float], dict[int, int]]:
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    counter = iter(range(requests))
+    prepared = [signed(n) for n in range(requests)]
+
+    async def sender(session: aiohttp.ClientSession) -> None:
+        for n in counter:
+            body, headers = prepared[n]
+            started = time.perf_counter()
+            async with session.post(f"{url}/hooks/github", data=body, headers=headers) as response:
+                await response.read()
+                statuses[response.status] = statuses.get(response.status, 0) + 1
+            latencies.append(time.perf_counter() - started)
+
+    connector = aiohttp.TCPConnector(limit=senders)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        async def warm() -> None:
+            async with session.get(f"{url}/healthz") as response:
+                await response.read()
+
+        # Open the connections first so the figures measure acks, not TCP handshakes.
+        await asyncio.gather(*(warm() for _ in range(senders)))
+        started = time.perf_counter()
+        await asyncio.gather(*(sender(session) for _ in range(senders)))
+        elapsed = time.perf_counter() - started
+    return elapsed, latencies, statuses
+
+
+async def health(url: str) -> dict[str, Any]:
+    async with aiohttp.ClientSession() as session, session.get(f"{url}/healthz") as response:
+        result: dict[str, Any] = await response.json()
+        return result
+
+
+def strace_fsyncs(path: Path) -> int | None:
+    if not path.exists():
+        return None
+    total = 0
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if parts and parts[-1] in ("fsync", "fdatasync"):
+            total += int(parts[3] if len(parts) >= 6 else parts[-2])
+    return total
+
+
+def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, folder: Path) -> dict[str, Any]:
+    mode = "group" if group_commit else "per-request"
+    db = folder / f"{mode}.db"
+    command = [sys.executable, __file__, "--serve", str(db), "--group-commit", "1" if group_commit else "0"]
+    trace = folder / f"{mode}.strace"
+    if use_strace:
+        command = ["strace", "-f", "--seccomp-bpf", "-c", "-e", "trace=fsync,fdatasync", "-o", str(trace), *command]
+    env = {**os.environ, SECRET_ENV: SECRET, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
+    receiver_pid = server.pid
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline()
+        if not line:
+            raise SystemExit(f"the {mode} receiver did not start")
+        ready = json.loads(line)
+        url, receiver_pid = ready["url"], ready["pid"]
+        elapsed, latencies, statuses = asyncio.run(send_all(url, senders, requests))
+        stats = asyncio.run(health(url))
+    finally:
+        # The receiver itself, not strace: strace blocks fatal signals while it traces a command.
+        os.kill(receiver_pid, signal.SIGTERM)
+        server.wait(timeout=60)
+    writer = stats["writer"]
+    latencies.sort()
+    return {
+        "mode": mode,
+        "requests": requests,
+        "statuses": statuses,
+        "stored": stats["counts"]["stored"],
+        "acks_per_s": statuses.get(200, 0) / elapsed,
+        "commits": writer["commits"],
+        "events": writer["events"],
+        "commits_per_event": writer["commits"] / max(1, writer["events"]),
+        "fsyncs_strace": strace_fsyncs(trace) if use_strace else None,
+        "largest_group": writer["largest_group"],
+        "p50_ms": statistics.median(latencies) * 1000,
+        "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--senders", type=int, default=64)
+    parser.add_argument("--requests", type=int, default=4000)
+    parser.add_argument("--no-strace", action="store_true", help="do not count fsync calls with strace")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--serve", metavar="DB", help=argparse.SUPPRESS)
+    parser.add_argument("--group-commit", default="1", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve:
+        serve_main(args.serve, args.group_commit == "1")
+        return
+    use_strace = not args.no_strace and shutil.which("strace") is not None
+    with tempfile.TemporaryDirectory(prefix="webhook-bench-") as folder:
+        results = [run_mode(group, args.senders, args.requests, use_strace, Path(folder)) for group in (True, False)]
+    if args.json:
+        print(json.dumps(results, indent=2))
+        return
+    print(f"{args.senders} senders, {args.requests} signed deliveries per mode, loopback, {os.cpu_count()} cores")
+    print(f"{'mode':<12} {'acks/s':>8} {'commits/event':>14} {'fsyncs/event':>13} {'group max':>9} "
+          f"{'p50 ms':>7} {'p99 ms':>7}  stored  statuses")
+    for r in results:
+        fsyncs = "-" if r["fsyncs_strace"] is None else f"{r['fsyncs_strace'] / r['requests']:.3f}"
+        print(f"{r['mode']:<12} {r['acks_per_s']:>8.0f} {r['commits_per_event']:>14.3f} {fsyncs:>13} "
+              f"{r['largest_group']:>9} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f}  {r['stored']:>6}  {r['statuses']}")
+    group, single = results
+    print(f"group commit: {group['acks_per_s'] / single['acks_per_s']:.1f}x the acks/s of one transaction "
+          f"per request, {single['commits_per_event'] / max(group['commits_per_event'], 1e-9):.0f}x fewer commits")
+
+
+if __name__ == "__main__":
+    main()
