@@ -85,8 +85,13 @@ def _check_path(path: Path) -> None:
             raise StoreError(f"cannot open inbox {path}: the file is not a SQLite database")
 
 
-def connect(path: str | os.PathLike[str], *, check: bool = True, migrate: bool = True) -> apsw.Connection:
-    """Open (creating if needed) one inbox file with this project's pragmas and schema."""
+def connect(
+    path: str | os.PathLike[str], *, check: bool = True, migrate: bool = True, schema_version: int | None = None
+) -> apsw.Connection:
+    """Open (creating if needed) one inbox file with this project's pragmas and schema.
+
+    schema_version stops the migrations at that number (tests use it to build an older file).
+    """
     check_sqlite_version()
     target = Path(path).expanduser().absolute()
     _check_path(target)
@@ -104,7 +109,7 @@ def connect(path: str | os.PathLike[str], *, check: bool = True, migrate: bool =
                 detail = "; ".join(str(r[0]) for r in result[:3])
                 raise StoreError(f"inbox {target} failed its integrity check: {detail}")
         if migrate:
-            _migrate(conn, target)
+            _migrate(conn, target, SCHEMA_VERSION if schema_version is None else schema_version)
     except apsw.NotADBError as exc:
         raise StoreError(f"cannot open inbox {target}: the file is not a SQLite database") from exc
     except apsw.ReadOnlyError as exc:
@@ -116,16 +121,21 @@ def connect(path: str | os.PathLike[str], *, check: bool = True, migrate: bool =
     return conn
 
 
-def _migrate(conn: apsw.Connection, path: Path) -> None:
+def user_version(conn: apsw.Connection) -> int:
+    """The number of the last schema migration applied to this file."""
+    return int(conn.execute("PRAGMA user_version").fetchall()[0][0])
+
+
+def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
     with transaction(conn):
-        current = int(conn.execute("PRAGMA user_version").fetchall()[0][0])
+        current = user_version(conn)
         if current > SCHEMA_VERSION:
             raise StoreError(
                 f"inbox {path} has schema version {current}, newer than this agent-console "
                 f"understands ({SCHEMA_VERSION}); upgrade agent-console"
             )
         for number, _name, sql in migrations():
-            if number > current:
+            if current < number <= upto:
                 conn.execute(sql)
                 conn.execute(f"PRAGMA user_version = {number}")
 
@@ -140,13 +150,13 @@ def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
     try:
         yield conn
     except BaseException:
-        if not conn.autocommit:  # SQLite may already have rolled back (e.g. SQLITE_FULL)
+        if conn.in_transaction:  # SQLite may already have rolled back (e.g. SQLITE_FULL)
             conn.execute("ROLLBACK")
         raise
     try:
         conn.execute("COMMIT")
     except apsw.Error:
-        if not conn.autocommit:
+        if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
 
