@@ -95,30 +95,47 @@ def connect(
     check_sqlite_version()
     target = Path(path).expanduser().absolute()
     _check_path(target)
+    conn: apsw.Connection | None = None
     try:
         conn = apsw.Connection(str(target))
-        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
-        if str(mode).lower() != "wal":
-            raise StoreError(f"cannot open inbox {target}: WAL mode was refused (got {mode})")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        if check:
-            result = conn.execute("PRAGMA quick_check").fetchall()
-            if result != [("ok",)]:
-                detail = "; ".join(str(r[0]) for r in result[:3])
-                raise StoreError(f"inbox {target} failed its integrity check: {detail}")
-        if migrate:
-            _migrate(conn, target, SCHEMA_VERSION if schema_version is None else schema_version)
-    except apsw.NotADBError as exc:
-        raise StoreError(f"cannot open inbox {target}: the file is not a SQLite database") from exc
-    except apsw.ReadOnlyError as exc:
-        raise StoreError(f"cannot open inbox {target}: the file is read-only") from exc
-    except apsw.CantOpenError as exc:
-        raise StoreError(f"cannot open inbox {target}: {exc}") from exc
-    except apsw.CorruptError as exc:
-        raise StoreError(f"cannot open inbox {target}: the database is corrupt ({exc})") from exc
+        _prepare(conn, target, check, SCHEMA_VERSION if schema_version is None else schema_version, migrate)
+    except BaseException as exc:
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, apsw.Error):
+            raise _open_error(target, exc) from exc
+        raise
     return conn
+
+
+def _prepare(conn: apsw.Connection, target: Path, check: bool, upto: int, migrate: bool) -> None:
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
+    if str(mode).lower() != "wal":
+        raise StoreError(f"cannot open inbox {target}: WAL mode was refused (got {mode})")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    if check:
+        result = conn.execute("PRAGMA quick_check").fetchall()
+        if result != [("ok",)]:
+            # quick_check's rows are multi-line with a "*** in database main ***" banner; the user gets one line.
+            lines = [line.strip() for row in result for line in str(row[0]).splitlines()]
+            detail = "; ".join([line for line in lines if line and not line.startswith("***")][:3])
+            raise StoreError(f"inbox {target} failed its integrity check (restore a backup): {detail}")
+    if migrate:
+        _migrate(conn, target, upto)
+
+
+def _open_error(target: Path, exc: apsw.Error) -> StoreError:
+    if isinstance(exc, apsw.NotADBError):
+        return StoreError(f"cannot open inbox {target}: the file is not a SQLite database")
+    if isinstance(exc, apsw.ReadOnlyError):
+        return StoreError(f"cannot open inbox {target}: the file is read-only")
+    if isinstance(exc, apsw.CorruptError):
+        return StoreError(f"cannot open inbox {target}: the database is corrupt ({exc})")
+    if isinstance(exc, apsw.BusyError):
+        return StoreUnavailable(f"cannot open inbox {target}: another process kept it busy for {BUSY_TIMEOUT_MS} ms")
+    return StoreError(f"cannot open inbox {target}: {exc}")
 
 
 def user_version(conn: apsw.Connection) -> int:
