@@ -128,6 +128,7 @@ def test_rows_left_running_by_an_older_generation_go_back_to_pending(store: Stor
 def test_release_hands_running_events_back_at_once(store: Store) -> None:
     store.ingest("chat", "a", {}, now=T)
     gen, batch = claim(store, "A", T)
+    assert [e.status for e in batch] == ["running"]
     assert store.release("A", gen, now=T + 5) is True
     lease = store.lease()
     assert lease is not None and not lease.is_live(T + 5)
@@ -149,6 +150,7 @@ def test_every_step_of_an_event_is_in_its_history(tmp_path: Path) -> None:
         gen_c, _ = claim(store, "C", T + 400)  # B's claim is lost; out of attempts: dead
         assert store.retry_dead(event_id, now=T + 500) is True  # retry by hand
         _, again = claim(store, "C", T + 500)  # claim 3
+        assert [(e.id, e.attempts) for e in again] == [(event_id, 1)]
         assert store.finish("C", gen_c, [event_id], now=T + 501)  # finish
         kinds = [(a.kind, a.holder, a.gen) for a in store.history(event_id)]
         assert kinds == [
