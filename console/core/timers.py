@@ -41,16 +41,25 @@ def _is_repeat(moment: datetime, zone: ZoneInfo) -> bool:
     return int(first.timestamp()) != int(moment.timestamp())
 
 
+def _fixed_hours(expression: str) -> bool:
+    """A job at fixed hours ("30 2 * * *") runs once per wall-clock time; one whose hour field is a
+    wildcard ("0 * * * *", "*/15 * * * *") is periodic and also runs in the repeated hour, as cron does."""
+    fields = expression.split()
+    return len(fields) < 2 or not fields[1].startswith("*")
+
+
 def cron_occurrences(expression: str, tz: str | None, after: int) -> Iterator[int]:
-    """Epoch seconds of the occurrences strictly after `after`, DST-aware, one per wall-clock time."""
+    """Epoch seconds of the occurrences strictly after `after`, DST-aware; a fixed-hour job runs once
+    per wall-clock time."""
     zone = _zone(tz)
+    skip_repeats = _fixed_hours(expression)
     try:
         walker = croniter(expression, datetime.fromtimestamp(after, zone))
     except (CroniterBadCronError, ValueError) as exc:
         raise ValueError(f"invalid cron expression {expression!r}: {exc}") from exc
     while True:
         moment = walker.get_next(datetime)
-        if not _is_repeat(moment, zone):
+        if not (skip_repeats and _is_repeat(moment, zone)):
             yield int(moment.timestamp())
 
 
