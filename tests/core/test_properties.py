@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -12,10 +13,12 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
-from console.core import Store
+from console.core import STATUSES, Store
 from console.core.inbox import MAX_KEY_CHARS
 
+T0 = 1_000_000
 LIMIT = 4_096  # a small payload limit keeps "over the limit" examples cheap
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -171,3 +174,84 @@ def test_deep_nesting_is_refused_cleanly(tmp_path: Path) -> None:
         with pytest.raises(ValueError, match="nested too deeply"):
             store.ingest("chat", "deep", deep, now=1)
         assert stored_nothing(store)
+
+
+class InboxMachine(RuleBasedStateMachine):
+    """Random interleavings of ingests, runs that succeed, fail or crash, releases and dead retries.
+
+    After every step: the O(1) status counts agree with the rows, attempts stay within the budget,
+    a done event never changes again, and no event ever has two replies in the outbox.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.folder = tempfile.TemporaryDirectory()
+        self.store = Store.open(Path(self.folder.name) / "inbox.db", lease_ttl=50, max_attempts=3, backoff_base=5,
+                                backoff_max=40, seed=1)
+        self.now = T0
+        self.ingested: set[str] = set()
+        self.done: dict[int, int] = {}  # event id -> updated_at when it finished
+
+    def teardown(self) -> None:
+        self.store.close()
+        self.folder.cleanup()
+
+    @rule(source_id=st.integers(min_value=0, max_value=15))
+    def ingest(self, source_id: int) -> None:
+        new = self.store.ingest("chat", f"m-{source_id}", {"n": source_id}, now=self.now)
+        assert new == (f"m-{source_id}" not in self.ingested)
+        self.ingested.add(f"m-{source_id}")
+
+    @rule(seconds=st.sampled_from([1, 5, 30, 51, 200]))
+    def advance(self, seconds: int) -> None:
+        self.now += seconds
+
+    @rule(holder=st.sampled_from(["A", "B", "C"]), outcome=st.sampled_from(["ok", "ok", "error", "crash"]))
+    def run(self, holder: str, outcome: str) -> None:
+        gen = self.store.acquire(holder, now=self.now)
+        if gen is None:
+            return
+        batch = self.store.claim_batch(holder, gen, now=self.now)
+        assert len({e.id for e in batch}) == len(batch)
+        assert all(e.status == "running" and e.claim_gen == gen for e in batch)
+        assert len(batch) == 1 or all(e.attempts == 1 for e in batch)  # a retry is claimed alone
+        if outcome == "crash":
+            return
+        for event in batch:
+            if outcome == "ok":
+                assert self.store.finish(holder, gen, [event.id], now=self.now, messages=[f"re {event.source_id}"])
+            else:
+                assert self.store.finish(holder, gen, [event.id], now=self.now, error="tool failed")
+
+    @rule(holder=st.sampled_from(["A", "B", "C"]))
+    def release(self, holder: str) -> None:
+        lease = self.store.lease()
+        if lease is not None and lease.holder == holder:
+            self.store.release(holder, lease.gen, now=self.now)
+
+    @rule()
+    def retry_dead(self) -> None:
+        self.store.retry_dead_matching(now=self.now)
+
+    @invariant()
+    def books_balance(self) -> None:
+        events = self.store.events(limit=100)
+        assert self.store.counts() == {s: sum(e.status == s for e in events) for s in STATUSES}
+        lease = self.store.lease()
+        for event in events:
+            assert 0 <= event.attempts <= 3
+            if event.status == "running":
+                assert lease is not None and event.claim_gen is not None and event.claim_gen <= lease.gen
+            if event.status == "dead":
+                assert event.error
+            if event.id in self.done:
+                assert (event.status, event.updated_at) == ("done", self.done[event.id])
+            elif event.status == "done":
+                self.done[event.id] = event.updated_at
+        replies = Counter(m.event_id for m in self.store.outbox_messages(limit=1_000))
+        assert all(count == 1 for count in replies.values())
+        assert set(replies) == set(self.done)
+
+
+TestInboxMachine = InboxMachine.TestCase
+TestInboxMachine.settings = settings(max_examples=40, stateful_step_count=40, deadline=None)
