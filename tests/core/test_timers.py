@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterator
 from datetime import date, datetime, timedelta
 from itertools import pairwise
 from zoneinfo import ZoneInfo
 
 import pytest
 
+import console.core.timers as timers_module
 from console.core import Store
 
 T = 1_000_000
@@ -202,3 +204,31 @@ def test_an_hourly_local_cron_follows_elapsed_hours_across_dst(store: Store, day
     fired = [int(str(p["scheduled_for"])) for p in timer_events(store, "hourly")]
     assert len(fired) == expected
     assert {b - a for a, b in pairwise(fired)} == {HOUR}
+
+
+def test_a_long_cron_outage_is_walked_without_holding_the_write_lock(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Counting two days of missed per-minute occurrences takes a while; meanwhile a webhook
+    receiver on another connection must still be able to store events."""
+    start = epoch(2026, 5, 1)
+    store.add_timer("minutely", start, {}, cron="* * * * *", tz="Europe/Berlin")
+    receiver = store.reopen()
+    receiver.connection.set_busy_timeout(200)  # a held lock would make its ingest fail fast
+    stored_during_walk: list[bool] = []
+    real_occurrences = timers_module.cron_occurrences
+
+    def occurrences_with_an_ingest(expression: str, tz: str | None, after: int) -> Iterator[int]:
+        for count, moment in enumerate(real_occurrences(expression, tz, after)):
+            if count == 1_000:
+                stored_during_walk.append(receiver.ingest("github", f"d-{len(stored_during_walk)}", {}, now=start))
+            yield moment
+
+    monkeypatch.setattr(timers_module, "cron_occurrences", occurrences_with_an_ingest)
+    try:
+        assert store.run_scheduler(now=start + 2 * DAY + 30) == 1
+    finally:
+        receiver.close()
+    assert stored_during_walk == [True]
+    [payload] = timer_events(store, "minutely")
+    assert (payload["skipped"], payload["late_by"], payload["scheduled_for"]) == (2 * 24 * 60, 30, start + 2 * DAY)
