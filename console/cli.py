@@ -45,6 +45,15 @@ class UserError(click.ClickException):
         click.echo(f"{PROG}: error: {self.format_message()}", err=True)
 
 
+def _command_path(ctx: click.Context) -> str:
+    """`agent-console timers add`, however the program was started (python -m console, a test runner)."""
+    names: list[str] = []
+    while ctx.parent is not None:
+        names.insert(0, ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join([PROG, *names])
+
+
 @contextmanager
 def _one_line_usage_errors() -> Iterator[None]:
     try:
@@ -52,7 +61,7 @@ def _one_line_usage_errors() -> Iterator[None]:
     except click.exceptions.NoArgsIsHelpError:
         raise  # `agent-console timers` alone shows the help, as click intends
     except click.UsageError as exc:
-        hint = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+        hint = f" (see '{_command_path(exc.ctx)} --help')" if exc.ctx is not None else ""
         raise UserError(exc.format_message() + hint) from None
 
 

@@ -226,8 +226,8 @@ def load_settings(
                 f"unknown setting {name!r} in config file {path} (known settings: {', '.join(SETTING_NAMES)})"
             )
         checked = _check(name, value, f"config file {path}")
-        if name == "db" and not checked.is_absolute():
-            checked = path.parent / checked
+        if name == "db":
+            checked = (path.parent / checked).absolute()  # relative to the file, not to where it is run
         values[name] = checked
 
     for name in SETTING_NAMES:
@@ -244,6 +244,8 @@ def load_settings(
             value = str(value)
         values[name] = _check(name, value, f"the command-line option --{name.replace('_', '-')}")
 
+    if "db" in values:
+        values["db"] = Path(values["db"]).absolute()
     return Settings(**values)
 
 
