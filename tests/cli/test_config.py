@@ -189,3 +189,13 @@ def test_the_default_db_folder_is_created_but_not_a_chosen_one(tmp_path: Path) -
     chosen = load_settings(None, env={}, overrides={"db": tmp_path / "missing" / "inbox.db"})
     ensure_default_db_folder(chosen)
     assert not (tmp_path / "missing").exists()
+
+
+def test_the_readme_config_example_loads(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Configuration", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    settings = load_settings(write(tmp_path / "c.toml", example), env={})
+    assert settings.db == Path("~/agent/inbox.db").expanduser()
+    assert settings.webhooks["sources"]["github"]["secret_env"] == "GITHUB_WEBHOOK_SECRET"
+    assert settings.keys == {"quit": "ctrl+q"}

@@ -76,7 +76,7 @@ def event_status(db: Path, source: str, source_id: str) -> str | None:
     return None if event is None else event.status
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_run_works_an_event_from_another_process_and_stops_cleanly(
     runner: Runner, isolated: dict[str, str], signum: signal.Signals
 ) -> None:
