@@ -14,6 +14,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 import time
 from typing import Any
@@ -68,7 +69,7 @@ class OfflineAgent:
         if not isinstance(chunks, int) or not 0 < chunks <= MAX_LONG_TASK:
             return f"Long task of event {event.id} refused: long_task must be 1..{MAX_LONG_TASK} chunks"
         for index in range(chunks):
-            ctx.step(f"long:{event.id}:{index}", lambda index=index: _work_one_chunk(index))
+            ctx.step(f"long:{event.id}:{index}", functools.partial(_work_one_chunk, index))
         return f"Long task of event {event.id} finished ({chunks} chunks)"
 
     def _resume(self, ctx: RunContext, event: Event) -> str:
