@@ -81,8 +81,6 @@ def test_a_quiet_day_digest_is_silent(store: Store) -> None:
 
 def test_digest_reports_dead_events_and_expired_approvals(store: Store) -> None:
     store.ingest("hook", "bad", {"x": 1}, now=NOW - 100)
-    store.request_approval("apr-x", "deploy prod", now=NOW - 1000, expires_in=10)
-    store.run_scheduler(now=NOW - 900)
     at = NOW - 400
     for _ in range(3):
         gen = store.acquire("w", now=at)
@@ -91,6 +89,8 @@ def test_digest_reports_dead_events_and_expired_approvals(store: Store) -> None:
         store.finish("w", gen, [e.id for e in claimed], now=at, error="broken")
         at += 100
     assert store.release("w", gen, now=at)
+    store.request_approval("apr-x", "deploy prod", now=NOW - 100, expires_in=10)
+    store.run_scheduler(now=NOW - 50)
     ctx = run(store, [("timer", "daily-digest@2", {"task": "digest", "scheduled_for": NOW, "skipped": 0})], now=NOW)
     (text, _), = ctx.messages
     assert "\nDigest (last day):" in text and "dead #" in text and "expired approval apr-x" in text
