@@ -183,15 +183,22 @@ def main(ctx: click.Context, db: Path | None, config_path: Path | None, demo: bo
         _open_console(state)
 
 
+def _import_part(module: str, missing: str) -> Any:
+    """Import an optional part of the program late; its absence is a one-line error, while a broken
+    import inside it (some other module missing) keeps its traceback."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        raise UserError(missing) from None
+
+
 def _open_console(state: CliState) -> None:
     settings = state.settings()
     ensure_default_db_folder(settings)
-    try:
-        app = importlib.import_module("console.tui.app")
-    except ModuleNotFoundError as exc:
-        if exc.name != "console.tui.app":
-            raise
-        raise UserError("this build has no console (console.tui.app is missing); see --help for the commands") from None
+    app = _import_part("console.tui.app", "this build has no console (console.tui.app is missing); "
+                       "see --help for the commands")
     run_app = getattr(app, "run_app", None)
     if run_app is None:
         raise UserError("this build's console has no run_app; see --help for the commands")
@@ -247,12 +254,8 @@ async def _start_webhook_receiver(settings: Settings, engine: Any) -> Any:
     """
     if not settings.webhooks.get("enabled"):
         return None
-    try:
-        receiver = importlib.import_module("console.edges.receiver")
-    except ModuleNotFoundError as exc:
-        if exc.name != "console.edges.receiver":
-            raise
-        raise UserError("webhooks are enabled in the config, but this build has no webhook receiver") from None
+    receiver = _import_part("console.edges.receiver",
+                            "webhooks are enabled in the config, but this build has no webhook receiver")
     server = receiver.serve(settings, engine=engine)
     return await server if inspect.isawaitable(server) else server
 

@@ -12,7 +12,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from console.core import Store
-from tests.cli.helpers import invoke
+from tests.cli.helpers import invoke, run_process
 
 
 @pytest.fixture
@@ -353,3 +353,15 @@ def test_help_works_with_a_broken_config(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text("lease_ttl = -1\n")
     assert invoke(["--config", str(config), "status", "--help"]).exit_code == 0
+
+
+def test_ingest_from_stdin_and_list_as_real_processes(tmp_path: Path, isolated: dict[str, str]) -> None:
+    db = tmp_path / "inbox.db"
+    first = run_process(["--db", str(db), "ingest", "github", "d-9", "-"], isolated, input='{"pr": 9}')
+    again = run_process(["--db", str(db), "ingest", "github", "d-9", "-"], isolated, input='{"pr": 9}')
+    assert (first.returncode, first.stdout, first.stderr) == (0, "stored\n", "")
+    assert (again.returncode, again.stdout) == (0, "duplicate\n")
+    listed = run_process(["--db", str(db), "events", "--json"], isolated)
+    [event] = json.loads(listed.stdout)
+    assert (event["source"], event["source_id"], event["status"]) == ("github", "d-9", "pending")
+    assert event["payload"] == {"pr": 9}
