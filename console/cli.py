@@ -213,9 +213,10 @@ log = logging.getLogger("agent_console.cli")
 @main.command()
 @click.pass_obj
 def run(state: CliState) -> None:
-    """Run the engine without the console: worker, scheduler and outbox dispatcher.
+    """Run the engine headless until SIGTERM or Ctrl-C.
 
-    Logs to stderr, one line per run and lease change. SIGTERM or Ctrl-C stops it cleanly: the current
+    The worker, the scheduler and the outbox dispatcher, without the console (plus the webhook receiver
+    when the config enables it). Logs to stderr, one line per run and lease change. SIGTERM or Ctrl-C stops it cleanly: the current
     run ends, the lease is released at once (a replacement need not wait out the TTL), exit code 0.
     """
     settings = state.settings()
@@ -295,7 +296,9 @@ def ingest(state: CliState, source: str, source_id: str, payload: str | None) ->
 @click.option("--json", "as_json", is_flag=True, help="Print the status as a JSON object.")
 @click.pass_obj
 def status(state: CliState, as_json: bool) -> None:
-    """Counts by state, the lease, pending approvals, the outbox, the next timer and fencing counts."""
+    """Show the inbox at a glance.
+
+    Counts by state, the lease, pending approvals, the outbox, the next timer and fencing counts."""
     now = _now()
     with state.store() as store:
         info = store.status(now=now)
@@ -366,7 +369,7 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
 @click.option("--json", "as_json", is_flag=True, help="Print the event, its history and journal steps as JSON.")
 @click.pass_obj
 def show(state: CliState, event_id: int, as_json: bool) -> None:
-    """One event: its payload, its attempt history and the journal steps its runs committed."""
+    """Show one event: payload, attempt history, journal steps."""
     with state.store() as store:
         event = store.event(event_id)
         if event is None:
@@ -424,8 +427,10 @@ def approve(ctx: click.Context, request_id: str, answer: str) -> None:
 @click.option("--source", help="With --all-dead: only dead events from this source.")
 @click.pass_obj
 def retry(state: CliState, event_id: int | None, all_dead: bool, source: str | None) -> None:
-    """Give a dead event a fresh attempt budget: `retry EVENT_ID`, or `retry --all-dead [--source S]`,
-    which prints how many events it retried."""
+    """Retry dead events with a fresh attempt budget.
+
+    `retry EVENT_ID` retries one; `retry --all-dead [--source S]` retries every dead event (of one
+    source) and prints how many."""
     if (event_id is None) == (not all_dead):
         raise UserError("give either an EVENT_ID or --all-dead")
     if source is not None and not all_dead:
@@ -447,7 +452,9 @@ def retry(state: CliState, event_id: int | None, all_dead: bool, source: str | N
 @click.option("--urgent", is_flag=True, help="Send without waiting for the outbox gap.")
 @click.pass_obj
 def say(state: CliState, text: str, urgent: bool) -> None:
-    """Queue a message in the outbox (sent at most once per gap, unless --urgent)."""
+    """Queue a message in the outbox.
+
+    Held messages go out together, at most once per gap; --urgent skips the gap."""
     with state.store() as store, rejecting_bad_input():
         message_id = store.queue_message(text, now=_now(), urgent=urgent)
     click.echo(f"queued message {message_id}{' (urgent)' if urgent else ''}")
@@ -458,7 +465,9 @@ def say(state: CliState, text: str, urgent: bool) -> None:
 @main.group(cls=ConsoleGroup, invoke_without_command=True)
 @click.pass_context
 def timers(ctx: click.Context) -> None:
-    """Timers feed the inbox with events keyed TIMER_ID@SCHEDULED_TIME; they never start runs themselves.
+    """List, add, pause, resume and remove timers.
+
+    Timers feed the inbox with events keyed TIMER_ID@SCHEDULED_TIME; they never start runs themselves.
     With no command, lists them."""
     if ctx.invoked_subcommand is None:
         ctx.invoke(timers_list)
