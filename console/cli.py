@@ -216,8 +216,9 @@ def run(state: CliState) -> None:
     """Run the engine headless until SIGTERM or Ctrl-C.
 
     The worker, the scheduler and the outbox dispatcher, without the console (plus the webhook receiver
-    when the config enables it). Logs to stderr, one line per run and lease change. SIGTERM or Ctrl-C stops it cleanly: the current
-    run ends, the lease is released at once (a replacement need not wait out the TTL), exit code 0.
+    when the config enables it). Logs to stderr, one line per run and lease change. SIGTERM or Ctrl-C
+    stops it cleanly: the current run ends, the lease is released at once (a replacement need not wait
+    out the TTL), exit code 0.
     """
     settings = state.settings()
     ensure_default_db_folder(settings)
