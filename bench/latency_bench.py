@@ -5,8 +5,9 @@
 In-process: Engine.ingest, then the time until the agent's run() starts.
 Cross-process: another process commits an event (Store.ingest); the engine notices the commit through
 PRAGMA data_version. Between samples the engine is left idle for 50-250 ms, so each sample measures a
-wake-up from idle, not a worker that happened to be busy already. The peer is the same engine with its wake-ups disabled, so only its idle poll
-(interval 100 ms, a typical queue consumer's poll) finds work: the ratio shows what waking buys.
+wake-up from idle, not a worker that happened to be busy already. The peer is the same engine with its
+wake-ups disabled, so only its idle poll (interval 100 ms, a typical queue consumer's poll) finds work:
+the ratio shows what waking buys.
 Throughput: N events ingested at once, drained by the offline agent (batched runs).
 """
 
