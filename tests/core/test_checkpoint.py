@@ -141,3 +141,24 @@ def test_sessions_are_saved_and_resumed(store: Store) -> None:
     assert store.load_session("nobody") is None
     assert store.delete_session("s-1") is True
     assert store.delete_session("s-1") is False
+
+
+def test_a_non_json_step_result_is_committed_so_the_effect_never_repeats(store: Store) -> None:
+    calls: list[int] = []
+
+    def effect() -> object:
+        calls.append(1)
+        return {1, 2}  # a set: not JSON
+
+    result, how = store.run_once("odd-result", effect, gen=1, now=10)
+    assert (result, how) == ({1, 2}, "executed")
+    again, how_again = store.run_once("odd-result", effect, gen=1, now=11)
+    assert how_again == "skipped" and again == {"unserialisable_result": "{1, 2}"} and calls == [1]
+
+
+def test_a_second_release_is_refused(store: Store) -> None:
+    gen = store.acquire("A", now=100)
+    assert gen is not None
+    assert store.release("A", gen, now=101) is True
+    assert store.release("A", gen, now=102) is False
+    assert [kind for _, kind, *_ in store.lease_log()].count("release") == 1
