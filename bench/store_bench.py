@@ -325,6 +325,7 @@ class Bench:
         self.args = args
         self.lines: list[Line] = []
         self.durability: dict[str, dict[str, str]] = {}
+        self.claim_plans: dict[str, list[str]] = {}
         self._folders = 0
 
     def folder(self) -> Path:
@@ -443,6 +444,9 @@ class Bench:
             full.figures[kind] = large_t.rate(kind) if kind in large else None
             after = full.figures[kind]
             flat.figures[kind] = None if after is None else after / small_t.rate(kind)
+        core = large.get(CORE)
+        if isinstance(core, CoreSubject):
+            self.claim_plans = core.store.explain_claim()
         for subject in (*small.values(), *large.values()):
             subject.close()
         empty.notes[CORE] = "three transactions per cycle, each fsynced"
@@ -451,6 +455,11 @@ class Bench:
         full.notes[PQ_ACK] = full.notes[PQ_UNIQUE] = "get walks the acked rows from the start (no index on status)"
         flat.notes[CORE] = "target: flat in table size (>= 0.9 allows for noise)"
         self.record(empty, full, flat)
+        print(f"  claim query plans with {rows} finished rows (a plain 'SCAN inbox' would read the whole table):")
+        for name, plan in self.claim_plans.items():
+            print(f"    {name:12} {' / '.join(plan)}")
+        scans = table_scans(self.claim_plans)
+        print(f"  -> {'table scans in: ' + ', '.join(scans) if scans else 'no claim statement scans the table'}")
 
     # 5 -------------------------------------------------------------------------------------------
     def producers(self) -> None:
@@ -531,6 +540,12 @@ class Bench:
         self.record(group, versus)
 
 
+def table_scans(plans: dict[str, list[str]]) -> list[str]:
+    """The claim statements whose plan reads the inbox table itself end to end (not through an index)."""
+    return [name for name, plan in plans.items()
+            if any(step.startswith("SCAN inbox") and "INDEX" not in step for step in plan)]
+
+
 def produce(kind: str, folder: str, index: int, first: int, count: int, ready: Any, go: MpEvent) -> None:
     """One producer process: open the queue, wait for the start, ingest count events one by one."""
     subject = open_subject(kind, Path(folder), consumer=False)
@@ -597,7 +612,7 @@ SIZES = {
     "ingest": (2000, 30, "events for single-transaction ingest"),
     "duplicates": (2000, 30, "refused duplicates to time"),
     "drain": (20000, 200, "events to drain"),
-    "cycles": (500, 16, "one-at-a-time cycles per table size"),
+    "cycles": (700, 16, "one-at-a-time cycles per table size"),
     "table_rows": (100_000, 200, "finished rows in the large table"),
     "producers": (4, 2, "producer processes"),
     "per_producer": (1500, 15, "events per producer"),
@@ -665,6 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "seconds": elapsed,
         "durability": bench.durability,
+        "claim_plans": bench.claim_plans,
         "lines": [{**vars(line), "met": line.met(), "target": line.target()} for line in bench.lines],
     }
     if args.markdown:

@@ -44,6 +44,9 @@ def test_quick_run_measures_every_line_for_every_system(tmp_path: Path) -> None:
     assert set(result["durability"]) == {CORE, *PEERS}
     for settings in result["durability"].values():
         assert (settings["journal_mode"], settings["synchronous"]) == ("wal", "FULL")
+    # Claiming reads only what it claims: no claim statement walks the inbox table.
+    assert set(result["claim_plans"]) >= {"lost", "due_retry", "claim_one", "claim_fresh"}
+    assert "no claim statement scans the table" in done.stdout
     assert "| durable ingest" in done.stdout  # the Markdown table docs/performance.md records
     assert list(tmp_path.iterdir()) == [result_file]  # the databases were cleaned up
 
