@@ -14,6 +14,7 @@ import apsw
 from console.core.approvals import ApprovalsMixin
 from console.core.db import connect, schema_dump
 from console.core.inbox import InboxMixin
+from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
 from console.core.outbox import OutboxMixin
@@ -21,7 +22,7 @@ from console.core.outbox import OutboxMixin
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
-class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin):
+class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin):
     def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
         self._conn = conn
         self.path = path
