@@ -320,9 +320,7 @@ class InboxMixin(StoreBase):
                 probe = self._conn.execute(
                     "SELECT id, created_at FROM inbox WHERE id >= ? ORDER BY id LIMIT 1", (middle,)
                 ).fetchall()
-                if not probe:
-                    high = middle
-                elif probe[0][1] >= moment:
+                if not probe or probe[0][1] >= moment:
                     high = middle
                 else:
                     low = int(probe[0][0]) + 1

@@ -54,7 +54,7 @@ def read_detail(event_id: int, *, now: int, holder: str, mode: str) -> Callable[
 
 def _mentions(approval: Approval, event: Event) -> bool:
     details = approval.details if isinstance(approval.details, dict) else {}
-    return details.get("event_id") == event.id or (
+    return event.id in (details.get("event"), details.get("event_id")) or (
         approval.session_id is not None and str(event.id) in approval.session_id.split(":")
     )
 

@@ -6,6 +6,7 @@ Nothing scans the inbox, so a pane stays fast on a file with millions of events.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -152,6 +153,6 @@ def read_activity(now: int, minutes: int = SPARK_MINUTES) -> Callable[[Store], A
         this_minute = now - now % 60
         starts = [this_minute - 60 * back for back in range(minutes - 1, -1, -1)] + [this_minute + 60]
         bounds = store.first_ids_at(starts)
-        return Activity([b - a for a, b in zip(bounds, bounds[1:], strict=False)], store.counts())
+        return Activity([b - a for a, b in itertools.pairwise(bounds)], store.counts())
 
     return read

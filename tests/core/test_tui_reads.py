@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from console.core import Store
 
 
@@ -11,7 +13,7 @@ def test_first_ids_at_finds_each_minute_boundary(store: Store) -> None:
         store.ingest_many([("chat", f"{at}-{i}", {}) for i in range(count)], now=at)
     boundaries = store.first_ids_at([60, 120, 180, 240, 300, 360])
     assert boundaries == [1, 4, 9, 9, 9, 11]
-    per_minute = [b - a for a, b in zip(boundaries, boundaries[1:], strict=False)]
+    per_minute = [b - a for a, b in itertools.pairwise(boundaries)]
     assert per_minute == [3, 5, 0, 0, 2]
 
 

@@ -27,8 +27,8 @@ class ConfirmScreen(ModalScreen[bool]):
         with Vertical(id="confirm-dialog", classes="dialog"):
             yield Label(self.question, id="confirm-question")
             with Horizontal(classes="buttons"):
-                yield Button(self.yes_label, variant="warning", id="confirm-yes")
-                yield Button("Cancel", id="confirm-no")
+                yield Button(self.yes_label, variant="warning", id="confirm-yes", compact=True)
+                yield Button("Cancel", id="confirm-no", compact=True)
 
     def action_answer(self, answer: bool) -> None:
         self.dismiss(answer)

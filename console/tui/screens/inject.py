@@ -43,21 +43,22 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
             with Horizontal(classes="row"):
                 yield Label("source", classes="field-label")
                 yield Select([(s, s) for s in self.sources], value=self.source, allow_blank=False,
-                             id="inject-source")
+                             id="inject-source", compact=True)
             with Horizontal(classes="row"):
                 yield Label("source id", classes="field-label")
-                yield Input(self.source_id, id="inject-source-id")
-            yield Label("payload (JSON)", classes="field-label")
-            area = TextArea(self.payload, id="inject-payload", soft_wrap=True, show_line_numbers=False)
+                yield Input(self.source_id, id="inject-source-id", compact=True)
+            yield Label("payload (JSON)", id="inject-payload-label")
+            area = TextArea(self.payload, id="inject-payload", soft_wrap=True, show_line_numbers=False, compact=True)
             area.cursor_blink = self.blink
             yield area
             yield Label("", id="inject-error")
             with Horizontal(classes="buttons"):
-                yield Button("Inject", variant="primary", id="inject-ok")
-                yield Button("Cancel", id="inject-cancel")
+                yield Button("Inject", variant="primary", id="inject-ok", compact=True)
+                yield Button("Cancel", id="inject-cancel", compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#inject-source-id", Input).cursor_blink = self.blink
+        self.query_one("#inject-payload", TextArea).focus()
 
     def show_error(self, message: str) -> None:
         label = self.query_one("#inject-error", Label)

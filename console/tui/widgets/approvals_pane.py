@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
@@ -11,7 +12,7 @@ from console.core import Approval
 from console.tui.detail import human_span
 from console.tui.reads import ApprovalsView
 
-BAR_CELLS = 8
+BAR_CELLS = 6
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
 
 
@@ -30,14 +31,14 @@ class ApprovalsPane(Vertical):
         self.view: ApprovalsView | None = None
 
     def compose(self) -> ComposeResult:
-        table: DataTable[str] = DataTable(cursor_type="row", show_header=False, id="approvals-table")
+        table: DataTable[str | Text] = DataTable(cursor_type="row", show_header=False, id="approvals-table")
+        table.add_column("left", key="left", width=BAR_CELLS + 6)
         table.add_column("action", key="action")
-        table.add_column("left", key="left", width=BAR_CELLS + 7)
         yield table
         yield Static(id="approvals-resolved")
 
     @property
-    def table(self) -> DataTable[str]:
+    def table(self) -> DataTable[str | Text]:
         return self.query_one("#approvals-table", DataTable)
 
     def selected(self) -> Approval | None:
@@ -53,14 +54,14 @@ class ApprovalsPane(Vertical):
         table = self.table
         table.clear()
         for approval in view.pending:
-            table.add_row(approval.action, countdown_bar(approval, view.now), key=approval.request_id)
+            table.add_row(countdown_bar(approval, view.now), Text(approval.action), key=approval.request_id)
         if view.pending:
             index = next((i for i, a in enumerate(view.pending) if keep and a.request_id == keep.request_id), 0)
             table.move_cursor(row=index, animate=False, scroll=False)
-        self.border_subtitle = f"{len(view.pending)} waiting · y yes · n no"
-        lines: list[str | tuple[str, str]] = [("recent ", "dim")] if view.resolved else [("nothing resolved yet", "dim")]
+        self.border_subtitle = f"{len(view.pending)} waiting"
+        lines: list[str | tuple[str, str]] = [("recent", "dim") if view.resolved else ("nothing resolved yet", "dim")]
         for approval in view.resolved[:4]:
-            lines += ["\n", (f"{approval.outcome:<7}", OUTCOME_STYLE.get(approval.outcome or "", "")), approval.action]
+            lines += ["\n", (f"{approval.outcome:<8}", OUTCOME_STYLE.get(approval.outcome or "", "")), approval.action]
         self.query_one("#approvals-resolved", Static).update(Content.assemble(*lines))
         if previous is None:
             return []

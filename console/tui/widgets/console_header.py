@@ -23,8 +23,8 @@ class ConsoleHeader(Horizontal):
 
     def show(self, mode: str, activity: Activity | None) -> None:
         title = Content.assemble(
-            ("agent-console ", "bold $text-primary"), (self.inbox, ""), ("  agent ", "dim"), (self.agent, "bold"),
-            ("  ", ""), (mode, "$text-success" if mode == "active" else "$text-warning"),
+            ("agent-console ", "bold $text-primary"), (mode, "$text-success" if mode == "active" else "$text-warning"),
+            (" · agent ", "dim"), (self.agent, "bold"), (" · ", "dim"), self.inbox,
         )
         self.query_one("#header-title", Static).update(title)
         if activity is not None:

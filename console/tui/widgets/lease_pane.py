@@ -42,9 +42,9 @@ class LeasePane(Vertical):
         if lease is None:
             who += [("\nholder ", "dim"), "nobody yet"]
         else:
+            who += [(" gen ", "dim"), (str(lease.gen), "bold"), ("\nholder ", "dim"), lease.holder]
             if lease.is_live(view.now):
-                who.append(" (this console)" if lease.holder == holder else " (another process)")
-            who += [("\nholder ", "dim"), lease.holder, (" gen ", "dim"), (str(lease.gen), "bold")]
+                who.append((" (you)" if lease.holder == holder else " (other)", "dim"))
             left = max(0, lease.until - view.now)
         self.query_one("#lease-who", Static).update(Content.assemble(*who))
         self.query_one("#lease-bar", ProgressBar).update(total=max(ttl, left, 1), progress=left)
@@ -52,9 +52,9 @@ class LeasePane(Vertical):
         self.query_one("#lease-left-time", Label).update(" lapsed" if lapsed else f" {human_span(left)}")
         fencing: list[Part] = [
             ("takeovers ", "dim"), (str(view.takeovers), "bold"),
-            (" · refused late finishes ", "dim"), (str(view.refused), "$text-error bold" if view.refused else "bold"),
+            ("\nrefused finishes ", "dim"), (str(view.refused), "$text-error bold" if view.refused else "bold"),
         ]
         for refusal in view.recent_refusals[:1]:
-            fencing.append((f"\nlast refused: {refusal.holder} gen {refusal.gen}, "
-                            f"{human_span(view.now - refusal.at)} ago ({refusal.reason})", "dim"))
+            fencing.append((f"\n↳ {refusal.holder} gen {refusal.gen}, {human_span(view.now - refusal.at)} ago: "
+                            f"{refusal.reason}", "dim"))
         self.query_one("#lease-fencing", Static).update(Content.assemble(*fencing))

@@ -13,7 +13,7 @@ from console.tui.reads import OutboxView
 Part = str | tuple[str, str]
 
 
-def one_line(text: str, width: int = 40) -> str:
+def one_line(text: str, width: int = 60) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
