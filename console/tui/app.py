@@ -20,6 +20,7 @@ from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.message import Message
 from textual.widgets import Footer
 
@@ -113,6 +114,7 @@ class ConsoleApp(App[None]):
         user_theme_dir: Path | None = None,
         install_defaults: bool = True,
         after_start: Callable[[ConsoleApp], Any] | None = None,
+        inbox_label: str | None = None,
     ) -> None:
         super().__init__()
         self.settings = settings
@@ -125,6 +127,7 @@ class ConsoleApp(App[None]):
         self.deterministic = deterministic
         self.state = ConsoleState(None if deterministic else state_path)
         self.after_start = after_start
+        self.inbox_label = inbox_label
         self.filter = EventFilter()
         self.known_sources: list[str] = []
         self.activity: Activity | None = None
@@ -160,6 +163,8 @@ class ConsoleApp(App[None]):
         yield Footer()
 
     def _inbox_label(self) -> str:
+        if self.inbox_label is not None:
+            return self.inbox_label
         path = Path(self.settings.db)
         with contextlib.suppress(ValueError):
             return "~/" + str(path.relative_to(Path.home()))
@@ -260,6 +265,8 @@ class ConsoleApp(App[None]):
             await self._reload_pane(pane)
         except StoreError as exc:
             log.warning("reading %s failed: %s", pane, exc)
+        except NoMatches:
+            pass  # the screen is closing: the pane has gone
         finally:
             self._busy.discard(pane)
 

@@ -53,12 +53,16 @@ def fill(db: Path, clock: ManualClock, *, other_holds_lease: bool = True) -> Non
             store.connection.execute("UPDATE lease SET until = ?, renewed_at = ?, acquired_at = ? WHERE one = 1",
                                      (now + 90, now - 30, now - 30))
             assert gen_b == 2
-            store.finish("worker-a:1", gen, [1], now=now - 5)
+            store.finish("worker-a:1", gen, [1], now=now - 5)  # refused: a late finish by the old generation
             claimed_b = store.claim_batch(OTHER, 2, now=now - 5)
-            assert claimed_b
+            assert [e.source_id for e in claimed_b] == ["poison-1"]  # a retry is claimed alone
+            with Store.open(db, max_attempts=2) as strict:
+                strict.finish(OTHER, 2, [claimed_b[0].id], now=now - 4, error="PoisonEventError: marked as poison")
+            store.claim_batch(OTHER, 2, now=now - 3)
+        store.ingest("chat", "c-3", {"text": "what's on today?"}, now=now - 2)
 
 
-def make_app(db: Path, clock: ManualClock, **options: object) -> ConsoleApp:
-    settings = settings_for(db, **options.pop("settings", {}))  # type: ignore[arg-type]
-    return ConsoleApp(settings, clock=clock, holder=HOLDER, deterministic=True, install_defaults=False,
-                      **options)  # type: ignore[arg-type]
+def make_app(db: Path, clock: ManualClock, *, settings: dict[str, object] | None = None,
+             **options: object) -> ConsoleApp:
+    return ConsoleApp(settings_for(db, **(settings or {})), clock=clock, holder=HOLDER, deterministic=True,
+                      install_defaults=False, inbox_label="inbox.db", **options)  # type: ignore[arg-type]
