@@ -125,7 +125,7 @@ class ConsoleApp(App[None]):
             engine = Engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults)
         self.engine: EngineLike = engine
         self.deterministic = deterministic
-        self.state = ConsoleState(None if deterministic else state_path)
+        self.state = ConsoleState(state_path)
         self.after_start = after_start
         self.inbox_label = inbox_label
         self.filter = EventFilter()
