@@ -8,11 +8,15 @@
 - An event whose payload says {"poison": true} fails the run every time, so retries and dead events can
   be watched.
 - The daily digest timer summarises the last day, and stays silent when nothing happened.
+- An event with {"long_task": N} works through N one-second chunks, each a journalled step: a run taken
+  over mid-way resumes after the last committed chunk instead of starting again (seed 003's checkpoint).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import time
 from typing import Any
 
 from console.agents.base import RunContext
@@ -45,6 +49,8 @@ class OfflineAgent:
                     lines.append(f"Approval needed [{request.request_id}]: {text} (expires in {minutes} min)")
                 else:
                     chats.append(text)
+            elif isinstance(event.payload, dict) and "long_task" in event.payload:
+                lines.append(self._long_task(ctx, event, event.payload["long_task"]))
             elif event.source == "approval":
                 lines.append(self._resume(ctx, event))
             elif event.source == "timer":
@@ -58,6 +64,13 @@ class OfflineAgent:
         urgent = any(line.startswith("Approval needed") for line in lines)
         if lines:
             ctx.say("\n".join(lines), urgent=urgent)
+
+    def _long_task(self, ctx: RunContext, event: Event, chunks: Any) -> str:
+        if not isinstance(chunks, int) or not 0 < chunks <= MAX_LONG_TASK:
+            return f"Long task of event {event.id} refused: long_task must be 1..{MAX_LONG_TASK} chunks"
+        for index in range(chunks):
+            ctx.step(f"long:{event.id}:{index}", functools.partial(_work_one_chunk, index))
+        return f"Long task of event {event.id} finished ({chunks} chunks)"
 
     def _resume(self, ctx: RunContext, event: Event) -> str:
         resumed = ctx.resumed(event)
@@ -96,6 +109,14 @@ class OfflineAgent:
         for expired in summary["expired_approvals"][:5]:
             parts.append(f"  expired approval {expired['request_id']}: {expired['action']}")
         return "\n".join(parts)
+
+
+MAX_LONG_TASK = 600
+
+
+def _work_one_chunk(index: int) -> dict[str, Any]:
+    time.sleep(1)  # stands for one second of real work (a tool call, a build step)
+    return {"chunk": index, "finished_at": time.time()}
 
 
 def _chat_text(event: Event) -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import apsw
 
 from console.core.approvals import ApprovalsMixin
-from console.core.db import connect, schema_dump
+from console.core.db import connect, schema_dump, user_version
 from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
@@ -96,6 +96,10 @@ class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, I
 
     def schema(self) -> list[tuple[str, str, str]]:
         return schema_dump(self._conn)
+
+    def schema_version(self) -> int:
+        """The number of schema migrations applied to this file (PRAGMA user_version)."""
+        return user_version(self._conn)
 
     def integrity_check(self) -> str:
         return "; ".join(str(r[0]) for r in self._conn.execute("PRAGMA integrity_check"))
