@@ -30,6 +30,22 @@ _CLAIM_FRESH = f"""UPDATE inbox SET status = 'running', attempts = attempts + 1,
                    RETURNING {_EVENT_COLUMNS}"""
 
 
+def _non_string_key(value: Any) -> Any:
+    """The first dict key that is not a str, anywhere in value, or None. Iterative: payloads nest deep."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if not isinstance(key, str):
+                    return key
+                if isinstance(child, dict | list | tuple):
+                    stack.append(child)
+        elif isinstance(item, list | tuple):
+            stack.extend(child for child in item if isinstance(child, dict | list | tuple))
+    return None
+
+
 def _event(row: Sequence[Any]) -> Event:
     return Event(
         id=row[0],
@@ -58,10 +74,22 @@ class InboxMixin(StoreBase):
                 raise ValueError(f"{name} is longer than {MAX_KEY_CHARS} characters")
             if "\x00" in value:
                 raise ValueError(f"{name} must not contain a NUL character")
+            if not value.isascii():
+                try:
+                    value.encode("utf-8")
+                except UnicodeEncodeError as exc:
+                    raise ValueError(f"{name} contains a lone surrogate, which is not valid UTF-8") from exc
         try:
             text = dumps(payload)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload is not JSON-serialisable: {exc}") from exc
+        except RecursionError as exc:
+            raise ValueError("payload is nested too deeply to store as JSON") from exc
+        odd_key = _non_string_key(payload)
+        if odd_key is not None:
+            # json.dumps would turn 1 into "1" (and let {1: a, "1": b} collide): the event would not
+            # come back as it went in.
+            raise ValueError(f"payload is not JSON-serialisable: object key {odd_key!r} is not a string")
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > self.max_payload_bytes:
             raise ValueError(f"payload is {size} bytes, over the limit of {self.max_payload_bytes} bytes")
