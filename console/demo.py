@@ -53,15 +53,21 @@ def script(engine: DemoEngine) -> list[tuple[float, str, Callable[[], Awaitable[
     def minute_timer() -> Awaitable[Any]:
         now = engine.clock.now()
         return engine.write(
-            lambda store: store.add_timer("demo-minute", now + 60, {"text": "one-minute timer"}, now=now))
+            lambda store: store.add_timer("demo-minute", now + 60, {"text": "one-minute timer"}, every=60, now=now))
+
+    def chat_burst() -> Awaitable[Any]:
+        # Delivered in one commit, as a chat gateway flushing its queue would: the worker claims all three.
+        now = engine.clock.now()
+        burst = [("chat", "demo-chat-1", {"text": "are you there?"}),
+                 ("chat", "demo-chat-2", {"text": "remind me to water the plants"}),
+                 ("chat", "demo-chat-3", {"text": "and book the dentist"})]
+        return engine.write(lambda store: store.ingest_many(burst, now=now))
 
     return [
         (0.5, "a GitHub webhook", ingest("github", "delivery-1001", github_push("delivery-1001"))),
         (3.0, "the same webhook delivered again: refused",
          ingest("github", "delivery-1001", github_push("delivery-1001"))),
-        (5.0, "a chat burst", ingest("chat", "demo-chat-1", {"text": "are you there?"})),
-        (5.3, "", ingest("chat", "demo-chat-2", {"text": "remind me to water the plants"})),
-        (5.6, "", ingest("chat", "demo-chat-3", {"text": "and book the dentist"})),
+        (5.0, "a chat burst: three messages, one run, one reply", chat_burst),
         (8.0, "a poison event: fails, backs off, goes dead", ingest("manual", "demo-poison", {"poison": True})),
         (11.0, "a message that needs approval (expires in a minute)",
          ingest("chat", "demo-refund", {"text": "refund order 881"})),
