@@ -26,7 +26,8 @@ async def test_demo_script_feeds_every_pane(tmp_path: Path) -> None:
         await run_demo(engine, trickle_every=0, on_step=steps.append, sleep=no_wait)
     finally:
         await engine.stop()
-    assert "a chat burst: three messages, one run, one reply" in steps and "a poison event: fails, backs off, goes dead" in steps
+    assert "a chat burst: three messages, one run, one reply" in steps
+    assert "a poison event: fails, backs off, goes dead" in steps
     with Store.open(settings.db) as store:
         webhook = store.find_event("github", "delivery-1001")
         assert webhook is not None and webhook.duplicates == 1  # delivered twice, stored once
