@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from console.core.base import StoreBase, dumps, loads
-from console.core.db import transaction, translate_errors
+from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import STATUSES, Attempt, Event
 
 MAX_KEY_CHARS = 512
@@ -115,8 +115,14 @@ class InboxMixin(StoreBase):
     def ingest(self, source: str, source_id: str, payload: Any, *, now: int) -> bool:
         """Store an event once. False means a copy was already stored (the duplicate is counted)."""
         text = self.encode_event(source, source_id, payload)
-        with translate_errors(), transaction(self._conn):
-            return self._insert_event(source, source_id, text, now)
+        with translate_errors():
+            # A redelivery is the common case for webhooks: refuse it after a plain read, and count it
+            # without an fsync (the stored event is already durable; only the tally could be lost).
+            if self._scalar("SELECT 1 FROM inbox WHERE source = ? AND source_id = ?", (source, source_id)):
+                with relaxed_durability(self._conn), transaction(self._conn):
+                    return self._insert_event(source, source_id, text, now)
+            with transaction(self._conn):
+                return self._insert_event(source, source_id, text, now)
 
     def ingest_many(self, items: Iterable[tuple[str, str, Any]], *, now: int) -> list[bool]:
         """Store many events in one transaction (one fsync). All are validated before any is written."""
