@@ -179,6 +179,18 @@ def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
 
 
 @contextmanager
+def relaxed_durability(conn: apsw.Connection) -> Iterator[None]:
+    """Commits inside skip their fsync (WAL + synchronous=NORMAL): they survive a process crash at
+    once and a power loss from the next FULL commit on. Only for bookkeeping that may be lost to a
+    power cut without losing anything acknowledged (the count of refused duplicates)."""
+    conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        yield
+    finally:
+        conn.execute("PRAGMA synchronous=FULL")
+
+
+@contextmanager
 def translate_errors() -> Iterator[None]:
     """Turn the SQLite errors a caller can meet at run time into StoreUnavailable."""
     try:

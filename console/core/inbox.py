@@ -6,7 +6,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from console.core.base import StoreBase, dumps, loads
-from console.core.db import transaction, translate_errors
+from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import STATUSES, Attempt, Event
 
 MAX_KEY_CHARS = 512
@@ -115,8 +115,14 @@ class InboxMixin(StoreBase):
     def ingest(self, source: str, source_id: str, payload: Any, *, now: int) -> bool:
         """Store an event once. False means a copy was already stored (the duplicate is counted)."""
         text = self.encode_event(source, source_id, payload)
-        with translate_errors(), transaction(self._conn):
-            return self._insert_event(source, source_id, text, now)
+        with translate_errors():
+            # A redelivery is the common case for webhooks: refuse it after a plain read, and count it
+            # without an fsync (the stored event is already durable; only the tally could be lost).
+            if self._scalar("SELECT 1 FROM inbox WHERE source = ? AND source_id = ?", (source, source_id)):
+                with relaxed_durability(self._conn), transaction(self._conn):
+                    return self._insert_event(source, source_id, text, now)
+            with transaction(self._conn):
+                return self._insert_event(source, source_id, text, now)
 
     def ingest_many(self, items: Iterable[tuple[str, str, Any]], *, now: int) -> list[bool]:
         """Store many events in one transaction (one fsync). All are validated before any is written."""
@@ -337,6 +343,30 @@ class InboxMixin(StoreBase):
 
     def max_event_id(self) -> int:
         return int(self._scalar("SELECT COALESCE(MAX(id), 0) FROM inbox"))
+
+    def first_ids_at(self, moments: Sequence[int]) -> list[int]:
+        """For each moment, the smallest event id created at or after it (max id + 1 if none).
+
+        Ids grow with arrival, so created_at rises with id; a bisection over the primary key finds
+        each boundary in O(log n) point reads, and the difference of two boundaries counts the
+        events between them, without an index on created_at or a scan of the rows in between.
+        """
+        low_id = int(self._scalar("SELECT COALESCE(MIN(id), 1) FROM inbox"))
+        end = self.max_event_id() + 1
+        found: list[int] = []
+        for moment in moments:
+            low, high = low_id, end
+            while low < high:
+                middle = (low + high) // 2
+                probe = self._conn.execute(
+                    "SELECT id, created_at FROM inbox WHERE id >= ? ORDER BY id LIMIT 1", (middle,)
+                ).fetchall()
+                if not probe or probe[0][1] >= moment:
+                    high = middle
+                else:
+                    low = int(probe[0][0]) + 1
+            found.append(low)
+        return found
 
     # --- dead events --------------------------------------------------------------------------
     def retry_dead(self, event_id: int, *, now: int) -> bool:
