@@ -338,6 +338,30 @@ class InboxMixin(StoreBase):
     def max_event_id(self) -> int:
         return int(self._scalar("SELECT COALESCE(MAX(id), 0) FROM inbox"))
 
+    def first_ids_at(self, moments: Sequence[int]) -> list[int]:
+        """For each moment, the smallest event id created at or after it (max id + 1 if none).
+
+        Ids grow with arrival, so created_at rises with id; a bisection over the primary key finds
+        each boundary in O(log n) point reads, and the difference of two boundaries counts the
+        events between them, without an index on created_at or a scan of the rows in between.
+        """
+        low_id = int(self._scalar("SELECT COALESCE(MIN(id), 1) FROM inbox"))
+        end = self.max_event_id() + 1
+        found: list[int] = []
+        for moment in moments:
+            low, high = low_id, end
+            while low < high:
+                middle = (low + high) // 2
+                probe = self._conn.execute(
+                    "SELECT id, created_at FROM inbox WHERE id >= ? ORDER BY id LIMIT 1", (middle,)
+                ).fetchall()
+                if not probe or probe[0][1] >= moment:
+                    high = middle
+                else:
+                    low = int(probe[0][0]) + 1
+            found.append(low)
+        return found
+
     # --- dead events --------------------------------------------------------------------------
     def retry_dead(self, event_id: int, *, now: int) -> bool:
         """Return one dead event to pending with a fresh attempt budget."""
