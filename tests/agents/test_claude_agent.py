@@ -397,9 +397,9 @@ async def test_the_engine_runs_a_chat_and_an_approval_through_claude(engine: Eng
     claude.reply(tool("t4", "send_message", text="Deployed.", urgent=True))
     claude.reply(text("Done."))
     assert await engine.answer(approval.request_id, "yes") == "yes"
-    step = await wait_until(engine, lambda s: s.journal_step(f"perform:{approval.request_id}"))
-    assert step.result["performed"] == "deploy web to prod"
     await wait_until(engine, lambda s: s.counts()["done"] == 3)
+    step = await engine.read(lambda s: s.journal_step(f"perform:{approval.request_id}"))
+    assert step.state == "committed" and step.result["performed"] == "deploy web to prod"
     bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
     assert "Deployed." in bodies and any(b.startswith(f"Approval needed [{approval.request_id}]") for b in bodies)
     assert len(claude.requests) == 6 and json.dumps(claude.requests).count(FAKE_KEY) == 0
