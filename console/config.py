@@ -48,6 +48,9 @@ class Settings:
     backoff_max: int = 900
     approval_expiry: int = 4 * 3600  # seconds before an unanswered approval expires
     agent: str = "offline"          # the built-in offline agent
+    claude_model: str = "claude-sonnet-5-5"  # the model the claude agent talks to
+    claude_max_tokens: int = 1024   # the longest reply of one claude model turn
+    claude_base_url: str | None = None  # a proxy or a test server instead of the Anthropic API
     max_payload_bytes: int = 1024 * 1024
     digest_cron: str = "0 9 * * *"  # the daily digest timer installed on first start
     timezone: str = "UTC"
@@ -103,12 +106,19 @@ def _path(value: Any, from_text: bool) -> Path:
 
 
 def _agent(value: Any, from_text: bool) -> str:
-    from console.agents.registry import AGENTS  # imported late: the agents may one day read settings
+    from console.agents.registry import AGENTS  # imported late: the registry's factories take Settings
 
     name = _text(value, from_text)
     if name not in AGENTS:
         raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))}")
     return name
+
+
+def _url(value: Any, from_text: bool) -> str:
+    url = _text(value, from_text)
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"expected an http:// or https:// address, got {url!r}")
+    return url
 
 
 def _zone_name(value: Any, from_text: bool) -> str:
@@ -167,6 +177,9 @@ CHECKS: dict[str, Checker] = {
     "backoff_max": _seconds_or_count(0),
     "approval_expiry": _seconds_or_count(1),
     "agent": _agent,
+    "claude_model": _text,
+    "claude_max_tokens": _seconds_or_count(1),
+    "claude_base_url": _url,
     "max_payload_bytes": _seconds_or_count(1),
     "digest_cron": _cron,
     "timezone": _zone_name,

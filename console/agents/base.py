@@ -10,9 +10,15 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from console.config import ConfigError
 from console.core import Event, Store
 
 T = TypeVar("T")
+
+
+class AgentSetupError(ConfigError, ValueError):
+    """The chosen agent cannot start (a missing extra, a missing key). A ConfigError, so the command line
+    prints it as one line; a ValueError, as callers building an agent from bad settings expect."""
 
 
 @dataclass(frozen=True)

@@ -54,7 +54,7 @@ class Engine:
     ) -> None:
         self.settings = settings
         self.clock: Clock = clock or WallClock()
-        self.agent: Agent = agent or build_agent(settings.agent)
+        self.agent: Agent = agent or build_agent(settings.agent, settings)
         self.holder = holder or default_holder()
         self.path = Path(settings.db)
         self.install_defaults = install_defaults

@@ -67,6 +67,8 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_TIMEZONE": "Europe/Berlin", "AGENT_CONSOLE_THEME": "paper",
         "AGENT_CONSOLE_KEYS": '{"quit": "ctrl+q"}', "AGENT_CONSOLE_WEBHOOKS": '{"enabled": false}',
         "AGENT_CONSOLE_CHANNELS": '[{"kind": "file", "path": "/tmp/out"}]',
+        "AGENT_CONSOLE_CLAUDE_MODEL": "claude-opus-5-5", "AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "4096",
+        "AGENT_CONSOLE_CLAUDE_BASE_URL": "http://127.0.0.1:8080",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -76,6 +78,8 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert s.keys == {"quit": "ctrl+q"}
     assert s.webhooks == {"enabled": False}
     assert s.channels == [{"kind": "file", "path": "/tmp/out"}]
+    assert (s.claude_model, s.claude_max_tokens, s.claude_base_url) == (
+        "claude-opus-5-5", 4096, "http://127.0.0.1:8080")
     assert set(env) == {env_var(f.name) for f in fields(Settings)} - {"AGENT_CONSOLE_DB"}
 
 
