@@ -25,6 +25,7 @@ class Worker:
         self.runs = 0
         self._current: asyncio.Task[None] | None = None
         self._lost_lease = False
+        self._renewed_at = 0
 
     @property
     def busy(self) -> bool:
@@ -50,7 +51,11 @@ class Worker:
             engine.set_mode("stalled")
             return engine.idle_cap
         now = engine.clock.now()
-        gen = await engine.on("writer", lambda store: store.acquire(holder, now=now))
+        if self.gen is not None and now - self._renewed_at < max(1, engine.settings.lease_ttl // 3):
+            gen: int | None = self.gen  # renewed recently; claim_batch re-checks the lease anyway
+        else:
+            gen = await engine.on("writer", lambda store: store.acquire(holder, now=now))
+            self._renewed_at = now
         if gen is None:
             if self.gen is not None:
                 log.info("lost the lease (generation %s)", self.gen)
