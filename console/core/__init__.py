@@ -14,6 +14,7 @@ from console.core.models import (
     RefusedFinish,
     Timer,
 )
+from console.core.outbox import OutboxChannel
 from console.core.store import Store
 
 __all__ = [
@@ -25,6 +26,7 @@ __all__ = [
     "Event",
     "JournalStep",
     "Lease",
+    "OutboxChannel",
     "OutboxMessage",
     "RefusedFinish",
     "SendError",

@@ -11,14 +11,26 @@ channel. At-most-once marks the batch sent before sending, and a failure is then
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from console.core.base import SendError, StoreBase
 from console.core.db import transaction, translate_errors
 from console.core.models import Batch, OutboxMessage
 
 Send = Callable[[Batch], Any]
+
+
+class OutboxChannel(Protocol):
+    """Where a batch goes (console/edges/channels.py has the real ones). send raises SendError on failure."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def at_most_once(self) -> bool: ...
+
+    def send(self, batch: Batch) -> None: ...
 
 
 class OutboxMixin(StoreBase):
@@ -70,6 +82,82 @@ class OutboxMixin(StoreBase):
             with translate_errors(), transaction(self._conn):
                 self._mark_sent(batch_id, now)
         return len(batch.bodies)
+
+    def dispatch_channels(self, channels: Sequence[OutboxChannel], *, now: int) -> int:
+        """Send at most one batch to every channel, each under the batch's one idempotency key.
+
+        Each channel's outcome is recorded as soon as it is known, so when one channel fails and the
+        batch is retried, the channels that already took it are skipped rather than sent a second
+        copy. An at-most-once channel is marked before its send and never retried. The batch is sent
+        once every channel has taken it, failed once every channel is settled and one failed for
+        good, and otherwise retried with backoff. Returns the messages delivered to every channel.
+        """
+        names = [channel.name for channel in channels]
+        if not names:
+            raise ValueError("dispatch_channels needs at least one channel")
+        if len(set(names)) != len(names):
+            raise ValueError(f"channel names must be unique, got {names}")
+        claimed = self._claim_batch_to_send(now, False, ",".join(names))
+        if claimed is None:
+            return 0
+        batch_id, batch = claimed
+        settled = self._deliveries(batch_id)
+        waiting = [channel for channel in channels if channel.name not in settled]
+        if any(channel.at_most_once for channel in waiting):
+            with translate_errors(), transaction(self._conn):
+                for channel in waiting:
+                    if channel.at_most_once:
+                        self._record_delivery(batch_id, channel.name, "sent", now, None)
+        transient: list[str] = []
+        for channel in waiting:
+            try:
+                channel.send(batch)
+            except SendError as exc:
+                error, permanent = str(exc), exc.permanent
+            except Exception as exc:  # a channel's own failure must not lose the batch
+                error, permanent = f"{type(exc).__name__}: {exc}", False
+            else:
+                if not channel.at_most_once:
+                    with translate_errors(), transaction(self._conn):
+                        self._record_delivery(batch_id, channel.name, "sent", now, None)
+                continue
+            if permanent or channel.at_most_once:
+                with translate_errors(), transaction(self._conn):
+                    self._record_delivery(batch_id, channel.name, "failed", now, error)
+            else:
+                transient.append(f"{channel.name}: {error}")
+        if transient:
+            self._record_failure(batch_id, batch, now, "; ".join(transient), permanent=False)
+            return 0
+        settled = self._deliveries(batch_id)
+        failures = [f"{name}: {settled[name][1]}" for name in names if settled[name][0] == "failed"]
+        if failures:
+            self._record_failure(batch_id, batch, now, "; ".join(failures), permanent=True)
+            return 0
+        with translate_errors(), transaction(self._conn):
+            self._mark_sent(batch_id, now)
+        return len(batch.bodies)
+
+    def deliveries(self, batch_key: str) -> dict[str, tuple[str, str | None]]:
+        """Per channel, what it did with the batch: ('sent' | 'failed', error)."""
+        batch_id = self._scalar("SELECT id FROM outbox_batches WHERE key = ?", (batch_key,))
+        return {} if batch_id is None else self._deliveries(int(batch_id))
+
+    def _deliveries(self, batch_id: int) -> dict[str, tuple[str, str | None]]:
+        return {
+            channel: (state, error)
+            for channel, state, error in self._conn.execute(
+                "SELECT channel, state, error FROM outbox_deliveries WHERE batch_id = ?", (batch_id,)
+            )
+        }
+
+    def _record_delivery(self, batch_id: int, channel: str, state: str, now: int, error: str | None) -> None:
+        self._conn.execute(
+            """INSERT INTO outbox_deliveries (batch_id, channel, state, at, error) VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (batch_id, channel) DO UPDATE SET state = excluded.state, at = excluded.at,
+                  error = excluded.error""",
+            (batch_id, channel, state, now, error),
+        )
 
     def _claim_batch_to_send(self, now: int, at_most_once: bool, channel: str | None) -> tuple[int, Batch] | None:
         with translate_errors(), transaction(self._conn):

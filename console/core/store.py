@@ -94,6 +94,16 @@ class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, I
         """Changes when another connection commits to the file (cheap; no disk read)."""
         return int(self._scalar("PRAGMA data_version"))
 
+    def limit_pages(self, pages: int) -> int:
+        """Cap this connection's database size (PRAGMA max_page_count), to test a full disk.
+
+        SQLite never sets the cap below the file's current size, so limit_pages(1) freezes the file
+        at its present size. Returns the cap now in force.
+        """
+        if pages < 1:
+            raise ValueError(f"pages must be at least 1, not {pages}")
+        return int(self._scalar(f"PRAGMA max_page_count = {int(pages)}"))
+
     def schema(self) -> list[tuple[str, str, str]]:
         return schema_dump(self._conn)
 

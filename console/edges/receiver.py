@@ -1,0 +1,240 @@
+"""The webhook receiver: POST /hooks/{source}, GET /healthz, on 127.0.0.1:8765 by default.
+
+Order of work for a delivery, cheapest refusal first: unknown source (404), declared or actual size
+over the limit (413, before any HMAC work), signature on the raw bytes (401), JSON and the event's
+key (400), then the durable insert through the group-commit writer: 200 {"stored": true|false}
+only after the transaction holding the event has committed, 503 if it could not commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from console.clock import Clock, WallClock
+from console.config import ConfigError, Settings
+from console.core import StoreError
+from console.edges.config import WebhookConfig, build_verifiers, parse_webhooks
+from console.edges.verifiers import BadDelivery, Rejected, Verifier
+from console.edges.writer import IngestWriter
+
+log = logging.getLogger("agent_console.webhooks")
+
+VERDICTS = ("stored", "duplicate", "challenge", "unauthorized", "not_found", "too_large", "bad_request", "unavailable")
+_READ_CHUNK = 64 * 1024
+
+
+def printable(text: str, limit: int = 120) -> str:
+    """A sender-chosen string made safe for one log line (no control characters, bounded length)."""
+    cleaned = "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
+    return cleaned + ("…" if len(text) > limit else "")
+
+
+class WebhookReceiver:
+    """The aiohttp app, its writer thread and its verdict counts. start() / stop() on a running loop."""
+
+    def __init__(
+        self,
+        config: WebhookConfig,
+        verifiers: Mapping[str, Verifier],
+        store_path: str | os.PathLike[str],
+        *,
+        store_options: dict[str, Any] | None = None,
+        clock: Clock | None = None,
+        group_commit: bool = True,
+        on_stored: Callable[[str, str], None] | None = None,
+    ) -> None:
+        self.config = config
+        self.clock = clock or WallClock()
+        self.writer = IngestWriter(store_path, store_options=store_options, clock=self.clock, group_commit=group_commit)
+        self.counts: Counter[str] = Counter({verdict: 0 for verdict in VERDICTS})
+        self._verifiers = dict(verifiers)
+        self._on_stored = on_stored
+        self._runner: web.AppRunner | None = None
+        self.host = config.host
+        self.port = config.port
+
+    # --- life cycle ---------------------------------------------------------------------------
+    def app(self) -> web.Application:
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app.router.add_post("/hooks/{source}", self._hook)
+        app.router.add_get("/healthz", self._health)
+        return app
+
+    async def start(self) -> None:
+        """Open the inbox on the writer thread, then listen. Raises StoreError or ConfigError."""
+        await asyncio.to_thread(self.writer.start)
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, self.config.host, self.config.port, reuse_address=True).start()
+        except OSError as exc:
+            await runner.cleanup()
+            await asyncio.to_thread(self.writer.stop)
+            raise ConfigError(
+                f"webhooks.port: cannot listen on {self.config.host}:{self.config.port}: {exc.strerror or exc}"
+            ) from None
+        self._runner = runner
+        host, port = runner.addresses[0][:2]
+        self.host, self.port = str(host), int(port)
+        log.info("listening on %s (sources: %s)", self.url, ", ".join(sorted(self._verifiers)) or "none")
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+        await asyncio.to_thread(self.writer.stop)
+
+    @property
+    def url(self) -> str:
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def snapshot(self) -> dict[str, Any]:
+        """What the console shows: the address, the verdict counts and the commit counter."""
+        return {"url": self.url, "sources": sorted(self._verifiers), "counts": dict(self.counts),
+                "writer": self.writer.stats.as_dict()}
+
+    # --- requests -----------------------------------------------------------------------------
+    async def _health(self, request: web.Request) -> web.Response:
+        return web.json_response({"ok": True, **self.snapshot()})
+
+    async def _hook(self, request: web.Request) -> web.Response:
+        started = time.perf_counter()
+        source = request.match_info["source"]
+        verifier = self._verifiers.get(source)
+        if verifier is None:
+            return self._answer(404, "not_found", source, None, started, "unknown source")
+        limit = self.config.max_body_bytes
+        if request.content_length is not None and request.content_length > limit:
+            return self._answer(413, "too_large", source, None, started,
+                                f"Content-Length {request.content_length} is over {limit} bytes")
+        body = await self._read_capped(request, limit)
+        if body is None:
+            return self._answer(413, "too_large", source, None, started, f"body is over {limit} bytes")
+        try:
+            delivery = verifier.check(body, request.headers, now=self.clock.now())
+        except Rejected as exc:
+            return self._answer(401, "unauthorized", source, None, started, str(exc))
+        except BadDelivery as exc:
+            return self._answer(400, "bad_request", source, None, started, str(exc))
+        if delivery.challenge is not None:
+            return self._answer(200, "challenge", source, None, started, "url_verification",
+                                {"challenge": delivery.challenge})
+        try:
+            self.writer.validate(source, delivery.source_id, delivery.payload)
+        except ValueError as exc:
+            return self._answer(400, "bad_request", source, delivery.source_id, started, str(exc))
+        try:
+            stored = await self.writer.ingest(source, delivery.source_id, delivery.payload)
+        except StoreError as exc:
+            return self._answer(503, "unavailable", source, delivery.source_id, started, str(exc))
+        if stored and self._on_stored is not None:
+            self._on_stored(source, delivery.source_id)
+        verdict = "stored" if stored else "duplicate"
+        return self._answer(200, verdict, source, delivery.source_id, started, None, {"stored": stored})
+
+    @staticmethod
+    async def _read_capped(request: web.Request, limit: int) -> bytes | None:
+        """The body, or None as soon as it grows past limit (whatever Content-Length claimed)."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            chunk = await request.content.read(_READ_CHUNK)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > limit:
+                return None
+            chunks.append(chunk)
+
+    def _answer(
+        self, status: int, verdict: str, source: str, source_id: str | None, started: float, detail: str | None,
+        body: dict[str, Any] | None = None,
+    ) -> web.Response:
+        self.counts[verdict] += 1
+        latency_ms = (time.perf_counter() - started) * 1000
+        if log.isEnabledFor(logging.INFO):
+            log.info(
+                "source=%s source_id=%s verdict=%s status=%d latency_ms=%.1f%s",
+                printable(source, 64), printable(source_id) if source_id else "-", verdict, status, latency_ms,
+                f" detail={printable(detail, 200)}" if detail else "",
+            )
+        if body is None:
+            body = {"error": detail or verdict} if status != 401 else {"error": "unauthorized"}
+        return web.json_response(body, status=status)
+
+
+def build_receiver(
+    settings: Settings,
+    *,
+    store_path: str | os.PathLike[str] | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    clock: Clock | None = None,
+    environ: Mapping[str, str] | None = None,
+    group_commit: bool = True,
+    on_stored: Callable[[str, str], None] | None = None,
+) -> WebhookReceiver:
+    """A receiver from the settings; ConfigError (naming the setting) for a bad or missing one."""
+    config = parse_webhooks(settings.webhooks)
+    if host is not None or port is not None:
+        config = WebhookConfig(
+            host if host is not None else config.host, port if port is not None else config.port,
+            config.max_body_bytes, config.secrets_file, config.sources,
+        )
+    if not config.sources:
+        raise ConfigError(
+            "webhooks.sources: no webhook sources are configured; add one, e.g. [webhooks.sources.github] "
+            'with verifier = "github" and secret_env = "GITHUB_WEBHOOK_SECRET"'
+        )
+    verifiers = build_verifiers(config, environ)
+    return WebhookReceiver(
+        config, verifiers, Path(store_path) if store_path is not None else settings.db,
+        store_options=settings.store_options(), clock=clock, group_commit=group_commit, on_stored=on_stored,
+    )
+
+
+async def serve(
+    settings: Settings,
+    *,
+    store_path: str | os.PathLike[str] | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    clock: Clock | None = None,
+    group_commit: bool = True,
+    on_ready: Callable[[WebhookReceiver], None] | None = None,
+    stop: asyncio.Event | None = None,
+) -> None:
+    """Run the receiver until SIGINT/SIGTERM (or `stop` is set). Raises ConfigError / StoreError."""
+    receiver = build_receiver(settings, store_path=store_path, host=host, port=port, clock=clock,
+                              group_commit=group_commit)
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    handled = []
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        try:
+            loop.add_signal_handler(signum, stop.set)
+            handled.append(signum)
+        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
+            pass
+    try:
+        await receiver.start()
+        try:
+            if on_ready is not None:
+                on_ready(receiver)
+            await stop.wait()
+        finally:
+            await receiver.stop()
+    finally:
+        for signum in handled:
+            loop.remove_signal_handler(signum)

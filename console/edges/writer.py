@@ -1,0 +1,227 @@
+"""Group commit: one writer thread, its own Store connection, concurrent ingests in one transaction.
+
+Requests queue their events; the writer takes everything queued at the moment it is free and
+commits it with one BEGIN IMMEDIATE ... COMMIT (one fsync of the WAL). While that fsync runs, the
+next requests queue up, so the group size follows the load on its own, with no timer and no added
+delay for a lone request. Every request is answered only after the transaction holding its event
+commits, so an acknowledgement always means durable.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import apsw
+
+from console.clock import Clock, WallClock
+from console.core import Store, StoreError, StoreUnavailable
+
+T = TypeVar("T")
+log = logging.getLogger("agent_console.webhooks")
+DEFAULT_MAX_GROUP = 1000
+
+
+@dataclass
+class _Ingest:
+    source: str
+    source_id: str
+    payload: Any
+    future: asyncio.Future[bool]
+
+
+@dataclass
+class _Call:
+    fn: Callable[[Store], Any]
+    future: asyncio.Future[Any]
+
+
+@dataclass
+class WriterStats:
+    transactions: int = 0       # write transactions begun for ingests (one per group, or per event)
+    commits: int = 0            # of those, committed: each is one fsync of the WAL under synchronous=FULL
+    failed: int = 0             # rolled back because the database could not take them
+    events: int = 0             # events committed (new or duplicate)
+    largest_group: int = 0
+
+    def as_dict(self) -> dict[str, int]:
+        return {"transactions": self.transactions, "commits": self.commits, "failed": self.failed,
+                "events": self.events, "largest_group": self.largest_group}
+
+
+_STOP = object()
+
+
+def _unavailable(exc: BaseException) -> StoreUnavailable:
+    if isinstance(exc, StoreUnavailable):
+        return exc
+    if isinstance(exc, StoreError | apsw.Error):
+        return StoreUnavailable(f"the inbox could not take the write: {exc}")
+    log.exception("the webhook writer failed unexpectedly")
+    return StoreUnavailable(f"the inbox could not take the write ({type(exc).__name__})")
+
+
+def _settle(results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    for future, value, error in results:
+        if future.done():  # the request went away; its event is stored all the same
+            continue
+        if error is not None:
+            future.set_exception(error)
+        else:
+            future.set_result(value)
+
+
+class IngestWriter:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        store_options: dict[str, Any] | None = None,
+        clock: Clock | None = None,
+        group_commit: bool = True,
+        max_group: int = DEFAULT_MAX_GROUP,
+    ) -> None:
+        self.path = path
+        self.group_commit = group_commit
+        self.max_group = max(1, max_group)
+        self.stats = WriterStats()
+        self._options = dict(store_options or {})
+        self._clock = clock or WallClock()
+        self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._store: Store | None = None
+
+    # --- life cycle ---------------------------------------------------------------------------
+    def start(self) -> None:
+        """Open the Store on the writer thread; a StoreError (bad path, old SQLite...) is raised here."""
+        ready = threading.Event()
+        failure: list[BaseException] = []
+        self._thread = threading.Thread(target=self._run, args=(ready, failure), name="webhook-writer", daemon=True)
+        self._thread.start()
+        ready.wait()
+        if failure:
+            self._thread.join()
+            self._thread = None
+            raise failure[0]
+
+    def stop(self) -> None:
+        if self._thread is None:
+            return
+        self._queue.put(_STOP)
+        self._thread.join()
+        self._thread = None
+
+    # --- used from the event loop -------------------------------------------------------------
+    def validate(self, source: str, source_id: str, payload: Any) -> None:
+        """Raise ValueError for an event the Store would refuse, so it never joins (and fails) a group."""
+        assert self._store is not None, "the writer is not started"
+        self._store.encode_event(source, source_id, payload)
+
+    async def ingest(self, source: str, source_id: str, payload: Any) -> bool:
+        """True for a new event, False for a duplicate; StoreUnavailable when it is not durable."""
+        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
+        self._queue.put(_Ingest(source, source_id, payload, future))
+        return await future
+
+    async def call(self, fn: Callable[[Store], T]) -> T:
+        """Run fn(store) on the writer thread, in turn with the ingests."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.put(_Call(fn, future))
+        return await future
+
+    # --- the writer thread --------------------------------------------------------------------
+    def _run(self, ready: threading.Event, failure: list[BaseException]) -> None:
+        try:
+            self._store = Store.open(self.path, **self._options)
+        except BaseException as exc:
+            failure.append(exc)
+            ready.set()
+            return
+        ready.set()
+        try:
+            stopping = False
+            while not stopping:
+                items = [self._queue.get()]
+                while len(items) < self.max_group:
+                    try:
+                        items.append(self._queue.get_nowait())
+                    except queue.Empty:
+                        break
+                if _STOP in items:
+                    stopping = True
+                    items = [item for item in items if item is not _STOP]
+                self._handle(self._store, items)
+        finally:
+            self._store.close()
+
+    def _handle(self, store: Store, items: list[object]) -> None:
+        group: list[_Ingest] = []
+        for item in items:
+            if isinstance(item, _Ingest):
+                group.append(item)
+                continue
+            self._flush(store, group)
+            group = []
+            if isinstance(item, _Call):
+                self._run_call(store, item)
+        self._flush(store, group)
+
+    def _flush(self, store: Store, group: list[_Ingest]) -> None:
+        if not group:
+            return
+        if self.group_commit:
+            self._commit(store, group)
+        else:
+            for item in group:
+                self._commit(store, [item])
+
+    def _commit(self, store: Store, group: list[_Ingest]) -> None:
+        results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
+        try:
+            stored = store.ingest_many([(i.source, i.source_id, i.payload) for i in group], now=self._clock.now())
+        except ValueError:
+            # Each event was validated before it queued; should one slip through anyway it must not
+            # take the rest of its group down with it.
+            if len(group) > 1:
+                for item in group:
+                    self._commit(store, [item])
+            else:
+                self._deliver(group[0].future, None, ValueError("the event was refused by the inbox"))
+            return
+        except Exception as exc:  # StoreError, apsw errors, or a bug: never a 2xx for an event not durable
+            self.stats.transactions += 1
+            self.stats.failed += 1
+            error = _unavailable(exc)
+            results = [(item.future, None, error) for item in group]
+        else:
+            self.stats.transactions += 1
+            self.stats.commits += 1
+            self.stats.events += len(group)
+            self.stats.largest_group = max(self.stats.largest_group, len(group))
+            results = [(item.future, new, None) for item, new in zip(group, stored, strict=True)]
+        self._deliver_all(results)
+
+    def _run_call(self, store: Store, item: _Call) -> None:
+        try:
+            value = item.fn(store)
+        except Exception as exc:
+            self._deliver(item.future, None, exc)
+        else:
+            self._deliver(item.future, value, None)
+
+    def _deliver(self, future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+        self._deliver_all([(future, value, error)])
+
+    @staticmethod
+    def _deliver_all(results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+        if not results:
+            return
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody is waiting any more
+            results[0][0].get_loop().call_soon_threadsafe(_settle, results)
