@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
-from console.core import Batch
+from console.core.outbox import OutboxChannel
 
 if TYPE_CHECKING:
     from console.runtime.engine import Engine
@@ -14,33 +14,10 @@ if TYPE_CHECKING:
 log = logging.getLogger("agent_console.dispatcher")
 
 
-class Channel(Protocol):
-    name: str
-
-    def send(self, batch: Batch) -> None:
-        """Deliver the batch or raise console.core.SendError (permanent=True for a final refusal)."""
-
-
-class ConsoleChannel:
-    """Always on: the send is recorded in the inbox file, and the console's outbox pane shows it."""
-
-    name = "console"
-
-    def send(self, batch: Batch) -> None:
-        log.info("sent %s message(s) under key %s", len(batch.bodies), batch.key)
-
-
 class Dispatcher:
-    def __init__(self, engine: Engine, channels: Sequence[Channel]) -> None:
+    def __init__(self, engine: Engine, channels: Sequence[OutboxChannel]) -> None:
         self.engine = engine
         self.channels = list(channels)
-        self.at_most_once = False
-
-    def _send(self, batch: Batch) -> None:
-        # Every channel gets the same key; a retry after a partial failure reaches the channels that
-        # already succeeded again, under that key, so they can recognise it.
-        for channel in self.channels:
-            channel.send(batch)
 
     async def run(self) -> None:
         engine = self.engine
@@ -49,7 +26,7 @@ class Dispatcher:
             idle_for: float | None = engine.idle_cap
             try:
                 idle_for = await self._tick()
-            except Exception as exc:
+            except Exception as exc:  # a channel's error never stops the engine
                 engine.note_error(f"dispatcher: {type(exc).__name__}: {exc}")
             if idle_for is not None:
                 await engine.sleep(wake, idle_for)
@@ -59,12 +36,11 @@ class Dispatcher:
         if engine.mode != "active":
             return engine.idle_cap
         now = engine.clock.now()
-        names = ",".join(channel.name for channel in self.channels)
-        sent = await engine.on(
-            "sender",
-            lambda store: store.dispatch(self._send, now=now, at_most_once=self.at_most_once, channel=names),
-        )
+        # Each channel's outcome is recorded per batch, so a retry after one channel failed does not
+        # send a second copy to the channels that already took the batch.
+        sent = await engine.on("sender", lambda store: store.dispatch_channels(self.channels, now=now))
         if sent:
+            log.info("sent %s message(s) through %s", sent, ", ".join(c.name for c in self.channels))
             engine.publish("outbox", f"sent {sent}")
             return None
         next_at = await engine.on("sender", lambda store: store.next_send_at(now=now))

@@ -24,8 +24,10 @@ from console.agents.registry import build_agent
 from console.clock import Clock, WallClock
 from console.config import Settings
 from console.core import Store
+from console.core.outbox import OutboxChannel
+from console.edges.channels import build_channels
 from console.runtime.dbthread import DbThread
-from console.runtime.dispatcher import Channel, ConsoleChannel, Dispatcher
+from console.runtime.dispatcher import Dispatcher
 from console.runtime.notices import Notice, NoticeKind
 from console.runtime.scheduler import Scheduler
 from console.runtime.worker import Worker
@@ -46,7 +48,7 @@ class Engine:
         clock: Clock | None = None,
         agent: Agent | None = None,
         holder: str | None = None,
-        channels: Sequence[Channel] | None = None,
+        channels: Sequence[OutboxChannel] | None = None,
         install_defaults: bool = True,
         watch_interval: float = 0.05,
         idle_cap: float | None = None,
@@ -64,7 +66,8 @@ class Engine:
         self.idle_cap = idle_cap if idle_cap is not None else max(0.05, settings.lease_ttl / 3)
         self.shutdown_grace = shutdown_grace
         self.last_error: str | None = None
-        self._channels: list[Channel] = [ConsoleChannel(), *(channels or [])]
+        # The console channel plus the configured [[channels]]; ConfigError names a bad one.
+        self._channels = list(channels) if channels is not None else build_channels(settings, clock=self.clock)
         self._subscribers: list[Callable[[Notice], None]] = []
         self._wake_events: list[asyncio.Event] = []
         self._tasks: list[asyncio.Task[None]] = []
