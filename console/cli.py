@@ -1,8 +1,580 @@
-"""The command line (placeholder until the runtime lands)."""
+"""The command line. With no subcommand it opens the console; `run` is the headless engine; the other
+subcommands read and write the inbox file directly through the Store, so they work whether or not an
+engine is running (the engine notices another process's commit within 100 ms)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib
+import inspect
+import json
+import logging
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
 
 import click
 
+from console import __version__
+from console.clock import WallClock
+from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
+from console.core import STATUSES, Event, Store, StoreError, Timer
+from console.core.approvals import ANSWERS
+from console.core.timers import CATCH_UP_POLICIES
 
-@click.group(invoke_without_command=True)
-def main() -> None:
-    """agent-console: a terminal console for one person's always-on agent."""
+PROG = "agent-console"
+USER_ERROR = 2
+UNKNOWN_REQUEST = 1
+
+
+class UserError(click.ClickException):
+    """A mistake the user can fix: one line on stderr, exit code 2, never a traceback."""
+
+    exit_code = USER_ERROR
+
+    def __init__(self, message: str) -> None:
+        super().__init__(" ".join(message.split()))
+
+    def show(self, file: Any = None) -> None:
+        click.echo(f"{PROG}: error: {self.format_message()}", err=True)
+
+
+def _command_path(ctx: click.Context) -> str:
+    """`agent-console timers add`, however the program was started (python -m console, a test runner)."""
+    names: list[str] = []
+    while ctx.parent is not None:
+        names.insert(0, ctx.info_name or "")
+        ctx = ctx.parent
+    return " ".join([PROG, *names])
+
+
+@contextmanager
+def _one_line_usage_errors() -> Iterator[None]:
+    try:
+        yield
+    except click.exceptions.NoArgsIsHelpError:
+        raise  # `agent-console timers` alone shows the help, as click intends
+    except click.UsageError as exc:
+        hint = f" (see '{_command_path(exc.ctx)} --help')" if exc.ctx is not None else ""
+        raise UserError(exc.format_message() + hint) from None
+
+
+@contextmanager
+def rejecting_bad_input() -> Iterator[None]:
+    """The core says what is wrong with a value it was given (ValueError); that is the user's input
+    here, so it becomes a user error. Kept narrow: a ValueError elsewhere is a bug and keeps its traceback."""
+    try:
+        yield
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+class ConsoleGroup(click.Group):
+    """A click group whose errors are all one line: usage errors, bad settings and unusable inbox files."""
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        with _one_line_usage_errors():
+            return super().make_context(info_name, args, parent, **extra)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with _one_line_usage_errors():
+            try:
+                return super().invoke(ctx)
+            except (ConfigError, StoreError) as exc:
+                raise UserError(str(exc)) from None
+
+
+@dataclasses.dataclass
+class CliState:
+    """The group's options; settings are loaded on first use so that `--help` works with a broken config."""
+
+    config_path: Path | None
+    db: Path | None
+    demo: bool
+    _settings: Settings | None = None
+
+    def settings(self) -> Settings:
+        if self._settings is None:
+            self._settings = load_settings(self.config_path, overrides={"db": self.db})
+        return self._settings
+
+    @contextmanager
+    def store(self) -> Iterator[Store]:
+        settings = self.settings()
+        ensure_default_db_folder(settings)
+        store = Store.open(settings.db, **settings.store_options())
+        try:
+            yield store
+        finally:
+            store.close()
+
+    def zone(self) -> ZoneInfo:
+        return ZoneInfo(self.settings().timezone)
+
+
+def _now() -> int:
+    return WallClock().now()
+
+
+def _parse_json(text: str, what: str) -> Any:
+    try:
+        return json.loads(text)
+    except ValueError as exc:
+        raise UserError(f"{what} is not valid JSON: {exc}") from None
+
+
+def _print_json(value: Any) -> None:
+    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+
+
+def _span(seconds: int) -> str:
+    """A duration for people: 45s, 3m 05s, 4h 00m, 2d 03h."""
+    seconds = abs(int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
+
+
+def _relative(when: int, now: int) -> str:
+    return f"in {_span(when - now)}" if when >= now else f"{_span(now - when)} ago"
+
+
+def _clock_time(when: int, zone: ZoneInfo) -> str:
+    return datetime.fromtimestamp(when, zone).isoformat(sep=" ", timespec="seconds")
+
+
+# --- the group ---------------------------------------------------------------------------------
+
+@click.group(
+    cls=ConsoleGroup,
+    invoke_without_command=True,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog="Exit codes: 0 done; 1 `approve` of a request that was never made (prints `unknown`); "
+    "2 a user error (one line on stderr: bad input, unknown id, bad setting, unusable inbox file).",
+)
+@click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
+              help="The inbox file (default: inbox.db in your user data folder; env AGENT_CONSOLE_DB).")
+@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="A TOML config file (default: config.toml in your user config folder, if it exists).")
+@click.option("--demo", is_flag=True, help="Open the console with demo data and controls.")
+@click.version_option(__version__, prog_name=PROG)
+@click.pass_context
+def main(ctx: click.Context, db: Path | None, config_path: Path | None, demo: bool) -> None:
+    """A terminal console for one person's always-on agent. With no command, opens the console.
+
+    Settings come from defaults, then the config file, then AGENT_CONSOLE_<SETTING> environment
+    variables (e.g. AGENT_CONSOLE_LEASE_TTL=30), then --db.
+    """
+    state = CliState(config_path, db, demo)
+    ctx.obj = state
+    if ctx.invoked_subcommand is None:
+        _open_console(state)
+
+
+def _import_part(module: str, missing: str) -> Any:
+    """Import an optional part of the program late; its absence is a one-line error, while a broken
+    import inside it (some other module missing) keeps its traceback."""
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name != module:
+            raise
+        raise UserError(missing) from None
+
+
+def _open_console(state: CliState) -> None:
+    settings = state.settings()
+    ensure_default_db_folder(settings)
+    app = _import_part("console.tui.app", "this build has no console (console.tui.app is missing); "
+                       "see --help for the commands")
+    run_app = getattr(app, "run_app", None)
+    if run_app is None:
+        raise UserError("this build's console has no run_app; see --help for the commands")
+    run_app(settings, demo=state.demo)
+
+
+# --- run: the headless engine ------------------------------------------------------------------
+
+log = logging.getLogger("agent_console.cli")
+
+
+@main.command()
+@click.pass_obj
+def run(state: CliState) -> None:
+    """Run the engine headless until SIGTERM or Ctrl-C.
+
+    The worker, the scheduler and the outbox dispatcher, without the console (plus the webhook receiver
+    when the config enables it). Logs to stderr, one line per run and lease change. SIGTERM or Ctrl-C
+    stops it cleanly: the current run ends, the lease is released at once (a replacement need not wait
+    out the TTL), exit code 0.
+    """
+    settings = state.settings()
+    ensure_default_db_folder(settings)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
+    )
+    asyncio.run(_run_headless(settings))
+
+
+async def _run_headless(settings: Settings) -> None:
+    from console.runtime.engine import Engine
+
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    engine = Engine(settings)
+    await engine.start()  # the engine logs its own lease and run changes, one line each
+    receiver = None
+    try:
+        receiver = await _start_webhook_receiver(settings, engine)
+        await stop.wait()
+    finally:
+        log.info("stopping: finishing the current run and releasing the lease")
+        if receiver is not None:
+            await _stop_webhook_receiver(receiver)
+        await engine.stop()
+
+
+async def _start_webhook_receiver(settings: Settings, engine: Any) -> Any:
+    """HOOK(lead): start the webhook receiver next to the engine when the config enables it.
+
+    The edges helper owns console.edges.receiver; its report gives serve()'s exact signature. Until
+    the lead wires it, this calls serve(settings, engine=engine), awaiting it if it is a coroutine.
+    """
+    if not settings.webhooks.get("enabled"):
+        return None
+    receiver = _import_part("console.edges.receiver",
+                            "webhooks are enabled in the config, but this build has no webhook receiver")
+    server = receiver.serve(settings, engine=engine)
+    return await server if inspect.isawaitable(server) else server
+
+
+async def _stop_webhook_receiver(server: Any) -> None:
+    """HOOK(lead): the counterpart of _start_webhook_receiver; match it to the receiver's API."""
+    for name in ("stop", "close", "cleanup"):
+        method: Any = getattr(server, name, None)
+        if callable(method):
+            result = method()
+            if inspect.isawaitable(result):
+                await result
+            return
+
+
+# --- the inbox ---------------------------------------------------------------------------------
+
+@main.command()
+@click.argument("source")
+@click.argument("source_id")
+@click.argument("payload", required=False, metavar="[PAYLOAD|-]")
+@click.pass_obj
+def ingest(state: CliState, source: str, source_id: str, payload: str | None) -> None:
+    """Put an event in the inbox. PAYLOAD is JSON text, `-` reads it from stdin, none means {}.
+
+    Prints `stored`, or `duplicate` when (SOURCE, SOURCE_ID) was already stored (nothing changes).
+    """
+    if payload == "-":
+        payload = sys.stdin.read()
+    data = {} if payload is None else _parse_json(payload, "the payload")
+    with state.store() as store, rejecting_bad_input():
+        stored = store.ingest(source, source_id, data, now=_now())
+    click.echo("stored" if stored else "duplicate")
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the status as a JSON object.")
+@click.pass_obj
+def status(state: CliState, as_json: bool) -> None:
+    """Show the inbox at a glance.
+
+    Counts by state, the lease, pending approvals, the outbox, the next timer and fencing counts."""
+    now = _now()
+    with state.store() as store:
+        info = store.status(now=now)
+    if as_json:
+        _print_json(dict(info, now=now))
+        return
+    for line in _describe_status(info, now):
+        click.echo(line)
+
+
+def _describe_status(info: dict[str, Any], now: int) -> list[str]:
+    counts = info["events"]
+    lines = [f"inbox      {info['path']}",
+             "events     " + " · ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES)]
+    lease = info["lease"]
+    if lease is None:
+        lines.append("lease      nobody has held it yet")
+    elif lease["live"]:
+        lines.append(f"lease      held by {lease['holder']}, generation {lease['gen']}, "
+                     f"{_span(lease['expires_in'])} left")
+    else:
+        lines.append(f"lease      free (last holder {lease['holder']}, generation {lease['gen']}, "
+                     f"ended {_span(-lease['expires_in'])} ago)")
+    pending = info["approvals_pending"]
+    lines.append(f"approvals  {len(pending)} pending" if pending else "approvals  none pending")
+    for approval in pending:
+        left = f"{_span(approval['expires_in'])} left" if approval["expires_in"] > 0 else "expired, not yet swept"
+        lines.append(f"           {approval['request_id']}  {approval['action']}  ({left})")
+    outbox = info["outbox"]
+    next_send = info["next_send_at"]
+    send = "nothing to send" if next_send is None else f"next send {_relative(next_send, now)}"
+    lines.append(f"outbox     {outbox['queued']} queued · {outbox['sent']} sent · {outbox['failed']} failed"
+                 f"{' · ' + str(outbox['retrying']) + ' batches retrying' if outbox['retrying'] else ''} · {send}")
+    timer = info["next_timer"]
+    upcoming = "none due" if timer is None else f"next: {timer['id']} {_relative(timer['due'], now)}"
+    lines.append(f"timers     {upcoming}")
+    lines.append(f"fencing    {info['takeovers']} takeovers · {info['refused_finishes']} refused late finishes")
+    return lines
+
+
+def _event_record(event: Event) -> dict[str, Any]:
+    return dataclasses.asdict(event)
+
+
+@main.command()
+@click.option("--status", "status_filter", type=click.Choice(STATUSES), help="Only events in this state.")
+@click.option("--source", help="Only events from this source.")
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of event objects.")
+@click.pass_obj
+def events(state: CliState, status_filter: str | None, source: str | None, limit: int, as_json: bool) -> None:
+    """List events, newest first."""
+    with state.store() as store:
+        found = store.events(status=status_filter, source=source, limit=limit)
+    if as_json:
+        _print_json([_event_record(e) for e in found])
+        return
+    if not found:
+        click.echo("no events")
+        return
+    for event in found:
+        error = f"  {event.error}" if event.error else ""
+        click.echo(f"{event.id:>6}  {event.status:<7}  {event.attempts} att  {event.source}/{event.source_id}{error}")
+
+
+@main.command()
+@click.argument("event_id", type=int)
+@click.option("--json", "as_json", is_flag=True, help="Print the event, its history and journal steps as JSON.")
+@click.pass_obj
+def show(state: CliState, event_id: int, as_json: bool) -> None:
+    """Show one event: payload, attempt history, journal steps."""
+    with state.store() as store:
+        event = store.event(event_id)
+        if event is None:
+            raise UserError(f"no event with id {event_id}")
+        history = store.history(event_id)
+        steps = store.journal_steps(event_id)
+    if as_json:
+        _print_json({"event": _event_record(event), "history": [dataclasses.asdict(a) for a in history],
+                     "journal": [dataclasses.asdict(s) for s in steps]})
+        return
+    zone = state.zone()
+    generation = "" if event.claim_gen is None else f", generation {event.claim_gen}"
+    click.echo(f"event {event.id}  {event.source}/{event.source_id}  {event.status}  "
+               f"({event.attempts} attempts{generation}, {event.duplicates} duplicates refused)")
+    click.echo(f"created {_clock_time(event.created_at, zone)} · updated {_clock_time(event.updated_at, zone)}")
+    if event.error:
+        click.echo(f"error: {event.error}")
+    click.echo("payload:")
+    click.echo(json.dumps(event.payload, indent=2, ensure_ascii=False))
+    click.echo("history:" if history else "history: none")
+    for attempt in history:
+        who = "" if attempt.holder is None else f"  {attempt.holder} gen {attempt.gen}"
+        detail = f"  {attempt.detail}" if attempt.detail else ""
+        click.echo(f"  {_clock_time(attempt.at, zone)}  {attempt.kind:<8}{who}{detail}")
+    click.echo("journal:" if steps else "journal: no steps")
+    for step in steps:
+        click.echo(f"  {step.idem_key}  {step.state}  gen {step.gen}  executed {step.executions}x  "
+                   f"result {json.dumps(step.result, ensure_ascii=False)}")
+
+
+@main.command()
+@click.argument("request_id")
+@click.argument("answer", metavar="yes|no")
+@click.pass_context
+def approve(ctx: click.Context, request_id: str, answer: str) -> None:
+    """Answer a pending approval and print the outcome that stands.
+
+    The first stored outcome stands: `yes` or `no` (possibly an earlier answer), `expired` if the
+    deadline passed first, or `unknown` for a request that was never made (then the exit code is 1).
+    """
+    word = answer.strip().lower()
+    if word not in ANSWERS:
+        raise UserError(f"an approval answer is 'yes' or 'no', not {answer!r}")
+    state: CliState = ctx.obj
+    with state.store() as store:
+        outcome = store.answer_approval(request_id, word, now=_now())
+    click.echo(outcome)
+    if outcome == "unknown":
+        ctx.exit(UNKNOWN_REQUEST)
+
+
+@main.command()
+@click.argument("event_id", type=int, required=False)
+@click.option("--all-dead", is_flag=True, help="Retry every dead event (of --source, if given).")
+@click.option("--source", help="With --all-dead: only dead events from this source.")
+@click.pass_obj
+def retry(state: CliState, event_id: int | None, all_dead: bool, source: str | None) -> None:
+    """Retry dead events with a fresh attempt budget.
+
+    `retry EVENT_ID` retries one; `retry --all-dead [--source S]` retries every dead event (of one
+    source) and prints how many."""
+    if (event_id is None) == (not all_dead):
+        raise UserError("give either an EVENT_ID or --all-dead")
+    if source is not None and not all_dead:
+        raise UserError("--source goes with --all-dead")
+    with state.store() as store:
+        if event_id is None:
+            click.echo(f"retried {store.retry_dead_matching(source=source, now=_now())}")
+            return
+        event = store.event(event_id)
+        if event is None:
+            raise UserError(f"no event with id {event_id}")
+        if not store.retry_dead(event_id, now=_now()):
+            raise UserError(f"event {event_id} is {event.status}, not dead: only dead events can be retried")
+    click.echo("retried")
+
+
+@main.command()
+@click.argument("text")
+@click.option("--urgent", is_flag=True, help="Send without waiting for the outbox gap.")
+@click.pass_obj
+def say(state: CliState, text: str, urgent: bool) -> None:
+    """Queue a message in the outbox.
+
+    Held messages go out together, at most once per gap; --urgent skips the gap."""
+    with state.store() as store, rejecting_bad_input():
+        message_id = store.queue_message(text, now=_now(), urgent=urgent)
+    click.echo(f"queued message {message_id}{' (urgent)' if urgent else ''}")
+
+
+# --- timers ------------------------------------------------------------------------------------
+
+@main.group(cls=ConsoleGroup, invoke_without_command=True)
+@click.pass_context
+def timers(ctx: click.Context) -> None:
+    """List, add, pause, resume and remove timers.
+
+    Timers feed the inbox with events keyed TIMER_ID@SCHEDULED_TIME; they never start runs themselves.
+    With no command, lists them."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(timers_list)
+
+
+def _schedule(timer: Timer) -> str:
+    if timer.every is not None:
+        return f"every {_span(timer.every)}"
+    if timer.cron is not None:
+        return f"cron '{timer.cron}' {timer.tz or 'UTC'}"
+    return "once"
+
+
+@timers.command("list")
+@click.option("--all", "include_done", is_flag=True, help="Include one-off timers that already fired.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of timer objects.")
+@click.pass_obj
+def timers_list(state: CliState, include_done: bool, as_json: bool) -> None:
+    """The timers, soonest first."""
+    now = _now()
+    with state.store() as store:
+        found = store.timers(include_done=include_done)
+    if as_json:
+        _print_json([dataclasses.asdict(t) for t in found])
+        return
+    if not found:
+        click.echo("no timers")
+        return
+    zone = state.zone()
+    for timer in found:
+        when = "fired" if timer.done else f"next {_clock_time(timer.due, zone)} ({_relative(timer.due, now)})"
+        paused = "  paused" if timer.paused else ""
+        click.echo(f"{timer.id}  {_schedule(timer)}  {when}  catch-up {timer.catch_up}{paused}")
+
+
+def _parse_moment(text: str, zone: ZoneInfo) -> int:
+    """Epoch seconds, or an ISO 8601 time (a time without an offset is in the configured time zone)."""
+    stripped = text.strip()
+    if stripped.lstrip("-").isdigit():
+        return int(stripped)
+    try:
+        moment = datetime.fromisoformat(stripped)
+    except ValueError:
+        raise UserError(f"--at takes epoch seconds or an ISO 8601 time (2030-01-31T09:00), not {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=zone)
+    return int(moment.timestamp())
+
+
+@timers.command("add")
+@click.argument("timer_id")
+@click.option("--every", type=click.IntRange(min=1), metavar="SECONDS", help="Fire every SECONDS.")
+@click.option("--cron", metavar="EXPR", help="Fire on a cron schedule, e.g. '0 9 * * 1-5'.")
+@click.option("--tz", metavar="ZONE", help="The cron schedule's time zone (default: the timezone setting).")
+@click.option("--at", "at_text", metavar="EPOCH|ISO", help="Fire once at this time.")
+@click.option("--payload", metavar="JSON", help="A JSON object the timer's events carry.")
+@click.option("--catch-up", type=click.Choice(CATCH_UP_POLICIES), default="coalesce", show_default=True,
+              help="Missed occurrences: one event carrying `skipped` (coalesce), or one event each.")
+@click.pass_obj
+def timers_add(
+    state: CliState, timer_id: str, every: int | None, cron: str | None, tz: str | None,
+    at_text: str | None, payload: str | None, catch_up: str,
+) -> None:
+    """Add a timer, or replace the one with this TIMER_ID. Give exactly one of --every, --cron, --at."""
+    if sum(option is not None for option in (every, cron, at_text)) != 1:
+        raise UserError("give exactly one of --every, --cron or --at")
+    if tz is not None and cron is None:
+        raise UserError("--tz goes with --cron")
+    body = {} if payload is None else _parse_json(payload, "the timer payload")
+    if not isinstance(body, dict):
+        raise UserError("the timer payload must be a JSON object")
+    settings = state.settings()
+    now = _now()
+    if every is not None:
+        due = now + every
+    elif at_text is not None:
+        due = _parse_moment(at_text, state.zone())
+    else:
+        due = now
+    with state.store() as store:
+        replacing = store.timer(timer_id) is not None
+        with rejecting_bad_input():
+            timer = store.add_timer(
+                timer_id, due, body, every=every, cron=cron,
+                tz=(tz or settings.timezone) if cron is not None else None, catch_up=catch_up, now=now,
+            )
+    verb = "replaced" if replacing else "added"
+    click.echo(f"{verb} timer {timer.id}: {_schedule(timer)}, next {_clock_time(timer.due, state.zone())} "
+               f"({_relative(timer.due, now)})")
+
+
+def _timer_change(name: str, verb: str, summary: str, change: Callable[[Store, str], bool]) -> Callable[..., None]:
+    @click.pass_obj
+    def command(state: CliState, timer_id: str) -> None:
+        with state.store() as store:
+            if not change(store, timer_id):
+                raise UserError(f"no timer named {timer_id!r}")
+        click.echo(f"{verb} timer {timer_id}")
+
+    command.__doc__ = summary
+    return timers.command(name)(click.argument("timer_id")(command))
+
+
+_timer_change("remove", "removed", "Delete the timer TIMER_ID.",
+              lambda store, timer_id: store.remove_timer(timer_id))
+_timer_change("pause", "paused", "Stop the timer TIMER_ID firing until it is resumed.",
+              lambda store, timer_id: store.pause_timer(timer_id, True))
+_timer_change("resume", "resumed", "Let the paused timer TIMER_ID fire again; what it missed catches up.",
+              lambda store, timer_id: store.pause_timer(timer_id, False))

@@ -1,17 +1,28 @@
-"""Settings: defaults, then the TOML config file, then AGENT_CONSOLE_<SETTING> environment variables.
+"""Settings: defaults, then the TOML config file, then AGENT_CONSOLE_<SETTING> environment variables,
+then command-line options.
 
 Paths come from platformdirs: the inbox in the user's data folder, the config in the config folder.
+Every bad value is a ConfigError naming the setting and where the value came from, so the user can
+find and fix it without reading a traceback.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
+import os
+import tomllib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 
+from console.core.timers import validate_cron
+
 APP_NAME = "agent-console"
+ENV_PREFIX = "AGENT_CONSOLE_"
 
 
 def default_db_path() -> Path:
@@ -37,6 +48,9 @@ class Settings:
     backoff_max: int = 900
     approval_expiry: int = 4 * 3600  # seconds before an unanswered approval expires
     agent: str = "offline"          # the built-in offline agent
+    claude_model: str = "claude-sonnet-5-5"  # the model the claude agent talks to
+    claude_max_tokens: int = 1024   # the longest reply of one claude model turn
+    claude_base_url: str | None = None  # a proxy or a test server instead of the Anthropic API
     max_payload_bytes: int = 1024 * 1024
     digest_cron: str = "0 9 * * *"  # the daily digest timer installed on first start
     timezone: str = "UTC"
@@ -56,3 +70,200 @@ class Settings:
             "backoff_max": self.backoff_max,
             "max_payload_bytes": self.max_payload_bytes,
         }
+
+
+# --- one checker per kind of setting -----------------------------------------------------------
+# A checker takes the raw value (from TOML, or the text of an environment variable when from_text is
+# true) and returns the typed value, or raises ValueError saying what is wrong (without the source).
+
+Checker = Callable[[Any, bool], Any]
+
+
+def _seconds_or_count(minimum: int) -> Checker:
+    def check(value: Any, from_text: bool) -> int:
+        if from_text:
+            try:
+                value = int(str(value).strip())
+            except ValueError:
+                raise ValueError(f"expected a whole number, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"expected a whole number, got {value!r}")
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum}, got {value}")
+        return value
+
+    return check
+
+
+def _text(value: Any, from_text: bool) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"expected non-empty text, got {value!r}")
+    return value.strip()
+
+
+def _path(value: Any, from_text: bool) -> Path:
+    return Path(_text(value, from_text)).expanduser()
+
+
+def _agent(value: Any, from_text: bool) -> str:
+    from console.agents.registry import AGENTS  # imported late: the registry's factories take Settings
+
+    name = _text(value, from_text)
+    if name not in AGENTS:
+        raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))}")
+    return name
+
+
+def _url(value: Any, from_text: bool) -> str:
+    url = _text(value, from_text)
+    if not url.startswith(("http://", "https://")):
+        raise ValueError(f"expected an http:// or https:// address, got {url!r}")
+    return url
+
+
+def _zone_name(value: Any, from_text: bool) -> str:
+    name = _text(value, from_text)
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise ValueError(f"unknown time zone {name!r} (use an IANA name such as Europe/Berlin)") from None
+    return name
+
+
+def _cron(value: Any, from_text: bool) -> str:
+    expression = _text(value, from_text)
+    validate_cron(expression, None)
+    return expression
+
+
+def _structured(kind: type, description: str) -> Checker:
+    """Tables and lists: TOML gives them directly; an environment variable carries them as JSON."""
+
+    def check(value: Any, from_text: bool) -> Any:
+        if from_text:
+            try:
+                value = json.loads(value)
+            except ValueError:
+                raise ValueError(f"expected {description} written as JSON, got {value!r}") from None
+        if not isinstance(value, kind):
+            raise ValueError(f"expected {description}, got {value!r}")
+        return value
+
+    return check
+
+
+def _channels(value: Any, from_text: bool) -> list[dict[str, Any]]:
+    found = _structured(list, "a list of tables")(value, from_text)
+    if not all(isinstance(item, dict) for item in found):
+        raise ValueError("expected a list of tables ([[channels]] entries)")
+    return list(found)
+
+
+def _keys(value: Any, from_text: bool) -> dict[str, str]:
+    found = _structured(dict, "a table of binding id = key")(value, from_text)
+    for binding, key in found.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"the key for binding {binding!r} must be non-empty text, got {key!r}")
+    return dict(found)
+
+
+CHECKS: dict[str, Checker] = {
+    "db": _path,
+    "lease_ttl": _seconds_or_count(1),
+    "max_attempts": _seconds_or_count(1),
+    "outbox_gap": _seconds_or_count(0),
+    "batch_cap": _seconds_or_count(1),
+    "backoff_base": _seconds_or_count(0),
+    "backoff_max": _seconds_or_count(0),
+    "approval_expiry": _seconds_or_count(1),
+    "agent": _agent,
+    "claude_model": _text,
+    "claude_max_tokens": _seconds_or_count(1),
+    "claude_base_url": _url,
+    "max_payload_bytes": _seconds_or_count(1),
+    "digest_cron": _cron,
+    "timezone": _zone_name,
+    "theme": _text,
+    "webhooks": _structured(dict, "a table"),
+    "channels": _channels,
+    "keys": _keys,
+}
+SETTING_NAMES = tuple(f.name for f in fields(Settings))
+
+
+def env_var(name: str) -> str:
+    """The environment variable that overrides one setting."""
+    return ENV_PREFIX + name.upper()
+
+
+def _check(name: str, value: Any, source: str, *, from_text: bool = False) -> Any:
+    try:
+        return CHECKS[name](value, from_text)
+    except ValueError as exc:
+        raise ConfigError(f"bad value for {name} in {source}: {exc}") from None
+
+
+def _read_file(path: Path, *, explicit: bool) -> dict[str, Any]:
+    if not path.exists():
+        if explicit:
+            raise ConfigError(f"config file {path} does not exist")
+        return {}
+    try:
+        with path.open("rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc}") from None
+
+
+def load_settings(
+    config_path: Path | None,
+    *,
+    env: Mapping[str, str] | None = None,
+    overrides: dict[str, Any] | None = None,
+) -> Settings:
+    """Defaults < config file < environment < overrides (the command line's options).
+
+    config_path None means the default config file, which need not exist; an explicitly given file
+    must. A relative `db` in the config file is relative to the file's folder.
+    """
+    environment = os.environ if env is None else env
+    explicit = config_path is not None
+    path = Path(config_path).expanduser() if config_path is not None else default_config_path()
+    values: dict[str, Any] = {}
+
+    for name, value in _read_file(path, explicit=explicit).items():
+        if name not in CHECKS:
+            raise ConfigError(
+                f"unknown setting {name!r} in config file {path} (known settings: {', '.join(SETTING_NAMES)})"
+            )
+        checked = _check(name, value, f"config file {path}")
+        if name == "db":
+            checked = (path.parent / checked).absolute()  # relative to the file, not to where it is run
+        values[name] = checked
+
+    for name in SETTING_NAMES:
+        variable = env_var(name)
+        if variable in environment:
+            values[name] = _check(name, environment[variable], f"environment variable {variable}", from_text=True)
+
+    for name, value in (overrides or {}).items():
+        if value is None:
+            continue
+        if name not in CHECKS:
+            raise ConfigError(f"unknown setting {name!r} given on the command line")
+        if name == "db" and isinstance(value, Path):
+            value = str(value)
+        values[name] = _check(name, value, f"the command-line option --{name.replace('_', '-')}")
+
+    if "db" in values:
+        values["db"] = Path(values["db"]).absolute()
+    return Settings(**values)
+
+
+def ensure_default_db_folder(settings: Settings) -> None:
+    """Create the user data folder for the default inbox. A folder the user named themselves is
+    never created: a typo there should be an error, not a new empty inbox somewhere unexpected."""
+    if settings.db == default_db_path():
+        settings.db.parent.mkdir(parents=True, exist_ok=True)

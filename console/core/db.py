@@ -85,47 +85,74 @@ def _check_path(path: Path) -> None:
             raise StoreError(f"cannot open inbox {path}: the file is not a SQLite database")
 
 
-def connect(path: str | os.PathLike[str], *, check: bool = True, migrate: bool = True) -> apsw.Connection:
-    """Open (creating if needed) one inbox file with this project's pragmas and schema."""
+def connect(
+    path: str | os.PathLike[str], *, check: bool = True, migrate: bool = True, schema_version: int | None = None
+) -> apsw.Connection:
+    """Open (creating if needed) one inbox file with this project's pragmas and schema.
+
+    schema_version stops the migrations at that number (tests use it to build an older file).
+    """
     check_sqlite_version()
     target = Path(path).expanduser().absolute()
     _check_path(target)
+    conn: apsw.Connection | None = None
     try:
         conn = apsw.Connection(str(target))
-        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
-        mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
-        if str(mode).lower() != "wal":
-            raise StoreError(f"cannot open inbox {target}: WAL mode was refused (got {mode})")
-        conn.execute("PRAGMA synchronous=FULL")
-        conn.execute("PRAGMA foreign_keys=ON")
-        if check:
-            result = conn.execute("PRAGMA quick_check").fetchall()
-            if result != [("ok",)]:
-                detail = "; ".join(str(r[0]) for r in result[:3])
-                raise StoreError(f"inbox {target} failed its integrity check: {detail}")
-        if migrate:
-            _migrate(conn, target)
-    except apsw.NotADBError as exc:
-        raise StoreError(f"cannot open inbox {target}: the file is not a SQLite database") from exc
-    except apsw.ReadOnlyError as exc:
-        raise StoreError(f"cannot open inbox {target}: the file is read-only") from exc
-    except apsw.CantOpenError as exc:
-        raise StoreError(f"cannot open inbox {target}: {exc}") from exc
-    except apsw.CorruptError as exc:
-        raise StoreError(f"cannot open inbox {target}: the database is corrupt ({exc})") from exc
+        _prepare(conn, target, check, SCHEMA_VERSION if schema_version is None else schema_version, migrate)
+    except BaseException as exc:
+        if conn is not None:
+            conn.close()
+        if isinstance(exc, apsw.Error):
+            raise _open_error(target, exc) from exc
+        raise
     return conn
 
 
-def _migrate(conn: apsw.Connection, path: Path) -> None:
+def _prepare(conn: apsw.Connection, target: Path, check: bool, upto: int, migrate: bool) -> None:
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
+    if str(mode).lower() != "wal":
+        raise StoreError(f"cannot open inbox {target}: WAL mode was refused (got {mode})")
+    conn.execute("PRAGMA synchronous=FULL")
+    conn.execute("PRAGMA foreign_keys=ON")
+    if check:
+        result = conn.execute("PRAGMA quick_check").fetchall()
+        if result != [("ok",)]:
+            # quick_check's rows are multi-line with a "*** in database main ***" banner; the user gets one line.
+            lines = [line.strip() for row in result for line in str(row[0]).splitlines()]
+            detail = "; ".join([line for line in lines if line and not line.startswith("***")][:3])
+            raise StoreError(f"inbox {target} failed its integrity check (restore a backup): {detail}")
+    if migrate:
+        _migrate(conn, target, upto)
+
+
+def _open_error(target: Path, exc: apsw.Error) -> StoreError:
+    if isinstance(exc, apsw.NotADBError):
+        return StoreError(f"cannot open inbox {target}: the file is not a SQLite database")
+    if isinstance(exc, apsw.ReadOnlyError):
+        return StoreError(f"cannot open inbox {target}: the file is read-only")
+    if isinstance(exc, apsw.CorruptError):
+        return StoreError(f"cannot open inbox {target}: the database is corrupt ({exc})")
+    if isinstance(exc, apsw.BusyError):
+        return StoreUnavailable(f"cannot open inbox {target}: another process kept it busy for {BUSY_TIMEOUT_MS} ms")
+    return StoreError(f"cannot open inbox {target}: {exc}")
+
+
+def user_version(conn: apsw.Connection) -> int:
+    """The number of the last schema migration applied to this file."""
+    return int(conn.execute("PRAGMA user_version").fetchall()[0][0])
+
+
+def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
     with transaction(conn):
-        current = int(conn.execute("PRAGMA user_version").fetchall()[0][0])
+        current = user_version(conn)
         if current > SCHEMA_VERSION:
             raise StoreError(
                 f"inbox {path} has schema version {current}, newer than this agent-console "
                 f"understands ({SCHEMA_VERSION}); upgrade agent-console"
             )
         for number, _name, sql in migrations():
-            if number > current:
+            if current < number <= upto:
                 conn.execute(sql)
                 conn.execute(f"PRAGMA user_version = {number}")
 
@@ -149,6 +176,18 @@ def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+@contextmanager
+def relaxed_durability(conn: apsw.Connection) -> Iterator[None]:
+    """Commits inside skip their fsync (WAL + synchronous=NORMAL): they survive a process crash at
+    once and a power loss from the next FULL commit on. Only for bookkeeping that may be lost to a
+    power cut without losing anything acknowledged (the count of refused duplicates)."""
+    conn.execute("PRAGMA synchronous=NORMAL")
+    try:
+        yield
+    finally:
+        conn.execute("PRAGMA synchronous=FULL")
 
 
 @contextmanager

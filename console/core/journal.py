@@ -28,8 +28,9 @@ class JournalMixin(StoreBase):
     ) -> tuple[Any, str]:
         """Run fn once for idem_key. Returns (result, 'executed') or (stored result, 'skipped').
 
-        fn's result must be JSON-serialisable (it is what a resumed run reads back). If fn raises,
-        the claim is dropped so a retry may run it again.
+        fn's result should be JSON-serialisable (it is what a resumed run reads back); anything else is
+        committed as {"unserialisable_result": repr}, because the effect has happened and must not be
+        repeated. If fn raises, the claim is dropped so a retry may run it again.
         """
         with translate_errors(), transaction(self._conn):
             row = self._conn.execute(
@@ -53,13 +54,17 @@ class JournalMixin(StoreBase):
                 )
         try:
             result = fn()
-            text = dumps(result)
         except BaseException:
             with translate_errors(), transaction(self._conn):
                 self._conn.execute(
                     "DELETE FROM journal WHERE idem_key = ? AND state = 'claimed' AND gen = ?", (idem_key, gen)
                 )
             raise
+        try:
+            text = dumps(result)
+        except (TypeError, ValueError):
+            # The effect has happened: record it anyway (as its repr) so that no retry repeats it.
+            text = dumps({"unserialisable_result": repr(result)[:1000]})
         with translate_errors(), transaction(self._conn):
             # Committed even if a newer generation took the claim over meanwhile: the effect happened,
             # and recording it is what stops yet another repeat.

@@ -55,9 +55,9 @@ class LeaseMixin(StoreBase):
         """
         with translate_errors(), transaction(self._conn):
             lease = self._lease_row()
-            if lease is None or lease.holder != holder or lease.gen != gen:
-                return False
-            at = lease.renewed_at if now is None else now
+            at = (lease.renewed_at if now is None else now) if lease else 0
+            if lease is None or lease.holder != holder or lease.gen != gen or lease.until < at:
+                return False  # not ours, or already released or lapsed
             self._conn.execute("UPDATE lease SET until = ? WHERE one = 1", (min(lease.until, at) - 1,))
             self._conn.execute(
                 """UPDATE inbox SET status = 'pending', next_attempt_at = 0, updated_at = ?

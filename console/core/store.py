@@ -12,8 +12,9 @@ from typing import Any
 import apsw
 
 from console.core.approvals import ApprovalsMixin
-from console.core.db import connect, schema_dump
+from console.core.db import connect, schema_dump, user_version
 from console.core.inbox import InboxMixin
+from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
 from console.core.outbox import OutboxMixin
@@ -21,7 +22,7 @@ from console.core.outbox import OutboxMixin
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
-class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin):
+class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin):
     def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
         self._conn = conn
         self.path = path
@@ -105,6 +106,10 @@ class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin):
 
     def schema(self) -> list[tuple[str, str, str]]:
         return schema_dump(self._conn)
+
+    def schema_version(self) -> int:
+        """The number of schema migrations applied to this file (PRAGMA user_version)."""
+        return user_version(self._conn)
 
     def integrity_check(self) -> str:
         return "; ".join(str(r[0]) for r in self._conn.execute("PRAGMA integrity_check"))

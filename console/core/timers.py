@@ -41,21 +41,48 @@ def _is_repeat(moment: datetime, zone: ZoneInfo) -> bool:
     return int(first.timestamp()) != int(moment.timestamp())
 
 
+def _fixed_hours(expression: str) -> bool:
+    """A job at fixed hours ("30 2 * * *") runs once per wall-clock time; one whose hour field is a
+    wildcard ("0 * * * *", "*/15 * * * *") is periodic and also runs in the repeated hour, as cron does."""
+    fields = expression.split()
+    return len(fields) < 2 or not fields[1].startswith("*")
+
+
 def cron_occurrences(expression: str, tz: str | None, after: int) -> Iterator[int]:
-    """Epoch seconds of the occurrences strictly after `after`, DST-aware, one per wall-clock time."""
+    """Epoch seconds of the occurrences strictly after `after`, DST-aware; a fixed-hour job runs once
+    per wall-clock time."""
     zone = _zone(tz)
+    skip_repeats = _fixed_hours(expression)
     try:
         walker = croniter(expression, datetime.fromtimestamp(after, zone))
     except (CroniterBadCronError, ValueError) as exc:
         raise ValueError(f"invalid cron expression {expression!r}: {exc}") from exc
     while True:
         moment = walker.get_next(datetime)
-        if not _is_repeat(moment, zone):
+        if not (skip_repeats and _is_repeat(moment, zone)):
             yield int(moment.timestamp())
 
 
 def cron_next(expression: str, tz: str | None, after: int) -> int:
     return next(cron_occurrences(expression, tz, after))
+
+
+def _walk_cron(cron: str, tz: str | None, at: int, now: int) -> tuple[list[int], int]:
+    """The occurrences from `at` (a due occurrence) up to now, and the first one after now."""
+    occurrences = [at]
+    walker = cron_occurrences(cron, tz, at)
+    upcoming = next(walker)
+    while upcoming <= now and len(occurrences) < _MAX_CRON_WALK:
+        occurrences.append(upcoming)
+        upcoming = next(walker)
+    if upcoming <= now:  # an outage longer than the walk: jump to the present
+        occurrences.append(upcoming)
+        upcoming = cron_next(cron, tz, now)
+    return occurrences, upcoming
+
+
+_DUE_TIMERS = """SELECT id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap
+                 FROM timers INDEXED BY timers_due WHERE done = 0 AND paused = 0 AND due <= ?"""
 
 
 def _timer(row: tuple[Any, ...]) -> Timer:
@@ -148,12 +175,15 @@ class TimersMixin(StoreBase):
         The timer advances in the same transaction as the insert, so a second pass finds nothing
         due; the key timer_id@scheduled_at refuses a replay of the same occurrence.
         """
+        # Walking a long outage of a frequent cron timer can take seconds: do it before taking the
+        # write lock, so webhook ingests are not kept waiting; redone inside only if the timer changed.
+        walks = {
+            row[0]: ((row[1], row[3], row[4]), _walk_cron(row[3], row[4], row[1], now))
+            for row in self._conn.execute(_DUE_TIMERS, (now,)).fetchall()
+            if row[3]
+        }
         with translate_errors(), transaction(self._conn):
-            due = self._conn.execute(
-                """SELECT id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap
-                   FROM timers INDEXED BY timers_due WHERE done = 0 AND paused = 0 AND due <= ?""",
-                (now,),
-            ).fetchall()
+            due = self._conn.execute(_DUE_TIMERS, (now,)).fetchall()
             for timer_id, at, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap in due:
                 body = loads(payload)
                 if every:
@@ -165,15 +195,10 @@ class TimersMixin(StoreBase):
                         "UPDATE timers SET due = ?, last_fired_at = ? WHERE id = ?", (latest + every, now, timer_id)
                     )
                 elif cron:
-                    occurrences = [at]
-                    walker = cron_occurrences(cron, tz, at)
-                    upcoming = next(walker)
-                    while upcoming <= now and len(occurrences) < _MAX_CRON_WALK:
-                        occurrences.append(upcoming)
-                        upcoming = next(walker)
-                    if upcoming <= now:  # an outage longer than the walk: jump to the present
-                        occurrences.append(upcoming)
-                        upcoming = cron_next(cron, tz, now)
+                    planned_for, walk = walks.get(timer_id, (None, None))
+                    if walk is None or planned_for != (at, cron, tz):
+                        walk = _walk_cron(cron, tz, at, now)
+                    occurrences, upcoming = walk
                     self._emit(timer_id, body, occurrences[-each_cap:], len(occurrences), now, catch_up)
                     self._conn.execute(
                         "UPDATE timers SET due = ?, last_fired_at = ? WHERE id = ?", (upcoming, now, timer_id)

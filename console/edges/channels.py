@@ -37,13 +37,14 @@ import urllib.request
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO, Protocol
+from typing import Any, BinaryIO
 
 import apprise
 
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import Batch, SendError
+from console.core.outbox import OutboxChannel
 
 DEFAULT_HTTP_TIMEOUT = 10.0
 # Statuses that say "not now" rather than "never": retried like a 5xx.
@@ -51,14 +52,8 @@ RETRYABLE_4XX = frozenset({408, 425, 429})
 _NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 
 
-class Channel(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def at_most_once(self) -> bool: ...
-
-    def send(self, batch: Batch) -> None: ...
+# One protocol for every channel, defined beside the outbox that drives it.
+Channel = OutboxChannel
 
 
 class ConsoleChannel:

@@ -1,0 +1,232 @@
+"""The console on a 1,000,000-event inbox: first frame, memory, page-down and keystroke latency.
+
+    python bench/console_bench.py [--events 1000000] [--drain-rate 1000] [--peer-rows 100000]
+
+The inbox is built once with Store.ingest_many in large batches and cached in /tmp; each run works
+on a copy. Every measurement runs in a fresh child process, so its peak RSS is the console's own.
+- first frame: from creating the app to the events pane showing its first page (headless, 120x40);
+- page-down: from the key press to the pane showing the next window of rows (30 presses);
+- keystroke-to-frame while draining: another thread ingests `--drain-rate` events/s and the console's
+  own engine drains them with the offline agent; a filter key press is timed until the pane redraws.
+The peer is a plain Textual DataTable given `--peer-rows` rows up front (time to its first frame).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import resource
+import shutil
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from console.clock import WallClock  # noqa: E402
+from console.config import Settings  # noqa: E402
+from console.core import Store  # noqa: E402
+
+CACHE = Path("/tmp/agent-console-bench")
+SIZE = (120, 40)
+BATCH = 50_000
+
+
+def build_inbox(events: int) -> Path:
+    """The cached inbox: `events` done events (a drained history) plus nothing pending."""
+    CACHE.mkdir(exist_ok=True)
+    path = CACHE / f"inbox-{events}.db"
+    if path.exists():
+        return path
+    partial = path.with_suffix(".building")
+    for leftover in CACHE.glob(partial.name + "*"):
+        leftover.unlink()
+    started = time.perf_counter()
+    now = WallClock().now() - 3600
+    with Store.open(partial, check=False) as store:
+        for first in range(0, events, BATCH):
+            count = min(BATCH, events - first)
+            store.ingest_many(
+                [("webhook" if i % 3 else "chat", f"bench-{i}", {"n": i, "text": "history"})
+                 for i in range(first, first + count)], now=now + first // 1000)
+        # A drained history: everything done, as after a long uptime.
+        store.connection.execute("UPDATE inbox SET status = 'done', attempts = 1, claim_gen = 1")
+    partial.rename(path)
+    print(f"built {events:,} events in {time.perf_counter() - started:.1f} s -> {path}", file=sys.stderr)
+    return path
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+async def wait_for(pilot: Any, condition: Any, timeout: float = 30.0) -> None:
+    deadline = time.perf_counter() + timeout
+    while not condition():
+        if time.perf_counter() > deadline:
+            raise TimeoutError("condition not met")
+        await pilot.pause(0)
+
+
+def settings_for(db: Path) -> Settings:
+    return Settings(db=db, theme="agent-dark", lease_ttl=30, batch_cap=100)
+
+
+async def child_console(db: Path, drain_rate: int) -> dict[str, Any]:
+    from console.tui.app import ConsoleApp
+    from console.tui.widgets.events_pane import EventsPane
+
+    started = time.perf_counter()
+    app = ConsoleApp(settings_for(db), install_defaults=False)
+    result: dict[str, Any] = {}
+    async with app.run_test(size=SIZE) as pilot:
+        pane = app.query_one(EventsPane)
+        # Stamps inside the app: when the key's action starts, and when the pane has drawn the rows
+        # it read for it (the pilot's own settling time is not the console's latency).
+        key_at: list[float] = []
+        shown_at: list[tuple[float, int]] = []
+        show = pane.show
+
+        def stamped_show(page: Any) -> None:
+            show(page)
+            shown_at.append((time.perf_counter(), page.events[0].id if page.events else 0))
+
+        pane.show = stamped_show  # type: ignore[method-assign]
+        table = pane.table
+        page_down, cycle = table.action_page_down, app.action_cycle_status
+
+        def stamped_page_down() -> None:
+            key_at.append(time.perf_counter())
+            page_down()
+
+        async def stamped_cycle() -> None:
+            started = time.perf_counter()
+            await cycle()  # sets the filter, reads the page and draws it
+            filter_latency.append((time.perf_counter() - started) * 1000)
+
+        table.action_page_down = stamped_page_down  # type: ignore[method-assign]
+        app.action_cycle_status = stamped_cycle  # type: ignore[method-assign]
+
+        filter_latency: list[float] = []
+
+        def page_latency(before: int) -> float:
+            after = [t for t, first in shown_at if t >= key_at[-1] and first != before]
+            return (after[0] - key_at[-1]) * 1000
+        await wait_for(pilot, lambda: pane.page is not None and len(pane.page.events) > 0)
+        result["first_frame_ms"] = (time.perf_counter() - started) * 1000
+        pages = []
+        for _ in range(30):
+            before = pane.page.events[0].id  # type: ignore[union-attr]
+            await pilot.press("pagedown")
+            await wait_for(pilot, lambda before=before: pane.page.events[0].id != before)  # type: ignore[union-attr]
+            pages.append(page_latency(before))
+        result["page_down_ms"] = summary(pages)
+        await pilot.press("home")
+        await wait_for(pilot, lambda: pane.top_id is None)
+
+        stop = threading.Event()
+        fed = [0]
+
+        def feed() -> None:
+            with Store.open(db, check=False) as store:
+                serial = 0
+                step = max(1, drain_rate // 20)  # 20 commits a second
+                next_at = time.perf_counter()
+                while not stop.is_set():
+                    store.ingest_many([("chat", f"live-{serial + i}", {"text": "hi"}) for i in range(step)],
+                                      now=WallClock().now())
+                    serial += step
+                    fed[0] = serial
+                    next_at += 0.05
+                    time.sleep(max(0.0, next_at - time.perf_counter()))  # pacing the feeder, not waiting on a result
+
+        feeder = threading.Thread(target=feed, daemon=True)
+        feeder.start()
+        await wait_for(pilot, lambda: app.engine.mode == "active")
+        keystrokes = []
+        for _ in range(20):
+            title = pane.border_title
+            await pilot.press("f")
+            await wait_for(pilot, lambda title=title: pane.border_title != title)
+            keystrokes.append(filter_latency[-1])
+            await pilot.pause(0.1)
+        stop.set()
+        feeder.join()
+        done = await app.read(lambda store: store.counts())
+        result["keystroke_while_draining_ms"] = summary(keystrokes)
+        result["fed_events"] = fed[0]
+        result["drained_done_total"] = done["done"]
+        await app.shutdown_engine()
+    result["peak_rss_mb"] = peak_rss_mb()
+    return result
+
+
+async def child_peer(rows: int) -> dict[str, Any]:
+    from textual.app import App, ComposeResult
+    from textual.widgets import DataTable
+
+    class PlainTable(App[None]):
+        def compose(self) -> ComposeResult:
+            table: DataTable[str] = DataTable()
+            table.add_columns("id", "source", "source id", "status", "att", "gen", "age", "last error")
+            table.add_rows([(str(i), "webhook", f"bench-{i}", "done", "1", "1", "1h", "") for i in range(rows)])
+            yield table
+
+    started = time.perf_counter()
+    app = PlainTable()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == rows and table.virtual_size.height >= rows, 300)
+        await pilot.pause()
+        first = (time.perf_counter() - started) * 1000
+    return {"first_frame_ms": first, "rows": rows, "peak_rss_mb": peak_rss_mb()}
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    ordered = sorted(samples)
+    return {"median": statistics.median(ordered), "p95": ordered[int(len(ordered) * 0.95) - 1], "max": ordered[-1]}
+
+
+def run_child(*args: str) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True, check=True,
+                         cwd=ROOT)
+    return dict(json.loads(out.stdout.strip().splitlines()[-1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--events", type=int, default=1_000_000)
+    parser.add_argument("--drain-rate", type=int, default=1000)
+    parser.add_argument("--peer-rows", type=int, default=100_000)
+    parser.add_argument("--child", nargs="+")
+    options = parser.parse_args()
+    if options.child:
+        kind, *rest = options.child
+        if kind == "console":
+            result = asyncio.run(child_console(Path(rest[0]), int(rest[1])))
+        else:
+            result = asyncio.run(child_peer(int(rest[0])))
+        print(json.dumps(result))
+        return
+    cached = build_inbox(options.events)
+    work = CACHE / "run.db"
+    for leftover in CACHE.glob("run.db*"):
+        leftover.unlink()
+    shutil.copyfile(cached, work)
+    console = run_child("console", str(work), str(options.drain_rate))
+    peer = run_child("peer", str(options.peer_rows))
+    report = {
+        "events": options.events, "console": console, "peer_datatable": peer,
+        "first_frame_ratio_peer_over_console": peer["first_frame_ms"] / console["first_frame_ms"],
+    }
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

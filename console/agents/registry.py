@@ -1,0 +1,42 @@
+"""Agents by name, so the config can choose one.
+
+A factory takes the settings. An agent that needs an optional package imports it inside its factory, so
+the default agent works without any extra installed and naming the agent in the config never fails.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from console.agents.base import Agent, AgentSetupError
+from console.agents.offline import OfflineAgent
+from console.config import Settings
+
+CLAUDE_EXTRA_MISSING = "the claude agent needs the 'claude' extra: pip install 'agent-console[claude]'"
+
+
+def _offline(settings: Settings) -> Agent:
+    return OfflineAgent()
+
+
+def _claude(settings: Settings) -> Agent:
+    try:
+        # Checked here rather than by importing console.agents.claude alone: that module may already be
+        # loaded while the package itself is gone or broken.
+        import anthropic  # noqa: F401
+    except ImportError:
+        raise AgentSetupError(CLAUDE_EXTRA_MISSING) from None
+    from console.agents.claude import ClaudeAgent
+
+    return ClaudeAgent.from_settings(settings)
+
+
+AGENTS: dict[str, Callable[[Settings], Agent]] = {"offline": _offline, "claude": _claude}
+
+
+def build_agent(name: str, settings: Settings | None = None) -> Agent:
+    try:
+        factory = AGENTS[name]
+    except KeyError:
+        raise ValueError(f"unknown agent {name!r}; available: {', '.join(sorted(AGENTS))}") from None
+    return factory(settings if settings is not None else Settings())

@@ -1,0 +1,166 @@
+"""The worker: acquire the lease, claim a batch, run the agent, finish, renewing the lease meanwhile."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from console.agents.base import RunContext
+from console.core import Event, Store
+
+if TYPE_CHECKING:
+    from console.runtime.engine import Engine
+
+log = logging.getLogger("agent_console.worker")
+
+
+class Worker:
+    def __init__(self, engine: Engine) -> None:
+        self.engine = engine
+        self.gen: int | None = None
+        self.stalled = False
+        self.runs = 0
+        self._current: asyncio.Task[None] | None = None
+        self._lost_lease = False
+        self._renewed_at = 0
+
+    @property
+    def busy(self) -> bool:
+        return self._current is not None and not self._current.done()
+
+    async def run(self) -> None:
+        engine = self.engine
+        wake = engine.wake_event()
+        while not engine.stopping:
+            try:
+                idle_for = await self._tick()
+            except Exception as exc:  # the engine never dies of one bad step
+                engine.note_error(f"worker: {type(exc).__name__}: {exc}")
+                idle_for = engine.idle_cap
+            if idle_for is not None:
+                await engine.sleep(wake, idle_for)
+
+    async def _tick(self) -> float | None:
+        """One pass; returns how long to idle, or None to go again at once."""
+        engine = self.engine
+        holder = engine.holder
+        if self.stalled:
+            engine.set_mode("stalled")
+            return engine.idle_cap
+        now = engine.clock.now()
+        if self.gen is not None and now - self._renewed_at < max(1, engine.settings.lease_ttl // 3):
+            gen: int | None = self.gen  # renewed recently; claim_batch re-checks the lease anyway
+        else:
+            gen = await engine.on("writer", lambda store: store.acquire(holder, now=now))
+            self._renewed_at = now
+        if gen is None:
+            if self.gen is not None:
+                log.info("lost the lease (generation %s)", self.gen)
+            self.gen = None
+            engine.set_mode("standby")
+            lease = await engine.read(lambda store: store.lease())
+            return engine.seconds_until(None if lease is None else lease.until + 1)
+        if gen != self.gen:
+            log.info("holding the lease as generation %s", gen)
+            self.gen = gen
+            engine.publish("lease", f"generation {gen}")
+        engine.set_mode("active")
+        events = await engine.on("writer", lambda store: store.claim_batch(holder, gen, now=now))
+        if not events:
+            retry_at = await engine.read(lambda store: store.next_retry_at())
+            return engine.seconds_until(retry_at)
+        engine.publish("events", f"claimed {len(events)}")
+        self._current = asyncio.create_task(self._run(gen, events))
+        try:
+            await asyncio.shield(self._current)
+        finally:
+            if self._current.done():
+                self._current = None
+        return None
+
+    async def _run(self, gen: int, events: list[Event]) -> None:
+        engine = self.engine
+        holder = engine.holder
+        ids = [event.id for event in events]
+        self._lost_lease = False
+        self.runs += 1
+        log.info("run %s: %s event(s) %s under generation %s", self.runs, len(events), ids, gen)
+        engine.publish("run", f"started {ids}")
+        started = engine.clock.now()
+        renewer = asyncio.create_task(self._keep_renewing(gen))
+
+        def do_run(store: Store) -> list[tuple[str, bool]]:
+            ctx = RunContext(store, events, started, holder, gen, engine.settings.approval_expiry)
+            engine.agent.run(ctx)
+            return ctx.messages
+
+        error: str | None = None
+        messages: list[tuple[str, bool]] = []
+        try:
+            messages = await engine.on("runner", do_run)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            log.warning("run %s failed: %s", self.runs, error)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+        wake = engine.wake_event()
+        while self.stalled and not engine.stopping:  # a stalled worker holds its finish, like a closed lid
+            await engine.sleep(wake, engine.idle_cap)
+        if self._lost_lease:
+            engine.note_error(f"run {self.runs}: lease lost mid-run; not finishing (another worker takes over)")
+            return
+        now = engine.clock.now()
+        finished = await engine.on(
+            "writer",
+            lambda store: store.finish(holder, gen, ids, now=now, messages=messages, error=error),
+        )
+        if not finished:
+            engine.note_error(f"run {self.runs}: finish refused (generation {gen} was fenced off)")
+        else:
+            log.info("run %s %s", self.runs, "failed" if error else f"done, {len(messages)} message(s)")
+        if error:
+            engine.last_error = error
+        engine.publish("run", "finished" if finished and not error else "failed")
+        engine.publish("events", "finished")
+        engine.publish("outbox", "queued")
+        engine.wake()
+
+    async def _keep_renewing(self, gen: int) -> None:
+        """Renew every TTL/3 during a long agent call; a refusal means another worker took over."""
+        engine = self.engine
+        interval = max(0.05, engine.settings.lease_ttl / 3)
+        while True:
+            await asyncio.sleep(interval)  # a renewal period, not a wait for a result
+            if self.stalled:
+                continue
+            renewed = await engine.on("writer", self._renewal(gen, engine.clock.now()))
+            if not renewed:
+                self._lost_lease = True
+                return
+
+    def _renewal(self, gen: int, now: int) -> Callable[[Store], bool]:
+        holder = self.engine.holder
+        return lambda store: store.renew(holder, gen, now=now)
+
+    async def shutdown(self, grace: float) -> None:
+        """Let the current run finish for up to `grace` seconds, then release the lease."""
+        engine = self.engine
+        self.stalled = False
+        if self._current is not None and not self._current.done():
+            try:
+                await asyncio.wait_for(asyncio.shield(self._current), grace)
+            except TimeoutError:
+                log.warning("run still going after %.0f s; abandoning it (its events return to pending)", grace)
+        if self.gen is not None:
+            gen = self.gen
+            now = engine.clock.now()
+            try:
+                await engine.on("writer", lambda store: store.release(engine.holder, gen, now=now))
+            except Exception as exc:
+                engine.note_error(f"could not release the lease: {exc}")
+            self.gen = None

@@ -1,0 +1,501 @@
+"""The console: one screen of live panes over the inbox, driven by the runtime Engine.
+
+The engine runs on the app's own event loop; every SQLite read happens on its reader thread
+(`await engine.read(fn)`), so the screen never waits on the disk. Engine notices arrive as typed
+messages and only mark panes dirty: a 10 Hz flush re-reads each dirty pane at most once, so a worker
+draining a backlog cannot flood the screen.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import tempfile
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any, ClassVar, TypeVar
+
+from textual import on, work
+from textual.app import App, ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal
+from textual.css.query import NoMatches
+from textual.message import Message
+from textual.widgets import Footer
+
+from console.clock import Clock, WallClock
+from console.config import Settings
+from console.core import STATUSES, Store, StoreError
+from console.demo import demo_settings, run_demo
+from console.runtime.notices import Notice
+from console.tui.backend import EngineLike
+from console.tui.commands import ConsoleCommands
+from console.tui.detail import read_detail
+from console.tui.reads import (
+    Activity,
+    EventFilter,
+    read_activity,
+    read_approvals,
+    read_lease,
+    read_outbox,
+)
+from console.tui.screens.confirm import ConfirmScreen
+from console.tui.screens.detail import DetailScreen
+from console.tui.screens.inject import InjectScreen
+from console.tui.state import ConsoleState, default_state_path
+from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
+from console.tui.widgets.approvals_pane import ApprovalsPane
+from console.tui.widgets.console_header import ConsoleHeader
+from console.tui.widgets.events_pane import EventsPane
+from console.tui.widgets.events_table import EventsTable
+from console.tui.widgets.lease_pane import LeasePane
+from console.tui.widgets.outbox_pane import OutboxPane
+
+T = TypeVar("T")
+log = logging.getLogger("agent_console.tui")
+
+PANES = ("events", "lease", "approvals", "outbox", "header")
+NOTICE_PANES: dict[str, tuple[str, ...]] = {
+    "events": ("events", "header", "approvals"),
+    "run": ("events", "lease", "outbox"),
+    "lease": ("lease", "header", "events"),
+    "approvals": ("approvals", "events"),
+    "outbox": ("outbox",),
+    "timers": ("events",),
+    "log": (),
+}
+FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
+TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes
+ACTIVITY_SECONDS = 5.0
+APPROVAL_TEXT = "refund order 881"
+
+
+def source_id_taken(source_id: str, store: Store) -> bool:
+    return any(store.find_event(source, source_id) for source in ("chat", "manual", "webhook", *store.sources()))
+
+
+class EngineNotice(Message):
+    """A change notice from the runtime, delivered on the app's message queue."""
+
+    def __init__(self, notice: Notice) -> None:
+        super().__init__()
+        self.notice = notice
+
+
+class ConsoleApp(App[None]):
+    CSS_PATH = "app.tcss"
+    TITLE = "agent-console"
+    COMMANDS = App.COMMANDS | {ConsoleCommands}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("i", "inject", "Inject", id="console.inject"),
+        Binding("y", "answer('yes')", "Yes", id="console.approve"),
+        Binding("n", "answer('no')", "No", id="console.decline"),
+        Binding("r", "retry", "Retry", id="console.retry"),
+        Binding("R", "retry_all", "Retry all", id="console.retry_all", show=False),
+        Binding("f", "cycle_status", "Filter", id="console.filter_status"),
+        Binding("s", "cycle_source", "Source", id="console.filter_source", show=False),
+        Binding("x", "stall", "Stall", id="console.stall"),
+        Binding("c", "quick_chat", "Chat", id="console.quick_chat", show=False),
+        Binding("p", "quick_poison", "Poison", id="console.quick_poison", show=False),
+        Binding("d", "quick_redeliver", "Redeliver", id="console.quick_redeliver", show=False),
+        Binding("a", "quick_approval", "Needs approval", id="console.quick_approval", show=False),
+    ]
+
+    def __init__(
+        self,
+        settings: Settings,
+        *,
+        clock: Clock | None = None,
+        engine: EngineLike | None = None,
+        holder: str | None = None,
+        deterministic: bool = False,
+        state_path: Path | None = None,
+        user_theme_dir: Path | None = None,
+        install_defaults: bool = True,
+        after_start: Callable[[ConsoleApp], Any] | None = None,
+        inbox_label: str | None = None,
+    ) -> None:
+        super().__init__()
+        self.settings = settings
+        self.clock: Clock = clock or (engine.clock if engine is not None else WallClock())
+        if engine is None:
+            from console.runtime.engine import Engine
+
+            engine = Engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults)
+        self.engine: EngineLike = engine
+        self.deterministic = deterministic
+        self.state = ConsoleState(state_path)
+        self.after_start = after_start
+        self.inbox_label = inbox_label
+        self.filter = EventFilter()
+        self.known_sources: list[str] = []
+        self.activity: Activity | None = None
+        self.started = False
+        self.start_error: str | None = None
+        self._stalled = False
+        self._dirty: set[str] = set()
+        self._busy: set[str] = set()
+        self._unsubscribe: Callable[[], None] | None = None
+        self._last_injected: tuple[str, str, Any] | None = None
+        self._serial = 0
+        loaded = load_themes(user_theme_dir)
+        self.console_themes = {theme.name: theme for theme in loaded.themes}
+        self._theme_errors = loaded.errors
+        for theme in loaded.themes:
+            self.register_theme(theme)
+        remembered = self.state.read().get("theme")
+        for choice in (remembered, settings.theme, DEFAULT_THEME):
+            if isinstance(choice, str) and choice in self.available_themes:
+                self.theme = choice
+                break
+        if settings.keys:
+            self.set_keymap(dict(settings.keys))
+
+    # --- layout ---------------------------------------------------------------------------------
+    def compose(self) -> ComposeResult:
+        yield ConsoleHeader(self._inbox_label(), self.engine.agent_name, id="header")
+        yield EventsPane(self.read, self.clock, id="events")
+        with Horizontal(id="bottom"):
+            yield LeasePane(self._engine_info, id="lease")
+            yield ApprovalsPane(id="approvals")
+            yield OutboxPane(self.settings.outbox_gap, id="outbox")
+        yield Footer()
+
+    def _inbox_label(self) -> str:
+        if self.inbox_label is not None:
+            return self.inbox_label
+        path = Path(self.settings.db)
+        with contextlib.suppress(ValueError):
+            return "~/" + str(path.relative_to(Path.home()))
+        return str(path)
+
+    def _engine_info(self) -> tuple[str, str, int]:
+        return self.engine.mode, self.engine.holder, self.settings.lease_ttl
+
+    def get_theme_variable_defaults(self) -> dict[str, str]:
+        defaults = {
+            "status-pending": "ansi_yellow", "status-running": "ansi_blue", "status-done": "ansi_green",
+            "status-dead": "ansi_red", "urgent": "ansi_bright_yellow",
+        }
+        theme = self.current_theme if self._registered_themes else None
+        if theme is not None:
+            for name, colour in zip(STATUS_VARIABLES, (theme.warning, theme.primary, theme.success, theme.error,
+                                                       theme.accent), strict=True):
+                if colour:
+                    defaults[name] = colour
+        return {**super().get_theme_variable_defaults(), **defaults}
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def on_mount(self) -> None:
+        if self._theme_errors:
+            self.notify("\n".join(self._theme_errors), title="Theme file skipped", severity="warning", timeout=10)
+        self.theme_changed_signal.subscribe(self, self._theme_changed)
+        self.query_one(EventsTable).focus()
+        # The first frame is drawn from plain reads; the engine starts behind it, because its opening
+        # integrity check reads the whole file (about 0.7 s for a million events).
+        self._mark(*PANES)
+        self._flush_dirty()
+        self.run_worker(self._start_engine(), group="engine", exit_on_error=False)
+
+    async def _start_engine(self) -> None:
+        try:
+            await self.engine.start()
+        except StoreError as exc:
+            self.start_error = str(exc)
+            self.exit(return_code=2, message=str(exc))
+            return
+        self.started = True
+        self._unsubscribe = self.engine.subscribe(self._post_notice)
+        self._mark(*PANES)
+        self.set_interval(FLUSH_SECONDS, self._flush_dirty)
+        self.set_interval(TICK_SECONDS, lambda: self._mark("lease", "approvals", "outbox", "events"))
+        self.set_interval(ACTIVITY_SECONDS, self._refresh_activity)
+        self._refresh_activity()
+        self._flush_dirty()
+        if self.after_start is not None:
+            self.after_start(self)
+
+    async def on_unmount(self) -> None:
+        await self.shutdown_engine()
+
+    async def shutdown_engine(self) -> None:
+        if self._unsubscribe is not None:
+            self._unsubscribe()
+            self._unsubscribe = None
+        if self.started:
+            self.started = False
+            await self.engine.stop()
+
+    async def action_quit(self) -> None:
+        await self.shutdown_engine()  # releases the lease before the screen goes away
+        self.exit()
+
+    def _theme_changed(self, theme: Any) -> None:
+        self._mark(*PANES)
+        if theme.name in self.console_themes or theme.name in self.available_themes:
+            problem = self.state.remember("theme", theme.name)
+            if problem:
+                self.notify(problem, severity="warning")
+
+    def use_theme(self, name: str) -> None:
+        self.theme = name
+
+    # --- reading --------------------------------------------------------------------------------
+    async def read(self, fn: Callable[[Store], T]) -> T:
+        return await self.engine.read(fn)
+
+    def _post_notice(self, notice: Notice) -> None:
+        self.post_message(EngineNotice(notice))
+
+    @on(EngineNotice)
+    def _on_notice(self, message: EngineNotice) -> None:
+        notice = message.notice
+        self._mark(*NOTICE_PANES.get(notice.kind, PANES))
+        if notice.kind == "log" and notice.detail:
+            self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
+
+    def _mark(self, *panes: str) -> None:
+        self._dirty.update(panes)
+
+    def _flush_dirty(self) -> None:
+        if not self.started:
+            return
+        for pane in sorted(self._dirty - self._busy):
+            self._dirty.discard(pane)
+            self._busy.add(pane)
+            self._reload(pane)
+
+    @work(group="reload")
+    async def _reload(self, pane: str) -> None:
+        try:
+            await self._reload_pane(pane)
+        except StoreError as exc:
+            log.warning("reading %s failed: %s", pane, exc)
+        except NoMatches:
+            pass  # the screen is closing: the pane has gone
+        finally:
+            self._busy.discard(pane)
+
+    async def _reload_pane(self, pane: str) -> None:
+        now = self.clock.now()
+        if pane == "events":
+            events = self.query_one(EventsPane)
+            await events.reload()
+        elif pane == "lease":
+            view = await self.read(read_lease(now))
+            self.query_one(LeasePane).show(view)
+        elif pane == "approvals":
+            approvals = await self.read(read_approvals(now))
+            for expired in self.query_one(ApprovalsPane).show(approvals):
+                self.notify(f"{expired.action} ({expired.request_id}) expired unanswered",
+                            title="Approval expired", severity="warning", timeout=8)
+        elif pane == "outbox":
+            self.query_one(OutboxPane).show(await self.read(read_outbox(now)))
+        elif pane == "header":
+            self.query_one(ConsoleHeader).show(self.engine.mode, self.activity)
+
+    @work(group="activity", exclusive=True)
+    async def _refresh_activity(self) -> None:
+        if not self.started:
+            return
+        self.activity = await self.read(read_activity(self.clock.now()))
+        self.known_sources = await self.read(lambda store: store.sources())
+        self._mark("header")
+
+    async def settle(self) -> None:
+        """Re-read every pane now (tests and snapshots wait on this instead of on time)."""
+        self.activity = await self.read(read_activity(self.clock.now()))
+        self.known_sources = await self.read(lambda store: store.sources())
+        for pane in PANES:
+            await self._reload_pane(pane)
+
+    # --- actions --------------------------------------------------------------------------------
+    @on(EventsTable.RowSelected)
+    async def _row_selected(self, message: EventsTable.RowSelected) -> None:
+        if isinstance(message.data_table, EventsTable):
+            await self.action_detail()
+
+    async def action_detail(self) -> None:
+        event = self.query_one(EventsPane).selected_event()
+        if event is None:
+            self.notify("No event selected", severity="warning")
+            return
+        now = self.clock.now()
+        view = await self.read(read_detail(event.id, now=now, holder=self.engine.holder, mode=self.engine.mode))
+        await self.push_screen(DetailScreen(view, now))
+
+    async def action_inject(self) -> None:
+        source_id = await self.unique_source_id()
+        await self.push_screen(InjectScreen(
+            self._submit_injection, sources=self.known_sources, source_id=source_id, blink=not self.deterministic,
+        ))
+
+    async def unique_source_id(self) -> str:
+        """A source id no event uses yet: kb-<now>-<n>."""
+        while True:
+            self._serial += 1
+            candidate = f"kb-{self.clock.now()}-{self._serial}"
+            if not await self.read(partial(source_id_taken, candidate)):
+                return candidate
+
+    async def _submit_injection(self, source: str, source_id: str, payload: Any) -> str | None:
+        try:
+            stored = await self.engine.ingest(source, source_id, payload)
+        except ValueError as exc:
+            return f"not stored: {exc}"
+        except StoreError as exc:
+            return f"not stored: {exc}"
+        self._last_injected = (source, source_id, payload)
+        self._mark("events", "header")
+        if not stored:
+            return f"duplicate refused: {source}/{source_id} is already in the inbox (pick another source id)"
+        self.notify(f"stored {source}/{source_id}", title="Injected", timeout=3)
+        return None
+
+    async def _quick(self, source: str, payload: Any) -> None:
+        source_id = await self.unique_source_id()
+        stored = await self._submit_injection(source, source_id, payload)
+        if stored is not None:
+            self.notify(stored, severity="warning")
+
+    async def action_quick_chat(self) -> None:
+        await self._quick("chat", {"text": "hello from the console"})
+
+    async def action_quick_poison(self) -> None:
+        await self._quick("manual", {"poison": True})
+
+    async def action_quick_approval(self) -> None:
+        await self._quick("chat", {"text": APPROVAL_TEXT})
+
+    async def action_quick_redeliver(self) -> None:
+        last = self._last_injected
+        if last is None:
+            newest = await self.read(lambda store: store.events(limit=1))
+            if not newest:
+                self.notify("Nothing to redeliver: the inbox is empty", severity="warning")
+                return
+            last = (newest[0].source, newest[0].source_id, newest[0].payload)
+        source, source_id, payload = last
+        try:
+            stored = await self.engine.ingest(source, source_id, payload)
+        except (ValueError, StoreError) as exc:
+            self.notify(f"not stored: {exc}", severity="error")
+            return
+        self._mark("events")
+        if stored:
+            self.notify(f"stored {source}/{source_id}", title="Redelivered")
+        else:
+            self.notify(f"duplicate refused: {source}/{source_id} is already stored", title="Redelivered",
+                        severity="warning")
+
+    async def action_answer(self, answer: str) -> None:
+        approval = self.query_one(ApprovalsPane).selected()
+        if approval is None:
+            self.notify("No approval is waiting", severity="warning")
+            return
+        outcome = await self.engine.answer(approval.request_id, answer)
+        self._mark("approvals", "events")
+        if outcome == answer:
+            self.notify(f"{approval.action}: {outcome}", title="Answered")
+        else:
+            self.notify(f"{approval.action}: the outcome that stands is {outcome}", title="Too late",
+                        severity="warning")
+
+    async def action_retry(self) -> None:
+        event = self.query_one(EventsPane).selected_event()
+        if event is None:
+            self.notify("No event selected", severity="warning")
+            return
+        if event.status != "dead":
+            self.notify(f"#{event.id} is {event.status}; only dead events are retried", severity="warning")
+            return
+        now = self.clock.now()
+        retried = await self.engine.write(lambda store: store.retry_dead(event.id, now=now))
+        self._mark("events", "header")
+        if retried:
+            self.notify(f"#{event.id} is pending again", title="Retry")
+        else:
+            self.notify(f"#{event.id} is no longer dead", severity="warning")
+
+    async def action_retry_all(self) -> None:
+        flt = self.filter
+        if flt.status not in (None, "dead"):
+            self.notify(f"The filter shows {flt.status} events: no dead event matches it", severity="warning")
+            return
+        count = await self.read(lambda store: store.count_dead(source=flt.source))
+        if not count:
+            self.notify("No dead events match the filter", severity="warning")
+            return
+        where = "" if flt.source is None else f" from source {flt.source}"
+        self.push_screen(ConfirmScreen(f"Retry {count} dead event{'s' if count != 1 else ''}{where}?",
+                                       yes_label=f"Retry {count}"), self._retry_all_confirmed)
+
+    async def _retry_all_confirmed(self, confirmed: bool | None) -> None:
+        if not confirmed:
+            return
+        source = self.filter.source
+        now = self.clock.now()
+        retried = await self.engine.write(lambda store: store.retry_dead_matching(source=source, now=now))
+        self._mark("events", "header")
+        self.notify(f"{retried} dead event{'s' if retried != 1 else ''} back to pending", title="Retry")
+
+    def action_stall(self) -> None:
+        self._stalled = not self._stalled
+        self.engine.stall(self._stalled)
+        self._mark("lease", "header")
+        if self._stalled:
+            self.notify("The worker stops renewing its lease; another console takes over when it lapses",
+                        title="Worker stalled", severity="warning")
+        else:
+            self.notify("The worker renews its lease again", title="Worker resumed")
+
+    async def action_cycle_status(self) -> None:
+        order: list[str | None] = [None, *STATUSES]
+        await self.set_status_filter(order[(order.index(self.filter.status) + 1) % len(order)])
+
+    async def action_cycle_source(self) -> None:
+        order: list[str | None] = [None, *self.known_sources]
+        current = self.filter.source if self.filter.source in order else None
+        await self.set_source_filter(order[(order.index(current) + 1) % len(order)])
+
+    async def set_status_filter(self, status: str | None) -> None:
+        self.filter = EventFilter(status, self.filter.source)
+        await self.query_one(EventsPane).set_filter(self.filter)
+
+    async def set_source_filter(self, source: str | None) -> None:
+        self.filter = EventFilter(self.filter.status, source)
+        await self.query_one(EventsPane).set_filter(self.filter)
+
+    async def action_newest(self) -> None:
+        self.query_one(EventsTable).action_newest()
+
+    async def action_oldest(self) -> None:
+        self.query_one(EventsTable).action_oldest()
+
+
+def run_app(settings: Settings, *, demo: bool = False) -> None:
+    """Open the console on settings.db, or with demo=True on a fresh temporary inbox with scripted traffic."""
+    if demo:
+        with tempfile.TemporaryDirectory(prefix="agent-console-demo-") as folder:
+            _run(demo_settings(settings, Path(folder)), demo=True)
+        return
+    Store.open(settings.db, **settings.store_options()).close()  # a bad inbox fails here, before the screen
+    _run(settings, demo=False)
+
+
+def _run(settings: Settings, *, demo: bool) -> None:
+    app = ConsoleApp(settings, state_path=default_state_path(), after_start=_start_demo if demo else None)
+    app.run()
+    if app.start_error:
+        raise StoreError(app.start_error)
+
+
+def _start_demo(app: ConsoleApp) -> None:
+    def announce(label: str) -> None:
+        app.notify(label, title="Demo", timeout=4)
+
+    app.run_worker(run_demo(app.engine, on_step=announce), group="demo", exit_on_error=False)
+
+
+__all__ = ["ConsoleApp", "EngineNotice", "run_app"]

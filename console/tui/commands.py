@@ -1,0 +1,61 @@
+"""The command palette: every console action, each filter, and each theme."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING
+
+from textual.command import DiscoveryHit, Hit, Hits, Provider
+
+from console.core import STATUSES
+
+if TYPE_CHECKING:
+    from console.tui.app import ConsoleApp
+
+# (title, help, action): the action is run with App.run_action, exactly as its key binding would.
+ACTIONS: tuple[tuple[str, str, str], ...] = (
+    ("Inject an event", "Open the inject form: source, source id and JSON payload", "inject"),
+    ("Show event detail", "Payload, attempt history, journal steps, why it has not run", "detail"),
+    ("Approve the selected approval", "Answer yes to the approval highlighted in the approvals pane", "answer('yes')"),
+    ("Decline the selected approval", "Answer no to the approval highlighted in the approvals pane", "answer('no')"),
+    ("Retry the selected dead event", "Return it to pending with a fresh attempt budget", "retry"),
+    ("Retry all dead events matching the filter", "Asks for confirmation with the exact count", "retry_all"),
+    ("Stall or resume the worker", "Stop renewing the lease so another console takes over", "stall"),
+    ("Inject a chat message", "A chat event with a unique source id", "quick_chat"),
+    ("Inject a poison event", 'A {"poison": true} event: it fails every attempt and goes dead', "quick_poison"),
+    ("Redeliver the last event", "The same source and source id again: the duplicate is refused", "quick_redeliver"),
+    ("Inject a message that needs approval", 'Chat text "refund order 881"', "quick_approval"),
+    ("Cycle the status filter", "all → pending → running → done → dead", "cycle_status"),
+    ("Cycle the source filter", "all sources → each source in the inbox", "cycle_source"),
+    ("Jump to the newest events", "Follow new events live", "newest"),
+    ("Jump to the oldest events", "Page from the start of the inbox", "oldest"),
+)
+
+
+class ConsoleCommands(Provider):
+    def _commands(self) -> list[tuple[str, str, Callable[[], object]]]:
+        app: ConsoleApp = self.app  # type: ignore[assignment]
+        found: list[tuple[str, str, Callable[[], object]]] = [
+            (title, help_text, partial(app.run_action, action)) for title, help_text, action in ACTIONS
+        ]
+        for status in (None, *STATUSES):
+            found.append((f"Filter: {status or 'all statuses'}", "Show only events in this state",
+                          partial(app.set_status_filter, status)))
+        for source in (None, *app.known_sources):
+            found.append((f"Filter: {'all sources' if source is None else 'source ' + source}",
+                          "Show only events from this source", partial(app.set_source_filter, source)))
+        for name in sorted(app.console_themes):
+            found.append((f"Theme: {name}", "Switch the colour theme (remembered)", partial(app.use_theme, name)))
+        return found
+
+    async def discover(self) -> Hits:
+        for title, help_text, command in self._commands():
+            yield DiscoveryHit(title, command, help=help_text)
+
+    async def search(self, query: str) -> Hits:
+        matcher = self.matcher(query)
+        for title, help_text, command in self._commands():
+            score = matcher.match(title)
+            if score > 0:
+                yield Hit(score, matcher.highlight(title), command, help=help_text)

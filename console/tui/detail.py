@@ -1,0 +1,104 @@
+"""The event detail read, and the answer to "why hasn't this run?" for a pending event."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from console.core import Approval, Attempt, Event, JournalStep, OutboxMessage, Store
+
+AHEAD_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class DetailView:
+    event: Event | None
+    history: list[Attempt]
+    steps: list[JournalStep]
+    replies: list[OutboxMessage]
+    reasons: list[str]
+
+
+def clock_text(at: int | None, now: int) -> str:
+    if at is None:
+        return "never"
+    delta = at - now
+    return f"t={at} ({'in ' + human_span(delta) if delta >= 0 else human_span(-delta) + ' ago'})"
+
+
+def human_span(seconds: int) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    if seconds < 86400:
+        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+
+
+def read_detail(event_id: int, *, now: int, holder: str, mode: str) -> Callable[[Store], DetailView]:
+    def read(store: Store) -> DetailView:
+        event = store.event(event_id)
+        if event is None:
+            return DetailView(None, [], [], [], [f"event #{event_id} does not exist"])
+        replies = [m for m in store.outbox_messages(limit=200) if m.event_id == event_id]
+        approvals = [a for a in store.pending_approvals() if _mentions(a, event)]
+        return DetailView(
+            event, store.history(event_id), store.journal_steps(event_id), replies,
+            why_not_run(store, event, now=now, holder=holder, mode=mode, approvals=approvals, replies=replies),
+        )
+
+    return read
+
+
+def _mentions(approval: Approval, event: Event) -> bool:
+    details = approval.details if isinstance(approval.details, dict) else {}
+    return event.id in (details.get("event"), details.get("event_id")) or (
+        approval.session_id is not None and str(event.id) in approval.session_id.split(":")
+    )
+
+
+def why_not_run(
+    store: Store, event: Event, *, now: int, holder: str, mode: str,
+    approvals: list[Approval], replies: list[OutboxMessage],
+) -> list[str]:
+    """Plain sentences, most decisive first."""
+    reasons: list[str] = []
+    held = [m for m in replies if m.status == "queued"]
+    if held:
+        next_send = store.next_send_at(now=now)
+        when = "when the next send is due" if next_send is None else clock_text(next_send, now)
+        reasons.append(f"{len(held)} reply held in the outbox by the send gap; it goes out {when}")
+    for approval in approvals:
+        reasons.append(
+            f"waiting for approval {approval.request_id!r} ({approval.action}); "
+            f"expires {clock_text(approval.expires_at, now)}"
+        )
+    if event.status == "done":
+        return reasons or ["done: it ran and finished"]
+    if event.status == "dead":
+        return [f"dead: {event.error or 'no reason recorded'} (press r to retry it)", *reasons]
+    if event.status == "running":
+        return [f"running now under lease generation {event.claim_gen} (attempt {event.attempts})", *reasons]
+    lease = store.lease()
+    if lease is None or not lease.is_live(now):
+        ended = "" if lease is None else f" (it lapsed {clock_text(lease.until, now)})"
+        reasons.append(f"no worker holds the lease{ended}; the next console or `agent-console run` takes it over")
+    elif lease.holder != holder:
+        reasons.append(
+            f"the lease is held by another worker, {lease.holder} (generation {lease.gen}, "
+            f"{human_span(lease.until - now)} left); this console is {mode}"
+        )
+    elif mode == "stalled":
+        reasons.append("this console's worker is stalled (press the stall key again to resume it)")
+    if event.attempts and event.next_attempt_at > now:
+        reasons.append(
+            f"backing off after attempt {event.attempts} of {store.max_attempts}: next try "
+            f"{clock_text(event.next_attempt_at, now)}; last error: {event.error or 'none'}"
+        )
+    ahead = len(store.events(status="pending", before_id=event.id, limit=AHEAD_LIMIT))
+    if ahead:
+        count = f"{ahead}+" if ahead >= AHEAD_LIMIT else str(ahead)
+        reasons.append(f"{count} older pending event(s) are ahead of it (batches of {store.batch_cap})")
+    return reasons or ["pending: it will be claimed on the worker's next pass"]

@@ -1,0 +1,158 @@
+"""What each pane reads, as one function of a Store (run on the engine's reader thread).
+
+Every read here is bounded: a page of events, a few recent rows, counters kept by triggers.
+Nothing scans the inbox, so a pane stays fast on a file with millions of events.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from console.core import Approval, Event, Lease, OutboxMessage, RefusedFinish, Store
+
+SPARK_MINUTES = 30
+RECENT = 8
+
+
+@dataclass(frozen=True)
+class EventFilter:
+    status: str | None = None
+    source: str | None = None
+
+    def describe(self) -> str:
+        return f"{self.status or 'all'} · {self.source or 'all sources'}"
+
+
+@dataclass(frozen=True)
+class EventsPage:
+    events: list[Event]
+    counts: dict[str, int]
+    at_top: bool  # no newer event matches the filter: the page is live
+
+
+def read_page(
+    flt: EventFilter, *, top_id: int | None, limit: int
+) -> Callable[[Store], EventsPage]:
+    """The page whose first (newest) row is top_id, or the newest page when top_id is None."""
+
+    def read(store: Store) -> EventsPage:
+        before = None if top_id is None else top_id + 1
+        events = store.events(status=flt.status, source=flt.source, before_id=before, limit=limit)
+        at_top = top_id is None or not store.events(
+            status=flt.status, source=flt.source, after_id=top_id, limit=1
+        )
+        return EventsPage(events, store.counts(), at_top)
+
+    return read
+
+
+def read_newer_top(flt: EventFilter, first_id: int, rows: int) -> Callable[[Store], int | None]:
+    """The top id of the window `rows` rows newer than first_id, or None when that reaches the newest."""
+
+    def read(store: Store) -> int | None:
+        newer = store.events(status=flt.status, source=flt.source, after_id=first_id, limit=rows)
+        if len(newer) < rows:
+            return None
+        return newer[0].id
+
+    return read
+
+
+def read_older_top(flt: EventFilter, last_id: int, rows: int) -> Callable[[Store], int | None]:
+    """The top id of the window that starts `rows` rows below... the row after last_id, if any."""
+
+    def read(store: Store) -> int | None:
+        older = store.events(status=flt.status, source=flt.source, before_id=last_id, limit=rows)
+        return older[0].id if older else None
+
+    return read
+
+
+def read_oldest_top(flt: EventFilter, rows: int) -> Callable[[Store], int | None]:
+    def read(store: Store) -> int | None:
+        oldest = store.events(status=flt.status, source=flt.source, after_id=0, limit=rows)
+        return oldest[0].id if oldest else None
+
+    return read
+
+
+@dataclass(frozen=True)
+class LeaseView:
+    now: int
+    lease: Lease | None
+    takeovers: int
+    refused: int
+    recent_refusals: list[RefusedFinish]
+    log: list[tuple[int, str, str, int, str | None]]
+
+
+def read_lease(now: int) -> Callable[[Store], LeaseView]:
+    def read(store: Store) -> LeaseView:
+        return LeaseView(
+            now, store.lease(), store.takeover_count(), store.refused_finish_count(),
+            store.refused_finishes(3), store.lease_log(3),
+        )
+
+    return read
+
+
+@dataclass(frozen=True)
+class ApprovalsView:
+    now: int
+    pending: list[Approval]
+    resolved: list[Approval]
+
+
+def read_approvals(now: int) -> Callable[[Store], ApprovalsView]:
+    def read(store: Store) -> ApprovalsView:
+        return ApprovalsView(now, store.pending_approvals(), store.resolved_approvals(RECENT))
+
+    return read
+
+
+@dataclass(frozen=True)
+class OutboxView:
+    now: int
+    counts: dict[str, int]
+    next_send_at: int | None
+    last_send_at: int | None
+    queued: list[OutboxMessage]
+    sent: list[OutboxMessage]
+    troubled: list[OutboxMessage] = field(default_factory=list)  # failed, or waiting to retry
+
+
+def read_outbox(now: int) -> Callable[[Store], OutboxView]:
+    def read(store: Store) -> OutboxView:
+        sending = store.outbox_messages(status="sending", limit=RECENT)
+        retrying = [m for m in sending if m.error is not None]
+        return OutboxView(
+            now,
+            store.outbox_counts(),
+            store.next_send_at(now=now),
+            store.last_send_at(),
+            store.outbox_messages(status="queued", limit=RECENT),
+            store.outbox_messages(status="sent", limit=RECENT),
+            retrying + store.outbox_messages(status="failed", limit=RECENT),
+        )
+
+    return read
+
+
+@dataclass(frozen=True)
+class Activity:
+    per_minute: list[int]
+    counts: dict[str, int]
+
+
+def read_activity(now: int, minutes: int = SPARK_MINUTES) -> Callable[[Store], Activity]:
+    """Events per minute over the last `minutes` minutes (the current minute last)."""
+
+    def read(store: Store) -> Activity:
+        this_minute = now - now % 60
+        starts = [this_minute - 60 * back for back in range(minutes - 1, -1, -1)] + [this_minute + 60]
+        bounds = store.first_ids_at(starts)
+        return Activity([b - a for a, b in itertools.pairwise(bounds)], store.counts())
+
+    return read

@@ -1,0 +1,1 @@
+"""Modal screens: event detail, inject, confirm."""

@@ -1,0 +1,103 @@
+"""Event detail: payload, attempt history, journal steps, and why a pending event has not run."""
+
+from __future__ import annotations
+
+import json
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.highlight import highlight
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+from console.tui.detail import DetailView, clock_text
+
+Part = str | tuple[str, str]
+STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": "$text-success",
+                "dead": "$text-error"}
+
+
+def payload_json(payload: object) -> str:
+    return json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
+
+
+class DetailScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "close", "Close", id="detail.close"),
+    ]
+
+    def __init__(self, view: DetailView, now: int) -> None:
+        super().__init__()
+        self.view = view
+        self.now = now
+
+    def compose(self) -> ComposeResult:
+        event = self.view.event
+        with Vertical(id="detail-dialog", classes="dialog") as dialog:
+            if event is None:
+                dialog.border_title = "Event"
+                yield Static(self.view.reasons[0], id="detail-missing")
+                return
+            dialog.border_title = f"Event #{event.id}"
+            dialog.border_subtitle = "esc close"
+            with VerticalScroll(id="detail-body"):
+                yield Static(Content.assemble(
+                    (event.source, "bold"), " / ", event.source_id, "  ",
+                    (event.status, f"bold {STATUS_STYLE.get(event.status, '')}"),
+                    (f"  attempts {event.attempts}", "dim"),
+                    (f"  gen {event.claim_gen}" if event.claim_gen is not None else "", "dim"),
+                    (f"  duplicates refused {event.duplicates}" if event.duplicates else "", "dim"),
+                ), id="detail-title")
+                yield Static(self._why(), id="detail-why", classes="section")
+                yield Static("Payload", classes="heading")
+                yield Static(highlight(payload_json(event.payload), language="json"), id="detail-payload")
+                yield Static("Attempt history", classes="heading")
+                yield Static(self._history(), id="detail-history")
+                yield Static("Journal steps", classes="heading")
+                yield Static(self._steps(), id="detail-steps")
+                if self.view.replies:
+                    yield Static("Replies", classes="heading")
+                    yield Static(self._replies(), id="detail-replies")
+
+    def _why(self) -> Content:
+        event = self.view.event
+        title = "Why hasn't this run?" if event is not None and event.status == "pending" else "State"
+        parts: list[Part] = [(title, "bold")]
+        for reason in self.view.reasons:
+            parts += ["\n• ", reason]
+        return Content.assemble(*parts)
+
+    def _history(self) -> Content:
+        if not self.view.history:
+            return Content.styled("no attempts yet", "dim")
+        parts: list[Part] = []
+        for line in self.view.history:
+            style = {"error": "$text-error", "dead": "$text-error", "refused": "$text-warning",
+                     "lost": "$text-warning", "finish": "$text-success"}.get(line.kind, "")
+            parts += [(f"{line.kind:<8}", f"bold {style}"),
+                      (f" {clock_text(line.at, self.now)}", "dim"),
+                      f"  {line.holder or '-'} gen {line.gen if line.gen is not None else '-'}",
+                      f"  {line.detail}" if line.detail else "", "\n"]
+        return Content.assemble(*parts[:-1])
+
+    def _steps(self) -> Content:
+        if not self.view.steps:
+            return Content.styled("no journalled steps", "dim")
+        parts: list[Part] = []
+        for step in self.view.steps:
+            parts += [(f"{step.state:<9}", "bold"), step.idem_key,
+                      (f"  gen {step.gen} · ran {step.executions}× · {clock_text(step.claimed_at, self.now)}", "dim"),
+                      "\n"]
+        return Content.assemble(*parts[:-1])
+
+    def _replies(self) -> Content:
+        parts: list[Part] = []
+        for message in self.view.replies:
+            parts += [(f"{message.status:<8}", "bold"), " ".join(message.body.split())[:200], "\n"]
+        return Content.assemble(*parts[:-1])
+
+    def action_close(self) -> None:
+        self.dismiss(None)

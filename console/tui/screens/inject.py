@@ -1,0 +1,89 @@
+"""Inject an event by keyboard: choose the source, edit the source id and the JSON payload."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, Select, TextArea
+
+# (source, source_id, payload) -> None when stored, else the message to show inline
+Submit = Callable[[str, str, Any], Awaitable[str | None]]
+DEFAULT_SOURCES = ("chat", "manual", "webhook")
+
+
+class InjectScreen(ModalScreen[tuple[str, str] | None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "cancel", "Cancel", id="inject.cancel"),
+        Binding("ctrl+s", "submit", "Inject", id="inject.submit"),
+    ]
+
+    def __init__(
+        self, submit: Submit, *, sources: list[str], source_id: str, payload: str = '{"text": "hello"}',
+        source: str = "chat", blink: bool = True,
+    ) -> None:
+        super().__init__()
+        self.submit = submit
+        self.sources = sorted(set(DEFAULT_SOURCES) | set(sources) - {"approval", "timer"})
+        self.source = source if source in self.sources else self.sources[0]
+        self.source_id = source_id
+        self.payload = payload
+        self.blink = blink
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="inject-dialog", classes="dialog") as dialog:
+            dialog.border_title = "Inject an event"
+            dialog.border_subtitle = "ctrl+s inject · esc cancel"
+            with Horizontal(classes="row"):
+                yield Label("source", classes="field-label")
+                yield Select([(s, s) for s in self.sources], value=self.source, allow_blank=False,
+                             id="inject-source", compact=True)
+            with Horizontal(classes="row"):
+                yield Label("source id", classes="field-label")
+                yield Input(self.source_id, id="inject-source-id", compact=True)
+            yield Label("payload (JSON)", id="inject-payload-label")
+            area = TextArea(self.payload, id="inject-payload", soft_wrap=True, show_line_numbers=False, compact=True)
+            area.cursor_blink = self.blink
+            yield area
+            yield Label("", id="inject-error")
+            with Horizontal(classes="buttons"):
+                yield Button("Inject", variant="primary", id="inject-ok", compact=True)
+                yield Button("Cancel", id="inject-cancel", compact=True)
+
+    def on_mount(self) -> None:
+        self.query_one("#inject-source-id", Input).cursor_blink = self.blink
+        self.query_one("#inject-payload", TextArea).focus()
+
+    def show_error(self, message: str) -> None:
+        label = self.query_one("#inject-error", Label)
+        label.update(message)
+        label.set_class(bool(message), "-error")
+
+    @on(Button.Pressed, "#inject-ok")
+    async def action_submit(self) -> None:
+        source = str(self.query_one("#inject-source", Select).value)
+        source_id = self.query_one("#inject-source-id", Input).value.strip()
+        text = self.query_one("#inject-payload", TextArea).text
+        if not source_id:
+            self.show_error("source id: must not be empty")
+            return
+        try:
+            payload = json.loads(text)
+        except json.JSONDecodeError as exc:
+            self.show_error(f"payload: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})")
+            return
+        problem = await self.submit(source, source_id, payload)
+        if problem is not None:
+            self.show_error(problem)
+            return
+        self.dismiss((source, source_id))
+
+    @on(Button.Pressed, "#inject-cancel")
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,1 @@
+"""One Textual widget per file."""

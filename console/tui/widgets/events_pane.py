@@ -1,0 +1,163 @@
+"""The events pane: a live, filtered window onto the inbox, read one visible page at a time."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Vertical
+from textual.events import Resize
+
+from console.clock import Clock
+from console.core import Event, Store
+from console.tui.detail import human_span
+from console.tui.reads import (
+    EventFilter,
+    EventsPage,
+    read_newer_top,
+    read_older_top,
+    read_oldest_top,
+    read_page,
+)
+from console.tui.widgets.events_table import EventsTable
+
+Reader = Callable[[Callable[[Store], Any]], Awaitable[Any]]
+COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 7), ("att", 3), ("gen", 3), ("age", 6),
+           ("last error", None))
+
+
+def status_colour(variables: dict[str, str], status: str) -> str:
+    return variables.get(f"status-{status}", "")
+
+
+class EventsPane(Vertical):
+    """top_id None means live: the newest page, following new events as they arrive."""
+
+    def __init__(self, reader: Reader, clock: Clock, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.reader = reader
+        self.clock = clock
+        self.filter = EventFilter()
+        self.top_id: int | None = None
+        self.page: EventsPage | None = None
+        self.selected_id: int | None = None
+        self.border_title = "Events"
+
+    def compose(self) -> ComposeResult:
+        table = EventsTable(cursor_type="row", zebra_stripes=False, id="events-table")
+        for label, width in COLUMNS:
+            table.add_column(label, width=width, key=label)
+        yield table
+
+    @property
+    def table(self) -> EventsTable:
+        return self.query_one(EventsTable)
+
+    def selected_event(self) -> Event | None:
+        if self.page is None or not self.page.events:
+            return None
+        row = min(self.table.cursor_row, len(self.page.events) - 1)
+        return self.page.events[max(0, row)]
+
+    async def reload(self) -> None:
+        rows = self.table.visible_rows()
+        page = await self.reader(read_page(self.filter, top_id=self.top_id, limit=rows))
+        if self.top_id is not None and page.at_top:
+            self.top_id = None  # scrolled back to the newest page: follow new events again
+        self.show(page)
+
+    def show(self, page: EventsPage) -> None:
+        self.page = page
+        table = self.table
+        now = self.clock.now()
+        variables = self.app.theme_variables
+        keep = self.selected_id
+        table.clear()
+        for event in page.events:
+            table.add_row(*self._cells(event, now, variables), key=str(event.id))
+        total = sum(page.counts.values())
+        counts = " ".join(f"{s} {page.counts.get(s, 0):,}" for s in ("pending", "running", "done", "dead"))
+        self.border_title = f"Events · {self.filter.describe()}"
+        self.border_subtitle = f"{'live' if self.top_id is None else 'paused'} · {total:,} · {counts}"
+        if page.events:
+            index = next((i for i, e in enumerate(page.events) if e.id == keep), None)
+            if index is None:
+                index = 0
+            table.move_cursor(row=index, animate=False, scroll=False)
+            self.selected_id = page.events[index].id
+
+    @staticmethod
+    def _cells(event: Event, now: int, variables: dict[str, str]) -> list[Text]:
+        error = (event.error or "").replace("\n", " ")
+        source_id = event.source_id if len(event.source_id) <= 16 else event.source_id[:15] + "…"
+        return [
+            Text(str(event.id), justify="right"),
+            Text(event.source),
+            Text(source_id),
+            Text(event.status, style=status_colour(variables, event.status)),
+            Text(str(event.attempts), justify="right"),
+            Text("" if event.claim_gen is None else str(event.claim_gen), justify="right"),
+            Text(human_span(now - event.created_at), justify="right"),
+            Text(error, style=status_colour(variables, "dead") if error else ""),
+        ]
+
+    @on(EventsTable.RowHighlighted)
+    def _remember_selection(self, message: EventsTable.RowHighlighted) -> None:
+        if message.row_key.value is not None:
+            self.selected_id = int(message.row_key.value)
+
+    @on(EventsTable.Shift)
+    async def _shift(self, message: EventsTable.Shift) -> None:
+        message.stop()
+        events = self.page.events if self.page else []
+        rows = self.table.visible_rows()
+        if message.kind == "newest":
+            self.top_id = None
+            self.selected_id = None
+        elif message.kind == "oldest":
+            top = await self.reader(read_oldest_top(self.filter, rows))
+            if top is None:
+                return
+            self.top_id = top
+            self.selected_id = None
+        elif not events:
+            return
+        elif message.kind == "down":
+            if len(events) < 2:
+                return
+            older = await self.reader(read_older_top(self.filter, events[-1].id, 1))
+            if older is None:
+                return
+            self.top_id = events[1].id
+            self.selected_id = older
+        elif message.kind == "up":
+            above = await self.reader(read_newer_top(self.filter, events[0].id, 1))
+            if above is None:
+                return
+            self.top_id = above
+            self.selected_id = above
+        elif message.kind == "page_down":
+            older = await self.reader(read_older_top(self.filter, events[-1].id, rows))
+            if older is None:
+                self.table.move_cursor(row=len(events) - 1)
+                return
+            self.top_id = older
+            self.selected_id = None
+        elif message.kind == "page_up":
+            self.top_id = await self.reader(read_newer_top(self.filter, events[0].id, rows))
+            self.selected_id = None
+        await self.reload()
+
+    async def set_filter(self, flt: EventFilter) -> None:
+        self.filter = flt
+        self.top_id = None
+        self.selected_id = None
+        await self.reload()
+
+    @on(Resize)
+    async def _resized(self) -> None:
+        if self.is_mounted:
+            await self.reload()

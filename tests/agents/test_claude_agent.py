@@ -1,0 +1,405 @@
+"""The Claude agent against a real HTTP server on 127.0.0.1 that plays POST /v1/messages from a script.
+
+No internet: the agent's client is pointed at the fake server with claude_base_url and a fake key.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from console.agents.base import AgentSetupError, RunContext
+from console.agents.claude import ClaudeAgent, ClaudeError
+from console.agents.registry import CLAUDE_EXTRA_MISSING, build_agent
+from console.clock import ManualClock
+from console.config import ConfigError, Settings, load_settings
+from console.core import Event, Store
+from console.runtime.engine import Engine
+
+NOW = 1_790_000_000
+ROOT = Path(__file__).resolve().parents[2]
+FAKE_KEY = "sk-ant-test-" + secrets.token_hex(12)
+
+
+# --- the fake Messages API ----------------------------------------------------------------------
+
+class FakeClaude:
+    """Enough of POST /v1/messages: the scripted replies in order, and every request recorded."""
+
+    def __init__(self) -> None:
+        self.script: list[tuple[int, dict[str, Any]]] = []
+        self.requests: list[dict[str, Any]] = []
+        self.keys: list[str] = []
+        self.url = ""
+
+    def reply(self, *blocks: dict[str, Any]) -> None:
+        stop = "tool_use" if any(block["type"] == "tool_use" for block in blocks) else "end_turn"
+        n = len(self.script) + 1
+        self.script.append((200, {
+            "id": f"msg_{n}", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": list(blocks), "stop_reason": stop, "stop_sequence": None,
+            "usage": {"input_tokens": 100 + n, "output_tokens": 10 + n},
+        }))
+
+    def fail(self, status: int, kind: str, message: str) -> None:
+        self.script.append((status, {"type": "error", "error": {"type": kind, "message": message}}))
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.requests.append(await request.json())
+        # Older clients send the key as x-api-key, newer ones as a bearer token.
+        bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
+        self.keys.append(request.headers.get("x-api-key") or bearer)
+        if not self.script:
+            return web.json_response({"type": "error", "error": {"type": "api_error", "message": "unscripted"}},
+                                     status=500)
+        status, body = self.script.pop(0)
+        return web.json_response(body, status=status)
+
+
+def text(value: str) -> dict[str, Any]:
+    return {"type": "text", "text": value}
+
+
+def tool(use_id: str, name: str, **arguments: Any) -> dict[str, Any]:
+    return {"type": "tool_use", "id": use_id, "name": name, "input": arguments}
+
+
+@pytest.fixture
+def claude() -> Iterator[FakeClaude]:
+    """The fake server on its own loop in a thread, so the agent's blocking client can call it from tests."""
+    fake = FakeClaude()
+    loop = asyncio.new_event_loop()
+    app = web.Application()
+    app.router.add_post("/v1/messages", fake.handle)
+    runner = web.AppRunner(app, access_log=None)
+    loop.run_until_complete(runner.setup())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    loop.run_until_complete(web.SockSite(runner, sock).start())
+    fake.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+@pytest.fixture
+def agent(claude: FakeClaude) -> ClaudeAgent:
+    return ClaudeAgent(api_key=FAKE_KEY, model="claude-sonnet-5-5", max_tokens=512, base_url=claude.url)
+
+
+# --- runs on a real inbox file, one step at a time --------------------------------------------
+
+def claim(store: Store, holder: str, now: int) -> tuple[int, list[Event], int]:
+    """Take the lease and claim a batch, waiting out a retry's backoff if that is what is due."""
+    for _ in range(3):
+        gen = store.acquire(holder, now=now)
+        assert gen is not None
+        events = store.claim_batch(holder, gen, now=now)
+        if events:
+            return gen, events, now
+        retry_at = store.next_retry_at()
+        assert retry_at is not None, "nothing to claim"
+        now = max(now, retry_at)
+    raise AssertionError("the retry never came due")
+
+
+def run(agent: ClaudeAgent, store: Store, holder: str = "w1", now: int = NOW, *, finish: bool = True) -> RunContext:
+    gen, events, now = claim(store, holder, now)
+    ctx = RunContext(store, events, now, holder, gen, approval_expiry=600)
+    try:
+        agent.run(ctx)
+    except Exception as exc:
+        store.finish(holder, gen, [e.id for e in events], now=now, error=f"{type(exc).__name__}: {exc}")
+        raise
+    if finish:
+        assert store.finish(holder, gen, [e.id for e in events], now=now, messages=ctx.messages)
+    return ctx
+
+
+def tool_results(request: dict[str, Any]) -> list[dict[str, Any]]:
+    last = request["messages"][-1]
+    assert last["role"] == "user"
+    return list(last["content"])
+
+
+# --- the tests -------------------------------------------------------------------------------
+
+def test_a_chat_message_gets_one_message_through_send_message(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store
+) -> None:
+    store.ingest("chat", "m1", {"text": "what's on today?"}, now=NOW)
+    claude.reply(text("Let me answer."), tool("t1", "send_message", text="Nothing until 3 pm."))
+    claude.reply(text("Answered."))
+    ctx = run(agent, store)
+    assert ctx.messages == [("Nothing until 3 pm.", False)]
+    assert [m.body for m in store.outbox_messages()] == ["Nothing until 3 pm."]
+    first, second = claude.requests
+    assert first["model"] == "claude-sonnet-5-5" and first["max_tokens"] == 512
+    assert "always-on personal agent" in first["system"]
+    assert [t["name"] for t in first["tools"]] == ["send_message", "request_approval", "perform_action"]
+    (turn,) = first["messages"]
+    assert turn["role"] == "user" and "source 'chat', source id 'm1'" in turn["content"]
+    assert '{"text": "what\'s on today?"}' in turn["content"]
+    assert second["messages"][1] == {"role": "assistant", "content": [
+        text("Let me answer."), tool("t1", "send_message", text="Nothing until 3 pm.")]}
+    assert tool_results(second) == [{"type": "tool_result", "tool_use_id": "t1",
+                                     "content": "Queued; it is delivered when this run finishes."}]
+    assert claude.keys == [FAKE_KEY, FAKE_KEY]
+
+
+def test_a_run_without_send_message_says_nothing(agent: ClaudeAgent, claude: FakeClaude, store: Store) -> None:
+    store.add_timer("hourly", NOW - 3 * 3600, {"task": "check the build"}, every=3600, now=NOW - 3 * 3600)
+    store.run_scheduler(now=NOW + 120)
+    claude.reply(text("The build is unchanged; nothing to say."))
+    ctx = run(agent, store, now=NOW + 120)
+    assert ctx.messages == [] and store.outbox_messages() == []
+    prompt = claude.requests[0]["messages"][0]["content"]
+    assert "source 'timer'" in prompt and "late by 120 s" in prompt and "3 missed occurrence(s)" in prompt
+    assert store.counts()["done"] == 1
+
+
+def test_approval_defers_then_resumes_with_the_saved_conversation(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store
+) -> None:
+    store.ingest("chat", "m1", {"text": "refund order 881"}, now=NOW)
+    claude.reply(text("That needs your approval."),
+                 tool("t1", "request_approval", action="refund order 881", details="12.50 EUR to Alice"))
+    asked = run(agent, store)
+    (request,) = asked.approvals
+    assert [a.request_id for a in store.pending_approvals()] == [request.request_id]
+    (message, urgent), = asked.messages
+    assert urgent and f"[{request.request_id}]: refund order 881 (12.50 EUR to Alice)" in message
+    saved = store.load_session(request.request_id)["state"]
+    assert [m["role"] for m in saved["messages"]] == ["user", "assistant"]
+    assert saved["pending"]["tool_use_id"] == "t1" and len(claude.requests) == 1
+
+    assert store.answer_approval(request.request_id, "yes", now=NOW + 60) == "yes"
+    claude.reply(tool("t2", "perform_action", action="refund order 881"))
+    claude.reply(tool("t3", "send_message", text="Refunded order 881."))
+    claude.reply(text("Done."))
+    resumed = run(agent, store, "w1", NOW + 60, finish=False)
+    assert resumed.messages == [("Refunded order 881.", False)]
+    first = claude.requests[1]
+    assert first["messages"][:2] == saved["messages"]
+    (answer,) = tool_results(first)
+    assert answer["tool_use_id"] == "t1" and "approved 'refund order 881'" in answer["content"]
+    assert "Done: refund order 881" in tool_results(claude.requests[2])[0]["content"]
+    step = store.journal_step(f"perform:{request.request_id}")
+    assert step is not None and step.state == "committed" and step.executions == 1
+
+    # The worker dies before finishing; a new generation takes over and runs the same event again.
+    requests_before = len(claude.requests)
+    retried = run(agent, store, "w2", NOW + 60 + 10_000)
+    assert retried.events[0].source == "approval" and retried.gen > resumed.gen
+    assert len(claude.requests) == requests_before  # every turn had committed: replayed, not paid again
+    assert retried.messages == [("Refunded order 881.", False)]
+    step = store.journal_step(f"perform:{request.request_id}")
+    assert step is not None and step.executions == 1 and step.result["performed"] == "refund order 881"
+
+
+@pytest.mark.parametrize("answer", ["no", "expired"])
+def test_a_declined_or_expired_approval_resumes_without_the_action(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store, answer: str
+) -> None:
+    store.ingest("chat", "m1", {"text": "deploy web to prod"}, now=NOW)
+    claude.reply(tool("t1", "request_approval", action="deploy web to prod"))
+    (request,) = run(agent, store).approvals
+    later = NOW + 60 if answer == "no" else NOW + 601
+    if answer == "no":
+        store.answer_approval(request.request_id, "no", now=later)
+    else:
+        store.run_scheduler(now=later)
+    claude.reply(tool("t2", "perform_action", action="deploy web to prod"))
+    claude.reply(text("Understood."))
+    ctx = run(agent, store, now=later)
+    assert "must not be done" in tool_results(claude.requests[1])[0]["content"]
+    refused = tool_results(claude.requests[2])[0]
+    assert refused["is_error"] is True and "not approved" in refused["content"]
+    assert store.journal_step(f"perform:{request.request_id}") is None and ctx.messages == []
+
+
+def test_a_batch_with_an_answer_and_a_new_message_holds_two_conversations(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store
+) -> None:
+    store.ingest("chat", "m1", {"text": "pay the invoice"}, now=NOW)
+    claude.reply(tool("t1", "request_approval", action="pay invoice 12"))
+    (request,) = run(agent, store).approvals
+    store.answer_approval(request.request_id, "no", now=NOW + 30)
+    store.ingest("chat", "m2", {"text": "and what about lunch?"}, now=NOW + 30)
+    claude.reply(text("Fine, not paying."))
+    claude.reply(tool("t2", "send_message", text="Lunch is at noon."))
+    claude.reply(text("Answered."))
+    ctx = run(agent, store, now=NOW + 30)
+    assert [e.source for e in ctx.events] == ["approval", "chat"] and ctx.messages == [("Lunch is at noon.", False)]
+    resumed, fresh = claude.requests[1:3]
+    assert resumed["messages"][-1]["content"][0]["tool_use_id"] == "t1"
+    assert len(fresh["messages"]) == 1 and "and what about lunch?" in fresh["messages"][0]["content"]
+    assert "pay the invoice" not in fresh["messages"][0]["content"]
+    keys = {step.idem_key for step in store.journal_steps(ctx.events[0].id)}
+    assert keys == {f"claude:resume:{ctx.events[0].id}:turn:1", f"claude:{ctx.events[1].id}:turn:1",
+                    f"claude:{ctx.events[1].id}:turn:2"}
+
+
+def test_a_server_error_fails_the_run_and_the_retry_skips_committed_turns(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store
+) -> None:
+    store.ingest("chat", "m1", {"text": "remind me about the dentist"}, now=NOW)
+    claude.reply(tool("t1", "send_message", text="Noted: dentist."))
+    claude.fail(500, "api_error", "Internal server error")
+    with pytest.raises(ClaudeError, match=r"the Claude API failed \(500: Internal server error\)"):
+        run(agent, store)
+    (event,) = store.events()
+    assert event.status == "pending" and "ClaudeError" in (event.error or "")
+    assert store.outbox_messages() == []  # a failed run says nothing
+
+    claude.reply(text("Nothing more."))
+    ctx = run(agent, store, now=NOW + 1)
+    assert len(claude.requests) == 3  # turn 1 came from the journal; only turn 2 was asked again
+    assert claude.requests[2]["messages"] == claude.requests[1]["messages"]
+    assert ctx.messages == [("Noted: dentist.", False)]
+    assert [m.body for m in store.outbox_messages()] == ["Noted: dentist."]
+
+
+def test_a_refused_key_fails_clearly_and_the_key_is_never_logged_or_stored(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    store.ingest("chat", "m1", {"text": "refund order 7"}, now=NOW)
+    claude.reply(tool("t1", "request_approval", action="refund order 7"))
+    (request,) = run(agent, store).approvals
+    store.answer_approval(request.request_id, "yes", now=NOW + 5)
+    claude.fail(401, "authentication_error", "invalid x-api-key")
+    with pytest.raises(ClaudeError) as failure:
+        run(agent, store, now=NOW + 5)
+    assert str(failure.value) == (
+        "the Claude API refused the key (401: invalid x-api-key); check ANTHROPIC_API_KEY")
+    assert claude.keys == [FAKE_KEY, FAKE_KEY]  # the key did travel, to the server only
+    assert "model turn" in caplog.text and FAKE_KEY not in caplog.text
+    assert FAKE_KEY not in repr(agent)
+    files = [p for p in db_path.parent.iterdir() if p.name.startswith(db_path.name)]
+    assert files and all(FAKE_KEY.encode() not in p.read_bytes() for p in files)
+
+
+def test_perform_action_without_an_approval_is_refused(agent: ClaudeAgent, claude: FakeClaude, store: Store) -> None:
+    store.ingest("chat", "m1", {"text": "just deploy it"}, now=NOW)
+    claude.reply(tool("t1", "perform_action", action="deploy"), tool("t2", "send_message", text=""))
+    claude.reply(text("I need approval first."))
+    ctx = run(agent, store)
+    refused, empty = tool_results(claude.requests[1])
+    assert refused["is_error"] and "call request_approval first" in refused["content"]
+    assert empty["is_error"] and "non-empty text 'text'" in empty["content"]
+    assert ctx.messages == [] and store.journal_steps(ctx.events[0].id)[0].idem_key == "claude:1:turn:1"
+    assert store.journal_step("perform:apr-1-1") is None
+
+
+def test_a_model_that_never_stops_calling_tools_fails_the_run(claude: FakeClaude, store: Store) -> None:
+    agent = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=64, base_url=claude.url, max_turns=2)
+    store.ingest("chat", "m1", {"text": "loop"}, now=NOW)
+    claude.reply(tool("t1", "send_message", text="one"))
+    claude.reply(tool("t2", "send_message", text="two"))
+    with pytest.raises(ClaudeError, match="still calling tools after 2 turns"):
+        run(agent, store)
+    assert store.outbox_messages() == []
+
+
+# --- building the agent from settings ---------------------------------------------------------
+
+def test_the_agent_is_built_from_settings_and_the_environment(
+    claude: FakeClaude, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = tmp_path / "config.toml"
+    config.write_text(f'agent = "claude"\nclaude_model = "claude-opus-5-5"\nclaude_base_url = "{claude.url}"\n')
+    settings = load_settings(config, env={"AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "2048"})
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    agent = build_agent("claude", settings)
+    assert isinstance(agent, ClaudeAgent) and (agent.model, agent.max_tokens) == ("claude-opus-5-5", 2048)
+    monkeypatch.delenv("ANTHROPIC_API_KEY")
+    with pytest.raises(ValueError, match="the claude agent needs an API key: set ANTHROPIC_API_KEY"):
+        build_agent("claude", settings)
+    with pytest.raises(ConfigError, match=r"claude_base_url .* expected an http:// or https:// address"):
+        load_settings(None, env={"AGENT_CONSOLE_CLAUDE_BASE_URL": "localhost:8080"})
+
+
+def test_without_the_extra_the_claude_agent_names_it_and_offline_still_works(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "anthropic", None)
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    with pytest.raises(AgentSetupError) as failure:
+        build_agent("claude", Settings())
+    assert str(failure.value) == CLAUDE_EXTRA_MISSING
+    assert build_agent("offline").name == "offline"
+
+
+def test_run_without_a_key_is_one_line_on_the_command_line(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    env.update(PYTHONPATH=str(ROOT), AGENT_CONSOLE_AGENT="claude", XDG_CONFIG_HOME=str(tmp_path))
+    done = subprocess.run([sys.executable, "-m", "console", "--db", str(tmp_path / "inbox.db"), "run"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert done.stderr.strip().splitlines() == [
+        "agent-console: error: the claude agent needs an API key: set ANTHROPIC_API_KEY in the environment"]
+
+
+# --- end to end through the engine ------------------------------------------------------------
+
+async def wait_until(engine: Engine, check: Callable[[Store], Any], *, limit: float = 15.0) -> Any:
+    deadline = asyncio.get_running_loop().time() + limit
+    while not (result := await engine.read(check)):
+        assert asyncio.get_running_loop().time() < deadline, f"condition not met within {limit} s"
+        await asyncio.sleep(0.01)
+    return result
+
+
+@pytest.fixture
+async def engine(
+    tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Engine]:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    settings = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=claude.url, approval_expiry=600)
+    eng = Engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
+    await eng.start()
+    try:
+        yield eng
+    finally:
+        await eng.stop()
+
+
+async def test_the_engine_runs_a_chat_and_an_approval_through_claude(engine: Engine, claude: FakeClaude) -> None:
+    assert engine.agent_name == "claude"
+    claude.reply(tool("t1", "send_message", text="Hello from Claude."))
+    claude.reply(text("Sent."))
+    await engine.ingest("chat", "m1", {"text": "hi"})
+    sent = await wait_until(engine, lambda s: [m.body for m in s.outbox_messages(status="sent")])
+    assert sent == ["Hello from Claude."]
+
+    claude.reply(tool("t2", "request_approval", action="deploy web to prod"))
+    await engine.ingest("chat", "m2", {"text": "deploy web to prod"})
+    (approval,) = await wait_until(engine, lambda s: s.pending_approvals())
+    claude.reply(tool("t3", "perform_action", action="deploy web to prod"))
+    claude.reply(tool("t4", "send_message", text="Deployed.", urgent=True))
+    claude.reply(text("Done."))
+    assert await engine.answer(approval.request_id, "yes") == "yes"
+    await wait_until(engine, lambda s: s.counts()["done"] == 3)
+    step = await engine.read(lambda s: s.journal_step(f"perform:{approval.request_id}"))
+    assert step.state == "committed" and step.result["performed"] == "deploy web to prod"
+    bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
+    assert "Deployed." in bodies and any(b.startswith(f"Approval needed [{approval.request_id}]") for b in bodies)
+    assert len(claude.requests) == 6 and json.dumps(claude.requests).count(FAKE_KEY) == 0

@@ -1,0 +1,96 @@
+"""The built-in offline agent, run against a real inbox file."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from console.agents.base import RunContext
+from console.agents.offline import OfflineAgent, PoisonEventError, summarise_webhook
+from console.core import Event, Store
+
+NOW = 1_790_000_000
+
+
+def run(store: Store, items: list[tuple[str, str, Any]], now: int = NOW) -> RunContext:
+    store.ingest_many(items, now=now)
+    gen = store.acquire("agent-test", now=now)
+    assert gen is not None
+    events = store.claim_batch("agent-test", gen, now=now)
+    ctx = RunContext(store, events, now, "agent-test", gen, approval_expiry=600)
+    OfflineAgent().run(ctx)
+    store.finish("agent-test", gen, [e.id for e in events], now=now, messages=ctx.messages)
+    return ctx
+
+
+def event(source: str, payload: Any) -> Event:
+    return Event(1, source, "id-1", payload, "running", 1, 1, None)
+
+
+def test_a_chat_burst_gets_one_reply(store: Store) -> None:
+    ctx = run(store, [("chat", f"m{n}", {"text": f"line {n}"}) for n in range(3)])
+    assert len(ctx.messages) == 1
+    text, urgent = ctx.messages[0]
+    assert text.startswith("Noted your 3 messages") and "line 0" in text and "line 2" in text and not urgent
+
+
+def test_a_risky_request_asks_for_approval_urgently(store: Store) -> None:
+    ctx = run(store, [("chat", "r1", {"text": "please refund order 881"})])
+    assert [a.action for a in ctx.approvals] == ["please refund order 881"]
+    (text, urgent), = ctx.messages
+    assert urgent and "Approval needed" in text and ctx.approvals[0].request_id in text
+    pending = store.pending_approvals()
+    assert [(p.request_id, p.expires_at) for p in pending] == [(ctx.approvals[0].request_id, NOW + 600)]
+    assert store.load_session(ctx.approvals[0].request_id)["action"] == "please refund order 881"
+
+
+def test_poison_fails_every_run(store: Store) -> None:
+    with pytest.raises(PoisonEventError):
+        run(store, [("webhook", "p1", {"poison": True})])
+
+
+def test_github_and_stripe_payloads_are_summarised_in_one_line() -> None:
+    github = summarise_webhook(event("github", {
+        "action": "opened", "pull_request": {"number": 12, "title": "Fix the lease"},
+        "repository": {"full_name": "me/agent"}, "sender": {"login": "alice"}}))
+    assert github == "GitHub: PR #12 opened in me/agent by alice: Fix the lease"
+    stripe = summarise_webhook(event("stripe", {
+        "id": "evt_1", "type": "charge.succeeded", "data": {"object": {"amount": 1250, "currency": "eur"}}}))
+    assert stripe == "Stripe: charge.succeeded 12.50 EUR (evt_1)"
+    other = summarise_webhook(event("ci", {"status": "green", "job": "build"}))
+    assert other == "ci: event id-1 (job, status)"
+    assert "\n" not in github + stripe + other
+
+
+def test_timer_with_missed_runs_says_so(store: Store) -> None:
+    store.add_timer("water", NOW - 3 * 3600, {"text": "water the plants"}, every=3600)
+    store.run_scheduler(now=NOW)
+    gen = store.acquire("t", now=NOW)
+    assert gen is not None
+    events = store.claim_batch("t", gen, now=NOW)
+    ctx = RunContext(store, events, NOW, "t", gen, approval_expiry=600)
+    OfflineAgent().run(ctx)
+    assert ctx.messages == [("Timer: water the plants (3 missed runs coalesced)", False)]
+
+
+def test_a_quiet_day_digest_is_silent(store: Store) -> None:
+    ctx = run(store, [("timer", "daily-digest@1", {"task": "digest", "scheduled_for": NOW, "skipped": 0})])
+    assert ctx.messages == []
+
+
+def test_digest_reports_dead_events_and_expired_approvals(store: Store) -> None:
+    store.ingest("hook", "bad", {"x": 1}, now=NOW - 100)
+    at = NOW - 400
+    for _ in range(3):
+        gen = store.acquire("w", now=at)
+        assert gen is not None
+        claimed = store.claim_batch("w", gen, now=at)
+        store.finish("w", gen, [e.id for e in claimed], now=at, error="broken")
+        at += 100
+    assert store.release("w", gen, now=at)
+    store.request_approval("apr-x", "deploy prod", now=NOW - 100, expires_in=10)
+    store.run_scheduler(now=NOW - 50)
+    ctx = run(store, [("timer", "daily-digest@2", {"task": "digest", "scheduled_for": NOW, "skipped": 0})], now=NOW)
+    (text, _), = ctx.messages
+    assert "\nDigest (last day):" in text and "dead #" in text and "expired approval apr-x" in text

@@ -1,0 +1,367 @@
+"""Every command in-process through click's CliRunner, on a real inbox file."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from console.core import Store
+from tests.cli.helpers import invoke, run_process
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "inbox.db"
+
+
+def cli(db: Path, *args: str, input: str | None = None, env: dict[str, str] | None = None) -> Any:
+    result = invoke(["--db", str(db), *args], input=input, env=env)
+    assert result.exception is None or isinstance(result.exception, SystemExit), result.exception
+    return result
+
+
+def ok(db: Path, *args: str, input: str | None = None, env: dict[str, str] | None = None) -> str:
+    result = cli(db, *args, input=input, env=env)
+    assert result.exit_code == 0, (result.stdout, result.stderr)
+    assert result.stderr == ""
+    return str(result.stdout)
+
+
+def open_store(db: Path, **options: Any) -> Store:
+    return Store.open(db, seed=1, **options)
+
+
+def wall() -> int:
+    return int(time.time())
+
+
+def make_dead(db: Path, source: str, source_id: str) -> int:
+    """An event that failed its only attempt (max_attempts=1), so it is parked as dead. Call it before
+    ingesting other events: the claim takes every pending event."""
+    with open_store(db, max_attempts=1) as store:
+        store.ingest(source, source_id, {"n": source_id}, now=wall())
+        event = store.find_event(source, source_id)
+        assert event is not None
+        holder = f"test-{source}-{source_id}"
+        gen = store.acquire(holder, now=wall())
+        assert gen is not None
+        claimed = store.claim_batch(holder, gen, now=wall())
+        assert [e.id for e in claimed] == [event.id]
+        assert store.finish(holder, gen, [event.id], now=wall(), error="boom")
+        store.release(holder, gen, now=wall())
+        dead = store.event(event.id)
+        assert dead is not None and dead.status == "dead"
+        return event.id
+
+
+# --- ingest ------------------------------------------------------------------------------------
+
+def test_ingest_prints_stored_then_duplicate(db: Path) -> None:
+    assert ok(db, "ingest", "github", "d-1", '{"pr": 7}') == "stored\n"
+    assert ok(db, "ingest", "github", "d-1", '{"pr": 7}') == "duplicate\n"
+    with open_store(db) as store:
+        [event] = store.events()
+    assert (event.source, event.source_id, event.payload, event.duplicates) == ("github", "d-1", {"pr": 7}, 1)
+
+
+def test_ingest_without_payload_stores_an_empty_object(db: Path) -> None:
+    ok(db, "ingest", "chat", "m-1")
+    with open_store(db) as store:
+        event = store.find_event("chat", "m-1")
+    assert event is not None and event.payload == {}
+
+
+def test_ingest_dash_reads_the_payload_from_stdin(db: Path) -> None:
+    assert ok(db, "ingest", "chat", "m-2", "-", input='{"text": "refund order 881"}\n') == "stored\n"
+    with open_store(db) as store:
+        event = store.find_event("chat", "m-2")
+    assert event is not None and event.payload == {"text": "refund order 881"}
+
+
+def test_the_default_inbox_is_created_in_the_user_data_folder(tmp_path: Path) -> None:
+    result = invoke(["ingest", "chat", "m-1"])
+    assert result.exit_code == 0 and result.stdout == "stored\n"
+    default = tmp_path / "home" / "data" / "agent-console" / "inbox.db"
+    with open_store(default) as store:
+        assert store.find_event("chat", "m-1") is not None
+
+
+def test_db_from_the_environment_and_from_the_config_file(tmp_path: Path) -> None:
+    env_db = tmp_path / "env.db"
+    assert invoke(["ingest", "a", "1"], env={"AGENT_CONSOLE_DB": str(env_db)}).exit_code == 0
+    config = tmp_path / "c.toml"
+    config.write_text('db = "file.db"\n')
+    assert invoke(["--config", str(config), "ingest", "b", "1"]).exit_code == 0
+    with open_store(env_db) as store:
+        assert [e.source for e in store.events()] == ["a"]
+    with open_store(tmp_path / "file.db") as store:
+        assert [e.source for e in store.events()] == ["b"]
+
+
+# --- status ------------------------------------------------------------------------------------
+
+def test_status_json_reports_every_part(db: Path) -> None:
+    now = wall()
+    with open_store(db) as store:
+        store.ingest("chat", "1", {}, now=now)
+        store.ingest("chat", "2", {}, now=now)
+        gen = store.acquire("worker-a", now=now)
+        assert gen == 1
+        store.request_approval("refund-881", "refund order 881", now=now, expires_in=600)
+        store.queue_message("held", now=now)
+        store.add_timer("tick", now + 300, {}, every=300, now=now)
+    info = json.loads(ok(db, "status", "--json"))
+    assert info["events"] == {"pending": 2, "running": 0, "done": 0, "dead": 0}
+    assert info["lease"]["holder"] == "worker-a" and info["lease"]["gen"] == 1 and info["lease"]["live"] is True
+    assert 0 < info["lease"]["expires_in"] <= 120
+    assert [a["request_id"] for a in info["approvals_pending"]] == ["refund-881"]
+    assert info["outbox"]["queued"] == 1
+    assert info["next_send_at"] is not None
+    assert info["next_timer"]["id"] in {"tick", "expire:refund-881"}
+    assert info["takeovers"] == 0 and info["refused_finishes"] == 0
+    assert info["now"] >= now
+
+
+def test_status_text_shows_lease_approvals_outbox_timer_and_fencing(db: Path) -> None:
+    now = wall()
+    with open_store(db, lease_ttl=100) as store:
+        store.ingest("chat", "1", {}, now=now)
+        store.acquire("old-worker", now=now - 500)           # lapsed long ago
+        store.acquire("new-worker", now=now)                 # takeover: generation 2
+        store.finish("old-worker", 1, [], now=now)           # refused: recorded
+        store.request_approval("deploy-1", "deploy web", now=now, expires_in=3600)
+        store.queue_message("held", now=now)
+        store.add_timer("tick", now + 7200, {}, every=7200, now=now)
+    text = ok(db, "status")
+    assert "1 pending · 0 running · 0 done · 0 dead" in text
+    assert "held by new-worker, generation 2" in text
+    assert "deploy-1  deploy web" in text and "left)" in text
+    assert "1 queued · 0 sent · 0 failed" in text
+    assert "timers     next: expire:deploy-1 in " in text
+    assert "1 takeovers · 1 refused late finishes" in text
+
+
+def test_status_text_on_a_fresh_inbox(db: Path) -> None:
+    text = ok(db, "status")
+    assert "nobody has held it yet" in text and "none pending" in text and "nothing to send" in text
+
+
+# --- events and show ---------------------------------------------------------------------------
+
+def test_events_json_shape_and_filters(db: Path) -> None:
+    dead_id = make_dead(db, "cron", "c-1")
+    for i in range(3):
+        ok(db, "ingest", "github", f"d-{i}", json.dumps({"i": i}))
+    ok(db, "ingest", "chat", "m-1", '{"text": "hi"}')
+
+    listed = json.loads(ok(db, "events", "--json"))
+    assert [e["source_id"] for e in listed] == ["m-1", "d-2", "d-1", "d-0", "c-1"]  # newest first
+    required = {"id", "source", "source_id", "status", "attempts", "error", "claim_gen", "created_at", "payload"}
+    assert all(required <= set(e) for e in listed)
+    dead = listed[-1]
+    assert (dead["id"], dead["status"], dead["attempts"], dead["claim_gen"]) == (dead_id, "dead", 1, 1)
+    assert "boom" in dead["error"]
+    assert listed[0]["payload"] == {"text": "hi"} and listed[0]["error"] is None
+    assert (listed[0]["status"], listed[0]["attempts"], listed[0]["claim_gen"]) == ("pending", 0, None)
+
+    github = json.loads(ok(db, "events", "--json", "--source", "github"))
+    assert [e["source_id"] for e in github] == ["d-2", "d-1", "d-0"]
+    assert [e["id"] for e in json.loads(ok(db, "events", "--json", "--status", "dead"))] == [dead_id]
+    assert len(json.loads(ok(db, "events", "--json", "--limit", "2"))) == 2
+
+
+def test_events_text(db: Path) -> None:
+    assert ok(db, "events") == "no events\n"
+    dead_id = make_dead(db, "cron", "c-1")
+    ok(db, "ingest", "github", "d-1")
+    lines = ok(db, "events").splitlines()
+    assert len(lines) == 2
+    assert "github/d-1" in lines[0] and "pending" in lines[0]
+    assert lines[1].split()[:2] == [str(dead_id), "dead"] and "cron/c-1" in lines[1] and "boom" in lines[1]
+
+
+def test_show_prints_payload_history_and_journal(db: Path) -> None:
+    now = wall()
+    with open_store(db) as store:
+        store.ingest("chat", "m-1", {"text": "refund order 881", "nested": {"a": [1, 2]}}, now=now)
+        gen = store.acquire("worker-a", now=now)
+        assert gen is not None
+        [event] = store.claim_batch("worker-a", gen, now=now)
+        store.run_once("m-1:notify", lambda: {"ok": True}, gen=gen, now=now, event_id=event.id)
+        store.finish("worker-a", gen, [event.id], now=now)
+    text = ok(db, "show", str(event.id))
+    assert f"event {event.id}  chat/m-1  done" in text
+    assert '"nested": {\n    "a": [\n      1,' in text  # pretty JSON
+    assert "claim" in text and "finish" in text and "worker-a gen 1" in text
+    assert 'm-1:notify  committed  gen 1  executed 1x  result {"ok": true}' in text
+
+    detail = json.loads(ok(db, "show", str(event.id), "--json"))
+    assert detail["event"]["payload"]["text"] == "refund order 881"
+    assert [a["kind"] for a in detail["history"]] == ["claim", "finish"]
+    assert [(s["idem_key"], s["state"]) for s in detail["journal"]] == [("m-1:notify", "committed")]
+
+
+def test_show_uses_the_configured_time_zone(db: Path) -> None:
+    ok(db, "ingest", "chat", "m-1")
+    with open_store(db) as store:
+        event = store.find_event("chat", "m-1")
+    assert event is not None
+    expected = datetime.fromtimestamp(event.created_at, ZoneInfo("Asia/Tokyo")).isoformat(sep=" ")
+    assert f"created {expected}" in ok(db, "show", str(event.id), env={"AGENT_CONSOLE_TIMEZONE": "Asia/Tokyo"})
+
+
+# --- approve -----------------------------------------------------------------------------------
+
+def test_approve_prints_the_outcome_that_stands(db: Path) -> None:
+    with open_store(db) as store:
+        store.request_approval("refund-881", "refund order 881", now=wall(), expires_in=3600)
+    assert ok(db, "approve", "refund-881", "yes") == "yes\n"
+    assert ok(db, "approve", "refund-881", "no") == "yes\n"  # the first answer stands
+    with open_store(db) as store:
+        approval = store.approval("refund-881")
+    assert approval is not None and approval.outcome == "yes"
+
+
+def test_approve_after_the_deadline_prints_expired(db: Path) -> None:
+    with open_store(db) as store:
+        store.request_approval("deploy-1", "deploy", now=wall() - 100, expires_in=10)
+    assert ok(db, "approve", "deploy-1", "YES") == "expired\n"
+
+
+def test_approve_an_unknown_request_prints_unknown_and_exits_1(db: Path) -> None:
+    result = cli(db, "approve", "never-asked", "no")
+    assert (result.exit_code, result.stdout, result.stderr) == (1, "unknown\n", "")
+
+
+# --- retry -------------------------------------------------------------------------------------
+
+def test_retry_one_dead_event(db: Path) -> None:
+    event_id = make_dead(db, "github", "d-1")
+    assert ok(db, "retry", str(event_id)) == "retried\n"
+    with open_store(db) as store:
+        event = store.event(event_id)
+        history = store.history(event_id)
+    assert event is not None and (event.status, event.attempts) == ("pending", 0)
+    assert history[-1].kind == "retry"
+
+
+def test_retry_all_dead_prints_how_many(db: Path) -> None:
+    ids = [make_dead(db, "github", "d-1"), make_dead(db, "github", "d-2"), make_dead(db, "chat", "m-1")]
+    assert ok(db, "retry", "--all-dead", "--source", "github") == "retried 2\n"
+    with open_store(db) as store:
+        assert [store.event(i).status for i in ids] == ["pending", "pending", "dead"]  # type: ignore[union-attr]
+    assert ok(db, "retry", "--all-dead") == "retried 1\n"
+    assert ok(db, "retry", "--all-dead") == "retried 0\n"
+
+
+# --- say ---------------------------------------------------------------------------------------
+
+def test_say_queues_messages_and_urgent_skips_the_gap(db: Path) -> None:
+    assert ok(db, "say", "the build is green") == "queued message 1\n"
+    assert ok(db, "say", "the site is down", "--urgent") == "queued message 2 (urgent)\n"
+    with open_store(db) as store:
+        messages = {m.body: m for m in store.outbox_messages()}
+    assert messages["the build is green"].urgent is False and messages["the build is green"].status == "queued"
+    assert messages["the site is down"].urgent is True
+
+
+# --- timers ------------------------------------------------------------------------------------
+
+def test_timers_add_every_cron_at_then_list(db: Path) -> None:
+    before = wall()
+    out = ok(db, "timers", "add", "tick", "--every", "300", "--payload", '{"task": "tick"}', "--catch-up", "each")
+    assert out.startswith("added timer tick: every 5m 00s, next ")
+    ok(db, "timers", "add", "weekday", "--cron", "0 9 * * 1-5", "--tz", "Europe/Berlin")
+    ok(db, "timers", "add", "once", "--at", str(before + 86_400))
+    assert ok(db, "timers", "add", "tick", "--every", "600").startswith("replaced timer tick")
+
+    listed = {t["id"]: t for t in json.loads(ok(db, "timers", "list", "--json"))}
+    assert set(listed) == {"tick", "weekday", "once"}
+    assert listed["tick"]["every"] == 600 and listed["tick"]["catch_up"] == "coalesce"
+    assert before + 600 <= listed["tick"]["due"] <= wall() + 600
+    weekday = listed["weekday"]
+    assert (weekday["cron"], weekday["tz"]) == ("0 9 * * 1-5", "Europe/Berlin")
+    local = datetime.fromtimestamp(weekday["due"], ZoneInfo("Europe/Berlin"))
+    assert (local.hour, local.minute) == (9, 0) and local.weekday() < 5
+    assert listed["once"]["due"] == before + 86_400 and listed["once"]["every"] is None
+
+    text = ok(db, "timers")  # no subcommand lists them too
+    assert "weekday  cron '0 9 * * 1-5' Europe/Berlin  next " in text
+    assert "tick  every 10m 00s" in text and "once  once" in text
+
+
+def test_timers_add_payload_reaches_the_event(db: Path) -> None:
+    ok(db, "timers", "add", "soon", "--at", str(wall() - 5), "--payload", '{"task": "water plants"}')
+    with open_store(db) as store:
+        assert store.run_scheduler(now=wall()) == 1
+        [event] = store.events(source="timer")
+    assert event.source_id.startswith("soon@") and event.payload["task"] == "water plants"
+
+
+def test_timers_at_iso_without_offset_is_in_the_configured_zone(db: Path) -> None:
+    ok(db, "timers", "add", "new-year", "--at", "2031-01-01T00:00", env={"AGENT_CONSOLE_TIMEZONE": "Asia/Tokyo"})
+    ok(db, "timers", "add", "utc", "--at", "2031-01-01T00:00:00+00:00")
+    listed = {t["id"]: t["due"] for t in json.loads(ok(db, "timers", "list", "--json"))}
+    assert listed["new-year"] == int(datetime(2031, 1, 1, tzinfo=ZoneInfo("Asia/Tokyo")).timestamp())
+    assert listed["utc"] - listed["new-year"] == 9 * 3600
+
+
+def test_timers_cron_defaults_to_the_configured_zone(db: Path) -> None:
+    ok(db, "timers", "add", "nine", "--cron", "0 9 * * *", env={"AGENT_CONSOLE_TIMEZONE": "America/New_York"})
+    [timer] = json.loads(ok(db, "timers", "list", "--json"))
+    assert timer["tz"] == "America/New_York"
+
+
+def test_timers_pause_resume_remove(db: Path) -> None:
+    ok(db, "timers", "add", "tick", "--every", "60")
+    assert ok(db, "timers", "pause", "tick") == "paused timer tick\n"
+    assert json.loads(ok(db, "timers", "list", "--json"))[0]["paused"] is True
+    assert "paused" in ok(db, "timers", "list")
+    assert ok(db, "timers", "resume", "tick") == "resumed timer tick\n"
+    assert json.loads(ok(db, "timers", "list", "--json"))[0]["paused"] is False
+    assert ok(db, "timers", "remove", "tick") == "removed timer tick\n"
+    assert ok(db, "timers", "list") == "no timers\n"
+
+
+def test_timers_list_all_includes_fired_one_offs(db: Path) -> None:
+    ok(db, "timers", "add", "past", "--at", str(wall() - 10))
+    with open_store(db) as store:
+        store.run_scheduler(now=wall())
+    assert ok(db, "timers", "list") == "no timers\n"
+    assert "past  once  fired" in ok(db, "timers", "list", "--all")
+
+
+# --- help --------------------------------------------------------------------------------------
+
+def test_help_names_every_command_and_the_exit_codes() -> None:
+    result = invoke(["--help"])
+    assert result.exit_code == 0
+    for command in ("run", "ingest", "status", "events", "show", "approve", "retry", "timers", "say"):
+        assert f"  {command} " in result.stdout
+    assert "Exit codes" in result.stdout and "unknown" in result.stdout
+    approve_help = invoke(["approve", "--help"]).stdout
+    assert "unknown" in approve_help and "exit code is 1" in approve_help
+
+
+def test_help_works_with_a_broken_config(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text("lease_ttl = -1\n")
+    assert invoke(["--config", str(config), "status", "--help"]).exit_code == 0
+
+
+def test_ingest_from_stdin_and_list_as_real_processes(tmp_path: Path, isolated: dict[str, str]) -> None:
+    db = tmp_path / "inbox.db"
+    first = run_process(["--db", str(db), "ingest", "github", "d-9", "-"], isolated, input='{"pr": 9}')
+    again = run_process(["--db", str(db), "ingest", "github", "d-9", "-"], isolated, input='{"pr": 9}')
+    assert (first.returncode, first.stdout, first.stderr) == (0, "stored\n", "")
+    assert (again.returncode, again.stdout) == (0, "duplicate\n")
+    listed = run_process(["--db", str(db), "events", "--json"], isolated)
+    [event] = json.loads(listed.stdout)
+    assert (event["source"], event["source_id"], event["status"]) == ("github", "d-9", "pending")
+    assert event["payload"] == {"pr": 9}

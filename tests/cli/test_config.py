@@ -1,0 +1,205 @@
+"""load_settings: defaults < config file < environment < command-line options, and a clear ConfigError
+naming the setting and its source for every bad value."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from console.config import (
+    CHECKS,
+    ConfigError,
+    Settings,
+    default_config_path,
+    default_db_path,
+    ensure_default_db_folder,
+    env_var,
+    load_settings,
+)
+
+
+def write(path: Path, text: str) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_every_setting_has_a_checker() -> None:
+    assert set(CHECKS) == {f.name for f in fields(Settings)}
+
+
+def test_defaults_when_the_default_config_file_is_missing() -> None:
+    assert not default_config_path().exists()
+    settings = load_settings(None, env={})
+    assert settings == Settings()
+    assert settings.db == default_db_path()
+
+
+def test_default_paths_follow_the_user_folders(tmp_path: Path) -> None:
+    assert default_db_path().is_relative_to(tmp_path / "home" / "data")
+    assert default_config_path().is_relative_to(tmp_path / "home" / "config")
+
+
+def test_the_default_config_file_is_read_when_present() -> None:
+    write(default_config_path(), "lease_ttl = 45\n")
+    assert load_settings(None, env={}).lease_ttl == 45
+
+
+def test_precedence_defaults_file_env_overrides(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", 'lease_ttl = 30\noutbox_gap = 60\nmax_attempts = 5\ndb = "from-file.db"\n')
+    env = {"AGENT_CONSOLE_OUTBOX_GAP": "90", "AGENT_CONSOLE_MAX_ATTEMPTS": "7", "AGENT_CONSOLE_DB": "/x/env.db"}
+    settings = load_settings(config, env=env, overrides={"db": tmp_path / "cli.db", "max_attempts": None})
+    assert settings.lease_ttl == 30               # file over default
+    assert settings.outbox_gap == 90              # env over file
+    assert settings.max_attempts == 7             # a None override leaves the env value
+    assert settings.db == tmp_path / "cli.db"     # command line over env
+    assert settings.batch_cap == Settings().batch_cap
+
+
+def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
+    env = {
+        "AGENT_CONSOLE_LEASE_TTL": "5", "AGENT_CONSOLE_OUTBOX_GAP": "0", "AGENT_CONSOLE_MAX_ATTEMPTS": "4",
+        "AGENT_CONSOLE_BACKOFF_BASE": "2", "AGENT_CONSOLE_BACKOFF_MAX": "20", "AGENT_CONSOLE_BATCH_CAP": "9",
+        "AGENT_CONSOLE_APPROVAL_EXPIRY": "600", "AGENT_CONSOLE_AGENT": "offline",
+        "AGENT_CONSOLE_MAX_PAYLOAD_BYTES": "2048", "AGENT_CONSOLE_DIGEST_CRON": "30 8 * * 1-5",
+        "AGENT_CONSOLE_TIMEZONE": "Europe/Berlin", "AGENT_CONSOLE_THEME": "paper",
+        "AGENT_CONSOLE_KEYS": '{"quit": "ctrl+q"}', "AGENT_CONSOLE_WEBHOOKS": '{"enabled": false}',
+        "AGENT_CONSOLE_CHANNELS": '[{"kind": "file", "path": "/tmp/out"}]',
+        "AGENT_CONSOLE_CLAUDE_MODEL": "claude-opus-5-5", "AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "4096",
+        "AGENT_CONSOLE_CLAUDE_BASE_URL": "http://127.0.0.1:8080",
+    }
+    s = load_settings(None, env=env)
+    assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
+    assert (s.backoff_base, s.backoff_max, s.batch_cap) == (2, 20, 9)
+    assert (s.approval_expiry, s.agent, s.max_payload_bytes) == (600, "offline", 2048)
+    assert (s.digest_cron, s.timezone, s.theme) == ("30 8 * * 1-5", "Europe/Berlin", "paper")
+    assert s.keys == {"quit": "ctrl+q"}
+    assert s.webhooks == {"enabled": False}
+    assert s.channels == [{"kind": "file", "path": "/tmp/out"}]
+    assert (s.claude_model, s.claude_max_tokens, s.claude_base_url) == (
+        "claude-opus-5-5", 4096, "http://127.0.0.1:8080")
+    assert set(env) == {env_var(f.name) for f in fields(Settings)} - {"AGENT_CONSOLE_DB"}
+
+
+def test_unrelated_prefixed_environment_variables_are_ignored() -> None:
+    # Webhook secrets may be named AGENT_CONSOLE_GITHUB_SECRET; they are not settings.
+    assert load_settings(None, env={"AGENT_CONSOLE_GITHUB_SECRET": "s3cret"}) == Settings()
+
+
+def test_tables_in_the_config_file(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", """
+[webhooks]
+enabled = true
+port = 8787
+[webhooks.sources.github]
+verifier = "github"
+secret_env = "GITHUB_WEBHOOK_SECRET"
+
+[[channels]]
+kind = "file"
+path = "/tmp/messages.log"
+
+[keys]
+quit = "ctrl+q"
+""")
+    settings = load_settings(config, env={})
+    assert settings.webhooks["sources"]["github"]["secret_env"] == "GITHUB_WEBHOOK_SECRET"
+    assert settings.webhooks.get("enabled") is True
+    assert settings.channels == [{"kind": "file", "path": "/tmp/messages.log"}]
+    assert settings.keys == {"quit": "ctrl+q"}
+
+
+def test_relative_db_in_a_config_file_is_relative_to_the_file(tmp_path: Path) -> None:
+    config = write(tmp_path / "conf" / "c.toml", 'db = "inbox/agent.db"\n')
+    assert load_settings(config, env={}).db == tmp_path / "conf" / "inbox" / "agent.db"
+
+
+def test_relative_db_from_the_command_line_is_made_absolute(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert load_settings(None, env={}, overrides={"db": Path("here.db")}).db == tmp_path / "here.db"
+
+
+def test_a_missing_explicit_config_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"config file .*nope\.toml does not exist"):
+        load_settings(tmp_path / "nope.toml", env={})
+
+
+def test_invalid_toml_names_the_file(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", "lease_ttl = = 3\n")
+    with pytest.raises(ConfigError, match=r"c\.toml is not valid TOML"):
+        load_settings(config, env={})
+
+
+def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
+    config = write(tmp_path / "c.toml", "leese_ttl = 5\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config, env={})
+    assert "'leese_ttl'" in str(caught.value) and str(config) in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("line", "setting", "problem"),
+    [
+        ('lease_ttl = "abc"', "lease_ttl", "whole number"),
+        ("lease_ttl = 0", "lease_ttl", "at least 1"),
+        ("outbox_gap = -1", "outbox_gap", "at least 0"),
+        ("max_attempts = 2.5", "max_attempts", "whole number"),
+        ("batch_cap = true", "batch_cap", "whole number"),
+        ('agent = "gpt-9"', "agent", "unknown agent 'gpt-9'"),
+        ('timezone = "Mars/Olympus"', "timezone", "unknown time zone"),
+        ('digest_cron = "61 * * * *"', "digest_cron", "invalid cron"),
+        ("keys = 3", "keys", "expected a table"),
+        ("channels = [1, 2]", "channels", "list of tables"),
+    ],
+)
+def test_bad_value_in_the_file_names_setting_and_file(tmp_path: Path, line: str, setting: str, problem: str) -> None:
+    config = write(tmp_path / "c.toml", line + "\n")
+    with pytest.raises(ConfigError) as caught:
+        load_settings(config, env={})
+    message = str(caught.value)
+    assert f"bad value for {setting} in config file {config}" in message
+    assert problem in message
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "problem"),
+    [
+        ("AGENT_CONSOLE_LEASE_TTL", "abc", "expected a whole number, got 'abc'"),
+        ("AGENT_CONSOLE_OUTBOX_GAP", "-5", "at least 0"),
+        ("AGENT_CONSOLE_BATCH_CAP", "1.5", "whole number"),
+        ("AGENT_CONSOLE_AGENT", "nobody", "unknown agent"),
+        ("AGENT_CONSOLE_TIMEZONE", "Nowhere/City", "unknown time zone"),
+        ("AGENT_CONSOLE_DIGEST_CRON", "every day", "invalid cron"),
+        ("AGENT_CONSOLE_WEBHOOKS", "{not json", "written as JSON"),
+        ("AGENT_CONSOLE_DB", "  ", "non-empty"),
+    ],
+)
+def test_bad_value_in_the_environment_names_the_variable(variable: str, value: str, problem: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_settings(None, env={variable: value})
+    message = str(caught.value)
+    assert f"in environment variable {variable}" in message
+    assert problem in message
+
+
+def test_the_default_db_folder_is_created_but_not_a_chosen_one(tmp_path: Path) -> None:
+    default = load_settings(None, env={})
+    assert not default.db.parent.exists()
+    ensure_default_db_folder(default)
+    assert default.db.parent.is_dir()
+
+    chosen = load_settings(None, env={}, overrides={"db": tmp_path / "missing" / "inbox.db"})
+    ensure_default_db_folder(chosen)
+    assert not (tmp_path / "missing").exists()
+
+
+def test_the_readme_config_example_loads(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Configuration", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    settings = load_settings(write(tmp_path / "c.toml", example), env={})
+    assert settings.db == Path("~/agent/inbox.db").expanduser()
+    assert settings.webhooks["sources"]["github"]["secret_env"] == "GITHUB_WEBHOOK_SECRET"
+    assert settings.keys == {"quit": "ctrl+q"}

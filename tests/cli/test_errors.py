@@ -1,0 +1,249 @@
+"""Every user mistake is one line on stderr and exit code 2, never a traceback; a bug still shows one."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.core import Store
+from tests.cli.helpers import assert_user_error, invoke, run_process
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "inbox.db"
+
+
+def user_error(args: list[str], *fragments: str, input: str | None = None, env: dict[str, str] | None = None) -> str:
+    result = invoke(args, input=input, env=env)
+    assert isinstance(result.exception, SystemExit) or result.exception is None, result.exception
+    return assert_user_error(result.exit_code, result.stdout, result.stderr, *fragments)
+
+
+# --- bad input ---------------------------------------------------------------------------------
+
+def test_bad_json_payload(db: Path) -> None:
+    user_error(["--db", str(db), "ingest", "chat", "m-1", "{oops"], "the payload is not valid JSON")
+    user_error(["--db", str(db), "ingest", "chat", "m-1", "-"], "not valid JSON", input="")
+    with Store.open(db) as store:
+        assert store.events() == []  # nothing half-stored
+
+
+def test_payload_the_core_refuses(db: Path) -> None:
+    user_error(["--db", str(db), "ingest", "chat", "m-1", '{"n": NaN}'], "not JSON-serialisable")
+    user_error(["--db", str(db), "ingest", " ", "m-1"], "source must be a non-empty string")
+    user_error(["--db", str(db), "--config", str(write_config(db.parent, "max_payload_bytes = 10")),
+                "ingest", "chat", "big", json.dumps({"text": "x" * 50})], "over the limit of 10 bytes")
+
+
+def write_config(folder: Path, text: str) -> Path:
+    path = folder / "config.toml"
+    path.write_text(text + "\n", encoding="utf-8")
+    return path
+
+
+def test_unknown_event_id(db: Path) -> None:
+    user_error(["--db", str(db), "show", "42"], "no event with id 42")
+    user_error(["--db", str(db), "retry", "42"], "no event with id 42")
+    user_error(["--db", str(db), "show", "forty-two"], "'forty-two' is not a valid integer",
+               "(see 'agent-console show --help')")
+
+
+def test_retry_of_an_event_that_is_not_dead(db: Path) -> None:
+    invoke(["--db", str(db), "ingest", "chat", "m-1"])
+    user_error(["--db", str(db), "retry", "1"], "event 1 is pending, not dead")
+
+
+def test_retry_needs_exactly_one_target(db: Path) -> None:
+    user_error(["--db", str(db), "retry"], "either an EVENT_ID or --all-dead")
+    user_error(["--db", str(db), "retry", "3", "--all-dead"], "either an EVENT_ID or --all-dead")
+    user_error(["--db", str(db), "retry", "3", "--source", "x"], "--source goes with --all-dead")
+
+
+def test_bad_answer_word(db: Path) -> None:
+    user_error(["--db", str(db), "approve", "refund-1", "maybe"], "'yes' or 'no', not 'maybe'")
+
+
+def test_unknown_command_and_option_are_one_line_too(db: Path) -> None:
+    user_error(["--db", str(db), "frobnicate"], "No such command 'frobnicate'")
+    user_error(["--db", str(db), "events", "--colour"], "No such option '--colour'",
+               "(see 'agent-console events --help')")
+    user_error(["--db", str(db), "events", "--status", "lost"], "'lost' is not one of")
+
+
+def test_empty_message(db: Path) -> None:
+    user_error(["--db", str(db), "say", "   "], "a message must be non-empty text")
+
+
+@pytest.mark.parametrize(
+    ("args", "problem"),
+    [
+        (["t", "--every", "60", "--cron", "* * * * *"], "exactly one of --every, --cron or --at"),
+        (["t"], "exactly one of --every, --cron or --at"),
+        (["t", "--every", "60", "--tz", "UTC"], "--tz goes with --cron"),
+        (["t", "--cron", "not a cron"], "invalid cron expression"),
+        (["t", "--cron", "0 9 * * *", "--tz", "Mars/Base"], "unknown time zone"),
+        (["t", "--at", "next tuesday"], "--at takes epoch seconds or an ISO 8601 time"),
+        (["t", "--every", "0"], "--every"),
+        (["t", "--every", "60", "--payload", "[1, 2]"], "the timer payload must be a JSON object"),
+        (["t", "--every", "60", "--payload", "{bad"], "the timer payload is not valid JSON"),
+    ],
+)
+def test_bad_timer_definitions(db: Path, args: list[str], problem: str) -> None:
+    user_error(["--db", str(db), "timers", "add", *args], problem)
+    with Store.open(db) as store:
+        assert store.timers() == []
+
+
+def test_unknown_timer(db: Path) -> None:
+    for action in ("remove", "pause", "resume"):
+        user_error(["--db", str(db), "timers", action, "nope"], "no timer named 'nope'")
+
+
+# --- unusable inbox files ----------------------------------------------------------------------
+
+def test_db_that_is_not_a_database(tmp_path: Path) -> None:
+    text = tmp_path / "notes.txt"
+    text.write_text("these are my notes, not an inbox\n" * 20)
+    user_error(["--db", str(text), "status"], "not a SQLite database", str(text))
+    assert text.read_text().startswith("these are my notes")  # untouched
+
+
+def test_db_in_a_missing_folder_is_not_created(tmp_path: Path) -> None:
+    missing = tmp_path / "no-such-folder" / "inbox.db"
+    user_error(["--db", str(missing), "ingest", "chat", "m-1"], "does not exist")
+    assert not missing.parent.exists()
+
+
+def test_read_only_db(db: Path) -> None:
+    Store.open(db).close()
+    db.chmod(0o444)
+    try:
+        user_error(["--db", str(db), "ingest", "chat", "m-1"], "read-only")
+        user_error(["--db", str(db), "status"], "read-only")
+    finally:
+        db.chmod(0o644)
+
+
+def test_corrupt_db(db: Path) -> None:
+    with Store.open(db) as store:
+        store.ingest_many([("bulk", str(i), {"text": "x" * 200}) for i in range(300)], now=1)
+    size = db.stat().st_size
+    with db.open("r+b") as handle:  # keep the header, wreck the pages behind it
+        handle.seek(4096)
+        handle.write(b"\xde\xad\xbe\xef" * ((size - 4096) // 4))
+    user_error(["--db", str(db), "events"], str(db), "corrupt")
+
+
+def test_db_that_is_a_folder(tmp_path: Path) -> None:
+    user_error(["--db", str(tmp_path), "status"], "is a directory")
+
+
+# --- bad settings ------------------------------------------------------------------------------
+
+def test_bad_config_value_in_a_file(tmp_path: Path, db: Path) -> None:
+    config = write_config(tmp_path, 'lease_ttl = "soon"')
+    user_error(["--config", str(config), "--db", str(db), "status"], "lease_ttl", str(config), "whole number")
+
+
+def test_bad_config_value_in_an_env_var(db: Path) -> None:
+    user_error(["--db", str(db), "status"], "AGENT_CONSOLE_LEASE_TTL", "expected a whole number, got 'abc'",
+               env={"AGENT_CONSOLE_LEASE_TTL": "abc"})
+    user_error(["--db", str(db), "status"], "AGENT_CONSOLE_AGENT", "unknown agent", env={"AGENT_CONSOLE_AGENT": "hal"})
+
+
+def test_unknown_config_key(tmp_path: Path, db: Path) -> None:
+    config = write_config(tmp_path, "lease_tll = 5")
+    user_error(["--config", str(config), "--db", str(db), "status"], "unknown setting 'lease_tll'", str(config))
+
+
+def test_missing_explicit_config_file(tmp_path: Path, db: Path) -> None:
+    user_error(["--config", str(tmp_path / "absent.toml"), "--db", str(db), "status"], "absent.toml does not exist")
+
+
+def test_invalid_toml(tmp_path: Path, db: Path) -> None:
+    config = write_config(tmp_path, "[webhooks\nenabled = true")
+    user_error(["--config", str(config), "--db", str(db), "status"], "is not valid TOML")
+
+
+def test_bad_default_config_file_is_reported(tmp_path: Path, db: Path) -> None:
+    default = tmp_path / "home" / "config" / "agent-console" / "config.toml"
+    default.parent.mkdir(parents=True)
+    default.write_text('timezone = "Atlantis/Capital"\n')
+    user_error(["--db", str(db), "status"], "timezone", str(default), "unknown time zone")
+
+
+# --- the console -------------------------------------------------------------------------------
+
+def test_no_command_opens_the_console_with_settings_and_demo(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls: list[tuple[Any, bool]] = []
+    fake = types.ModuleType("console.tui.app")
+    fake.run_app = lambda settings, *, demo: calls.append((settings, demo))  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "console.tui.app", fake)
+    result = invoke(["--db", str(tmp_path / "x.db"), "--demo"], env={"AGENT_CONSOLE_LEASE_TTL": "7"})
+    assert result.exit_code == 0, result.stderr
+    [(settings, demo)] = calls
+    assert (settings.db, settings.lease_ttl, demo) == (tmp_path / "x.db", 7, True)
+    assert invoke([]).exit_code == 0
+    assert calls[1][1] is False and calls[1][0].db.parent.is_dir()  # the default data folder was made
+
+
+def test_a_build_without_the_console_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "console.tui.app", None)  # makes the import fail as if the file were absent
+    user_error([], "this build has no console")
+
+
+def test_the_console_is_not_opened_with_bad_settings(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[object] = []
+    fake = types.ModuleType("console.tui.app")
+    fake.run_app = lambda settings, *, demo: calls.append(settings)  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "console.tui.app", fake)
+    user_error([], "AGENT_CONSOLE_OUTBOX_GAP", env={"AGENT_CONSOLE_OUTBOX_GAP": "-1"})
+    assert calls == []
+
+
+# --- bugs are not hidden -----------------------------------------------------------------------
+
+def test_an_internal_error_keeps_its_traceback(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: Store, *, now: int) -> dict[str, Any]:
+        raise ValueError("an internal bug, not the user's input")
+
+    monkeypatch.setattr(Store, "status", broken)
+    result = invoke(["--db", str(db), "status"])
+    assert isinstance(result.exception, ValueError)  # propagated, not turned into a user error
+    assert result.exit_code == 1
+
+
+def test_an_internal_error_in_a_real_process_prints_a_traceback(tmp_path: Path, isolated: dict[str, str]) -> None:
+    # A sitecustomize that breaks Store.events stands in for a bug in the code.
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(
+        "from console.core import Store\n"
+        "def broken(self, **kw):\n    raise RuntimeError('simulated bug')\n"
+        "Store.events = broken\n"
+    )
+    env = dict(isolated, PYTHONPATH=os.pathsep.join([str(hook), isolated["PYTHONPATH"]]))
+    done = run_process(["--db", str(tmp_path / "x.db"), "events"], env)
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr and "RuntimeError: simulated bug" in done.stderr
+
+
+# --- the same contract as a real process -------------------------------------------------------
+
+def test_user_errors_from_a_real_process(tmp_path: Path, isolated: dict[str, str]) -> None:
+    db = tmp_path / "inbox.db"
+    done = run_process(["--db", str(db), "ingest", "chat", "m-1", "{not json"], isolated)
+    assert_user_error(done.returncode, done.stdout, done.stderr, "not valid JSON")
+    done = run_process(["--db", str(tmp_path / "missing" / "inbox.db"), "status"], isolated)
+    assert_user_error(done.returncode, done.stdout, done.stderr, "does not exist")
+    done = run_process(["--db", str(db), "status"], dict(isolated, AGENT_CONSOLE_MAX_ATTEMPTS="many"))
+    assert_user_error(done.returncode, done.stdout, done.stderr, "AGENT_CONSOLE_MAX_ATTEMPTS")

@@ -1,0 +1,136 @@
+"""`agent-console run` as a real process: it works events another process ingests, logs to stderr, and
+stops with exit code 0 on SIGTERM or SIGINT, releasing its lease at once."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.core import Store
+from tests.cli.helpers import ROOT, assert_user_error, run_process
+
+pytest.importorskip("console.runtime.engine", reason="the headless engine (console.runtime.engine) is not merged yet")
+
+TTL = 5  # small, so a test that waited out the lease instead of seeing it released would notice
+
+
+def wait_for(condition: Callable[[], Any], what: str, limit: float = 30.0) -> Any:
+    """Poll a condition until it holds; fail with `what` after `limit` seconds."""
+    deadline = time.monotonic() + limit
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)  # the polling interval of a condition check, not a wait standing in for it
+
+
+class Runner:
+    def __init__(self, db: Path, env: dict[str, str], log: Path, ttl: int = TTL) -> None:
+        self.db = db
+        self.log = log
+        self.handle = log.open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "console", "--db", str(db), "run"],
+            cwd=ROOT, env=dict(env, AGENT_CONSOLE_LEASE_TTL=str(ttl)), stdout=subprocess.DEVNULL, stderr=self.handle,
+        )
+
+    def stderr(self) -> str:
+        return self.log.read_text()
+
+    def wait_active(self) -> None:
+        def active() -> bool:
+            assert self.process.poll() is None, f"run exited early:\n{self.stderr()}"
+            return "mode: active" in self.stderr()
+
+        wait_for(active, "the engine to hold the lease")
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=30)
+        self.handle.close()
+
+
+@pytest.fixture
+def runner(tmp_path: Path, isolated: dict[str, str]) -> Iterator[Runner]:
+    started = Runner(tmp_path / "inbox.db", isolated, tmp_path / "run.log")
+    try:
+        yield started
+    finally:
+        started.close()
+
+
+def event_status(db: Path, source: str, source_id: str) -> str | None:
+    with Store.open(db, check=False) as store:
+        event = store.find_event(source, source_id)
+    return None if event is None else event.status
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_run_works_an_event_from_another_process_and_stops_cleanly(
+    runner: Runner, isolated: dict[str, str], signum: signal.Signals
+) -> None:
+    runner.wait_active()
+    ingest = run_process(["--db", str(runner.db), "ingest", "chat", "m-1", '{"text": "hello"}'], isolated)
+    assert (ingest.returncode, ingest.stdout) == (0, "stored\n")
+    wait_for(lambda: event_status(runner.db, "chat", "m-1") == "done", "the event to be done")
+
+    live = json.loads(run_process(["--db", str(runner.db), "status", "--json"], isolated).stdout)
+    assert live["lease"]["live"] is True and live["events"]["done"] >= 1
+
+    runner.process.send_signal(signum)
+    assert runner.process.wait(timeout=30) == 0, runner.stderr()
+
+    after = run_process(["--db", str(runner.db), "status", "--json"], isolated)
+    lease = json.loads(after.stdout)["lease"]
+    assert lease["live"] is False
+    assert lease["gen"] == live["lease"]["gen"]
+    with Store.open(runner.db) as store:
+        last_change = store.lease_log(1)[0]
+    assert last_change[1] == "release"  # given up, not left to lapse
+
+    log = runner.stderr()
+    assert "Traceback" not in log
+    assert "engine started" in log and "holding the lease as generation" in log
+    assert "run 1: 1 event(s)" in log and "run 1 done" in log
+    assert "engine stopped" in log
+
+
+def test_a_standby_run_takes_over_at_once_when_the_active_one_stops(
+    tmp_path: Path, isolated: dict[str, str]
+) -> None:
+    # A lease far longer than wait_for's limit: the standby engine can only become active in time
+    # because the first one released the lease on SIGTERM.
+    runners = [Runner(tmp_path / "inbox.db", isolated, tmp_path / "first.log", ttl=600)]
+    try:
+        first = runners[0]
+        first.wait_active()
+        second = Runner(first.db, isolated, tmp_path / "second.log", ttl=600)
+        runners.append(second)
+        wait_for(lambda: "mode: standby" in second.stderr(), "the second engine to stand by")
+        first.process.send_signal(signal.SIGTERM)
+        assert first.process.wait(timeout=30) == 0
+        second.wait_active()
+        with Store.open(first.db) as store:
+            lease = store.lease()
+        assert lease is not None and lease.gen == 2 and lease.until > time.time()
+        second.process.send_signal(signal.SIGTERM)
+        assert second.process.wait(timeout=30) == 0
+    finally:
+        for runner in runners:
+            runner.close()
+
+
+def test_run_with_an_unusable_inbox_is_a_one_line_error(tmp_path: Path, isolated: dict[str, str]) -> None:
+    done = run_process(["--db", str(tmp_path / "missing" / "inbox.db"), "run"], isolated)
+    assert_user_error(done.returncode, done.stdout, done.stderr, "does not exist")

@@ -1,0 +1,86 @@
+"""Deferred tool calls: one outcome per request (answer or expiry), the deadline checked by the answer itself."""
+
+from __future__ import annotations
+
+import pytest
+
+from console.core import Store
+
+T = 1_000_000
+HOUR = 3_600
+
+
+def test_an_unanswered_request_expires_into_an_inbox_event(store: Store) -> None:
+    assert store.request_approval("refund-1", "refund order 1", now=T, expires_in=4 * HOUR,
+                                  details={"amount": 120}, session_id="s-9") is True
+    [pending] = store.pending_approvals()
+    assert (pending.request_id, pending.expires_at, pending.seconds_left(T + HOUR)) == ("refund-1", T + 4 * HOUR,
+                                                                                         3 * HOUR)
+    assert store.run_scheduler(now=T + 4 * HOUR - 1) == 0
+    assert store.run_scheduler(now=T + 4 * HOUR) == 1
+    event = store.find_event("approval", "refund-1")
+    assert event is not None and event.status == "pending"  # it wakes the worker, which resumes session s-9
+    assert event.payload["answer"] == "expired" and event.payload["action"] == "refund order 1"
+    approval = store.approval("refund-1")
+    assert approval is not None
+    assert (approval.outcome, approval.resolved_at, approval.session_id, approval.details) == (
+        "expired", T + 4 * HOUR, "s-9", {"amount": 120})
+    assert store.pending_approvals() == []
+    assert [a.request_id for a in store.resolved_approvals()] == ["refund-1"]
+
+
+def test_the_first_answer_stands(store: Store) -> None:
+    store.request_approval("deploy-7", "deploy to production", now=T, expires_in=HOUR)
+    assert store.answer_approval("deploy-7", "no", now=T + 60) == "no"
+    assert store.answer_approval("deploy-7", "yes", now=T + 120) == "no"
+    assert store.answer_approval("deploy-7", "yes", now=T + 2 * HOUR) == "no"  # even after the deadline
+    store.run_scheduler(now=T + 2 * HOUR)
+    assert [e.payload["answer"] for e in store.events(source="approval")] == ["no"]
+    event = store.find_event("approval", "deploy-7")
+    assert event is not None and event.duplicates == 3  # every later attempt is in the ledger
+
+
+def test_the_deadline_is_checked_by_the_answer_itself(store: Store) -> None:
+    store.request_approval("a", "x", now=T, expires_in=100)
+    store.request_approval("b", "x", now=T, expires_in=100)
+    assert store.answer_approval("a", "yes", now=T + 99) == "yes"
+    assert store.answer_approval("b", "yes", now=T + 100) == "expired"  # at the deadline: too late
+
+
+def test_requesting_again_does_not_extend_the_deadline(store: Store) -> None:
+    assert store.request_approval("r", "refund", now=T, expires_in=HOUR) is True
+    assert store.request_approval("r", "refund", now=T + 50 * 60, expires_in=HOUR) is False
+    assert store.answer_approval("r", "yes", now=T + HOUR + 1) == "expired"
+
+
+def test_a_request_never_made_is_unknown_and_stores_nothing(store: Store) -> None:
+    assert store.answer_approval("nope", "yes", now=T) == "unknown"
+    assert store.events() == [] and store.approval("nope") is None
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        (lambda s: s.answer_approval("r", "maybe", now=T), "'yes' or 'no'"),
+        (lambda s: s.request_approval("", "x", now=T, expires_in=10), "request id"),
+        (lambda s: s.request_approval("r2", "x", now=T, expires_in=0), "expires_in"),
+    ],
+)
+def test_bad_approval_input_is_refused(store: Store, call: object, message: str) -> None:
+    store.request_approval("r", "refund", now=T, expires_in=HOUR)
+    with pytest.raises(ValueError, match=message):
+        call(store)  # type: ignore[operator]
+    assert [a.request_id for a in store.pending_approvals()] == ["r"]
+    assert store.events() == []
+
+
+def test_a_second_connection_sees_the_same_outcome(store: Store) -> None:
+    other = store.reopen()
+    try:
+        store.request_approval("r", "refund", now=T, expires_in=HOUR)
+        assert other.answer_approval("r", "yes", now=T + 10) == "yes"
+        assert store.answer_approval("r", "no", now=T + 20) == "yes"
+        approval = store.approval("r")
+        assert approval is not None and approval.outcome == "yes"
+    finally:
+        other.close()

@@ -1,0 +1,164 @@
+"""The step journal of seed 003: claim -> execute -> commit, once per key across crashes and takeovers."""
+
+from __future__ import annotations
+
+import signal
+from pathlib import Path
+
+import pytest
+
+from console.core import StaleGeneration, Store
+from tests.core.workers import spawn
+
+T = 1_000_000
+
+
+def test_a_committed_step_is_skipped_on_resume(store: Store) -> None:
+    calls: list[int] = []
+
+    def call_model() -> dict[str, object]:
+        calls.append(1)
+        return {"summary": "three new issues", "tokens": 812}
+
+    first = store.run_once("run-7:step:0", call_model, gen=1, now=T)
+    resumed = store.run_once("run-7:step:0", call_model, gen=1, now=T + 5)
+    after_takeover = store.run_once("run-7:step:0", call_model, gen=2, now=T + 500)
+    assert first == ({"summary": "three new issues", "tokens": 812}, "executed")
+    assert resumed == ({"summary": "three new issues", "tokens": 812}, "skipped")
+    assert after_takeover == resumed
+    assert len(calls) == 1
+    step = store.journal_step("run-7:step:0")
+    assert step is not None
+    assert (step.state, step.executions, step.committed_at) == ("committed", 1, T)
+
+
+def test_a_resumed_run_executes_only_the_steps_it_had_not_committed(store: Store) -> None:
+    """The seed's run_agent loop: a run dies after step 1; the rerun skips 0 and 1 and does 2 and 3."""
+    executed: list[int] = []
+
+    def agent_run(gen: int, die_after: int | None) -> list[str]:
+        outcomes = []
+        for step in range(4):
+            _, how = store.run_once(f"run-9:step:{step}", lambda s=step: executed.append(s) or s, gen=gen, now=T)
+            outcomes.append(how)
+            if step == die_after:
+                break
+        return outcomes
+
+    assert agent_run(1, die_after=1) == ["executed", "executed"]
+    assert agent_run(2, die_after=None) == ["skipped", "skipped", "executed", "executed"]
+    assert executed == [0, 1, 2, 3]
+
+
+def test_a_failing_step_drops_its_claim_so_a_retry_runs_it(store: Store) -> None:
+    def broken() -> object:
+        raise TimeoutError("model call timed out")
+
+    with pytest.raises(TimeoutError):
+        store.run_once("run-3:step:0", broken, gen=1, now=T)
+    assert store.journal_step("run-3:step:0") is None
+    assert store.run_once("run-3:step:0", lambda: "ok", gen=1, now=T + 1) == ("ok", "executed")
+
+
+def test_a_crash_between_execute_and_commit_repeats_the_step_exactly_once(tmp_path: Path) -> None:
+    db, effects = tmp_path / "inbox.db", tmp_path / "effects.log"
+    Store.open(db).close()
+    crasher = spawn("journal-crash", db, effects, "run-5:step:2", T)
+    _, err = crasher.communicate(timeout=30)
+    assert crasher.returncode == -signal.SIGKILL, err
+    assert effects.read_text().splitlines() == ["run-5:step:2 gen=1"]  # the effect happened...
+
+    with Store.open(db, lease_ttl=10) as store:
+        zombie = store.journal_step("run-5:step:2")
+        assert zombie is not None and (zombie.state, zombie.gen) == ("claimed", 1)  # ...the commit did not
+        assert store.acquire("replacement", now=T + 5) is None  # the dead worker's lease is still live
+        gen = store.acquire("replacement", now=T + 11)
+        assert gen == 2
+
+        def effect() -> str:
+            with effects.open("a") as out:
+                out.write(f"run-5:step:2 gen={gen}\n")
+            return "mailed"
+
+        assert store.run_once("run-5:step:2", effect, gen=gen, now=T + 11) == ("mailed", "executed")
+        assert store.run_once("run-5:step:2", effect, gen=gen, now=T + 12) == ("mailed", "skipped")
+        step = store.journal_step("run-5:step:2")
+        assert step is not None
+        assert (step.state, step.gen, step.executions, step.result) == ("committed", 2, 2, "mailed")
+    assert effects.read_text().splitlines() == ["run-5:step:2 gen=1", "run-5:step:2 gen=2"]
+
+
+def test_a_zombie_claim_of_an_older_generation_is_taken_over_not_waited_on(store: Store) -> None:
+    """While generation 1 is (as far as the file knows) still executing, generation 2 runs the step
+    at once; generation 1 coming back later cannot run or overwrite it."""
+    order: list[str] = []
+
+    def slow_step_of_gen_1() -> str:
+        order.append("gen 1 executing")
+        # A replacement worker arrives while generation 1 is stuck inside the step.
+        result = store.run_once("run-1:step:0", lambda: order.append("gen 2 executing") or "by gen 2",
+                                gen=2, now=T + 200)
+        assert result == ("by gen 2", "executed")
+        return "by gen 1"
+
+    store.run_once("run-1:step:0", slow_step_of_gen_1, gen=1, now=T)
+    assert order == ["gen 1 executing", "gen 2 executing"]
+    step = store.journal_step("run-1:step:0")
+    assert step is not None
+    assert (step.state, step.gen, step.result, step.executions) == ("committed", 2, "by gen 2", 2)
+    assert store.run_once("run-1:step:0", lambda: "again", gen=1, now=T + 300) == ("by gen 2", "skipped")
+
+
+def test_a_claim_by_a_newer_generation_makes_the_older_caller_stale(store: Store) -> None:
+    seen: list[str] = []
+
+    def step_of_gen_3() -> str:
+        with pytest.raises(StaleGeneration, match="generation 3"):
+            store.run_once("run-2:step:0", lambda: seen.append("gen 2 ran it") or "x", gen=2, now=T + 1)
+        return "by gen 3"
+
+    assert store.run_once("run-2:step:0", step_of_gen_3, gen=3, now=T) == ("by gen 3", "executed")
+    assert seen == []
+    # The refused call rolled its transaction back: the store takes writes as before.
+    assert store.ingest("chat", "after-stale", {}, now=T + 2) is True
+
+
+def test_journal_steps_are_listed_per_event(store: Store) -> None:
+    store.ingest("chat", "m-1", {}, now=T)
+    event = store.events()[0]
+    for step in range(3):
+        store.run_once(f"m-1:step:{step}", lambda s=step: s * 10, gen=1, now=T + step, event_id=event.id)
+    steps = store.journal_steps(event.id)
+    assert [(s.idem_key, s.result) for s in steps] == [("m-1:step:0", 0), ("m-1:step:1", 10), ("m-1:step:2", 20)]
+
+
+def test_sessions_are_saved_and_resumed(store: Store) -> None:
+    state = {"messages": [{"role": "user", "content": "refund 881?"}], "pending_tool": "refund"}
+    store.save_session("s-1", state, now=T)
+    assert store.load_session("s-1") == state
+    store.save_session("s-1", {"messages": []}, now=T + 1)
+    assert store.load_session("s-1") == {"messages": []}
+    assert store.load_session("nobody") is None
+    assert store.delete_session("s-1") is True
+    assert store.delete_session("s-1") is False
+
+
+def test_a_non_json_step_result_is_committed_so_the_effect_never_repeats(store: Store) -> None:
+    calls: list[int] = []
+
+    def effect() -> object:
+        calls.append(1)
+        return {1, 2}  # a set: not JSON
+
+    result, how = store.run_once("odd-result", effect, gen=1, now=10)
+    assert (result, how) == ({1, 2}, "executed")
+    again, how_again = store.run_once("odd-result", effect, gen=1, now=11)
+    assert how_again == "skipped" and again == {"unserialisable_result": "{1, 2}"} and calls == [1]
+
+
+def test_a_second_release_is_refused(store: Store) -> None:
+    gen = store.acquire("A", now=100)
+    assert gen is not None
+    assert store.release("A", gen, now=101) is True
+    assert store.release("A", gen, now=102) is False
+    assert [kind for _, kind, *_ in store.lease_log()].count("release") == 1

@@ -1,0 +1,170 @@
+"""The paced outbox: a gap between sends, batching, the urgent lane, retries under one key, failures."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from console.core import Batch, SendError, Store
+from tests.core.workers import spawn
+
+T = 1_000_000
+GAP = 3_600
+
+
+@pytest.fixture
+def outbox(tmp_path: Path) -> Iterator[Store]:
+    store = Store.open(tmp_path / "inbox.db", outbox_gap=GAP, backoff_base=10, backoff_jitter=0.0, send_timeout=60)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+class Channel:
+    """A channel that records what it was sent and fails when told to."""
+
+    def __init__(self) -> None:
+        self.sent: list[Batch] = []
+        self.fail_with: Exception | None = None
+
+    def __call__(self, batch: Batch) -> None:
+        if self.fail_with is not None:
+            raise self.fail_with
+        self.sent.append(batch)
+
+
+def test_the_first_message_goes_at_once_then_the_gap_holds_the_rest(outbox: Store) -> None:
+    channel = Channel()
+    outbox.queue_message("build is green", now=T)
+    assert outbox.dispatch(channel, now=T) == 1
+    for n in range(3):
+        outbox.queue_message(f"update {n}", now=T + 60 * (n + 1))
+        assert outbox.dispatch(channel, now=T + 60 * (n + 1)) == 0
+    assert outbox.next_send_at(now=T + 300) == T + GAP
+    assert outbox.dispatch(channel, now=T + GAP - 1) == 0
+    assert outbox.dispatch(channel, now=T + GAP) == 3
+    assert [b.bodies for b in channel.sent] == [["build is green"], ["update 0", "update 1", "update 2"]]
+    assert channel.sent[1].text == "update 0\n\nupdate 1\n\nupdate 2"
+    assert len({b.key for b in channel.sent}) == 2
+    assert outbox.dispatch(channel, now=T + 2 * GAP) == 0  # nothing queued: nothing sent
+    assert outbox.next_send_at(now=T + 2 * GAP) is None
+    assert outbox.outbox_counts() == {"queued": 0, "sending": 0, "sent": 4, "failed": 0, "retrying": 0}
+
+
+def test_urgent_messages_bypass_the_gap_without_resetting_it(outbox: Store) -> None:
+    channel = Channel()
+    outbox.queue_message("daily digest", now=T)
+    outbox.dispatch(channel, now=T)
+    outbox.queue_message("held news", now=T + 10)
+    outbox.queue_message("the deploy failed", now=T + 20, urgent=True)
+    assert outbox.next_send_at(now=T + 20) == T + 20
+    assert outbox.dispatch(channel, now=T + 20) == 1
+    assert channel.sent[-1].bodies == ["the deploy failed"] and channel.sent[-1].urgent
+    assert outbox.dispatch(channel, now=T + 30) == 0  # the held message still waits for the gap
+    assert outbox.last_send_at() == T  # the urgent send did not restart the gap
+    assert outbox.dispatch(channel, now=T + GAP) == 1
+    assert channel.sent[-1].bodies == ["held news"] and not channel.sent[-1].urgent
+
+
+def test_a_failed_send_is_kept_and_retried_under_the_same_key(outbox: Store) -> None:
+    channel = Channel()
+    outbox.queue_message("report ready", now=T)
+    outbox.queue_message("two more issues", now=T)
+    channel.fail_with = ConnectionError("connection refused")
+    assert outbox.dispatch(channel, now=T) == 0
+    failed = outbox.outbox_messages()
+    assert {m.status for m in failed} == {"sending"}  # neither sent nor dropped
+    assert {m.error for m in failed} == {"ConnectionError: connection refused"}
+    assert {m.next_try_at for m in failed} == {T + 10}
+    assert outbox.outbox_counts()["retrying"] == 1
+    assert outbox.next_send_at(now=T + 1) == T + 10
+
+    outbox.queue_message("held behind the retry", now=T + 5)
+    channel.fail_with = None
+    assert outbox.dispatch(channel, now=T + 9) == 0  # not before its retry time
+    assert channel.sent == []
+    channel.fail_with = SendError("HTTP 503")
+    assert outbox.dispatch(channel, now=T + 10) == 0
+    retry_at = outbox.outbox_messages()[-1].next_try_at
+    assert retry_at == T + 10 + 20  # the delay doubles
+    channel.fail_with = None
+    assert outbox.dispatch(channel, now=T + 30) == 2
+    [batch] = channel.sent
+    assert batch.bodies == ["report ready", "two more issues"]
+    assert batch.attempt == 3
+    assert batch.key == failed[0].batch_key  # the channel can drop a copy it already has
+    assert {m.status for m in outbox.outbox_messages() if m.body != "held behind the retry"} == {"sent"}
+    # The message queued meanwhile waited for the retried batch, then for the gap.
+    assert outbox.dispatch(channel, now=T + 31) == 0
+    assert outbox.dispatch(channel, now=T + 30 + GAP) == 1
+    assert channel.sent[-1].bodies == ["held behind the retry"]
+
+
+def test_a_permanent_failure_marks_the_batch_failed_with_its_reason(outbox: Store) -> None:
+    channel = Channel()
+    outbox.queue_message("to a deleted channel", now=T)
+    channel.fail_with = SendError("HTTP 404 channel_not_found", permanent=True)
+    assert outbox.dispatch(channel, now=T) == 0
+    [message] = outbox.outbox_messages()
+    assert (message.status, message.error, message.next_try_at) == ("failed", "HTTP 404 channel_not_found", None)
+    channel.fail_with = None
+    assert outbox.dispatch(channel, now=T + 10 * GAP) == 0  # never retried
+    assert outbox.outbox_counts()["failed"] == 1
+    outbox.queue_message("later news", now=T + 10 * GAP)  # a failure does not block the lane
+    assert outbox.dispatch(channel, now=T + 10 * GAP) == 1
+
+
+def test_at_most_once_marks_sent_before_sending_and_never_retries(outbox: Store) -> None:
+    channel = Channel()
+    outbox.queue_message("charge the card", now=T)
+    seen_status: list[set[str]] = []
+
+    def send(batch: Batch) -> None:
+        seen_status.append({m.status for m in outbox.outbox_messages()})
+        raise ConnectionResetError("reset mid-request")
+
+    assert outbox.dispatch(send, now=T, at_most_once=True) == 0
+    assert seen_status == [{"sent"}]  # already recorded as sent while the send was in flight
+    [message] = outbox.outbox_messages()
+    assert message.status == "failed" and message.error == "ConnectionResetError: reset mid-request"
+    assert outbox.dispatch(channel, now=T + GAP) == 0 and channel.sent == []
+    outbox.queue_message("next", now=T + GAP)
+    assert outbox.dispatch(channel, now=T + GAP, at_most_once=True) == 1
+    assert channel.sent[0].bodies == ["next"]
+
+
+def test_a_dispatcher_that_died_mid_send_is_retried_under_the_same_key(tmp_path: Path) -> None:
+    db = tmp_path / "inbox.db"
+    with Store.open(db, outbox_gap=GAP, send_timeout=60) as store:
+        store.queue_message("deploy finished", now=T)
+        store.queue_message("all checks green", now=T)
+    dispatcher = spawn("dispatch-hang", db, T, stdin=subprocess.PIPE)
+    assert dispatcher.stdout is not None
+    in_flight = json.loads(dispatcher.stdout.readline())  # it is inside send() now
+    dispatcher.send_signal(signal.SIGKILL)
+    dispatcher.communicate(timeout=30)
+    assert dispatcher.returncode == -signal.SIGKILL
+
+    channel = Channel()
+    with Store.open(db, outbox_gap=GAP, send_timeout=60) as store:
+        assert {m.status for m in store.outbox_messages()} == {"sending"}
+        assert store.dispatch(channel, now=T + 60) == 0  # its claim is still live: it may yet finish
+        assert channel.sent == []
+        assert store.next_send_at(now=T + 30) == T + 60
+        assert store.dispatch(channel, now=T + 61) == 2
+        [batch] = channel.sent
+        assert (batch.key, batch.bodies, batch.attempt) == (in_flight["key"], in_flight["bodies"], 2)
+        assert {m.status for m in store.outbox_messages()} == {"sent"}
+
+
+def test_a_message_must_be_text(outbox: Store) -> None:
+    for bad in ("", "   ", None, 42):
+        with pytest.raises(ValueError, match="non-empty text"):
+            outbox.queue_message(bad, now=T)  # type: ignore[arg-type]
+    assert outbox.outbox_messages() == []

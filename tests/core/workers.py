@@ -1,0 +1,168 @@
+"""Worker processes for the crash and race tests: `python -m tests.core.workers ROLE ARGS...`.
+
+Each role is a real process on the real inbox file. Time is never read from the wall clock: every
+`now` comes from argv or from the shared tick counter, so the tests decide what time it is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from console.core import Batch, Store
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def spawn(role: str, *args: object, stdin: int | None = None) -> subprocess.Popen[str]:
+    """Start one worker process from the repository root (works in any checkout)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen(
+        [sys.executable, "-m", "tests.core.workers", role, *map(str, args)],
+        cwd=ROOT, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+
+def append_line(path: str, line: str) -> None:
+    """A side effect that survives the process: one line, flushed to the file before returning."""
+    with open(path, "a", encoding="utf-8") as out:
+        out.write(line + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+
+def next_tick(counter: str) -> int:
+    """A clock shared by processes: every call returns a new, larger integer."""
+    fd = os.open(counter, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        raw = os.read(fd, 32)
+        tick = int(raw or b"0") + 1
+        os.lseek(fd, 0, os.SEEK_SET)
+        os.ftruncate(fd, 0)
+        os.write(fd, str(tick).encode())
+        return tick
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def journal_crash(db: str, effects: str, key: str, now: str) -> None:
+    """Take the lease, run one journalled step whose side effect happens, then die before the commit."""
+    store = Store.open(db, lease_ttl=10)
+    gen = store.acquire("crasher", now=int(now))
+    assert gen is not None
+
+    def effect() -> Any:
+        append_line(effects, f"{key} gen={gen}")
+        os.kill(os.getpid(), signal.SIGKILL)  # between execute and commit
+
+    store.run_once(key, effect, gen=gen, now=int(now))
+    raise AssertionError("unreachable: the process was killed inside the step")
+
+
+def lease_race(db: str, counter: str, log: str, holder: str, rounds: str, ttl: str, seed: str) -> None:
+    """Ask for the lease `rounds` times at shared ticks, writing every outcome to this process's log.
+
+    A holder sometimes releases, sometimes stalls (stops renewing so its lease lapses under it),
+    and sometimes simply renews, so both takeovers and refusals happen many times.
+    """
+    store = Store.open(db, lease_ttl=int(ttl), check=False)
+    rng = random.Random(int(seed))
+    print("ready", flush=True)
+    sys.stdin.readline()  # both processes start racing together
+    held: int | None = None
+    with open(log, "w", encoding="utf-8") as out:
+        for _ in range(int(rounds)):
+            tick = next_tick(counter)
+            gen = store.acquire(holder, now=tick)
+            if gen is None:
+                out.write(json.dumps({"kind": "blocked", "tick": tick}) + "\n")
+                held = None
+                continue
+            kind = "renew" if gen == held else "acquire"
+            out.write(json.dumps({"kind": kind, "gen": gen, "tick": tick}) + "\n")
+            held = gen
+            choice = rng.random()
+            if choice < 0.25:
+                release_tick = next_tick(counter)
+                released = store.release(holder, gen, now=release_tick)
+                out.write(json.dumps({"kind": "release", "gen": gen, "tick": release_tick, "ok": released}) + "\n")
+                held = None
+                next_tick(counter)  # a released holder idles a moment, as a worker between runs does
+            elif choice < 0.45:
+                for _ in range(int(ttl) + 1):  # stall: let shared time pass without renewing
+                    next_tick(counter)
+        out.flush()
+    store.close()
+
+
+def worker(db: str, effects: str, holder: str, now: str, steps: str) -> None:
+    """One worker life: take the lease, then claim and run events until none is left.
+
+    Each event runs `steps` journalled side effects and finishes with one reply, each event on its own
+    so that a reply belongs to exactly one event. A line on stdout after every step lets the test
+    pick a moment to kill it.
+    """
+    at = int(now)
+    store = Store.open(db, lease_ttl=30, max_attempts=3, backoff_base=1, backoff_max=4, check=False)
+    gen = store.acquire(holder, now=at)
+    if gen is None:
+        print("no-lease", flush=True)
+        return
+    while True:
+        batch = store.claim_batch(holder, gen, now=at)
+        print(f"claimed {len(batch)}", flush=True)
+        if not batch:
+            break
+        for event in batch:
+            for step in range(int(steps)):
+                key = f"{event.source_id}:step:{step}"
+                store.run_once(key, _effect(effects, key, gen), gen=gen, now=at, event_id=event.id)
+                print(f"step {key}", flush=True)
+            store.finish(holder, gen, [event.id], now=at, messages=[f"reply to {event.source_id}"])
+            print(f"finished {event.source_id}", flush=True)
+    print("idle", flush=True)
+    store.close()
+
+
+def _effect(effects: str, key: str, gen: int) -> Callable[[], Any]:
+    def run() -> Any:
+        append_line(effects, f"{key} gen={gen}")
+        return {"key": key, "gen": gen}
+
+    return run
+
+
+def dispatch_hang(db: str, now: str) -> None:
+    """A dispatcher that claims a batch and hangs inside the send until it is killed."""
+    store = Store.open(db, outbox_gap=3600, send_timeout=60, check=False)
+
+    def send(batch: Batch) -> None:
+        print(json.dumps({"key": batch.key, "bodies": batch.bodies}), flush=True)
+        sys.stdin.read()  # blocks: the test kills this process here, mid-send
+
+    store.dispatch(send, now=int(now))
+
+
+ROLES: dict[str, Callable[..., None]] = {
+    "journal-crash": journal_crash,
+    "lease-race": lease_race,
+    "worker": worker,
+    "dispatch-hang": dispatch_hang,
+}
+
+
+def main(argv: Sequence[str]) -> None:
+    ROLES[argv[0]](*argv[1:])
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

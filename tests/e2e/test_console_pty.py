@@ -1,0 +1,86 @@
+"""The real `agent-console` in a pseudo-terminal: inject by keyboard, approve, quit, check the file."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from console.core import Store
+
+pexpect = pytest.importorskip("pexpect")
+pyte = pytest.importorskip("pyte")
+
+ROOT = Path(__file__).resolve().parents[2]
+ROWS, COLS = 24, 80
+
+
+class Terminal:
+    def __init__(self, db: Path, home: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color", XDG_CONFIG_HOME=str(home / "config"),
+                   XDG_DATA_HOME=str(home / "data"), XDG_STATE_HOME=str(home / "state"), COLUMNS=str(COLS),
+                   LINES=str(ROWS))
+        env.pop("TEXTUAL", None)
+        self.screen = pyte.Screen(COLS, ROWS)
+        self.stream = pyte.ByteStream(self.screen)
+        self.child = pexpect.spawn(sys.executable, ["-m", "console", "--db", str(db)], cwd=str(ROOT), env=env,
+                                   dimensions=(ROWS, COLS))
+
+    def text(self) -> str:
+        return "\n".join(self.screen.display)
+
+    def pump(self) -> None:
+        while True:
+            try:
+                chunk = self.child.read_nonblocking(65536, timeout=0.05)
+            except pexpect.TIMEOUT:
+                return
+            except pexpect.EOF:
+                return
+            self.stream.feed(chunk)
+
+    def wait_for(self, condition: Callable[[str], bool], what: str, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.pump()
+            if condition(self.text()):
+                return
+            if not self.child.isalive():
+                break
+        raise AssertionError(f"timed out waiting for {what}; screen:\n{self.text()}")
+
+    def send(self, keys: str) -> None:
+        self.child.send(keys)
+
+
+def test_inject_approve_quit_in_a_real_terminal(tmp_path: Path) -> None:
+    db = tmp_path / "inbox.db"
+    term = Terminal(db, tmp_path)
+    try:
+        term.wait_for(lambda s: "Events" in s and "active" in s, "the console to start and take the lease")
+        term.send("i")
+        term.wait_for(lambda s: "Inject an event" in s, "the inject modal")
+        term.send("\x13")  # ctrl+s: inject the pre-filled chat event
+        term.wait_for(lambda s: "Inject an event" not in s, "the modal to close")
+        term.send("a")  # quick key: a chat message that needs approval
+        term.wait_for(lambda s: "1 waiting" in s, "the approval to appear")
+        term.send("y")
+        term.wait_for(lambda s: "0 waiting" in s, "the approval to be answered")
+        term.send("\x11")  # ctrl+q
+        term.child.expect(pexpect.EOF, timeout=30)
+    finally:
+        term.child.close(force=True)
+    assert term.child.exitstatus == 0, term.text()
+    with Store.open(db) as store:
+        chats = store.events(source="chat")
+        assert {"text": "hello"} in [e.payload for e in chats]
+        assert {"text": "refund order 881"} in [e.payload for e in chats]
+        resolved = store.resolved_approvals()
+        assert [a.outcome for a in resolved] == ["yes"] and "refund order 881" in resolved[0].action
+        lease = store.lease()
+        assert lease is not None and lease.until < int(time.time())  # released on quit
+        assert store.lease_log(1)[0][1] == "release"

@@ -1,0 +1,61 @@
+"""Snapshot tests: fixed clock, fixed holder, no blinking cursor, a file name instead of a temp path."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from textual.pilot import Pilot
+
+from console.clock import ManualClock
+from console.tui.app import ConsoleApp
+from console.tui.screens.detail import DetailScreen
+from console.tui.screens.inject import InjectScreen
+from console.tui.theme_files import SHIPPED
+from tests.tui.conftest import wait_until
+from tests.tui.scenes import make_app
+
+Compare = Callable[..., bool]
+
+
+def ready(app: ConsoleApp, *keys: str, screen: type | None = None) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await wait_until(pilot, lambda: app.started and app.query_one("#events").page is not None,  # type: ignore[attr-defined]
+                         what="first page")
+        await app.settle()
+        if keys:
+            await pilot.press(*keys)
+        if screen is not None:
+            await wait_until(pilot, lambda: isinstance(app.screen, screen), what=screen.__name__)
+        await pilot.pause()
+
+    return run_before
+
+
+def test_main_screen(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=ready(app))
+
+
+def test_main_screen_wide(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    assert snap_compare(app, terminal_size=(140, 36), run_before=ready(app))
+
+
+def test_detail_screen(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=ready(app, "enter", screen=DetailScreen))
+
+
+def test_inject_modal(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=ready(app, "i", screen=InjectScreen))
+
+
+@pytest.mark.parametrize("theme", SHIPPED)
+def test_each_shipped_theme(snap_compare: Compare, filled: Path, clock: ManualClock, theme: str) -> None:
+    app = make_app(filled, clock, settings={"theme": theme})
+    assert app.theme == theme
+    assert snap_compare(app, terminal_size=(80, 24), run_before=ready(app))
