@@ -1,6 +1,7 @@
 """The [webhooks] settings: their shape, their defaults, and errors that name the setting at fault.
 
     [webhooks]
+    enabled = false                 # true: `agent-console run` starts the receiver next to the engine
     host = "127.0.0.1"              # loopback unless you put a proxy in front
     port = 8765
     max_body_bytes = 1048576        # larger bodies get 413 before any signature work
@@ -37,7 +38,7 @@ RESERVED_SOURCES = ("approval", "chat", "timer")
 _SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_TOP_KEYS = {"host", "port", "max_body_bytes", "secrets_file", "sources"}
+_TOP_KEYS = {"enabled", "host", "port", "max_body_bytes", "secrets_file", "sources"}
 _SOURCE_KEYS = {"verifier", "secret_env", "tolerance", "header", "id_header"}
 
 
@@ -53,6 +54,7 @@ class SourceConfig:
 
 @dataclass(frozen=True)
 class WebhookConfig:
+    enabled: bool = False
     host: str = DEFAULT_HOST
     port: int = DEFAULT_PORT
     max_body_bytes: int = DEFAULT_MAX_BODY
@@ -108,6 +110,9 @@ def parse_webhooks(raw: Mapping[str, Any] | None) -> WebhookConfig:
     if not isinstance(raw, Mapping):
         raise ConfigError("webhooks: expected a table")
     _unknown(raw, _TOP_KEYS, "webhooks")
+    enabled = raw.get("enabled", False)
+    if not isinstance(enabled, bool):
+        raise ConfigError(f"webhooks.enabled: expected true or false, got {enabled!r}")
     host = _text(raw.get("host", DEFAULT_HOST), "webhooks.host", what="a host name or address")
     port = _integer(raw.get("port", DEFAULT_PORT), "webhooks.port", 0, 65535)
     max_body = _integer(raw.get("max_body_bytes", DEFAULT_MAX_BODY), "webhooks.max_body_bytes", 1, 64 * 1024 * 1024)
@@ -118,7 +123,7 @@ def parse_webhooks(raw: Mapping[str, Any] | None) -> WebhookConfig:
     if not isinstance(sources_raw, Mapping):
         raise ConfigError("webhooks.sources: expected tables such as [webhooks.sources.github]")
     sources = {name: parse_source(str(name), value) for name, value in sources_raw.items()}
-    return WebhookConfig(host, port, max_body, secrets_file, sources)
+    return WebhookConfig(enabled, host, port, max_body, secrets_file, sources)
 
 
 def build_verifier(source: SourceConfig, secret: Secret) -> Verifier:

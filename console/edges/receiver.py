@@ -9,6 +9,7 @@ only after the transaction holding the event has committed, 503 if it could not 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import signal
@@ -16,7 +17,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from aiohttp import web
 
@@ -188,9 +189,8 @@ def build_receiver(
     """A receiver from the settings; ConfigError (naming the setting) for a bad or missing one."""
     config = parse_webhooks(settings.webhooks)
     if host is not None or port is not None:
-        config = WebhookConfig(
-            host if host is not None else config.host, port if port is not None else config.port,
-            config.max_body_bytes, config.secrets_file, config.sources,
+        config = dataclasses.replace(
+            config, host=host if host is not None else config.host, port=port if port is not None else config.port
         )
     if not config.sources:
         raise ConfigError(
@@ -202,6 +202,44 @@ def build_receiver(
         config, verifiers, Path(store_path) if store_path is not None else settings.db,
         store_options=settings.store_options(), clock=clock, group_commit=group_commit, on_stored=on_stored,
     )
+
+
+class EngineLike(Protocol):
+    """What start_receiver needs of console.runtime.engine.Engine (kept structural: edges never import runtime)."""
+
+    @property
+    def path(self) -> Path: ...
+
+    @property
+    def clock(self) -> Clock: ...
+
+    def wake(self) -> None: ...
+
+
+async def start_receiver(
+    settings: Settings,
+    *,
+    engine: EngineLike | None = None,
+    store_path: str | os.PathLike[str] | None = None,
+    host: str | None = None,
+    port: int | None = None,
+    clock: Clock | None = None,
+) -> WebhookReceiver:
+    """Start a receiver and return it (stop it with `await receiver.stop()`).
+
+    Next to an engine, it writes to the engine's inbox on its own writer thread and connection, uses the
+    engine's clock, and wakes the engine's worker as soon as a new event is stored.
+    """
+    on_stored: Callable[[str, str], None] | None = None
+    if engine is not None:
+        wake = engine.wake
+        on_stored = lambda _source, _source_id: wake()  # noqa: E731
+        store_path = store_path if store_path is not None else engine.path
+        clock = clock or engine.clock
+    receiver = build_receiver(settings, store_path=store_path, host=host, port=port, clock=clock,
+                              on_stored=on_stored)
+    await receiver.start()
+    return receiver
 
 
 async def serve(

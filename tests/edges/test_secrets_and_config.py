@@ -86,10 +86,12 @@ def test_defaults() -> None:
     config = parse_webhooks(github_source())
     assert (config.host, config.port, config.max_body_bytes) == ("127.0.0.1", 8765, 1024 * 1024)
     assert config.sources["github"].tolerance == 300
+    assert config.enabled is False and parse_webhooks(github_source(enabled=True)).enabled is True
 
 
 @pytest.mark.parametrize(("raw", "message"), [
     ({"prot": 1}, r"webhooks\.prot: unknown setting"),
+    ({"enabled": "yes"}, r"webhooks\.enabled: expected true or false"),
     ({"port": "8765"}, r"webhooks\.port: expected a whole number"),
     ({"port": 70000}, r"webhooks\.port"),
     ({"max_body_bytes": 0}, r"webhooks\.max_body_bytes"),
