@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import importlib
-import inspect
 import json
 import logging
 import signal
@@ -249,28 +248,45 @@ async def _run_headless(settings: Settings) -> None:
 
 
 async def _start_webhook_receiver(settings: Settings, engine: Any) -> Any:
-    """HOOK(lead): start the webhook receiver next to the engine when the config enables it.
+    """Start the webhook receiver beside the engine when the config has `[webhooks] enabled = true`.
 
-    The edges helper owns console.edges.receiver; its report gives serve()'s exact signature. Until
-    the lead wires it, this calls serve(settings, engine=engine), awaiting it if it is a coroutine.
+    It writes to the engine's inbox on its own writer thread and wakes the worker as soon as an event
+    is stored.
     """
     if not settings.webhooks.get("enabled"):
         return None
-    receiver = _import_part("console.edges.receiver",
-                            "webhooks are enabled in the config, but this build has no webhook receiver")
-    server = receiver.serve(settings, engine=engine)
-    return await server if inspect.isawaitable(server) else server
+    from console.edges.receiver import start_receiver
+
+    receiver = await start_receiver(settings, engine=engine)
+    log.info("webhook receiver listening on %s", receiver.url)
+    return receiver
 
 
-async def _stop_webhook_receiver(server: Any) -> None:
-    """HOOK(lead): the counterpart of _start_webhook_receiver; match it to the receiver's API."""
-    for name in ("stop", "close", "cleanup"):
-        method: Any = getattr(server, name, None)
-        if callable(method):
-            result = method()
-            if inspect.isawaitable(result):
-                await result
-            return
+async def _stop_webhook_receiver(receiver: Any) -> None:
+    await receiver.stop()
+
+
+@main.command()
+@click.option("--host", help="Address to bind (default from [webhooks] host, else 127.0.0.1).")
+@click.option("--port", type=click.IntRange(0, 65535), help="Port to bind (default from [webhooks] port, else 8765).")
+@click.pass_obj
+def serve(state: CliState, host: str | None, port: int | None) -> None:
+    """Run the signed webhook receiver alone, until SIGTERM or Ctrl-C.
+
+    POST /hooks/SOURCE for each source under [webhooks.sources]; GET /healthz. Each delivery's signature
+    is checked on the raw body before anything is stored, and a 200 is sent only once the event is
+    durable in the inbox. Another process (`agent-console run` or the console) runs the events.
+    """
+    from console.edges.receiver import serve as serve_webhooks
+
+    settings = state.settings()
+    ensure_default_db_folder(settings)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
+    )
+    asyncio.run(serve_webhooks(
+        settings, host=host, port=port, on_ready=lambda r: click.echo(f"listening on {r.url}", err=True),
+    ))
 
 
 # --- the inbox ---------------------------------------------------------------------------------

@@ -135,16 +135,20 @@ def _reply(texts: list[str]) -> str:
 def summarise_webhook(event: Event) -> str:
     """One line for a GitHub- or Stripe-shaped payload; a generic line otherwise."""
     p: dict[str, Any] = event.payload if isinstance(event.payload, dict) else {}
+    kind_header = None
+    if isinstance(p.get("body"), dict) and set(p) <= {"type", "body"}:
+        # The webhook receiver stores {"type": <the provider's event kind>, "body": <the JSON as sent>}.
+        kind_header, p = p.get("type"), p["body"]
     repo = (p.get("repository") or {}).get("full_name") if isinstance(p.get("repository"), dict) else None
     if event.source == "github" or repo:
         actor = (p.get("sender") or {}).get("login", "someone") if isinstance(p.get("sender"), dict) else "someone"
-        action = p.get("action", "event")
+        action = p.get("action") or kind_header or "event"
         for kind, label in (("pull_request", "PR"), ("issue", "issue")):
             item = p.get(kind)
             if isinstance(item, dict):
                 return f"GitHub: {label} #{item.get('number', '?')} {action} in {repo or '?'} by {actor}: " \
                        f"{item.get('title', '')}".rstrip(": ")
-        if "commits" in p:
+        if "commits" in p or kind_header == "push":
             return f"GitHub: {len(p.get('commits') or [])} commit(s) pushed to {repo or '?'} by {actor}"
         return f"GitHub: {action} in {repo or '?'} by {actor}"
     obj = (p.get("data") or {}).get("object") if isinstance(p.get("data"), dict) else None

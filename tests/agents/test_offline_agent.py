@@ -94,3 +94,12 @@ def test_digest_reports_dead_events_and_expired_approvals(store: Store) -> None:
     ctx = run(store, [("timer", "daily-digest@2", {"task": "digest", "scheduled_for": NOW, "skipped": 0})], now=NOW)
     (text, _), = ctx.messages
     assert "\nDigest (last day):" in text and "dead #" in text and "expired approval apr-x" in text
+
+
+def test_a_webhook_as_the_receiver_stores_it_is_summarised() -> None:
+    stored = {"type": "push", "body": {"repository": {"full_name": "me/agent"}, "sender": {"login": "bob"},
+                                       "commits": [{}, {}]}}
+    assert summarise_webhook(event("github", stored)) == "GitHub: 2 commit(s) pushed to me/agent by bob"
+    issue = {"type": "issues", "body": {"action": "closed", "issue": {"number": 3, "title": "Flaky"},
+                                        "repository": {"full_name": "me/agent"}, "sender": {"login": "amy"}}}
+    assert summarise_webhook(event("github", issue)) == "GitHub: issue #3 closed in me/agent by amy: Flaky"
