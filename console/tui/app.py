@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -25,7 +25,7 @@ from textual.message import Message
 from textual.widgets import Footer
 
 from console.clock import Clock, WallClock
-from console.config import Settings
+from console.config import ConfigError, Settings
 from console.core import STATUSES, Store, StoreError
 from console.demo import demo_settings, run_demo
 from console.runtime.notices import Notice
@@ -51,6 +51,9 @@ from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
 from console.tui.widgets.lease_pane import LeasePane
 from console.tui.widgets.outbox_pane import OutboxPane
+
+if TYPE_CHECKING:
+    from console.edges.receiver import WebhookReceiver
 
 T = TypeVar("T")
 log = logging.getLogger("agent_console.tui")
@@ -132,6 +135,7 @@ class ConsoleApp(App[None]):
         self.known_sources: list[str] = []
         self.activity: Activity | None = None
         self.started = False
+        self.receiver: WebhookReceiver | None = None
         self.start_error: str | None = None
         self._stalled = False
         self._dirty: set[str] = set()
@@ -206,6 +210,7 @@ class ConsoleApp(App[None]):
             self.exit(return_code=2, message=str(exc))
             return
         self.started = True
+        await self._start_receiver()
         self._unsubscribe = self.engine.subscribe(self._post_notice)
         self._mark(*PANES)
         self.set_interval(FLUSH_SECONDS, self._flush_dirty)
@@ -219,7 +224,28 @@ class ConsoleApp(App[None]):
     async def on_unmount(self) -> None:
         await self.shutdown_engine()
 
+    async def _start_receiver(self) -> None:
+        """The webhook receiver runs inside the console when the config enables it."""
+        if not self.settings.webhooks.get("enabled"):
+            return
+        from console.edges.receiver import start_receiver
+
+        try:
+            self.receiver = await start_receiver(self.settings, engine=self.engine)
+        except (ConfigError, StoreError, OSError) as exc:
+            self.notify(str(exc), title="Webhook receiver not started", severity="error", timeout=15)
+
+    def receiver_summary(self) -> str | None:
+        if self.receiver is None:
+            return None
+        counts = self.receiver.counts
+        refused = sum(n for verdict, n in counts.items() if verdict not in ("stored", "duplicate", "challenge"))
+        return f"hooks {self.receiver.url} · {counts['stored']} stored · {counts['duplicate']} dup · {refused} refused"
+
     async def shutdown_engine(self) -> None:
+        if self.receiver is not None:
+            receiver, self.receiver = self.receiver, None
+            await receiver.stop()
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
@@ -293,7 +319,7 @@ class ConsoleApp(App[None]):
         elif pane == "outbox":
             self.query_one(OutboxPane).show(await self.read(read_outbox(now)))
         elif pane == "header":
-            self.query_one(ConsoleHeader).show(self.engine.mode, self.activity)
+            self.query_one(ConsoleHeader).show(self.engine.mode, self.activity, self.receiver_summary())
 
     @work(group="activity", exclusive=True)
     async def _refresh_activity(self) -> None:

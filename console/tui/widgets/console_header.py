@@ -21,10 +21,11 @@ class ConsoleHeader(Horizontal):
         yield Static("ev/min", id="header-rate")
         yield Sparkline([0], id="header-sparkline")
 
-    def show(self, mode: str, activity: Activity | None) -> None:
+    def show(self, mode: str, activity: Activity | None, webhooks: str | None = None) -> None:
         title = Content.assemble(
             ("agent-console ", "bold $text-primary"), (mode, "$text-success" if mode == "active" else "$text-warning"),
             (" · agent ", "dim"), (self.agent, "bold"), (" · ", "dim"), self.inbox,
+            *((("  ", ""), (webhooks, "$text-accent")) if webhooks else ()),
         )
         self.query_one("#header-title", Static).update(title)
         if activity is not None:
