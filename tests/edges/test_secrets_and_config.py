@@ -110,3 +110,19 @@ def test_defaults() -> None:
 def test_bad_webhook_settings_name_the_setting(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         parse_webhooks(raw)
+
+
+def test_the_readme_webhooks_example_is_a_valid_config(tmp_path: Path) -> None:
+    from console.config import load_settings
+    from console.edges.channels import build_channels
+    from console.edges.config import parse_webhooks
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Webhooks and outbox channels", 1)[1]
+    example = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    config = tmp_path / "config.toml"
+    config.write_text(example, encoding="utf-8")
+    settings = load_settings(config, env={})
+    webhooks = parse_webhooks(settings.webhooks)
+    assert list(webhooks.sources) == ["github"] and (webhooks.host, webhooks.port) == ("127.0.0.1", 8765)
+    assert [channel.name for channel in build_channels(settings)] == ["console", "apprise"]
