@@ -22,11 +22,13 @@ _SELECT_LOST = """SELECT id, attempts, claim_gen FROM inbox INDEXED BY inbox_run
 _SELECT_DUE_RETRY = """SELECT id, attempts FROM inbox INDEXED BY inbox_retry
                        WHERE status = 'pending' AND attempts > 0 AND next_attempt_at <= ?
                        ORDER BY id LIMIT 1"""
-_CLAIM_ONE = f"""UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?, updated_at = ?
-                 WHERE id = ? RETURNING {_EVENT_COLUMNS}"""
+_SELECT_HAND_RETRY = """SELECT id FROM inbox INDEXED BY inbox_alone
+                        WHERE status = 'pending' AND claim_alone = 1 ORDER BY id LIMIT 1"""
+_CLAIM_ONE = f"""UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?, updated_at = ?,
+                 claim_alone = 0 WHERE id = ? RETURNING {_EVENT_COLUMNS}"""
 _CLAIM_FRESH = f"""UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?, updated_at = ?
                    WHERE id IN (SELECT id FROM inbox INDEXED BY inbox_fresh
-                                WHERE status = 'pending' AND attempts = 0 ORDER BY id LIMIT ?)
+                                WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0 ORDER BY id LIMIT ?)
                    RETURNING {_EVENT_COLUMNS}"""
 
 
@@ -155,6 +157,9 @@ class InboxMixin(StoreBase):
                 if attempts < self.max_attempts:
                     break
                 self._mark_dead(event_id, now, f"out of attempts ({attempts} of {self.max_attempts})", holder, gen)
+            if not retry:
+                retry = self._conn.execute(_SELECT_HAND_RETRY).fetchall()
+                event_id = retry[0][0] if retry else 0
             if retry:
                 rows = self._conn.execute(_CLAIM_ONE, (gen, now, event_id)).fetchall()
             else:
@@ -263,6 +268,7 @@ class InboxMixin(StoreBase):
         statements = {
             "lost": (_SELECT_LOST, (1,)),
             "due_retry": (_SELECT_DUE_RETRY, (0,)),
+            "hand_retry": (_SELECT_HAND_RETRY, ()),
             "claim_one": (_CLAIM_ONE, (1, 0, 1)),
             "claim_fresh": (_CLAIM_FRESH, (1, 0, 1)),
         }
@@ -392,7 +398,7 @@ class InboxMixin(StoreBase):
     def _revive(self, event_id: int, now: int) -> bool:
         changed = self._conn.execute(
             """UPDATE inbox SET status = 'pending', attempts = 0, next_attempt_at = 0, claim_gen = NULL,
-                   updated_at = ? WHERE id = ? AND status = 'dead' RETURNING error""",
+                   claim_alone = 1, updated_at = ? WHERE id = ? AND status = 'dead' RETURNING error""",
             (now, event_id),
         ).fetchall()
         if changed:

@@ -256,6 +256,6 @@ class OutboxMixin(StoreBase):
 
     def outbox_counts(self) -> dict[str, int]:
         counts = {"queued": 0, "sending": 0, "sent": 0, "failed": 0}
-        counts.update({s: n for s, n in self._conn.execute("SELECT status, COUNT(*) FROM outbox GROUP BY status")})
+        counts.update({s: n for s, n in self._conn.execute("SELECT status, n FROM outbox_counts")})
         counts["retrying"] = int(self._scalar("SELECT COUNT(*) FROM outbox_batches WHERE state = 'retry'"))
         return counts

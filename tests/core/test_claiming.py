@@ -22,14 +22,16 @@ def test_claim_statements_use_their_partial_indexes_and_never_scan_the_inbox(sto
     store.ingest_many([("chat", f"m-{n}", {}) for n in range(2_000)], now=T)
     store.connection.execute("ANALYZE")  # plans must hold with statistics too, not only on an empty file
     plans = store.explain_claim()
-    assert set(plans) == {"lost", "due_retry", "claim_one", "claim_fresh"}
+    assert set(plans) == {"lost", "due_retry", "hand_retry", "claim_one", "claim_fresh"}
     for name, lines in plans.items():
         touching_inbox = [line for line in lines if re.search(r"\binbox\b", line)]
         assert touching_inbox, (name, lines)
         for line in touching_inbox:
-            assert re.fullmatch(r"SEARCH inbox USING .*|SCAN inbox USING (COVERING )?INDEX inbox_fresh", line), (
+            assert re.fullmatch(
+                r"SEARCH inbox USING .*|SCAN inbox USING (COVERING )?INDEX (inbox_fresh|inbox_alone)", line), (
                 name, line)
     assert any("inbox_retry" in line for line in plans["due_retry"])
+    assert any("inbox_alone" in line for line in plans["hand_retry"])
     assert any("inbox_running" in line for line in plans["lost"])
     assert any("inbox_fresh" in line for line in plans["claim_fresh"])
     assert plans["claim_one"] == ["SEARCH inbox USING INTEGER PRIMARY KEY (rowid=?)"]
@@ -268,3 +270,27 @@ def test_status_describes_the_inbox_at_a_glance(tmp_path: Path) -> None:
         assert status["outbox"]["queued"] == 1
         assert status["next_send_at"] == T + 510  # nothing sent yet: the first message may go at once
         assert status["next_timer"] == {"id": "digest", "due": T + 900, "due_in": 390}
+
+
+def test_an_event_retried_by_hand_is_claimed_alone(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "inbox.db", max_attempts=1, backoff_base=0) as store:
+        store.ingest("hook", "poison", {}, now=T)
+        gen, batch = claim(store, "A", T)
+        store.finish("A", gen, [e.id for e in batch], now=T, error="crash")
+        poison = store.find_event("hook", "poison")
+        assert poison is not None and poison.status == "dead"
+        store.ingest_many([("chat", "a", {}), ("chat", "b", {})], now=T + 1)
+        assert store.retry_dead(poison.id, now=T + 1)
+        alone = store.claim_batch("A", gen, now=T + 2)
+        assert [(e.source_id, e.attempts) for e in alone] == [("poison", 1)]
+        store.finish("A", gen, [poison.id], now=T + 2)
+        assert [e.source_id for e in store.claim_batch("A", gen, now=T + 3)] == ["a", "b"]
+
+
+def test_outbox_counts_follow_every_change(store: Store) -> None:
+    for n in range(3):
+        store.queue_message(f"m{n}", now=T)
+    assert store.outbox_counts()["queued"] == 3
+    assert store.dispatch(lambda batch: None, now=T) == 3
+    counts = store.outbox_counts()
+    assert (counts["queued"], counts["sent"]) == (0, 3)
