@@ -26,6 +26,7 @@ from console.config import ConfigError, Settings, ensure_default_db_folder, load
 from console.core import STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.timers import CATCH_UP_POLICIES
+from console.timefmt import relative, span
 
 PROG = "agent-console"
 USER_ERROR = 2
@@ -132,22 +133,6 @@ def _parse_json(text: str, what: str) -> Any:
 
 def _print_json(value: Any) -> None:
     click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
-
-
-def _span(seconds: int) -> str:
-    """A duration for people: 45s, 3m 05s, 4h 00m, 2d 03h."""
-    seconds = abs(int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d {seconds % 86400 // 3600:02d}h"
-
-
-def _relative(when: int, now: int) -> str:
-    return f"in {_span(when - now)}" if when >= now else f"{_span(now - when)} ago"
 
 
 def _clock_time(when: int, zone: ZoneInfo) -> str:
@@ -335,22 +320,22 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
         lines.append("lease      nobody has held it yet")
     elif lease["live"]:
         lines.append(f"lease      held by {lease['holder']}, generation {lease['gen']}, "
-                     f"{_span(lease['expires_in'])} left")
+                     f"{span(lease['expires_in'])} left")
     else:
         lines.append(f"lease      free (last holder {lease['holder']}, generation {lease['gen']}, "
-                     f"ended {_span(-lease['expires_in'])} ago)")
+                     f"ended {span(-lease['expires_in'])} ago)")
     pending = info["approvals_pending"]
     lines.append(f"approvals  {len(pending)} pending" if pending else "approvals  none pending")
     for approval in pending:
-        left = f"{_span(approval['expires_in'])} left" if approval["expires_in"] > 0 else "expired, not yet swept"
+        left = f"{span(approval['expires_in'])} left" if approval["expires_in"] > 0 else "expired, not yet swept"
         lines.append(f"           {approval['request_id']}  {approval['action']}  ({left})")
     outbox = info["outbox"]
     next_send = info["next_send_at"]
-    send = "nothing to send" if next_send is None else f"next send {_relative(next_send, now)}"
+    send = "nothing to send" if next_send is None else f"next send {relative(next_send, now)}"
     lines.append(f"outbox     {outbox['queued']} queued · {outbox['sent']} sent · {outbox['failed']} failed"
                  f"{' · ' + str(outbox['retrying']) + ' batches retrying' if outbox['retrying'] else ''} · {send}")
     timer = info["next_timer"]
-    upcoming = "none due" if timer is None else f"next: {timer['id']} {_relative(timer['due'], now)}"
+    upcoming = "none due" if timer is None else f"next: {timer['id']} {relative(timer['due'], now)}"
     lines.append(f"timers     {upcoming}")
     lines.append(f"fencing    {info['takeovers']} takeovers · {info['refused_finishes']} refused late finishes")
     return lines
@@ -492,7 +477,7 @@ def timers(ctx: click.Context) -> None:
 
 def _schedule(timer: Timer) -> str:
     if timer.every is not None:
-        return f"every {_span(timer.every)}"
+        return f"every {span(timer.every)}"
     if timer.cron is not None:
         return f"cron '{timer.cron}' {timer.tz or 'UTC'}"
     return "once"
@@ -515,7 +500,7 @@ def timers_list(state: CliState, include_done: bool, as_json: bool) -> None:
         return
     zone = state.zone()
     for timer in found:
-        when = "fired" if timer.done else f"next {_clock_time(timer.due, zone)} ({_relative(timer.due, now)})"
+        when = "fired" if timer.done else f"next {_clock_time(timer.due, zone)} ({relative(timer.due, now)})"
         paused = "  paused" if timer.paused else ""
         click.echo(f"{timer.id}  {_schedule(timer)}  {when}  catch-up {timer.catch_up}{paused}")
 
@@ -573,7 +558,7 @@ def timers_add(
             )
     verb = "replaced" if replacing else "added"
     click.echo(f"{verb} timer {timer.id}: {_schedule(timer)}, next {_clock_time(timer.due, state.zone())} "
-               f"({_relative(timer.due, now)})")
+               f"({relative(timer.due, now)})")
 
 
 def _timer_change(name: str, verb: str, summary: str, change: Callable[[Store, str], bool]) -> Callable[..., None]:

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from console.core import Approval, Attempt, Event, JournalStep, OutboxMessage, Store
+from console.timefmt import relative, span
 
 AHEAD_LIMIT = 100
 
@@ -22,19 +23,11 @@ class DetailView:
 def clock_text(at: int | None, now: int) -> str:
     if at is None:
         return "never"
-    delta = at - now
-    return f"t={at} ({'in ' + human_span(delta) if delta >= 0 else human_span(-delta) + ' ago'})"
+    return f"t={at} ({relative(at, now, sep='')})"
 
 
 def human_span(seconds: int) -> str:
-    seconds = max(0, int(seconds))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    if seconds < 86400:
-        return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
-    return f"{seconds // 86400}d{seconds % 86400 // 3600:02d}h"
+    return span(max(0, seconds), sep="")
 
 
 def read_detail(event_id: int, *, now: int, holder: str, mode: str) -> Callable[[Store], DetailView]:
