@@ -8,8 +8,10 @@ draining a backlog cannot flood the screen.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
+import signal
 import tempfile
 from collections.abc import Callable
 from functools import partial
@@ -22,7 +24,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.message import Message
-from textual.widgets import Footer
+from textual.widgets import Footer, HelpPanel
 
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
@@ -90,19 +92,32 @@ class ConsoleApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "agent-console"
     COMMANDS = App.COMMANDS | {ConsoleCommands}
+    BINDING_GROUP_TITLE = "Console"
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # Screen.-narrow in app.tcss
+    # The footer shows the keys a newcomer needs first; f1 (or ?) lists the rest with what each does.
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("i", "inject", "Inject", id="console.inject"),
-        Binding("y", "answer('yes')", "Yes", id="console.approve"),
-        Binding("n", "answer('no')", "No", id="console.decline"),
-        Binding("r", "retry", "Retry", id="console.retry"),
-        Binding("R", "retry_all", "Retry all", id="console.retry_all", show=False),
-        Binding("f", "cycle_status", "Filter", id="console.filter_status"),
-        Binding("s", "cycle_source", "Source", id="console.filter_source", show=False),
-        Binding("x", "stall", "Stall", id="console.stall"),
-        Binding("c", "quick_chat", "Chat", id="console.quick_chat", show=False),
-        Binding("p", "quick_poison", "Poison", id="console.quick_poison", show=False),
-        Binding("d", "quick_redeliver", "Redeliver", id="console.quick_redeliver", show=False),
-        Binding("a", "quick_approval", "Needs approval", id="console.quick_approval", show=False),
+        Binding("i", "inject", "Inject", id="console.inject", tooltip="store an event typed in a form"),
+        Binding("y", "answer('yes')", "Yes", id="console.approve", tooltip="answer the highlighted approval yes"),
+        Binding("n", "answer('no')", "No", id="console.decline", tooltip="answer the highlighted approval no"),
+        Binding("r", "retry", "Retry", id="console.retry", tooltip="retry the selected dead event"),
+        Binding("R", "retry_all", "Retry all", id="console.retry_all", show=False,
+                tooltip="retry every dead event the filter shows (asks first)"),
+        Binding("f", "cycle_status", "Filter", id="console.filter_status", tooltip="cycle the status filter"),
+        Binding("s", "cycle_source", "Source", id="console.filter_source", show=False,
+                tooltip="cycle the source filter"),
+        Binding("x", "stall", "Stall", id="console.stall",
+                tooltip="stop (or resume) renewing the lease: another console takes over"),
+        Binding("c", "quick_chat", "Chat", id="console.quick_chat", show=False, tooltip="inject a chat message"),
+        Binding("p", "quick_poison", "Poison", id="console.quick_poison", show=False,
+                tooltip="inject an event that fails every run and goes dead"),
+        Binding("d", "quick_redeliver", "Redeliver", id="console.quick_redeliver", show=False,
+                tooltip="the last event again: refused as a duplicate"),
+        Binding("a", "quick_approval", "Needs approval", id="console.quick_approval", show=False,
+                tooltip='chat "refund order 881": the agent asks first'),
+        Binding("f1,question_mark", "toggle_help", "Keys", id="console.help",
+                tooltip="show or hide this panel of keys"),
+        Binding("ctrl+q", "quit", "Quit", id="console.quit", priority=True, show=False,
+                tooltip="the run finishes, the lease is released"),
     ]
 
     def __init__(
@@ -164,7 +179,7 @@ class ConsoleApp(App[None]):
             yield LeasePane(self._engine_info, id="lease")
             yield ApprovalsPane(id="approvals")
             yield OutboxPane(self.settings.outbox_gap, id="outbox")
-        yield Footer()
+        yield Footer(compact=True)
 
     def _inbox_label(self) -> str:
         if self.inbox_label is not None:
@@ -192,6 +207,12 @@ class ConsoleApp(App[None]):
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def on_mount(self) -> None:
+        if not self.is_headless:
+            # A closed terminal (SIGHUP) or a `kill` (SIGTERM) quits like ctrl+q: the lease is released
+            # at once instead of making the next console wait a whole TTL in standby.
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGHUP, signal.SIGTERM):
+                loop.add_signal_handler(signum, lambda: self.call_later(self.action_quit))
         if self._theme_errors:
             self.notify("\n".join(self._theme_errors), title="Theme file skipped", severity="warning", timeout=10)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -256,6 +277,13 @@ class ConsoleApp(App[None]):
     async def action_quit(self) -> None:
         await self.shutdown_engine()  # releases the lease before the screen goes away
         self.exit()
+
+    def action_toggle_help(self) -> None:
+        """Textual's help panel: the focused pane's help and every key that works here."""
+        if self.screen.query(HelpPanel):
+            self.action_hide_help_panel()
+        else:
+            self.action_show_help_panel()
 
     def _theme_changed(self, theme: Any) -> None:
         self._mark(*PANES)
@@ -376,7 +404,8 @@ class ConsoleApp(App[None]):
         self._mark("events", "header")
         if not stored:
             return f"duplicate refused: {source}/{source_id} is already in the inbox (pick another source id)"
-        self.notify(f"stored {source}/{source_id}", title="Injected", timeout=3)
+        # One short line: quick keys pressed in a row must not stack toasts over the bottom panes.
+        self.notify(f"stored {source}/{source_id}", timeout=2)
         return None
 
     async def _quick(self, source: str, payload: Any) -> None:

@@ -28,7 +28,7 @@ def shown_ids(app: ConsoleApp) -> list[int]:
 
 
 def text_of(app: ConsoleApp, selector: str) -> str:
-    return str(app.screen.query_one(selector).render())
+    return str(app.screen.query_one(selector).render()).replace("\u00a0", " ")  # panes keep "label n" together
 
 
 async def started(app: ConsoleApp, pilot: object) -> None:

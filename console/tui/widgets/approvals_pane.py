@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
+from textual.events import Resize
 from textual.widgets import DataTable, Static
 
 from console.core import Approval
@@ -14,6 +16,7 @@ from console.tui.reads import ApprovalsView
 
 BAR_CELLS = 6
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
+GAP = "  "
 
 
 def countdown_bar(approval: Approval, now: int, cells: int = BAR_CELLS) -> str:
@@ -24,7 +27,28 @@ def countdown_bar(approval: Approval, now: int, cells: int = BAR_CELLS) -> str:
     return "▰" * full + "▱" * (cells - full) + f" {human_span(left)}"
 
 
+def approval_cell(approval: Approval, now: int, width: int) -> tuple[Text, int]:
+    """The row for one approval and its height: on one line when it fits, else the action above its countdown.
+
+    A narrow pane (80 columns shares the width with two other panes) keeps the action readable by giving
+    it a line of its own instead of cutting it after a few letters.
+    """
+    bar = countdown_bar(approval, now)
+    one_line = f"{bar:<{BAR_CELLS + 6}}{GAP}{approval.action}"
+    if len(one_line) <= width:
+        return Text(one_line), 1
+    action = approval.action if len(approval.action) <= width else approval.action[: max(1, width - 1)] + "…"
+    return Text.assemble(action, "\n", (bar, "dim")), 2
+
+
 class ApprovalsPane(Vertical):
+    HELP = """
+## Approvals
+Questions the agent asked before a risky action, soonest deadline first, each with a countdown.
+**y** answers yes and **n** no to the highlighted one (↑/↓ after clicking the pane, or tab to it);
+an unanswered question expires into `expired`. The first outcome stands.
+"""
+
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.border_title = "Approvals"
@@ -32,8 +56,8 @@ class ApprovalsPane(Vertical):
 
     def compose(self) -> ComposeResult:
         table: DataTable[str | Text] = DataTable(cursor_type="row", show_header=False, id="approvals-table")
-        table.add_column("left", key="left", width=BAR_CELLS + 6)
-        table.add_column("action", key="action")
+        table.add_column("approval", key="approval")
+        yield Static("no question waiting", id="approvals-empty")
         yield table
         yield Static(id="approvals-resolved")
 
@@ -51,13 +75,7 @@ class ApprovalsPane(Vertical):
         previous = self.view
         keep = self.selected()
         self.view = view
-        table = self.table
-        table.clear()
-        for approval in view.pending:
-            table.add_row(countdown_bar(approval, view.now), Text(approval.action), key=approval.request_id)
-        if view.pending:
-            index = next((i for i, a in enumerate(view.pending) if keep and a.request_id == keep.request_id), 0)
-            table.move_cursor(row=index, animate=False, scroll=False)
+        self._render_rows(keep)
         self.border_subtitle = f"{len(view.pending)} waiting"
         lines: list[str | tuple[str, str]] = [("recent", "dim") if view.resolved else ("nothing resolved yet", "dim")]
         for approval in view.resolved[:4]:
@@ -67,3 +85,24 @@ class ApprovalsPane(Vertical):
             return []
         waiting_before = {a.request_id for a in previous.pending}
         return [a for a in view.resolved if a.outcome == "expired" and a.request_id in waiting_before]
+
+    def _render_rows(self, keep: Approval | None) -> None:
+        view = self.view
+        if view is None:
+            return
+        table = self.table
+        width = max(1, table.scrollable_content_region.width - 2)  # the cell's own padding
+        table.clear()
+        self.query_one("#approvals-empty", Static).display = not view.pending
+        for approval in view.pending:
+            cell, height = approval_cell(approval, view.now, width)
+            table.add_row(cell, key=approval.request_id, height=height)
+        if not view.pending:
+            return
+        index = next((i for i, a in enumerate(view.pending) if keep and a.request_id == keep.request_id), 0)
+        table.move_cursor(row=index, animate=False, scroll=False)
+
+    @on(Resize)
+    def _resized(self) -> None:
+        keep = self.selected()
+        self.call_after_refresh(self._render_rows, keep)

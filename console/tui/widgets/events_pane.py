@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.events import Resize
+from textual.widgets import Static
 
 from console.clock import Clock
 from console.core import Event, Store
@@ -29,12 +31,38 @@ COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 7), ("att", 3
            ("last error", None))
 
 
+DEAD_PREFIX = re.compile(r"^failed \d+ of \d+ attempts; last error: ")
+
+
 def status_colour(variables: dict[str, str], status: str) -> str:
     return variables.get(f"status-{status}", "")
 
 
+EMPTY_INBOX = ("No events yet. Press i to inject one (c: a quick chat message, a: one that needs approval); "
+               "`agent-console --demo` shows every pane moving.")
+
+
+def empty_hint(flt: EventFilter, total: int) -> str:
+    """What to tell someone looking at an empty table: how to get events, or that the filter hides them."""
+    if total == 0:
+        return EMPTY_INBOX
+    what = f"{flt.status} events" if flt.status else "events"
+    where = f" from source {flt.source}" if flt.source else ""
+    return f"No {what}{where} (of {total:,}). Press f to change the status filter, s the source filter."
+
+
 class EventsPane(Vertical):
     """top_id None means live: the newest page, following new events as they arrive."""
+
+    HELP = """
+## Events
+The inbox, newest first; only the visible page is read. **enter** opens an event's detail (payload,
+attempts, journal steps, why it has not run). **f** / **s** cycle the status / source filter,
+**home** / **end** jump to the newest (live) / oldest page. **r** retries a dead event, **R** every dead
+event the filter shows. **i** injects an event; **c**, **p**, **d**, **a** inject a chat message, a
+poison event, the last event again (refused as a duplicate), a message that needs approval.
+**x** stalls this console's worker so another console takes over. **ctrl+p** lists every action.
+"""
 
     def __init__(self, reader: Reader, clock: Clock, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -51,6 +79,7 @@ class EventsPane(Vertical):
         for label, width in COLUMNS:
             table.add_column(label, width=width, key=label)
         yield table
+        yield Static(id="events-empty")
 
     @property
     def table(self) -> EventsTable:
@@ -82,6 +111,10 @@ class EventsPane(Vertical):
         counts = " ".join(f"{s} {page.counts.get(s, 0):,}" for s in ("pending", "running", "done", "dead"))
         self.border_title = f"Events · {self.filter.describe()}"
         self.border_subtitle = f"{'live' if self.top_id is None else 'paused'} · {total:,} · {counts}"
+        hint = self.query_one("#events-empty", Static)
+        hint.display = not page.events
+        if not page.events:
+            hint.update(empty_hint(self.filter, total))
         if page.events:
             index = next((i for i, e in enumerate(page.events) if e.id == keep), None)
             if index is None:
@@ -91,7 +124,8 @@ class EventsPane(Vertical):
 
     @staticmethod
     def _cells(event: Event, now: int, variables: dict[str, str]) -> list[Text]:
-        error = (event.error or "").replace("\n", " ")
+        # The att column already says how many attempts failed: the table shows the reason itself.
+        error = DEAD_PREFIX.sub("", " ".join((event.error or "").split()))
         source_id = event.source_id if len(event.source_id) <= 16 else event.source_id[:15] + "…"
         return [
             Text(str(event.id), justify="right"),

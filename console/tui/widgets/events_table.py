@@ -9,12 +9,24 @@ from textual.message import Message
 from textual.widgets import DataTable
 
 
-class EventsTable(DataTable[object]):
-    """Only the visible rows are loaded; moving past the first or last row shifts the window."""
+class EventsTable(DataTable[object], inherit_bindings=False):
+    """Only the visible rows are loaded; moving past the first or last row shifts the window.
 
+    Its own key list (not DataTable's) so the help panel lists what these keys do here, and nothing else.
+    """
+
+    BINDING_GROUP_TITLE = "Events table"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("home", "newest", "Newest", show=False, id="events.newest"),
+        Binding("enter", "select_cursor", "Detail", id="events.detail",
+                tooltip="payload, attempts, journal steps, why it has not run"),
+        Binding("up", "cursor_up", "Up", show=False),
+        Binding("down", "cursor_down", "Down", show=False),
+        Binding("pageup", "page_up", "Page up", show=False),
+        Binding("pagedown", "page_down", "Page down", show=False),
+        Binding("home", "newest", "Newest", show=False, id="events.newest", tooltip="and follow new events live"),
         Binding("end", "oldest", "Oldest", show=False, id="events.oldest"),
+        Binding("left", "scroll_left", "Scroll left", show=False),
+        Binding("right", "scroll_right", "Scroll right", show=False, tooltip="to read a long error"),
     ]
 
     class Shift(Message):
@@ -44,12 +56,6 @@ class EventsTable(DataTable[object]):
 
     def action_page_up(self) -> None:
         self.post_message(self.Shift("page_up"))
-
-    def action_scroll_top(self) -> None:
-        self.post_message(self.Shift("newest"))
-
-    def action_scroll_bottom(self) -> None:
-        self.post_message(self.Shift("oldest"))
 
     def action_newest(self) -> None:
         self.post_message(self.Shift("newest"))

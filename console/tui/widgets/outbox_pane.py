@@ -11,6 +11,7 @@ from console.tui.detail import human_span
 from console.tui.reads import OutboxView
 
 Part = str | tuple[str, str]
+NBSP = "\u00a0"
 
 
 def one_line(text: str, width: int = 60) -> str:
@@ -37,20 +38,22 @@ class OutboxPane(Vertical):
         self.view = view
         counts = view.counts
         urgent = sum(1 for m in view.queued if m.urgent)
+        # Non-breaking spaces keep each label with its number when a narrow pane wraps the line.
         head: list[Part] = [
-            ("queued ", "dim"), (str(counts["queued"]), "bold"),
-            (f" ({urgent} urgent)" if urgent else "", "$text-accent"),
-            (" · sent ", "dim"), (str(counts["sent"]), "bold"),
-            (" · failed ", "dim"), (str(counts["failed"]), "$text-error bold" if counts["failed"] else "bold"),
+            (f"queued{NBSP}", "dim"), (str(counts["queued"]), "bold"),
+            (f"{NBSP}({urgent}{NBSP}urgent)" if urgent else "", "$text-accent"),
+            (f" · sent{NBSP}", "dim"), (str(counts["sent"]), "bold"),
+            (f" · failed{NBSP}", "dim"), (str(counts["failed"]), "$text-error bold" if counts["failed"] else "bold"),
         ]
         if counts.get("retrying"):
-            head += [(" · retrying ", "dim"), (str(counts["retrying"]), "$text-warning bold")]
+            head += [(f" · retrying{NBSP}", "dim"), (str(counts["retrying"]), "$text-warning bold")]
         self.query_one("#outbox-counts", Static).update(Content.assemble(*head))
         bar = self.query_one("#outbox-bar", ProgressBar)
         when = self.query_one("#outbox-next-time", Label)
+        bar.display = view.next_send_at is not None
         if view.next_send_at is None:
             bar.update(total=1, progress=0)
-            when.update(" nothing held")
+            when.update("nothing held")
         else:
             wait = max(0, view.next_send_at - view.now)
             span = max(self.gap, wait, 1)
@@ -66,6 +69,7 @@ class OutboxPane(Vertical):
                       one_line(message.body), "\n"]
         for message in view.sent[:3]:
             ago = human_span(view.now - (message.sent_at or view.now))
-            lines += [("✓ ", "$text-success"), (f"{ago} ago {message.channel or ''} ", "dim"), one_line(message.body),
-                      "\n"]
+            # The body first: a narrow pane cuts the end of the line, and the channel matters least.
+            lines += [("✓ ", "$text-success"), (f"{ago} ago ", "dim"), one_line(message.body),
+                      (f" → {message.channel}" if message.channel else "", "dim"), "\n"]
         self.query_one("#outbox-lines", Static).update(Content.assemble(*lines[:-1]) if lines else "")
