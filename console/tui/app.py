@@ -93,7 +93,8 @@ class ConsoleApp(App[None]):
     TITLE = "agent-console"
     COMMANDS = App.COMMANDS | {ConsoleCommands}
     BINDING_GROUP_TITLE = "Console"
-    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # Screen.-narrow in app.tcss
+    # Screen.-narrow in app.tcss; App types it as an instance attribute, so it cannot be a ClassVar here
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # noqa: RUF012
     # The footer shows the keys a newcomer needs first; f1 (or ?) lists the rest with what each does.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("i", "inject", "Inject", id="console.inject", tooltip="store an event typed in a form"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -83,4 +84,21 @@ def test_inject_approve_quit_in_a_real_terminal(tmp_path: Path) -> None:
         assert [a.outcome for a in resolved] == ["yes"] and "refund order 881" in resolved[0].action
         lease = store.lease()
         assert lease is not None and lease.until < int(time.time())  # released on quit
+        assert store.lease_log(1)[0][1] == "release"
+
+
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["closed-terminal", "kill"])
+def test_a_closed_terminal_releases_the_lease_at_once(tmp_path: Path, signum: signal.Signals) -> None:
+    db = tmp_path / "inbox.db"
+    term = Terminal(db, tmp_path)
+    try:
+        term.wait_for(lambda s: "Events" in s and "active" in s, "the console to start and take the lease")
+        term.child.kill(signum)
+        term.child.expect(pexpect.EOF, timeout=30)
+    finally:
+        term.child.close(force=True)
+    assert term.child.signalstatus is None, f"died of signal {term.child.signalstatus}, lease left held"
+    with Store.open(db) as store:
+        lease = store.lease()
+        assert lease is not None and lease.until < int(time.time())  # the next console need not wait a TTL
         assert store.lease_log(1)[0][1] == "release"

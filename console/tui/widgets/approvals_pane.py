@@ -44,9 +44,8 @@ def approval_cell(approval: Approval, now: int, width: int) -> tuple[Text, int]:
 class ApprovalsPane(Vertical):
     HELP = """
 ## Approvals
-Questions the agent asked before a risky action, soonest deadline first, each with a countdown.
-**y** answers yes and **n** no to the highlighted one (↑/↓ after clicking the pane, or tab to it);
-an unanswered question expires into `expired`. The first outcome stands.
+Questions the agent asked before acting, soonest deadline first. **y** / **n** answer the highlighted
+one; unanswered, it expires. The first outcome stands.
 """
 
     def __init__(self, *, id: str | None = None) -> None:

@@ -56,12 +56,8 @@ class EventsPane(Vertical):
 
     HELP = """
 ## Events
-The inbox, newest first; only the visible page is read. **enter** opens an event's detail (payload,
-attempts, journal steps, why it has not run). **f** / **s** cycle the status / source filter,
-**home** / **end** jump to the newest (live) / oldest page. **r** retries a dead event, **R** every dead
-event the filter shows. **i** injects an event; **c**, **p**, **d**, **a** inject a chat message, a
-poison event, the last event again (refused as a duplicate), a message that needs approval.
-**x** stalls this console's worker so another console takes over. **ctrl+p** lists every action.
+The inbox, newest first: **enter** shows why an event has (not) run. The keys below work here;
+**ctrl+p** finds every action by name.
 """
 
     def __init__(self, reader: Reader, clock: Clock, *, id: str | None = None) -> None:
@@ -104,6 +100,8 @@ poison event, the last event again (refused as a duplicate), a message that need
         now = self.clock.now()
         variables = self.app.theme_variables
         keep = self.selected_id
+        if self.top_id is None and table.row_count and table.cursor_row == 0:
+            keep = None  # live, with the cursor on the newest row: it stays on the newest row, like tail -f
         table.clear()
         for event in page.events:
             table.add_row(*self._cells(event, now, variables), key=str(event.id))

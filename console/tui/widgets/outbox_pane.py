@@ -67,7 +67,8 @@ class OutboxPane(Vertical):
         for message in view.queued[:3]:
             lines += [("! " if message.urgent else "· ", "$text-accent bold" if message.urgent else "dim"),
                       one_line(message.body), "\n"]
-        for message in view.sent[:3]:
+        # The urgent lane sends out of id order: the newest send first.
+        for message in sorted(view.sent, key=lambda m: m.sent_at or 0, reverse=True)[:3]:
             ago = human_span(view.now - (message.sent_at or view.now))
             # The body first: a narrow pane cuts the end of the line, and the channel matters least.
             lines += [("✓ ", "$text-success"), (f"{ago} ago ", "dim"), one_line(message.body),

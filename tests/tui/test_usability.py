@@ -1,0 +1,116 @@
+"""What a newcomer meets: the empty inbox, a narrow terminal, the help panel, the palette and the footer."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from textual.widgets import HelpPanel
+
+from console.clock import ManualClock
+from console.core import Store
+from console.tui.app import ConsoleApp
+from console.tui.commands import ACTIONS
+from console.tui.widgets.approvals_pane import ApprovalsPane
+from console.tui.widgets.events_pane import EventsPane
+from console.tui.widgets.events_table import EventsTable
+from tests.tui.conftest import wait_until
+from tests.tui.scenes import make_app
+
+
+def hint(app: ConsoleApp) -> str | None:
+    """The empty-table hint, or None while it is hidden."""
+    widget = app.query_one("#events-empty")
+    return str(widget.render()) if widget.display else None
+
+
+def row_heights(app: ConsoleApp) -> list[int]:
+    table = app.query_one(ApprovalsPane).table
+    return [row.height for row in table.rows.values()]
+
+
+async def test_an_empty_inbox_says_how_to_get_events_and_the_hint_goes_when_one_arrives(
+    db_path: Path, clock: ManualClock
+) -> None:
+    with Store.open(db_path) as store:
+        store.acquire("elsewhere", now=clock.now() + 10_000)  # this console stays on standby: events stay pending
+    app = make_app(db_path, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.started and app.query_one(EventsPane).page is not None, what="first page")
+        await wait_until(pilot, lambda: (hint(app) or "").startswith("No events yet. Press i"), what="empty hint")
+        await pilot.press("c")
+        await wait_until(pilot, lambda: hint(app) is None, what="the hint hidden by the first event")
+        await pilot.press("f", "f")  # running: none of the one pending event
+        await wait_until(pilot, lambda: hint(app) == "No running events (of 1). Press f to change the status "
+                         "filter, s the source filter.", what="the filter hint")
+        await pilot.press("f", "f", "f", "f")
+        await wait_until(pilot, lambda: hint(app) is None, what="all statuses again")
+
+
+async def test_approvals_keep_the_action_readable_at_80_columns(filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.started and len(row_heights(app)) == 2, what="two approvals")
+        await app.settle()
+        table = app.query_one(ApprovalsPane).table
+        assert row_heights(app) == [2, 2]  # the action on a line of its own, its countdown below
+        assert str(table.get_row_at(0)[0]).startswith("deploy web to prod\n▰")
+        await pilot.resize_terminal(140, 36)
+        await wait_until(pilot, lambda: row_heights(app) == [1, 1], what="one line each when there is room")
+        assert str(table.get_row_at(0)[0]).endswith("deploy web to prod")
+        assert app.query_one(ApprovalsPane).selected().request_id == "apr-8-1"  # type: ignore[union-attr]
+
+
+async def test_f1_and_question_mark_toggle_the_help_panel(filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_until(pilot, lambda: app.started, what="start")
+        await pilot.press("f1")
+        await wait_until(pilot, lambda: bool(app.screen.query(HelpPanel)), what="help panel")
+        await pilot.press("question_mark")
+        await wait_until(pilot, lambda: not app.screen.query(HelpPanel), what="help panel hidden")
+
+
+def test_every_key_is_also_in_the_command_palette() -> None:
+    in_palette = {action for _title, _help, action in ACTIONS}
+    from_textual = {"toggle_help", "quit"}  # Textual's own palette commands "Keys" and "Quit"
+    keys = {binding.action for binding in ConsoleApp.BINDINGS}  # type: ignore[union-attr]
+    table_keys = {binding.action for binding in EventsTable.BINDINGS if binding.id}  # type: ignore[union-attr]
+    table_keys = {"detail" if action == "select_cursor" else action for action in table_keys}
+    assert keys - from_textual <= in_palette
+    assert table_keys <= in_palette
+
+
+async def test_the_palette_offers_keys_and_quit(filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.started, what="start")
+        titles = {command.title for command in app.get_system_commands(app.screen)}
+        assert {"Keys", "Quit"} <= titles
+
+
+async def test_the_footer_shows_the_keys_a_newcomer_needs(filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.started, what="start")
+        shown = {binding.key for _node, binding, _enabled, _tip in app.screen.active_bindings.values() if binding.show}
+        assert {"enter", "i", "y", "n", "r", "f", "x", "f1"} <= shown
+
+
+async def test_live_cursor_on_the_newest_row_follows_new_events_and_elsewhere_stays_put(
+    filled: Path, clock: ManualClock
+) -> None:
+    app = make_app(filled, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await wait_until(pilot, lambda: app.started and app.query_one(EventsPane).page is not None, what="first page")
+        pane = app.query_one(EventsPane)
+        assert pane.selected_event().id == 7  # type: ignore[union-attr]
+        with Store.open(filled, check=False) as other:
+            other.ingest("webhook", "new-1", {}, now=clock.now())
+        await wait_until(pilot, lambda: pane.selected_event().id == 8, what="the cursor on the new event")  # type: ignore[union-attr]
+        await pilot.press("down", "down")
+        await wait_until(pilot, lambda: pane.selected_event().id == 6, what="the cursor moved down")  # type: ignore[union-attr]
+        with Store.open(filled, check=False) as other:
+            other.ingest("webhook", "new-2", {}, now=clock.now())
+        await wait_until(pilot, lambda: pane.page.events[0].id == 9, what="the new row")  # type: ignore[union-attr]
+        assert pane.selected_event().id == 6  # type: ignore[union-attr]
+        assert pane.table.cursor_row == 3
