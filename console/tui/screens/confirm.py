@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Label
+from textual.widgets import Button, Footer, Label
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -24,6 +24,7 @@ class ConfirmScreen(ModalScreen[bool]):
         self.yes_label = yes_label
 
     def compose(self) -> ComposeResult:
+        yield Footer(compact=True)  # this dialog's keys, over the main screen's footer
         with Vertical(id="confirm-dialog", classes="dialog"):
             yield Label(self.question, id="confirm-question")
             with Horizontal(classes="buttons"):

@@ -11,7 +11,7 @@ from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.highlight import highlight
 from textual.screen import ModalScreen
-from textual.widgets import Static
+from textual.widgets import Footer, Static
 
 from console.tui.detail import DetailView, clock_text
 
@@ -35,6 +35,7 @@ class DetailScreen(ModalScreen[None]):
         self.now = now
 
     def compose(self) -> ComposeResult:
+        yield Footer(compact=True)  # this dialog's keys, over the main screen's footer
         event = self.view.event
         with Vertical(id="detail-dialog", classes="dialog") as dialog:
             if event is None:

@@ -11,7 +11,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, Select, TextArea
+from textual.widgets import Button, Footer, Input, Label, Select, TextArea
 
 # (source, source_id, payload) -> None when stored, else the message to show inline
 Submit = Callable[[str, str, Any], Awaitable[str | None]]
@@ -37,6 +37,7 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
         self.blink = blink
 
     def compose(self) -> ComposeResult:
+        yield Footer(compact=True)  # this dialog's keys, over the main screen's footer
         with Vertical(id="inject-dialog", classes="dialog") as dialog:
             dialog.border_title = "Inject an event"
             dialog.border_subtitle = "ctrl+s inject · esc cancel"
