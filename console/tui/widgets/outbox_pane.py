@@ -51,6 +51,7 @@ class OutboxPane(Vertical):
         bar = self.query_one("#outbox-bar", ProgressBar)
         when = self.query_one("#outbox-next-time", Label)
         bar.display = view.next_send_at is not None
+        self.query_one("#outbox-next-label", Label).display = view.next_send_at is not None
         if view.next_send_at is None:
             bar.update(total=1, progress=0)
             when.update("nothing held")
