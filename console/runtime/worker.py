@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from console.agents.base import RunContext
-from console.core import Event, Store
+from console.core import Event, Store, StoreUnavailable
 
 if TYPE_CHECKING:
     from console.runtime.engine import Engine
@@ -26,6 +25,7 @@ class Worker:
         self._current: asyncio.Task[None] | None = None
         self._lost_lease = False
         self._renewed_at = 0
+        self._stall_wake: asyncio.Event | None = None  # one for every run: each registered event costs every wake()
 
     @property
     def busy(self) -> bool:
@@ -106,19 +106,23 @@ class Worker:
             log.warning("run %s failed: %s", self.runs, error)
         finally:
             renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await renewer
-        wake = engine.wake_event()
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # a renewal bug must not abandon the run's events as `running`
+                engine.note_error(f"lease renewal failed: {type(exc).__name__}: {exc}")
+        if self.stalled and self._stall_wake is None:
+            self._stall_wake = engine.wake_event()
         while self.stalled and not engine.stopping:  # a stalled worker holds its finish, like a closed lid
-            await engine.sleep(wake, engine.idle_cap)
+            assert self._stall_wake is not None
+            await engine.sleep(self._stall_wake, engine.idle_cap)
         if self._lost_lease:
             engine.note_error(f"run {self.runs}: lease lost mid-run; not finishing (another worker takes over)")
             return
-        now = engine.clock.now()
-        finished = await engine.on(
-            "writer",
-            lambda store: store.finish(holder, gen, ids, now=now, messages=messages, error=error),
-        )
+        finished = await self._finish(gen, ids, messages, error)
+        if finished is None:
+            return  # stopping: the lease's release returns the events to pending
         if not finished:
             engine.note_error(f"run {self.runs}: finish refused (generation {gen} was fenced off)")
         else:
@@ -130,6 +134,36 @@ class Worker:
         engine.publish("outbox", "queued")
         engine.wake()
 
+    async def _finish(
+        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None
+    ) -> bool | None:
+        """Record the run's outcome, trying again until the inbox takes it; None if the engine stops first.
+
+        Giving up instead would leave the events `running` under a generation this worker keeps renewing,
+        where no claim ever recovers them. While it tries, the lease is not renewed: if the inbox stays
+        unwritable past the TTL, the finish is refused and the next generation recovers the events.
+        """
+        engine = self.engine
+        pause = 0.05
+        while True:
+            try:
+                return await engine.on("writer", self._finishing(gen, ids, messages, error, engine.clock.now()))
+            except StoreUnavailable as exc:
+                engine.note_error(f"run {self.runs}: could not record its outcome ({exc}); trying again")
+            except Exception as exc:  # the outcome itself cannot be stored: record the run as failed instead
+                engine.note_error(f"run {self.runs}: could not record its outcome: {type(exc).__name__}: {exc}")
+                error, messages = f"could not record the run's outcome ({type(exc).__name__})", []
+            if engine.stopping:
+                return None
+            await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
+            pause = min(pause * 2, engine.idle_cap)
+
+    def _finishing(
+        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None, now: int
+    ) -> Callable[[Store], bool]:
+        holder = self.engine.holder
+        return lambda store: store.finish(holder, gen, ids, now=now, messages=messages, error=error)
+
     async def _keep_renewing(self, gen: int) -> None:
         """Renew every TTL/3 during a long agent call; a refusal means another worker took over."""
         engine = self.engine
@@ -138,7 +172,11 @@ class Worker:
             await asyncio.sleep(interval)  # a renewal period, not a wait for a result
             if self.stalled:
                 continue
-            renewed = await engine.on("writer", self._renewal(gen, engine.clock.now()))
+            try:
+                renewed = await engine.on("writer", self._renewal(gen, engine.clock.now()))
+            except StoreUnavailable as exc:  # try again next period; the run must not die of it
+                engine.note_error(f"could not renew the lease: {exc}")
+                continue
             if not renewed:
                 self._lost_lease = True
                 return
