@@ -220,10 +220,16 @@ async def _run_headless(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     engine = Engine(settings)
-    await engine.start()  # the engine logs its own lease and run changes, one line each
-    receiver = None
+    # The receiver first: a missing secret or a port in use is a one-line error before the engine has
+    # taken the lease or run anything.
+    receiver = await _start_webhook_receiver(settings, engine)
     try:
-        receiver = await _start_webhook_receiver(settings, engine)
+        await engine.start()  # the engine logs its own lease and run changes, one line each
+    except BaseException:
+        if receiver is not None:
+            await _stop_webhook_receiver(receiver)
+        raise
+    try:
         await stop.wait()
     finally:
         log.info("stopping: finishing the current run and releasing the lease")
