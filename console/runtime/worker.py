@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING
@@ -26,6 +27,7 @@ class Worker:
         self._lost_lease = False
         self._renewed_at = 0
         self._stall_wake: asyncio.Event | None = None  # one for every run: each registered event costs every wake()
+        self._loop_done: asyncio.Event | None = None  # set when run() has left its loop
 
     @property
     def busy(self) -> bool:
@@ -34,14 +36,18 @@ class Worker:
     async def run(self) -> None:
         engine = self.engine
         wake = engine.wake_event()
-        while not engine.stopping:
-            try:
-                idle_for = await self._tick()
-            except Exception as exc:  # the engine never dies of one bad step
-                engine.note_error(f"worker: {type(exc).__name__}: {exc}")
-                idle_for = engine.idle_cap
-            if idle_for is not None:
-                await engine.sleep(wake, idle_for)
+        self._loop_done = asyncio.Event()
+        try:
+            while not engine.stopping:
+                try:
+                    idle_for = await self._tick()
+                except Exception as exc:  # the engine never dies of one bad step
+                    engine.note_error(f"worker: {type(exc).__name__}: {exc}")
+                    idle_for = engine.idle_cap
+                if idle_for is not None:
+                    await engine.sleep(wake, idle_for)
+        finally:
+            self._loop_done.set()
 
     async def _tick(self) -> float | None:
         """One pass; returns how long to idle, or None to go again at once."""
@@ -68,7 +74,11 @@ class Worker:
             self.gen = gen
             engine.publish("lease", f"generation {gen}")
         engine.set_mode("active")
+        if engine.stopping:
+            return None  # shutdown releases this generation; a claim now would only count an attempt
         events = await engine.on("writer", lambda store: store.claim_batch(holder, gen, now=now))
+        if engine.stopping:
+            return None  # no run may start now: shutdown's release returns these events to pending
         if not events:
             retry_at = await engine.read(lambda store: store.next_retry_at())
             return engine.seconds_until(retry_at)
@@ -189,11 +199,18 @@ class Worker:
         """Let the current run finish for up to `grace` seconds, then release the lease."""
         engine = self.engine
         self.stalled = False
+        abandoned = False
         if self._current is not None and not self._current.done():
             try:
                 await asyncio.wait_for(asyncio.shield(self._current), grace)
             except TimeoutError:
+                abandoned = True
                 log.warning("run still going after %.0f s; abandoning it (its events return to pending)", grace)
+        if not abandoned and self._loop_done is not None:
+            # An acquire or a claim may still be on its way back: release only once the loop has left, so
+            # the generation it brings is the one released and no claim it made can start a run.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._loop_done.wait(), grace)
         if self.gen is not None:
             gen = self.gen
             now = engine.clock.now()

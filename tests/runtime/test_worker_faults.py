@@ -3,6 +3,7 @@ not leave an event `running` forever under a lease the worker keeps renewing."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from pathlib import Path
 from typing import Any
@@ -116,3 +117,93 @@ async def test_an_outcome_that_cannot_be_stored_is_recorded_as_a_failed_run(
         assert "could not record the run's outcome (UnicodeEncodeError)" in event.error and event.attempts == 1
     finally:
         await engine.stop()
+
+
+async def test_the_watcher_survives_a_failed_first_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fail_first_calls(monkeypatch, "data_version", 1)
+    clock = ManualClock(START)
+    # A long idle cap: only the data_version watcher can wake the worker for another connection's commit.
+    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=60, install_defaults=False)
+    await engine.start()
+    try:
+        await wait_until(engine, lambda s: engine.mode == "active")
+        with Store.open(tmp_path / "inbox.db") as other:
+            other.ingest("chat", "from-elsewhere", {"text": "hi"}, now=clock.now())
+        await wait_until(engine, lambda s: s.find_event("chat", "from-elsewhere").status == "done")
+    finally:
+        await engine.stop()
+
+
+def hold_calls(monkeypatch: pytest.MonkeyPatch, name: str) -> tuple[threading.Event, threading.Event]:
+    """Make Store.<name> wait, once it is called, until the test lets it go: (called, let_go)."""
+    original = getattr(Store, name)
+    called, let_go = threading.Event(), threading.Event()
+
+    def held(self: Store, *args: Any, **kwargs: Any) -> Any:
+        called.set()
+        assert let_go.wait(10), "the test never let the call go"
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Store, name, held)
+    return called, let_go
+
+
+async def wait_for_thread_event(event: threading.Event) -> None:
+    for _ in range(1000):
+        if event.is_set():
+            return
+        await asyncio.sleep(0.01)  # polls a condition
+    raise AssertionError("the call was never made")
+
+
+async def begin_stop(engine: Engine) -> asyncio.Task[None]:
+    """Start engine.stop() and return once it has begun (it decides what to release in its first step)."""
+    stopping = asyncio.create_task(engine.stop())
+    while not engine.stopping:
+        await asyncio.sleep(0)
+    return stopping
+
+
+async def test_stop_during_the_first_acquire_still_releases_the_lease(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    called, let_go = hold_calls(monkeypatch, "acquire")
+    clock = ManualClock(START)
+    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    await engine.start()
+    await wait_for_thread_event(called)
+    stopping = await begin_stop(engine)  # while the acquire is still held
+    let_go.set()
+    await stopping
+    with Store.open(tmp_path / "inbox.db") as store:
+        lease = store.lease()
+        assert lease is not None and not lease.is_live(clock.now())  # released, not left to lapse
+
+
+async def test_stop_while_a_claim_is_in_flight_runs_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    ran: list[int] = []
+
+    class Recording:
+        name = "recording"
+
+        def run(self, ctx: Any) -> None:
+            ran.extend(event.id for event in ctx.events)
+
+    clock = ManualClock(START)
+    engine = Engine(make_settings(tmp_path), clock=clock, agent=Recording(), holder="w", idle_cap=0.1,
+                    install_defaults=False)
+    await engine.start()
+    await wait_until(engine, lambda s: engine.mode == "active")
+    called, let_go = hold_calls(monkeypatch, "claim_batch")
+    await engine.ingest("chat", "m1", {"text": "hi"})
+    await wait_for_thread_event(called)
+    stopping = await begin_stop(engine)  # while the claim is still held
+    let_go.set()
+    await stopping
+    orphan = engine.worker._current
+    if orphan is not None:  # a run started after stop() began: let it show what it does
+        await orphan
+    assert ran == []  # the lease was given up: running the agent now would race the next worker
+    with Store.open(tmp_path / "inbox.db") as store:
+        event = store.find_event("chat", "m1")
+        assert event is not None and event.status == "pending"
