@@ -77,12 +77,24 @@ def rejecting_bad_input() -> Iterator[None]:
         raise UserError(str(exc)) from None
 
 
+def _refuse_non_utf8(args: list[str]) -> None:
+    """Bytes that are not UTF-8 on the command line arrive as lone surrogates, which SQLite cannot store:
+    say so once, up front, instead of failing wherever the argument is first used."""
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"the command-line argument {arg!r} is not valid UTF-8 text") from None
+
+
 class ConsoleGroup(click.Group):
     """A click group whose errors are all one line: usage errors, bad settings and unusable inbox files."""
 
     def make_context(
         self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
     ) -> click.Context:
+        if parent is None:
+            _refuse_non_utf8(args)
         with _one_line_usage_errors():
             return super().make_context(info_name, args, parent, **extra)
 

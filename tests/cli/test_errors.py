@@ -261,3 +261,17 @@ def test_numbers_past_what_the_inbox_holds(db: Path) -> None:
     # Nothing unprintable was stored: the timer list still reads.
     listed = invoke(["--db", str(db), "timers", "list", "--all"])
     assert listed.exit_code == 0 and listed.stdout == "no timers\n", listed.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["approve", "apr-\udcff", "yes"],
+        ["events", "--source", "web\udcff"],
+        ["timers", "add", "t\udcff", "--every", "60"],
+        ["say", "caf\udcff"],
+    ],
+)
+def test_arguments_that_are_not_utf8(db: Path, args: list[str]) -> None:
+    # Bytes that are not UTF-8 on the command line reach Python as lone surrogates (surrogateescape).
+    user_error(["--db", str(db), *args], "not valid UTF-8")
