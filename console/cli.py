@@ -25,12 +25,14 @@ from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
 from console.core import STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
-from console.core.timers import CATCH_UP_POLICIES
+from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due
 from console.timefmt import relative, span
 
 PROG = "agent-console"
 USER_ERROR = 2
 UNKNOWN_REQUEST = 1
+# An id or a count the inbox can hold (SQLite integers are 64-bit): a larger one is a usage error, not an overflow.
+SQLITE_COUNT = click.IntRange(min=1, max=2**63 - 1)
 
 
 class UserError(click.ClickException):
@@ -75,12 +77,24 @@ def rejecting_bad_input() -> Iterator[None]:
         raise UserError(str(exc)) from None
 
 
+def _refuse_non_utf8(args: list[str]) -> None:
+    """Bytes that are not UTF-8 on the command line arrive as lone surrogates, which SQLite cannot store:
+    say so once, up front, instead of failing wherever the argument is first used."""
+    for arg in args:
+        try:
+            arg.encode("utf-8")
+        except UnicodeEncodeError:
+            raise UserError(f"the command-line argument {arg!r} is not valid UTF-8 text") from None
+
+
 class ConsoleGroup(click.Group):
     """A click group whose errors are all one line: usage errors, bad settings and unusable inbox files."""
 
     def make_context(
         self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
     ) -> click.Context:
+        if parent is None:
+            _refuse_non_utf8(args)
         with _one_line_usage_errors():
             return super().make_context(info_name, args, parent, **extra)
 
@@ -220,10 +234,16 @@ async def _run_headless(settings: Settings) -> None:
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
     engine = Engine(settings)
-    await engine.start()  # the engine logs its own lease and run changes, one line each
-    receiver = None
+    # The receiver first: a missing secret or a port in use is a one-line error before the engine has
+    # taken the lease or run anything.
+    receiver = await _start_webhook_receiver(settings, engine)
     try:
-        receiver = await _start_webhook_receiver(settings, engine)
+        await engine.start()  # the engine logs its own lease and run changes, one line each
+    except BaseException:
+        if receiver is not None:
+            await _stop_webhook_receiver(receiver)
+        raise
+    try:
         await stop.wait()
     finally:
         log.info("stopping: finishing the current run and releasing the lease")
@@ -348,7 +368,7 @@ def _event_record(event: Event) -> dict[str, Any]:
 @main.command()
 @click.option("--status", "status_filter", type=click.Choice(STATUSES), help="Only events in this state.")
 @click.option("--source", help="Only events from this source.")
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True, help="At most this many.")
+@click.option("--limit", type=SQLITE_COUNT, default=50, show_default=True, help="At most this many.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of event objects.")
 @click.pass_obj
 def events(state: CliState, status_filter: str | None, source: str | None, limit: int, as_json: bool) -> None:
@@ -367,7 +387,7 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
 
 
 @main.command()
-@click.argument("event_id", type=int)
+@click.argument("event_id", type=SQLITE_COUNT)
 @click.option("--json", "as_json", is_flag=True, help="Print the event, its history and journal steps as JSON.")
 @click.pass_obj
 def show(state: CliState, event_id: int, as_json: bool) -> None:
@@ -424,7 +444,7 @@ def approve(ctx: click.Context, request_id: str, answer: str) -> None:
 
 
 @main.command()
-@click.argument("event_id", type=int, required=False)
+@click.argument("event_id", type=SQLITE_COUNT, required=False)
 @click.option("--all-dead", is_flag=True, help="Retry every dead event (of --source, if given).")
 @click.option("--source", help="With --all-dead: only dead events from this source.")
 @click.pass_obj
@@ -509,19 +529,25 @@ def _parse_moment(text: str, zone: ZoneInfo) -> int:
     """Epoch seconds, or an ISO 8601 time (a time without an offset is in the configured time zone)."""
     stripped = text.strip()
     if stripped.lstrip("-").isdigit():
-        return int(stripped)
+        value = int(stripped)
+    else:
+        try:
+            moment = datetime.fromisoformat(stripped)
+        except ValueError:
+            raise UserError(f"--at takes epoch seconds or an ISO 8601 time (2030-01-31T09:00), not {text!r}") from None
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=zone)
+        value = int(moment.timestamp())
     try:
-        moment = datetime.fromisoformat(stripped)
-    except ValueError:
-        raise UserError(f"--at takes epoch seconds or an ISO 8601 time (2030-01-31T09:00), not {text!r}") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=zone)
-    return int(moment.timestamp())
+        check_due(value)
+    except ValueError as exc:
+        raise UserError(f"--at: {exc}") from None
+    return value
 
 
 @timers.command("add")
 @click.argument("timer_id")
-@click.option("--every", type=click.IntRange(min=1), metavar="SECONDS", help="Fire every SECONDS.")
+@click.option("--every", type=click.IntRange(min=1, max=MAX_DUE), metavar="SECONDS", help="Fire every SECONDS.")
 @click.option("--cron", metavar="EXPR", help="Fire on a cron schedule, e.g. '0 9 * * 1-5'.")
 @click.option("--tz", metavar="ZONE", help="The cron schedule's time zone (default: the timezone setting).")
 @click.option("--at", "at_text", metavar="EPOCH|ISO", help="Fire once at this time.")

@@ -79,6 +79,10 @@ class Settings:
 Checker = Callable[[Any, bool], Any]
 
 
+# Far beyond any sensible setting, and far inside SQLite's 64-bit integers: a time plus any of these fits.
+MAX_WHOLE_NUMBER = 1_000_000_000
+
+
 def _seconds_or_count(minimum: int) -> Checker:
     def check(value: Any, from_text: bool) -> int:
         if from_text:
@@ -90,6 +94,8 @@ def _seconds_or_count(minimum: int) -> Checker:
             raise ValueError(f"expected a whole number, got {value!r}")
         if value < minimum:
             raise ValueError(f"must be at least {minimum}, got {value}")
+        if value > MAX_WHOLE_NUMBER:
+            raise ValueError(f"must be at most {MAX_WHOLE_NUMBER}, got {value}")
         return value
 
     return check

@@ -23,6 +23,11 @@ def _approval(row: tuple[Any, ...]) -> Approval:
     return Approval(rid, action, loads(details), session_id, requested_at, expires_at, outcome, resolved_at)
 
 
+def _expired(request_id: str, action: str) -> str:
+    """The outcome an approval's expiry stores (by its timer, or by an answer that came too late)."""
+    return dumps({"approval": request_id, "answer": "expired", "action": action})
+
+
 def expiry_timer_id(request_id: str) -> str:
     return f"expire:{request_id}"
 
@@ -45,7 +50,7 @@ class ApprovalsMixin(TimersMixin):
         if expires_in <= 0:
             raise ValueError("expires_in must be a positive number of seconds")
         expires_at = now + int(expires_in)
-        expiry = dumps({"approval": request_id, "answer": "expired", "action": action})
+        expiry = _expired(request_id, action)
         with translate_errors(), transaction(self._conn):
             made = self._conn.execute(
                 f"""INSERT INTO approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
@@ -67,13 +72,18 @@ class ApprovalsMixin(TimersMixin):
         if answer not in ANSWERS:
             raise ValueError(f"an approval answer is 'yes' or 'no', not {answer!r}")
         with translate_errors(), transaction(self._conn):
+            # The approval row, not its expiry timer: that timer is listed with the user's own and can be
+            # removed or replaced by hand, while the request and its deadline stand.
             row = self._conn.execute(
-                "SELECT due, payload FROM timers WHERE id = ?", (expiry_timer_id(request_id),)
+                "SELECT expires_at, action FROM approvals WHERE request_id = ?", (request_id,)
             ).fetchall()
             if not row:
                 return "unknown"
-            due, expiry = row[0]
-            payload = expiry if now >= due else dumps({"approval": request_id, "answer": answer})
+            expires_at, action = row[0]
+            if now >= expires_at:
+                payload = _expired(request_id, action)
+            else:
+                payload = dumps({"approval": request_id, "answer": answer})
             self._conn.execute(
                 """INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
                    VALUES ('approval', ?, ?, ?, ?)

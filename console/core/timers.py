@@ -16,6 +16,15 @@ from console.core.models import Timer
 CATCH_UP_POLICIES = ("coalesce", "each")
 # Past this many missed cron occurrences the count is not walked one by one any more.
 _MAX_CRON_WALK = 100_000
+# 9999-01-01 UTC: the latest due time whose date prints in every time zone (datetime stops at year 9999).
+MAX_DUE = 253_370_764_800
+
+
+def check_due(due: int) -> None:
+    """ValueError unless due is a time a timer can have (and the CLI and console can print)."""
+    if not 0 <= due <= MAX_DUE:
+        raise ValueError(f"a timer's time must be between 1970-01-01 and 9999-01-01 UTC "
+                         f"(epoch seconds 0 to {MAX_DUE}), not {due}")
 
 
 def _zone(tz: str | None) -> ZoneInfo:
@@ -115,8 +124,8 @@ class TimersMixin(StoreBase):
             raise ValueError("timer id must be a non-empty string")
         if every is not None and cron is not None:
             raise ValueError("a timer is either an interval (every) or a cron timer, not both")
-        if every is not None and (not isinstance(every, int) or every <= 0):
-            raise ValueError("every must be a positive whole number of seconds")
+        if every is not None and (not isinstance(every, int) or not 0 < every <= MAX_DUE):
+            raise ValueError(f"every must be a positive whole number of seconds, at most {MAX_DUE}")
         if key is not None and (every is not None or cron is not None):
             raise ValueError("a recurring timer can't use a fixed event key")
         if catch_up not in CATCH_UP_POLICIES:
@@ -126,6 +135,7 @@ class TimersMixin(StoreBase):
         if tz is not None and cron is None:
             raise ValueError("a time zone applies to cron timers only")
         first_due = int(due)
+        check_due(first_due)
         if cron is not None:
             validate_cron(cron, tz)
             first_due = cron_next(cron, tz, first_due - 1)

@@ -2,35 +2,75 @@
 
 SQLite calls never run on the event loop, so a UI on the same loop never freezes, and each thread
 keeps its own connection (apsw connections are not shared across concurrent transactions).
+
+The thread is a daemon: a run abandoned at shutdown (an agent stuck in a call that never returns) must
+not hold the process's exit, as a ThreadPoolExecutor worker would. By then its lease is released and its
+events are back to pending; the process ending under it is the crash the inbox is built to survive.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import queue
+import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from console.core import Store
 
 T = TypeVar("T")
 
+_Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
+
+
+def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    if future.done():  # the caller was cancelled meanwhile
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(value)
+
 
 class DbThread:
     def __init__(self, name: str, opener: Callable[[], Store]) -> None:
         self.name = name
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"agent-console-{name}")
         self._opener = opener
         self._store: Store | None = None
+        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=f"agent-console-{name}", daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            work, future = job
+            if future.cancelled():  # nobody waits for it any more (as an executor skips a cancelled call)
+                continue
+            value: Any = None
+            error: BaseException | None = None
+            try:
+                value = work()
+            except BaseException as exc:  # handed to the awaiting caller, never lost in this thread
+                error = exc
+            with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting any more
+                future.get_loop().call_soon_threadsafe(_settle, future, value, error)
 
     def _with_store(self, fn: Callable[[Store], T]) -> T:
         if self._store is None:
             self._store = self._opener()
         return fn(self._store)
 
+    def _submit(self, work: Callable[[], T]) -> asyncio.Future[T]:
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._jobs.put((work, future))
+        return future
+
     async def __call__(self, fn: Callable[[Store], T]) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, self._with_store, fn)
+        return await self._submit(lambda: self._with_store(fn))
 
     def _close(self) -> None:
         if self._store is not None:
@@ -38,11 +78,9 @@ class DbThread:
             self._store = None
 
     async def close(self, *, wait: bool = True) -> None:
-        """Close the connection on its own thread. With wait=False a stuck call is left behind."""
+        """Close the connection on its own thread and end the thread. With wait=False a stuck call is left
+        behind: the connection is closed and the thread ends once that call returns, if it ever does."""
+        closed = self._submit(self._close)
+        self._jobs.put(None)
         if wait:
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(self._executor, self._close)
-            self._executor.shutdown(wait=True)
-        else:
-            self._executor.submit(self._close)
-            self._executor.shutdown(wait=False)
+            await closed

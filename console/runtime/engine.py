@@ -233,18 +233,21 @@ class Engine:
 
     async def _watch(self) -> None:
         """Wake everything when any other connection (thread or process) commits to the file."""
-        last = await self.read(lambda store: store.data_version())
+        # The first look is inside the loop, so a failure there cannot end the watcher silently. A failed
+        # look counts as a change once (None), so what committed meanwhile is not missed.
+        last: int | None = None
+        first = True
         while not self._stopping:
-            await asyncio.sleep(self.watch_interval)  # a polling interval, not a wait for a result
             try:
-                current = await self.read(lambda store: store.data_version())
+                current: int | None = await self.read(lambda store: store.data_version())
             except Exception as exc:
                 self.note_error(f"watcher: {exc}")
-                continue
-            if current != last:
-                last = current
+                current = None
+            if current != last and not first:
                 self.wake()
                 self.publish("events", "the inbox changed")
+            first, last = False, current
+            await asyncio.sleep(self.watch_interval)  # a polling interval, not a wait for a result
 
     def note_error(self, message: str) -> None:
         self.last_error = message

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from console.agents.base import RunContext
-from console.core import Event, Store
+from console.core import Event, Store, StoreUnavailable
 
 if TYPE_CHECKING:
     from console.runtime.engine import Engine
@@ -26,6 +26,8 @@ class Worker:
         self._current: asyncio.Task[None] | None = None
         self._lost_lease = False
         self._renewed_at = 0
+        self._stall_wake: asyncio.Event | None = None  # one for every run: each registered event costs every wake()
+        self._loop_done: asyncio.Event | None = None  # set when run() has left its loop
 
     @property
     def busy(self) -> bool:
@@ -34,14 +36,18 @@ class Worker:
     async def run(self) -> None:
         engine = self.engine
         wake = engine.wake_event()
-        while not engine.stopping:
-            try:
-                idle_for = await self._tick()
-            except Exception as exc:  # the engine never dies of one bad step
-                engine.note_error(f"worker: {type(exc).__name__}: {exc}")
-                idle_for = engine.idle_cap
-            if idle_for is not None:
-                await engine.sleep(wake, idle_for)
+        self._loop_done = asyncio.Event()
+        try:
+            while not engine.stopping:
+                try:
+                    idle_for = await self._tick()
+                except Exception as exc:  # the engine never dies of one bad step
+                    engine.note_error(f"worker: {type(exc).__name__}: {exc}")
+                    idle_for = engine.idle_cap
+                if idle_for is not None:
+                    await engine.sleep(wake, idle_for)
+        finally:
+            self._loop_done.set()
 
     async def _tick(self) -> float | None:
         """One pass; returns how long to idle, or None to go again at once."""
@@ -68,7 +74,11 @@ class Worker:
             self.gen = gen
             engine.publish("lease", f"generation {gen}")
         engine.set_mode("active")
+        if engine.stopping:
+            return None  # shutdown releases this generation; a claim now would only count an attempt
         events = await engine.on("writer", lambda store: store.claim_batch(holder, gen, now=now))
+        if engine.stopping:
+            return None  # no run may start now: shutdown's release returns these events to pending
         if not events:
             retry_at = await engine.read(lambda store: store.next_retry_at())
             return engine.seconds_until(retry_at)
@@ -106,19 +116,23 @@ class Worker:
             log.warning("run %s failed: %s", self.runs, error)
         finally:
             renewer.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            try:
                 await renewer
-        wake = engine.wake_event()
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:  # a renewal bug must not abandon the run's events as `running`
+                engine.note_error(f"lease renewal failed: {type(exc).__name__}: {exc}")
+        if self.stalled and self._stall_wake is None:
+            self._stall_wake = engine.wake_event()
         while self.stalled and not engine.stopping:  # a stalled worker holds its finish, like a closed lid
-            await engine.sleep(wake, engine.idle_cap)
+            assert self._stall_wake is not None
+            await engine.sleep(self._stall_wake, engine.idle_cap)
         if self._lost_lease:
             engine.note_error(f"run {self.runs}: lease lost mid-run; not finishing (another worker takes over)")
             return
-        now = engine.clock.now()
-        finished = await engine.on(
-            "writer",
-            lambda store: store.finish(holder, gen, ids, now=now, messages=messages, error=error),
-        )
+        finished = await self._finish(gen, ids, messages, error)
+        if finished is None:
+            return  # stopping: the lease's release returns the events to pending
         if not finished:
             engine.note_error(f"run {self.runs}: finish refused (generation {gen} was fenced off)")
         else:
@@ -130,6 +144,36 @@ class Worker:
         engine.publish("outbox", "queued")
         engine.wake()
 
+    async def _finish(
+        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None
+    ) -> bool | None:
+        """Record the run's outcome, trying again until the inbox takes it; None if the engine stops first.
+
+        Giving up instead would leave the events `running` under a generation this worker keeps renewing,
+        where no claim ever recovers them. While it tries, the lease is not renewed: if the inbox stays
+        unwritable past the TTL, the finish is refused and the next generation recovers the events.
+        """
+        engine = self.engine
+        pause = 0.05
+        while True:
+            try:
+                return await engine.on("writer", self._finishing(gen, ids, messages, error, engine.clock.now()))
+            except StoreUnavailable as exc:
+                engine.note_error(f"run {self.runs}: could not record its outcome ({exc}); trying again")
+            except Exception as exc:  # the outcome itself cannot be stored: record the run as failed instead
+                engine.note_error(f"run {self.runs}: could not record its outcome: {type(exc).__name__}: {exc}")
+                error, messages = f"could not record the run's outcome ({type(exc).__name__})", []
+            if engine.stopping:
+                return None
+            await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
+            pause = min(pause * 2, engine.idle_cap)
+
+    def _finishing(
+        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None, now: int
+    ) -> Callable[[Store], bool]:
+        holder = self.engine.holder
+        return lambda store: store.finish(holder, gen, ids, now=now, messages=messages, error=error)
+
     async def _keep_renewing(self, gen: int) -> None:
         """Renew every TTL/3 during a long agent call; a refusal means another worker took over."""
         engine = self.engine
@@ -138,7 +182,11 @@ class Worker:
             await asyncio.sleep(interval)  # a renewal period, not a wait for a result
             if self.stalled:
                 continue
-            renewed = await engine.on("writer", self._renewal(gen, engine.clock.now()))
+            try:
+                renewed = await engine.on("writer", self._renewal(gen, engine.clock.now()))
+            except StoreUnavailable as exc:  # try again next period; the run must not die of it
+                engine.note_error(f"could not renew the lease: {exc}")
+                continue
             if not renewed:
                 self._lost_lease = True
                 return
@@ -151,11 +199,18 @@ class Worker:
         """Let the current run finish for up to `grace` seconds, then release the lease."""
         engine = self.engine
         self.stalled = False
+        abandoned = False
         if self._current is not None and not self._current.done():
             try:
                 await asyncio.wait_for(asyncio.shield(self._current), grace)
             except TimeoutError:
+                abandoned = True
                 log.warning("run still going after %.0f s; abandoning it (its events return to pending)", grace)
+        if not abandoned and self._loop_done is not None:
+            # An acquire or a claim may still be on its way back: release only once the loop has left, so
+            # the generation it brings is the one released and no claim it made can start a run.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._loop_done.wait(), grace)
         if self.gen is not None:
             gen = self.gen
             now = engine.clock.now()

@@ -174,6 +174,9 @@ def test_bad_value_in_the_file_names_setting_and_file(tmp_path: Path, line: str,
         ("AGENT_CONSOLE_DIGEST_CRON", "every day", "invalid cron"),
         ("AGENT_CONSOLE_WEBHOOKS", "{not json", "written as JSON"),
         ("AGENT_CONSOLE_DB", "  ", "non-empty"),
+        # Past SQLite's 64-bit integers the engine would start and fail every step with OverflowError.
+        ("AGENT_CONSOLE_LEASE_TTL", "99999999999999999999", "at most 1000000000"),
+        ("AGENT_CONSOLE_BATCH_CAP", "10000000000", "at most 1000000000"),
     ],
 )
 def test_bad_value_in_the_environment_names_the_variable(variable: str, value: str, problem: str) -> None:

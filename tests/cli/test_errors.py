@@ -247,3 +247,31 @@ def test_user_errors_from_a_real_process(tmp_path: Path, isolated: dict[str, str
     assert_user_error(done.returncode, done.stdout, done.stderr, "does not exist")
     done = run_process(["--db", str(db), "status"], dict(isolated, AGENT_CONSOLE_MAX_ATTEMPTS="many"))
     assert_user_error(done.returncode, done.stdout, done.stderr, "AGENT_CONSOLE_MAX_ATTEMPTS")
+
+
+def test_numbers_past_what_the_inbox_holds(db: Path) -> None:
+    huge = "99999999999999999999999"
+    invoke(["--db", str(db), "ingest", "chat", "m-1"])
+    user_error(["--db", str(db), "show", huge], "is not in the range")
+    user_error(["--db", str(db), "retry", huge], "is not in the range")
+    user_error(["--db", str(db), "events", "--limit", huge], "is not in the range")
+    user_error(["--db", str(db), "timers", "add", "t", "--every", huge], "is not in the range")
+    for moment in ("99999999999999999", "-99999999999999999", huge):
+        user_error(["--db", str(db), "timers", "add", "t", "--at", moment], "--at", "between")
+    # Nothing unprintable was stored: the timer list still reads.
+    listed = invoke(["--db", str(db), "timers", "list", "--all"])
+    assert listed.exit_code == 0 and listed.stdout == "no timers\n", listed.stdout
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["approve", "apr-\udcff", "yes"],
+        ["events", "--source", "web\udcff"],
+        ["timers", "add", "t\udcff", "--every", "60"],
+        ["say", "caf\udcff"],
+    ],
+)
+def test_arguments_that_are_not_utf8(db: Path, args: list[str]) -> None:
+    # Bytes that are not UTF-8 on the command line reach Python as lone surrogates (surrogateescape).
+    user_error(["--db", str(db), *args], "not valid UTF-8")

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -134,3 +135,36 @@ def test_a_standby_run_takes_over_at_once_when_the_active_one_stops(
 def test_run_with_an_unusable_inbox_is_a_one_line_error(tmp_path: Path, isolated: dict[str, str]) -> None:
     done = run_process(["--db", str(tmp_path / "missing" / "inbox.db"), "run"], isolated)
     assert_user_error(done.returncode, done.stdout, done.stderr, "does not exist")
+
+
+WEBHOOKS_CONFIG = """
+[webhooks]
+enabled = true
+port = {port}
+[webhooks.sources.github]
+verifier = "github"
+secret_env = "RUN_TEST_MISSING_SECRET"
+"""
+
+
+@pytest.mark.parametrize("fault", ["missing secret", "port in use"])
+def test_run_with_a_webhook_receiver_it_cannot_start_does_no_work(
+    tmp_path: Path, isolated: dict[str, str], fault: str
+) -> None:
+    db, config = tmp_path / "inbox.db", tmp_path / "config.toml"
+    with Store.open(db) as store:
+        store.ingest("chat", "m1", {"text": "hello"}, now=int(time.time()))
+    env = dict(isolated)
+    if fault == "port in use":
+        env["RUN_TEST_MISSING_SECRET"] = "a-secret-for-the-test"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        config.write_text(WEBHOOKS_CONFIG.format(port=taken.getsockname()[1]))
+        done = run_process(["--db", str(db), "--config", str(config), "run"], env)
+    expected = "RUN_TEST_MISSING_SECRET is not set" if fault == "missing secret" else "cannot listen on"
+    assert_user_error(done.returncode, done.stdout, done.stderr, expected)
+    with Store.open(db) as store:
+        event = store.find_event("chat", "m1")
+        assert event is not None and event.status == "pending" and event.attempts == 0  # nothing was run
+        assert store.lease() is None  # the engine never started

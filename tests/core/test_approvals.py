@@ -84,3 +84,21 @@ def test_a_second_connection_sees_the_same_outcome(store: Store) -> None:
         assert approval is not None and approval.outcome == "yes"
     finally:
         other.close()
+
+
+def test_the_answer_does_not_depend_on_the_expiry_timer_row(store: Store) -> None:
+    # The expiry timer is listed with the user's timers, so it can be removed or replaced by hand; the
+    # approval itself (its deadline, its action) is what the answer path must go by.
+    from console.core.approvals import expiry_timer_id
+
+    store.request_approval("kept", "deploy web", now=T, expires_in=HOUR)
+    store.request_approval("late", "refund order 2", now=T, expires_in=HOUR)
+    store.request_approval("replaced", "drop table", now=T, expires_in=HOUR)
+    assert store.remove_timer(expiry_timer_id("kept")) and store.remove_timer(expiry_timer_id("late"))
+    store.add_timer(expiry_timer_id("replaced"), T + 60, {"text": "a timer of the user's own"}, every=60)
+    assert store.answer_approval("kept", "yes", now=T + 10) == "yes"
+    assert store.answer_approval("late", "yes", now=T + HOUR) == "expired"
+    assert store.answer_approval("replaced", "no", now=T + 2 * HOUR) == "expired"
+    event = store.find_event("approval", "late")
+    assert event is not None and event.payload == {"approval": "late", "answer": "expired", "action": "refund order 2"}
+    assert [a.outcome for a in map(store.approval, ("kept", "late", "replaced"))] == ["yes", "expired", "expired"]

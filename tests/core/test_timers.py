@@ -167,6 +167,7 @@ def test_a_removed_timer_never_fires(store: Store) -> None:
         ({"every": 60, "cron": "* * * * *"}, "not both"),
         ({"every": 0}, "positive"),
         ({"every": -5}, "positive"),
+        ({"every": 10**20}, "at most"),
         ({"cron": "every day at nine"}, "invalid cron"),
         ({"cron": "61 * * * *"}, "invalid cron"),
         ({"cron": "0 9 * * *", "tz": "Mars/Olympus"}, "unknown time zone"),
@@ -179,6 +180,13 @@ def test_a_removed_timer_never_fires(store: Store) -> None:
 def test_bad_timers_are_refused_and_nothing_is_stored(store: Store, kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         store.add_timer("bad", T, {}, **kwargs)  # type: ignore[arg-type]
+    assert store.timers(include_done=True) == []
+
+
+@pytest.mark.parametrize("due", [-1, 10**17, 2**70])
+def test_a_due_time_no_date_can_show_is_refused(store: Store, due: int) -> None:
+    with pytest.raises(ValueError, match="between 1970-01-01 and 9999-01-01"):
+        store.add_timer("far", due, {})
     assert store.timers(include_done=True) == []
 
 
