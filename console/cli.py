@@ -231,7 +231,7 @@ async def _run_headless(settings: Settings) -> None:
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal closed
         loop.add_signal_handler(signum, stop.set)
     engine = Engine(settings)
     # The receiver first: a missing secret or a port in use is a one-line error before the engine has
@@ -590,7 +590,7 @@ def timers_add(
 def _timer_change(name: str, verb: str, summary: str, change: Callable[[Store, str], bool]) -> Callable[..., None]:
     @click.pass_obj
     def command(state: CliState, timer_id: str) -> None:
-        with state.store() as store:
+        with state.store() as store, rejecting_bad_input():
             if not change(store, timer_id):
                 raise UserError(f"no timer named {timer_id!r}")
         click.echo(f"{verb} timer {timer_id}")

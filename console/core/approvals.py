@@ -12,7 +12,7 @@ from typing import Any
 from console.core.base import dumps, loads
 from console.core.db import transaction, translate_errors
 from console.core.models import Approval
-from console.core.timers import TimersMixin
+from console.core.timers import APPROVAL_EXPIRY_PREFIX, TimersMixin
 
 ANSWERS = ("yes", "no")
 _COLUMNS = "request_id, action, details, session_id, requested_at, expires_at, outcome, resolved_at"
@@ -29,7 +29,7 @@ def _expired(request_id: str, action: str) -> str:
 
 
 def expiry_timer_id(request_id: str) -> str:
-    return f"expire:{request_id}"
+    return f"{APPROVAL_EXPIRY_PREFIX}{request_id}"
 
 
 class ApprovalsMixin(TimersMixin):

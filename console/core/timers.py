@@ -14,6 +14,13 @@ from console.core.db import transaction, translate_errors
 from console.core.models import Timer
 
 CATCH_UP_POLICIES = ("coalesce", "each")
+# Approval expiries are timers under this prefix; they belong to their approval, not to the user.
+APPROVAL_EXPIRY_PREFIX = "expire:"
+
+
+def _refuse_approval_expiry(timer_id: str) -> None:
+    if isinstance(timer_id, str) and timer_id.startswith(APPROVAL_EXPIRY_PREFIX):
+        raise ValueError(f"timer {timer_id!r} is the expiry of an approval; answer the approval (yes/no) instead")
 # Past this many missed cron occurrences the count is not walked one by one any more.
 _MAX_CRON_WALK = 100_000
 # 9999-01-01 UTC: the latest due time whose date prints in every time zone (datetime stops at year 9999).
@@ -122,6 +129,7 @@ class TimersMixin(StoreBase):
         the event key timer_id@scheduled_at is refused the second time."""
         if not isinstance(timer_id, str) or not timer_id.strip():
             raise ValueError("timer id must be a non-empty string")
+        _refuse_approval_expiry(timer_id)
         if every is not None and cron is not None:
             raise ValueError("a timer is either an interval (every) or a cron timer, not both")
         if every is not None and (not isinstance(every, int) or not 0 < every <= MAX_DUE):
@@ -162,10 +170,12 @@ class TimersMixin(StoreBase):
         return [_timer(r) for r in self._conn.execute(f"SELECT {_TIMER_COLUMNS} FROM timers {clause} ORDER BY due")]
 
     def remove_timer(self, timer_id: str) -> bool:
+        _refuse_approval_expiry(timer_id)
         with translate_errors(), transaction(self._conn):
             return bool(self._conn.execute("DELETE FROM timers WHERE id = ? RETURNING id", (timer_id,)).fetchall())
 
     def pause_timer(self, timer_id: str, paused: bool = True) -> bool:
+        _refuse_approval_expiry(timer_id)
         with translate_errors(), transaction(self._conn):
             return bool(self._conn.execute(
                 "UPDATE timers SET paused = ? WHERE id = ? RETURNING id", (int(paused), timer_id)

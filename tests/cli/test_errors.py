@@ -275,3 +275,10 @@ def test_numbers_past_what_the_inbox_holds(db: Path) -> None:
 def test_arguments_that_are_not_utf8(db: Path, args: list[str]) -> None:
     # Bytes that are not UTF-8 on the command line reach Python as lone surrogates (surrogateescape).
     user_error(["--db", str(db), *args], "not valid UTF-8")
+
+
+def test_an_approvals_expiry_timer_is_not_the_users_to_remove(db: Path) -> None:
+    with Store.open(db) as store:
+        store.request_approval("apr-1", "deploy web", now=1_000, expires_in=10**6)
+    for verb in ("remove", "pause", "resume"):
+        user_error(["--db", str(db), "timers", verb, "expire:apr-1"], "is the expiry of an approval")

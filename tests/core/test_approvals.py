@@ -87,18 +87,31 @@ def test_a_second_connection_sees_the_same_outcome(store: Store) -> None:
 
 
 def test_the_answer_does_not_depend_on_the_expiry_timer_row(store: Store) -> None:
-    # The expiry timer is listed with the user's timers, so it can be removed or replaced by hand; the
-    # approval itself (its deadline, its action) is what the answer path must go by.
+    # The API refuses to touch an expiry timer, but a file edited by hand (or by an older version) may
+    # lack it or hold another timer under its id: the approval itself (its deadline, its action) is what
+    # the answer path must go by.
     from console.core.approvals import expiry_timer_id
 
     store.request_approval("kept", "deploy web", now=T, expires_in=HOUR)
     store.request_approval("late", "refund order 2", now=T, expires_in=HOUR)
     store.request_approval("replaced", "drop table", now=T, expires_in=HOUR)
-    assert store.remove_timer(expiry_timer_id("kept")) and store.remove_timer(expiry_timer_id("late"))
-    store.add_timer(expiry_timer_id("replaced"), T + 60, {"text": "a timer of the user's own"}, every=60)
+    conn = store.connection
+    conn.execute("DELETE FROM timers WHERE id IN (?, ?)", (expiry_timer_id("kept"), expiry_timer_id("late")))
+    conn.execute("UPDATE timers SET due = ?, every = 60, payload = ?, ev_source = NULL, ev_id = NULL WHERE id = ?",
+                 (T + 60, '{"text": "a timer of the user\'s own"}', expiry_timer_id("replaced")))
     assert store.answer_approval("kept", "yes", now=T + 10) == "yes"
     assert store.answer_approval("late", "yes", now=T + HOUR) == "expired"
     assert store.answer_approval("replaced", "no", now=T + 2 * HOUR) == "expired"
     event = store.find_event("approval", "late")
     assert event is not None and event.payload == {"approval": "late", "answer": "expired", "action": "refund order 2"}
     assert [a.outcome for a in map(store.approval, ("kept", "late", "replaced"))] == ["yes", "expired", "expired"]
+
+
+def test_an_approvals_expiry_timer_cannot_be_removed_paused_or_replaced(store: Store) -> None:
+    store.request_approval("apr-9", "deploy", now=100, expires_in=60)
+    for attempt in (lambda: store.remove_timer("expire:apr-9"), lambda: store.pause_timer("expire:apr-9"),
+                    lambda: store.add_timer("expire:apr-9", 500, {"answer": "yes"})):
+        with pytest.raises(ValueError, match="expiry of an approval"):
+            attempt()
+    store.run_scheduler(now=161)
+    assert store.answer_approval("apr-9", "yes", now=162) == "expired"
