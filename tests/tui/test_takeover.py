@@ -65,8 +65,9 @@ async def test_second_console_takes_over_a_stalled_one_and_its_late_finish_is_re
 
         async with second.run_test(size=SIZE) as pilot_b:
             await wait_until(pilot_b, lambda: second.engine.mode == "standby", what="the second console on standby")
-            assert "console-a" in lease_text(second) and "(other)" in lease_text(second)
-            assert first_status(second) == "running"
+            await wait_until(pilot_b, lambda: "console-a" in lease_text(second) and "(other)" in lease_text(second),
+                             what="the second console's lease pane naming the first as holder")
+            await wait_until(pilot_b, lambda: first_status(second) == "running", what="the event shown running")
 
             clock.advance(TTL + 1)  # the stalled console renewed nothing: its lease lapses
             await wait_until(pilot_b, lambda: second.engine.mode == "active", what="the takeover")
