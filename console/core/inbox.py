@@ -291,20 +291,9 @@ class InboxMixin(StoreBase):
         """Newest first; page with before_id (older) or after_id (newer). Reads only the page."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
-        where: list[str] = []
-        params: list[Any] = []
-        if status is not None:
-            where.append("status = ?")
-            params.append(status)
-        if source is not None:
-            where.append("source = ?")
-            params.append(source)
-        if before_id is not None:
-            where.append("id < ?")
-            params.append(before_id)
-        if after_id is not None:
-            where.append("id > ?")
-            params.append(after_id)
+        conditions = (("status = ?", status), ("source = ?", source), ("id < ?", before_id), ("id > ?", after_id))
+        where = [condition for condition, value in conditions if value is not None]
+        params: list[Any] = [value for _, value in conditions if value is not None]
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         if after_id is not None:
             # Oldest-first just above after_id, then flipped, so the page is the one next to it.
