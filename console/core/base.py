@@ -44,6 +44,7 @@ class StoreBase:
     backoff_jitter: float
     max_payload_bytes: int
     send_timeout: int
+    max_send_attempts: int
     _rng: random.Random
 
     def _lease_row(self) -> Lease | None:

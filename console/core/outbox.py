@@ -72,11 +72,12 @@ class OutboxMixin(StoreBase):
         batch_id, batch = claimed
         try:
             send(batch)
-        except SendError as exc:
-            self._record_failure(batch_id, batch, now, str(exc), permanent=exc.permanent or at_most_once)
-            return 0
         except Exception as exc:  # a channel's own failure must not lose the batch
-            self._record_failure(batch_id, batch, now, f"{type(exc).__name__}: {exc}", permanent=at_most_once)
+            error = str(exc) if isinstance(exc, SendError) else f"{type(exc).__name__}: {exc}"
+            permanent = at_most_once or (isinstance(exc, SendError) and exc.permanent)
+            if not permanent and batch.attempt >= self.max_send_attempts:
+                error, permanent = f"gave up after {batch.attempt} attempts: {error}", True
+            self._record_failure(batch_id, batch, now, error, permanent=permanent)
             return 0
         if not at_most_once:
             with translate_errors(), transaction(self._conn):
@@ -121,6 +122,10 @@ class OutboxMixin(StoreBase):
                     with translate_errors(), transaction(self._conn):
                         self._record_delivery(batch_id, channel.name, "sent", now, None)
                 continue
+            if not permanent and batch.attempt >= self.max_send_attempts:
+                # A channel that never recovers (a wrong address, a service gone) must not hold the
+                # paced lane of every channel for ever: it is given up on, visibly.
+                error, permanent = f"gave up after {batch.attempt} attempts: {error}", True
             if permanent or channel.at_most_once:
                 with translate_errors(), transaction(self._conn):
                     self._record_delivery(batch_id, channel.name, "failed", now, error)

@@ -36,6 +36,7 @@ class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, I
         self.backoff_jitter = float(settings["backoff_jitter"])
         self.max_payload_bytes = int(settings["max_payload_bytes"])
         self.send_timeout = int(settings["send_timeout"])
+        self.max_send_attempts = int(settings["max_send_attempts"])
         seed = settings.get("seed")
         self._rng = random.Random(seed)
 
@@ -53,6 +54,7 @@ class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, I
         backoff_jitter: float = 0.2,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         send_timeout: int = 60,
+        max_send_attempts: int = 12,
         check: bool = True,
         seed: int | None = None,
     ) -> Store:
@@ -60,8 +62,10 @@ class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, I
             lease_ttl=lease_ttl, max_attempts=max_attempts, outbox_gap=outbox_gap, batch_cap=batch_cap,
             backoff_base=backoff_base, backoff_max=backoff_max, backoff_jitter=backoff_jitter,
             max_payload_bytes=max_payload_bytes, send_timeout=send_timeout, seed=seed,
+            max_send_attempts=max_send_attempts,
         )
-        for name in ("lease_ttl", "max_attempts", "batch_cap", "max_payload_bytes", "send_timeout"):
+        for name in ("lease_ttl", "max_attempts", "batch_cap", "max_payload_bytes", "send_timeout",
+                     "max_send_attempts"):
             if int(settings[name]) < 1:
                 raise ValueError(f"{name} must be at least 1, not {settings[name]}")
         for name in ("outbox_gap", "backoff_base", "backoff_max"):

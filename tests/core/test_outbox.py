@@ -168,3 +168,35 @@ def test_a_message_must_be_text(outbox: Store) -> None:
         with pytest.raises(ValueError, match="non-empty text"):
             outbox.queue_message(bad, now=T)  # type: ignore[arg-type]
     assert outbox.outbox_messages() == []
+
+
+def test_a_channel_that_never_recovers_is_given_up_on_and_the_lane_moves_again(tmp_path: Path) -> None:
+    class Down:
+        name, at_most_once = "down", False
+
+        def send(self, batch: Batch) -> None:
+            raise SendError("connection refused")
+
+    class Local:
+        name, at_most_once = "local", False
+
+        def __init__(self) -> None:
+            self.keys: list[str] = []
+
+        def send(self, batch: Batch) -> None:
+            self.keys.append(batch.key)
+
+    local = Local()
+    with Store.open(tmp_path / "inbox.db", outbox_gap=0, backoff_base=1, backoff_max=1, backoff_jitter=0,
+                    max_send_attempts=3) as store:
+        store.queue_message("first", now=0)
+        now = 0
+        for _ in range(3):
+            store.dispatch_channels([local, Down()], now=now)
+            now += 10
+        first = store.outbox_messages()[0]
+        assert first.status == "failed" and first.error == "down: gave up after 3 attempts: connection refused"
+        assert len(local.keys) == 1  # the healthy channel got it once, not once per retry
+        store.queue_message("second", now=now)
+        assert store.dispatch_channels([local], now=now) == 1  # the lane is free again
+        assert len(local.keys) == 2
