@@ -84,13 +84,7 @@ class ApprovalsMixin(TimersMixin):
                 payload = _expired(request_id, action)
             else:
                 payload = dumps({"approval": request_id, "answer": answer})
-            self._conn.execute(
-                """INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
-                   VALUES ('approval', ?, ?, ?, ?)
-                   ON CONFLICT (source, source_id) DO UPDATE
-                      SET duplicates = duplicates + 1, last_duplicate_at = excluded.created_at""",
-                (request_id, payload, now, now),
-            )
+            self._insert_event("approval", request_id, payload, now)
             outcome = self._settle_approval(request_id, now)
             assert outcome is not None
             return outcome

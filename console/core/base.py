@@ -66,6 +66,21 @@ class StoreBase:
         spread = delay * self.backoff_jitter
         return max(0, round(float(delay) + self._rng.uniform(-spread, spread)))
 
+    def _insert_event(self, source: str, source_id: str, text: str, now: int) -> bool:
+        """Insert an event, or count a refused copy of it (the duplicate ledger). True when it is new.
+
+        Every way into the inbox (ingest, timers, approval answers and expiries) goes through here."""
+        for (duplicates,) in self._conn.execute(
+            """INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+               VALUES (?, ?, ?, ?, ?)
+               ON CONFLICT (source, source_id) DO UPDATE
+                  SET duplicates = duplicates + 1, last_duplicate_at = excluded.created_at
+               RETURNING duplicates""",
+            (source, source_id, text, now, now),
+        ):
+            return bool(duplicates == 0)
+        raise AssertionError("INSERT ... RETURNING returned no row")
+
     def _log_attempt(
         self, event_id: int, at: int, kind: str, holder: str | None, gen: int | None, detail: str | None = None
     ) -> None:

@@ -101,19 +101,6 @@ class InboxMixin(StoreBase):
             raise ValueError("payload contains a lone surrogate, which is not valid UTF-8") from exc
         return text
 
-    def _insert_event(self, source: str, source_id: str, text: str, now: int) -> bool:
-        """Insert, or count a refused duplicate. Returns True when the event is new."""
-        for (duplicates,) in self._conn.execute(
-            """INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
-               VALUES (?, ?, ?, ?, ?)
-               ON CONFLICT (source, source_id) DO UPDATE
-                  SET duplicates = duplicates + 1, last_duplicate_at = excluded.created_at
-               RETURNING duplicates""",
-            (source, source_id, text, now, now),
-        ):
-            return bool(duplicates == 0)
-        raise AssertionError("INSERT ... RETURNING returned no row")
-
     def ingest(self, source: str, source_id: str, payload: Any, *, now: int) -> bool:
         """Store an event once. False means a copy was already stored (the duplicate is counted)."""
         text = self.encode_event(source, source_id, payload)

@@ -246,12 +246,7 @@ class TimersMixin(StoreBase):
         self._insert_timer_event("timer", f"{timer_id}@{latest}", event, now)
 
     def _insert_timer_event(self, source: str, source_id: str, body: dict[str, Any], now: int) -> None:
-        self._conn.execute(
-            """INSERT INTO inbox (source, source_id, payload, created_at, updated_at) VALUES (?, ?, ?, ?, ?)
-               ON CONFLICT (source, source_id) DO UPDATE
-                  SET duplicates = duplicates + 1, last_duplicate_at = excluded.created_at""",
-            (source, source_id, dumps(body), now, now),
-        )
+        self._insert_event(source, source_id, dumps(body), now)
         if source == "approval":
             self._settle_approval(source_id, now)
 
