@@ -23,6 +23,7 @@ import apsw
 
 from console.clock import Clock, WallClock
 from console.core import Store, StoreError, StoreUnavailable
+from console.runtime.dbthread import settle_future
 
 T = TypeVar("T")
 log = logging.getLogger("agent_console.webhooks")
@@ -69,13 +70,9 @@ def _unavailable(exc: BaseException) -> StoreUnavailable:
 
 
 def _settle(results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]) -> None:
+    # A request that went away is skipped; its event is stored all the same.
     for future, value, error in results:
-        if future.done():  # the request went away; its event is stored all the same
-            continue
-        if error is not None:
-            future.set_exception(error)
-        else:
-            future.set_result(value)
+        settle_future(future, value, error)
 
 
 class IngestWriter:

@@ -24,8 +24,9 @@ T = TypeVar("T")
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
 
 
-def _settle(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    if future.done():  # the caller was cancelled meanwhile
+def settle_future(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
+    """Hand a worker thread's result to the awaiting caller, on the caller's loop."""
+    if future.done():  # the caller was cancelled, or went away, meanwhile
         return
     if error is not None:
         future.set_exception(error)
@@ -57,7 +58,7 @@ class DbThread:
             except BaseException as exc:  # handed to the awaiting caller, never lost in this thread
                 error = exc
             with contextlib.suppress(RuntimeError):  # the loop has closed: nobody is waiting any more
-                future.get_loop().call_soon_threadsafe(_settle, future, value, error)
+                future.get_loop().call_soon_threadsafe(settle_future, future, value, error)
 
     def _with_store(self, fn: Callable[[Store], T]) -> T:
         if self._store is None:
