@@ -21,7 +21,7 @@ def read_log(path: Path) -> list[dict[str, Any]]:
 
 
 def test_two_processes_racing_for_the_lease_never_overlap(tmp_path: Path) -> None:
-    """1,000 lease requests from two processes at ticks of a shared clock.
+    """At least 1,000 lease requests from two processes at ticks of a shared clock.
 
     The proof: every generation was handed to exactly one holder; each holder saw its generations
     increase; and the last moment a generation was known live (its last renewal + TTL, or its
@@ -50,7 +50,8 @@ def test_two_processes_racing_for_the_lease_never_overlap(tmp_path: Path) -> Non
     outcomes: Counter[str] = Counter()
     for holder, path in logs.items():
         records = read_log(path)
-        assert sum(r["kind"] in ("blocked", "renew", "acquire") for r in records) == rounds
+        requests = sum(r["kind"] in ("blocked", "renew", "acquire") for r in records)
+        assert rounds <= requests < rounds * 10, f"{holder} made {requests} requests: the race never got going"
         gens_seen = [r["gen"] for r in records if r["kind"] in ("acquire", "renew")]
         assert gens_seen == sorted(gens_seen), f"{holder} saw its generations go backwards"
         for record in records:
@@ -78,7 +79,7 @@ def test_two_processes_racing_for_the_lease_never_overlap(tmp_path: Path) -> Non
         )
     # The race really happened: both took the lease from each other, and both were refused.
     switches = sum(holder_of[g] != holder_of[g - 1] for g in gens[1:])
-    assert switches >= 10 and outcomes["blocked"] >= 20 and outcomes["renew"] >= 20, (switches, outcomes)
+    assert switches >= 20 and outcomes["blocked"] >= 20 and outcomes["renew"] >= 20, (switches, outcomes)
 
     with Store.open(db) as store:
         log = store.lease_log(limit=10_000)

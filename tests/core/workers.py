@@ -69,27 +69,44 @@ def journal_crash(db: str, effects: str, key: str, now: str) -> None:
 
 
 def lease_race(db: str, counter: str, log: str, holder: str, rounds: str, ttl: str, seed: str) -> None:
-    """Ask for the lease `rounds` times at shared ticks, writing every outcome to this process's log.
+    """Ask for the lease at shared ticks, writing every outcome to this process's log.
 
     A holder sometimes releases, sometimes stalls (stops renewing so its lease lapses under it),
-    and sometimes simply renews, so both takeovers and refusals happen many times.
+    and sometimes simply renews, so both takeovers and refusals happen many times. How often they
+    happen depends on how the OS interleaves the two processes, so each keeps racing past `rounds`
+    requests until both have seen enough of each (a shared marker file per holder says so), up to
+    ten times `rounds`: the race is then certain to have happened, however the machine schedules.
     """
     store = Store.open(db, lease_ttl=int(ttl), check=False)
     rng = random.Random(int(seed))
     print("ready", flush=True)
     sys.stdin.readline()  # both processes start racing together
     held: int | None = None
+    last_own_gen = 0
+    seen: dict[str, int] = {"taken back": 0, "blocked": 0, "renew": 0}
+    done_marker = Path(f"{counter}.done-{holder}")
+    requests = 0
     with open(log, "w", encoding="utf-8") as out:
-        for _ in range(int(rounds)):
+        while requests < int(rounds) * 10:
+            if requests >= int(rounds) and _race_done(counter):
+                break
+            requests += 1
             tick = next_tick(counter)
             gen = store.acquire(holder, now=tick)
             if gen is None:
                 out.write(json.dumps({"kind": "blocked", "tick": tick}) + "\n")
+                seen["blocked"] += 1
                 held = None
                 continue
             kind = "renew" if gen == held else "acquire"
             out.write(json.dumps({"kind": kind, "gen": gen, "tick": tick}) + "\n")
-            held = gen
+            if kind == "renew":
+                seen["renew"] += 1
+            elif last_own_gen and gen != last_own_gen + 1:
+                seen["taken back"] += 1  # the other process held the generations in between
+            held = last_own_gen = gen
+            if min(seen.values()) >= 10:
+                done_marker.touch()
             choice = rng.random()
             if choice < 0.25:
                 release_tick = next_tick(counter)
@@ -102,6 +119,10 @@ def lease_race(db: str, counter: str, log: str, holder: str, rounds: str, ttl: s
                     next_tick(counter)
         out.flush()
     store.close()
+
+
+def _race_done(counter: str) -> bool:
+    return all(Path(f"{counter}.done-{holder}").exists() for holder in ("A", "B"))
 
 
 def worker(db: str, effects: str, holder: str, now: str, steps: str) -> None:
