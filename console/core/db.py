@@ -86,18 +86,27 @@ def _check_path(path: Path) -> None:
 
 
 def connect(
-    path: str | os.PathLike[str], *, check: bool = True, migrate: bool = True, schema_version: int | None = None
+    path: str | os.PathLike[str],
+    *,
+    check: bool = True,
+    migrate: bool = True,
+    schema_version: int | None = None,
+    vfs: str | None = None,
 ) -> apsw.Connection:
     """Open (creating if needed) one inbox file with this project's pragmas and schema.
 
-    schema_version stops the migrations at that number (tests use it to build an older file).
+    schema_version stops the migrations at that number (tests use it to build an older file). vfs
+    names a registered SQLite VFS: the power-cut tests route every write and fsync through one. A
+    VFS written in Python has no shared memory, so that connection holds the file exclusively.
     """
     check_sqlite_version()
     target = Path(path).expanduser().absolute()
     _check_path(target)
     conn: apsw.Connection | None = None
     try:
-        conn = apsw.Connection(str(target))
+        conn = apsw.Connection(str(target), vfs=vfs) if vfs else apsw.Connection(str(target))
+        if vfs:
+            conn.execute("PRAGMA locking_mode=EXCLUSIVE")  # WAL without shared memory
         _prepare(conn, target, check, SCHEMA_VERSION if schema_version is None else schema_version, migrate)
     except BaseException as exc:
         if conn is not None:
@@ -181,8 +190,11 @@ def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
 @contextmanager
 def relaxed_durability(conn: apsw.Connection) -> Iterator[None]:
     """Commits inside skip their fsync (WAL + synchronous=NORMAL): they survive a process crash at
-    once and a power loss from the next FULL commit on. Only for bookkeeping that may be lost to a
-    power cut without losing anything acknowledged (the count of refused duplicates)."""
+    once and a power loss from the next FULL commit on (any connection's: WAL frames become durable
+    in order). Only for commits that have told the outside world nothing yet, so that a power cut
+    can undo nothing anybody saw: claims, finishes (their messages go out only after the outbox's
+    own FULL commit), and the count of refused duplicates. Acks, answers, journalled steps and the
+    outbox's claims before a send always wait for their fsync."""
     conn.execute("PRAGMA synchronous=NORMAL")
     try:
         yield

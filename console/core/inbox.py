@@ -131,8 +131,14 @@ class InboxMixin(StoreBase):
         because a worker that crashes never records its failure. A due retry is claimed alone so a
         poison event cannot take healthy ones down with it; fresh events are claimed together, up to
         the batch cap.
+
+        The claim commits without waiting for an fsync. It survives a crash of this process at once (the
+        WAL frame is in the OS's cache), and a power cut from the run's first durable commit on (a
+        journalled step, an answer, the outbox's claim of its reply, any acknowledged ingest): WAL frames
+        become durable in order. A power cut before that can only undo a claim whose run has shown the
+        world nothing; the event is claimed again, with one attempt fewer on its count.
         """
-        with translate_errors(), transaction(self._conn):
+        with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
             if not self._holds(holder, gen, now):
                 return []
             self._recover_lost(holder, gen, now)
@@ -194,9 +200,15 @@ class InboxMixin(StoreBase):
         events still running under gen change; messages are queued only on success, and only when
         this finish moved at least one event (or the run had none), so a finish can never queue a
         second reply for an event another generation already finished.
+
+        Like a claim, a finish commits without waiting for an fsync: nothing in it has reached the
+        outside world yet. Its messages are sent only after the dispatcher's claim of them commits
+        with an fsync, and WAL frames become durable in order, so that fsync hardens this finish
+        first. A power cut before it can only leave the inbox as a crash just before the finish
+        would: the event runs again, its journalled steps are skipped, and nothing was sent twice.
         """
         outgoing = [(m, False) if isinstance(m, str) else (str(m[0]), bool(m[1])) for m in messages]
-        with translate_errors(), transaction(self._conn):
+        with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
             if not self._holds(holder, gen, now):
                 lease = self._lease_row()
                 reason = "lease expired" if lease and lease.holder == holder and lease.gen == gen else (

@@ -57,6 +57,7 @@ class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, I
         max_send_attempts: int = 12,
         check: bool = True,
         seed: int | None = None,
+        vfs: str | None = None,
     ) -> Store:
         settings: dict[str, Any] = dict(
             lease_ttl=lease_ttl, max_attempts=max_attempts, outbox_gap=outbox_gap, batch_cap=batch_cap,
@@ -73,7 +74,7 @@ class Store(InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, I
                 raise ValueError(f"{name} must not be negative, not {settings[name]}")
         if not 0 <= backoff_jitter < 1:
             raise ValueError(f"backoff_jitter must be in [0, 1), not {backoff_jitter}")
-        conn = connect(path, check=check)
+        conn = connect(path, check=check, vfs=vfs)
         return cls(conn, os.fspath(path), settings)
 
     def reopen(self) -> Store:
