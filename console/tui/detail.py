@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import datetime
 
 from console.core import Approval, Attempt, Event, JournalStep, OutboxMessage, Store
 from console.timefmt import relative, span
@@ -21,9 +22,12 @@ class DetailView:
 
 
 def clock_text(at: int | None, now: int) -> str:
+    """A moment as its user reads a clock: local time, the date only when it is not today."""
     if at is None:
         return "never"
-    return f"t={at} ({relative(at, now, sep='')})"
+    moment, today = datetime.fromtimestamp(at), datetime.fromtimestamp(now)
+    shown = moment.strftime("%H:%M:%S" if moment.date() == today.date() else "%Y-%m-%d %H:%M")
+    return f"{shown} ({relative(at, now, sep='')})"
 
 
 def human_span(seconds: int) -> str:
