@@ -101,7 +101,7 @@ def test_a_database_with_damaged_pages_fails_its_check_in_one_line(tmp_path: Pat
         store.ingest_many([("chat", f"m-{n}", {"text": "x" * 100}) for n in range(500)], now=1)
     assert not Path(f"{path}-wal").exists() or Path(f"{path}-wal").stat().st_size == 0  # all in the main file
     data = bytearray(path.read_bytes())
-    page = 4096
+    page = int.from_bytes(data[16:18], "big")  # the page size, from the file's header
     for offset in range(3 * page, 4 * page, 7):  # scribble over one b-tree page
         data[offset] = 0x5A
     path.write_bytes(bytes(data))
