@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import apsw
 import pytest
 
 from console.core import Store, StoreError
@@ -49,3 +50,18 @@ def test_a_file_from_a_newer_version_is_refused(tmp_path: Path) -> None:
     with pytest.raises(StoreError, match="newer than this agent-console understands") as caught:
         Store.open(path)
     assert str(path) in str(caught.value)
+
+
+def test_a_new_file_takes_small_pages_and_an_existing_one_keeps_its_own(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "new.db") as new:
+        assert new.connection.execute("PRAGMA page_size").fetchall() == [(1024,)]
+
+    # A file made before 1 KiB pages: SQLite's default 4 KiB, already in WAL mode.
+    old = apsw.Connection(str(tmp_path / "old.db"))
+    old.execute("PRAGMA journal_mode=WAL")
+    old.execute("CREATE TABLE before_us (x)")
+    old.close()
+    with Store.open(tmp_path / "old.db") as kept:
+        assert kept.connection.execute("PRAGMA page_size").fetchall() == [(4096,)]
+        assert kept.ingest("chat", "a", {"text": "still works"}, now=1)
+        assert kept.integrity_check() == "ok"
