@@ -144,6 +144,7 @@ def read_outbox(now: int) -> Callable[[Store], OutboxView]:
 class Activity:
     per_minute: list[int]
     counts: dict[str, int]
+    last_60s: int = 0  # the rate shown beside the sparkline: a rolling minute, not the calendar one
 
 
 def read_activity(now: int, minutes: int = SPARK_MINUTES) -> Callable[[Store], Activity]:
@@ -152,7 +153,7 @@ def read_activity(now: int, minutes: int = SPARK_MINUTES) -> Callable[[Store], A
     def read(store: Store) -> Activity:
         this_minute = now - now % 60
         starts = [this_minute - 60 * back for back in range(minutes - 1, -1, -1)] + [this_minute + 60]
-        bounds = store.first_ids_at(starts)
-        return Activity([b - a for a, b in itertools.pairwise(bounds)], store.counts())
+        *bounds, rolling_start = store.first_ids_at([*starts, now - 59])
+        return Activity([b - a for a, b in itertools.pairwise(bounds)], store.counts(), bounds[-1] - rolling_start)
 
     return read

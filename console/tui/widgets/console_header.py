@@ -29,6 +29,5 @@ class ConsoleHeader(Horizontal):
         )
         self.query_one("#header-title", Static).update(title)
         if activity is not None:
-            latest = activity.per_minute[-1] if activity.per_minute else 0
-            self.query_one("#header-rate", Static).update(f" {latest}/min ")
+            self.query_one("#header-rate", Static).update(f" {activity.last_60s}/min ")
             self.query_one("#header-sparkline", Sparkline).data = activity.per_minute or [0]
