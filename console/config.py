@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
+import tzlocal
 
 from console.core.timers import validate_cron
 
@@ -27,6 +29,21 @@ ENV_PREFIX = "AGENT_CONSOLE_"
 
 def default_db_path() -> Path:
     return Path(platformdirs.user_data_dir(APP_NAME)) / "inbox.db"
+
+
+def local_zone_name() -> str:
+    """This machine's IANA time zone (from TZ or the system's setting), or UTC when it cannot tell.
+
+    The default for cron timers and printed times, so that "0 9 * * *" means nine o'clock where the
+    user is. A zone that is only an offset or a broken link has no IANA name: UTC then."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # tzlocal warns about odd settings; the fallback is the answer
+            name = tzlocal.get_localzone_name()
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError):
+        return "UTC"
+    return name
 
 
 def default_config_path() -> Path:
@@ -53,7 +70,7 @@ class Settings:
     claude_base_url: str | None = None  # a proxy or a test server instead of the Anthropic API
     max_payload_bytes: int = 1024 * 1024
     digest_cron: str = "0 9 * * *"  # the daily digest timer installed on first start
-    timezone: str = "UTC"
+    timezone: str = field(default_factory=local_zone_name)  # this machine's zone (UTC if it cannot tell)
     theme: str = "agent-dark"
     webhooks: dict[str, Any] = field(default_factory=dict)
     channels: list[dict[str, Any]] = field(default_factory=list)

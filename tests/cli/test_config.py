@@ -3,10 +3,13 @@ naming the setting and its source for every bad value."""
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import fields
 from pathlib import Path
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import pytest
+import tzlocal
 
 from console.config import (
     CHECKS,
@@ -17,6 +20,7 @@ from console.config import (
     ensure_default_db_folder,
     env_var,
     load_settings,
+    local_zone_name,
 )
 
 
@@ -206,3 +210,44 @@ def test_the_readme_config_example_loads(tmp_path: Path) -> None:
     assert settings.db == Path("~/agent/inbox.db").expanduser()
     assert settings.webhooks["sources"]["github"]["secret_env"] == "GITHUB_WEBHOOK_SECRET"
     assert settings.keys == {"quit": "ctrl+q"}
+
+
+@pytest.mark.parametrize("tz", ["Asia/Tokyo", "America/Sao_Paulo"])
+def test_the_default_time_zone_is_this_machines(monkeypatch: pytest.MonkeyPatch, tz: str) -> None:
+    monkeypatch.setenv("TZ", tz)
+    _forget_cached_zone()
+    try:
+        assert local_zone_name() == tz
+        assert load_settings(None, env={}).timezone == tz
+        assert load_settings(None, env={"AGENT_CONSOLE_TIMEZONE": "Europe/Berlin"}).timezone == "Europe/Berlin"
+    finally:
+        monkeypatch.undo()
+        _forget_cached_zone()
+
+
+@pytest.mark.parametrize("tz", ["Mars/Olympus", "<+03>-3"])
+def test_a_time_zone_setting_without_an_iana_name_still_gives_a_usable_zone(
+    monkeypatch: pytest.MonkeyPatch, tz: str
+) -> None:
+    monkeypatch.setenv("TZ", tz)
+    _forget_cached_zone()
+    try:
+        name = local_zone_name()  # the system's own zone, or UTC: never an error at start-up
+        assert name != tz and ZoneInfo(name) is not None
+    finally:
+        monkeypatch.undo()
+        _forget_cached_zone()
+
+
+def test_a_machine_whose_zone_cannot_be_told_gets_utc(monkeypatch: pytest.MonkeyPatch) -> None:
+    def cannot_tell() -> str:
+        raise ZoneInfoNotFoundError("no /etc/localtime and no TZ")
+
+    monkeypatch.setattr(tzlocal, "get_localzone_name", cannot_tell)
+    assert local_zone_name() == "UTC"
+
+
+def _forget_cached_zone() -> None:
+    """tzlocal caches the zone per process: make the next caller read the setting again."""
+    with contextlib.suppress(ZoneInfoNotFoundError):  # it has cached the name by then; local_zone_name copes
+        tzlocal.reload_localzone()
