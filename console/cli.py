@@ -409,8 +409,11 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
     click.echo(f"created {_clock_time(event.created_at, zone)} · updated {_clock_time(event.updated_at, zone)}")
     if event.error:
         click.echo(f"error: {event.error}")
-    click.echo("payload:")
-    click.echo(json.dumps(event.payload, indent=2, ensure_ascii=False))
+    if event.pruned_at is not None:
+        click.echo(f"payload: pruned {_clock_time(event.pruned_at, zone)}")
+    else:
+        click.echo("payload:")
+        click.echo(json.dumps(event.payload, indent=2, ensure_ascii=False))
     click.echo("history:" if history else "history: none")
     for attempt in history:
         who = "" if attempt.holder is None else f"  {attempt.holder} gen {attempt.gen}"
@@ -480,6 +483,24 @@ def say(state: CliState, text: str, urgent: bool) -> None:
     with state.store() as store, rejecting_bad_input():
         message_id = store.queue_message(text, now=_now(), urgent=urgent)
     click.echo(f"queued message {message_id}{' (urgent)' if urgent else ''}")
+
+
+@main.command()
+@click.option("--days", type=click.IntRange(min=1, max=100_000), required=True,
+              help="Prune what finished or was sent more than this many days ago.")
+@click.option("--dry-run", is_flag=True, help="Only say what would be pruned.")
+@click.pass_obj
+def prune(state: CliState, days: int, dry_run: bool) -> None:
+    """Forget old finished work: payloads of done events and sent messages older than --days.
+
+    Every event keeps its row, so a redelivery of a pruned event is still refused; pending, running
+    and dead events are never touched. Freed space is reused by new events (the file does not shrink)."""
+    with state.store() as store:
+        report = store.prune(older_than=days * 86_400, now=_now(), dry_run=dry_run)
+    verb = "would clear" if dry_run else "cleared"
+    click.echo(f"{verb} the payloads of {report.payloads_cleared} done events and "
+               f"{'would delete' if dry_run else 'deleted'} {report.messages_deleted} sent messages "
+               f"older than {_clock_time(report.cutoff, state.zone())}")
 
 
 # --- timers ------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from console.core.models import (
     Timer,
 )
 from console.core.outbox import OutboxChannel
+from console.core.retention import PruneReport
 from console.core.store import Store
 
 __all__ = [
@@ -28,6 +29,7 @@ __all__ = [
     "Lease",
     "OutboxChannel",
     "OutboxMessage",
+    "PruneReport",
     "RefusedFinish",
     "SendError",
     "StaleGeneration",

@@ -12,7 +12,7 @@ from console.core.models import STATUSES, Attempt, Event
 MAX_KEY_CHARS = 512
 _EVENT_COLUMNS = (
     "id, source, source_id, payload, status, attempts, claim_gen, error, "
-    "created_at, updated_at, next_attempt_at, duplicates"
+    "created_at, updated_at, next_attempt_at, duplicates, pruned_at"
 )
 
 
@@ -62,6 +62,7 @@ def _event(row: Sequence[Any]) -> Event:
         updated_at=row[9],
         next_attempt_at=row[10],
         duplicates=row[11],
+        pruned_at=row[12],
     )
 
 

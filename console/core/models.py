@@ -22,6 +22,7 @@ class Event:
     updated_at: int = 0
     next_attempt_at: int = 0
     duplicates: int = 0
+    pruned_at: int | None = None  # when `prune` cleared its payload (the row and its key stay)
 
 
 @dataclass(frozen=True)

@@ -365,3 +365,32 @@ def test_ingest_from_stdin_and_list_as_real_processes(tmp_path: Path, isolated: 
     [event] = json.loads(listed.stdout)
     assert (event["source"], event["source_id"], event["status"]) == ("github", "d-9", "pending")
     assert event["payload"] == {"pr": 9}
+
+
+# --- prune -------------------------------------------------------------------------------------
+
+def test_prune_clears_old_payloads_and_sent_messages(db: Path) -> None:
+    long_ago = wall() - 40 * 86_400
+    with open_store(db) as store:
+        gen = store.acquire("old-worker", now=long_ago)
+        assert gen is not None
+        store.ingest_many([("chat", f"old-{n}", {"text": "x" * 1000}) for n in range(3)], now=long_ago)
+        claimed = store.claim_batch("old-worker", gen, now=long_ago)
+        assert store.finish("old-worker", gen, [e.id for e in claimed], now=long_ago, messages=["old reply"])
+        assert store.dispatch(lambda batch: None, now=long_ago) == 1
+        store.queue_message("a newer send", now=long_ago + 86_400)
+        assert store.dispatch(lambda batch: None, now=long_ago + 86_400) == 1  # the last send: kept
+        assert store.release("old-worker", gen, now=long_ago)
+        store.ingest("chat", "fresh", {"text": "today"}, now=wall())
+
+    preview = ok(db, "prune", "--days", "30", "--dry-run")
+    assert preview.startswith("would clear the payloads of 3 done events and would delete 1 sent messages older than ")
+    assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 3 done events and deleted 1 sent")
+    assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 0 done events and deleted 0 sent")
+
+    shown = ok(db, "show", "1")
+    assert "payload: pruned " in shown and "x" * 1000 not in shown
+    listed = {e["source_id"]: e for e in json.loads(ok(db, "events", "--json"))}
+    assert listed["old-0"]["payload"] is None and listed["old-0"]["pruned_at"] is not None
+    assert listed["fresh"]["payload"] == {"text": "today"} and listed["fresh"]["pruned_at"] is None
+    assert ok(db, "ingest", "chat", "old-0", '{"text": "again"}').strip() == "duplicate"  # the key still refuses

@@ -282,3 +282,12 @@ def test_an_approvals_expiry_timer_is_not_the_users_to_remove(db: Path) -> None:
         store.request_approval("apr-1", "deploy web", now=1_000, expires_in=10**6)
     for verb in ("remove", "pause", "resume"):
         user_error(["--db", str(db), "timers", verb, "expire:apr-1"], "is the expiry of an approval")
+
+
+@pytest.mark.parametrize(("args", "fragment"), [
+    (["prune"], "Missing option '--days'"),
+    (["prune", "--days", "0"], "--days"),
+    (["prune", "--days", "soon"], "--days"),
+])
+def test_prune_needs_a_whole_number_of_days(db: Path, args: list[str], fragment: str) -> None:
+    user_error(["--db", str(db), *args], fragment)

@@ -326,3 +326,22 @@ async def test_lease_pane_shows_this_console_when_active(db_path: Path, clock: M
         await wait_until(pilot, lambda: "(you)" in text_of(app, "#lease-who"), what="own lease shown")
         assert app.query_one(LeasePane).view is not None
         assert Label  # the pane composes labels for the countdowns
+
+
+async def test_the_detail_of_a_pruned_event_says_so(db_path: Path, clock: ManualClock) -> None:
+    long_ago = clock.now() - 40 * 86_400
+    with Store.open(db_path) as store:
+        gen = store.acquire("old-worker", now=long_ago)
+        assert gen is not None and store.ingest("chat", "old", {"text": "a secret from long ago"}, now=long_ago)
+        claimed = store.claim_batch("old-worker", gen, now=long_ago)
+        assert store.finish("old-worker", gen, [e.id for e in claimed], now=long_ago)
+        assert store.release("old-worker", gen, now=long_ago)
+        assert store.prune(older_than=30 * 86_400, now=clock.now() - 60).payloads_cleared == 1
+    app = make_app(db_path, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        payload = text_of(app, "#detail-payload")
+        assert payload.startswith("pruned ") and "(1m00s ago)" in payload
+        assert "secret" not in payload

@@ -54,7 +54,11 @@ class DetailScreen(ModalScreen[None]):
                 ), id="detail-title")
                 yield Static(self._why(), id="detail-why", classes="section")
                 yield Static("Payload", classes="heading")
-                yield Static(highlight(payload_json(event.payload), language="json"), id="detail-payload")
+                if event.pruned_at is not None:
+                    yield Static(Content.styled(f"pruned {clock_text(event.pruned_at, self.now)}", "dim"),
+                                 id="detail-payload")
+                else:
+                    yield Static(highlight(payload_json(event.payload), language="json"), id="detail-payload")
                 yield Static("Attempt history", classes="heading")
                 yield Static(self._history(), id="detail-history")
                 yield Static("Journal steps", classes="heading")

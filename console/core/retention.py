@@ -1,0 +1,101 @@
+"""Pruning: forget the bulk of finished work, keep everything the inbox's promises rest on.
+
+An always-on agent's inbox grows for as long as it runs, and most of its bytes are payloads of events
+that finished long ago and bodies of messages sent long ago. Pruning clears those. It never deletes an
+event row: the row's (source, source_id) key is what refuses a redelivery, and its status, attempts
+and history stay readable. Pending, running and dead events are never touched, nor is anything newer
+than the cutoff, nor the last sent batch (the outbox's gap counts from it).
+
+Work is done in short transactions of at most `chunk` rows, so a webhook delivery arriving meanwhile
+waits for milliseconds, not for the whole prune. Freed pages are reused by new events; the file
+itself does not shrink.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from console.core.db import transaction, translate_errors
+from console.core.inbox import InboxMixin
+
+MIN_PRUNE_AGE = 86_400  # a day: well past any approval's expiry, so no conversation still needs the data
+
+
+@dataclass(frozen=True)
+class PruneReport:
+    cutoff: int
+    payloads_cleared: int
+    messages_deleted: int
+    batches_deleted: int
+
+
+class RetentionMixin(InboxMixin):
+    def prune(self, *, older_than: int, now: int, chunk: int = 500, dry_run: bool = False) -> PruneReport:
+        """Clear payloads of events done before now - older_than, and delete messages sent before it.
+
+        dry_run counts what would go and changes nothing.
+        """
+        if older_than < MIN_PRUNE_AGE:
+            raise ValueError(f"prune keeps at least a day of history: older_than must be >= {MIN_PRUNE_AGE} s")
+        if chunk < 1:
+            raise ValueError("chunk must be at least 1")
+        cutoff = now - older_than
+        # Ids grow with arrival: every event created before the cutoff has an id below this one.
+        [end_id] = self.first_ids_at([cutoff])
+        if dry_run:
+            return PruneReport(
+                cutoff,
+                int(self._scalar(_COUNT_PAYLOADS, (end_id, cutoff))),
+                int(self._scalar(_COUNT_MESSAGES, (cutoff,))),
+                int(self._scalar(_COUNT_BATCHES, (cutoff,))),
+            )
+        payloads = self._clear_payloads(cutoff, end_id, now, chunk)
+        messages, batches = self._delete_sent(cutoff, chunk)
+        return PruneReport(cutoff, payloads, messages, batches)
+
+    def _clear_payloads(self, cutoff: int, end_id: int, now: int, chunk: int) -> int:
+        cleared, after_id = 0, 0
+        while True:
+            ids = [row[0] for row in self._conn.execute(_SELECT_PAYLOADS, (after_id, end_id, cutoff, chunk))]
+            if not ids:
+                return cleared
+            with translate_errors(), transaction(self._conn):
+                for event_id in ids:  # re-checked under the lock: the read above took none
+                    self._conn.execute(
+                        """UPDATE inbox SET payload = 'null', pruned_at = ?
+                           WHERE id = ? AND status = 'done' AND updated_at < ? AND pruned_at IS NULL""",
+                        (now, event_id, cutoff),
+                    )
+                    cleared += self._conn.changes()
+            after_id = ids[-1]
+
+    def _delete_sent(self, cutoff: int, chunk: int) -> tuple[int, int]:
+        messages = batches = 0
+        while True:
+            # A sent batch never changes again, so what this lock-free read finds is still there to delete.
+            batch_ids = [row[0] for row in self._conn.execute(_SELECT_BATCHES, (cutoff, chunk))]
+            if not batch_ids:
+                return messages, batches
+            with translate_errors(), transaction(self._conn):
+                for batch_id in batch_ids:
+                    self._conn.execute("DELETE FROM outbox_deliveries WHERE batch_id = ?", (batch_id,))
+                    self._conn.execute("DELETE FROM outbox WHERE batch_id = ?", (batch_id,))
+                    messages += self._conn.changes()
+                    self._conn.execute("DELETE FROM outbox_batches WHERE id = ?", (batch_id,))
+                batches += len(batch_ids)
+
+
+# Finished before the cutoff and not pruned yet, read by primary-key range: only events created before
+# the cutoff (ids below end_id) can have finished before it.
+_SELECT_PAYLOADS = """SELECT id FROM inbox
+                      WHERE id > ? AND id < ? AND status = 'done' AND updated_at < ? AND pruned_at IS NULL
+                      ORDER BY id LIMIT ?"""
+_COUNT_PAYLOADS = """SELECT COUNT(*) FROM inbox
+                     WHERE id < ? AND status = 'done' AND updated_at < ? AND pruned_at IS NULL"""
+# Sent batches older than the cutoff, except the newest sent held batch: the gap counts from it.
+_OLD_BATCHES = """FROM outbox_batches
+                  WHERE state = 'sent' AND sent_at < ?
+                    AND id IS NOT (SELECT MAX(id) FROM outbox_batches WHERE state = 'sent' AND urgent = 0)"""
+_SELECT_BATCHES = f"SELECT id {_OLD_BATCHES} ORDER BY id LIMIT ?"
+_COUNT_BATCHES = f"SELECT COUNT(*) {_OLD_BATCHES}"
+_COUNT_MESSAGES = f"SELECT COUNT(*) FROM outbox WHERE batch_id IN (SELECT id {_OLD_BATCHES})"

@@ -1,0 +1,133 @@
+"""Pruning old finished work: payloads and sent messages go, every key and every unfinished event stays."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from console.core import Batch, Store
+
+DAY = 86_400
+T = 1_000_000_000
+NOW = T + 100 * DAY
+HOLDER = "worker"
+
+
+def run(store: Store, source_ids: list[str], *, at: int, error: str | None = None,
+        messages: tuple[str, ...] = ()) -> None:
+    """Ingest, claim and finish these events at `at`."""
+    gen = store.acquire(HOLDER, now=at)
+    assert gen is not None
+    store.ingest_many([("chat", sid, {"text": f"payload of {sid}"}) for sid in source_ids], now=at)
+    events = store.claim_batch(HOLDER, gen, now=at)
+    assert store.finish(HOLDER, gen, [e.id for e in events], now=at, error=error, messages=messages)
+    assert store.release(HOLDER, gen, now=at)
+
+
+def payloads(store: Store) -> dict[str, object]:
+    return {e.source_id: e.payload for e in store.events(limit=1_000)}
+
+
+def test_only_old_finished_payloads_are_cleared_and_every_key_still_refuses(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "inbox.db", max_attempts=1) as store:
+        run(store, ["old-done"], at=T)
+        run(store, ["old-dead"], at=T, error="boom")  # one attempt: dead at once
+        store.ingest("chat", "old-pending", {"text": "never run"}, now=T)
+        run(store, ["recent-done"], at=NOW - DAY // 2)
+        assert store.find_event("chat", "old-dead").status == "dead"  # type: ignore[union-attr]
+
+        report = store.prune(older_than=30 * DAY, now=NOW)
+
+        assert (report.cutoff, report.payloads_cleared) == (NOW - 30 * DAY, 1)
+        kept = payloads(store)
+        assert kept["old-done"] is None
+        assert kept["old-dead"] == {"text": "payload of old-dead"}  # dead: the user may still retry it
+        assert kept["old-pending"] == {"text": "never run"}
+        assert kept["recent-done"] == {"text": "payload of recent-done"}
+        pruned = store.find_event("chat", "old-done")
+        assert pruned is not None and (pruned.status, pruned.pruned_at) == ("done", NOW)
+        assert [a.kind for a in store.history(pruned.id)] == ["claim", "finish"]  # its history stays
+
+        assert store.ingest("chat", "old-done", {"text": "redelivered"}, now=NOW) is False  # the key still refuses
+        assert store.find_event("chat", "old-done").duplicates == 1  # type: ignore[union-attr]
+        assert store.prune(older_than=30 * DAY, now=NOW).payloads_cleared == 0  # nothing twice
+        assert store.integrity_check() == "ok"
+
+
+def test_an_event_finished_after_the_cutoff_keeps_its_payload(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "inbox.db", backoff_base=0) as store:
+        store.ingest("chat", "slow", {"text": "retried for weeks"}, now=T)
+        gen = store.acquire(HOLDER, now=NOW - DAY)
+        assert gen is not None
+        [event] = store.claim_batch(HOLDER, gen, now=NOW - DAY)
+        assert store.finish(HOLDER, gen, [event.id], now=NOW - DAY)  # created long ago, done yesterday
+        assert store.prune(older_than=30 * DAY, now=NOW).payloads_cleared == 0
+        assert payloads(store)["slow"] == {"text": "retried for weeks"}
+
+
+def test_sent_messages_go_but_queued_ones_and_the_gap_stay(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "inbox.db", outbox_gap=3600) as store:
+        sent: list[Batch] = []
+        for day in range(3):  # three held batches sent long ago, one a day
+            store.queue_message(f"old news {day}", now=T + day * DAY)
+            assert store.dispatch(sent.append, now=T + day * DAY) == 1
+        store.queue_message("sent an hour ago", now=NOW - 3600)
+        assert store.dispatch(sent.append, now=NOW - 3600) == 1
+        store.queue_message("still queued", now=NOW - 60)  # held: the gap has not passed
+
+        report = store.prune(older_than=30 * DAY, now=NOW)
+
+        assert (report.messages_deleted, report.batches_deleted) == (3, 3)
+        left = {m.body: m.status for m in store.outbox_messages(limit=100)}
+        assert left == {"sent an hour ago": "sent", "still queued": "queued"}
+        assert store.outbox_counts()["sent"] == 1
+        assert store.dispatch(sent.append, now=NOW - 1) == 0  # the gap still counts from the last send
+        assert store.dispatch(sent.append, now=NOW) == 1
+
+
+def test_the_last_sent_batch_is_kept_however_old_it_is(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "inbox.db", outbox_gap=200 * DAY) as store:
+        store.queue_message("the only send", now=T)
+        assert store.dispatch(lambda batch: None, now=T) == 1
+        assert store.prune(older_than=30 * DAY, now=NOW).batches_deleted == 0
+        store.queue_message("next", now=NOW)
+        assert store.dispatch(lambda batch: None, now=NOW) == 0  # 200 days from T have not passed
+
+
+def test_a_dry_run_counts_and_changes_nothing(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "inbox.db") as store:
+        run(store, [f"e{n}" for n in range(5)], at=T, messages=("one reply",))
+        assert store.dispatch(lambda batch: None, now=T) == 1
+        store.queue_message("a later send", now=T + DAY)
+        assert store.dispatch(lambda batch: None, now=T + 2 * DAY) == 1
+        before = (payloads(store), store.outbox_counts())
+
+        preview = store.prune(older_than=30 * DAY, now=NOW, dry_run=True)
+        assert before == (payloads(store), store.outbox_counts())
+
+        done = store.prune(older_than=30 * DAY, now=NOW)
+        assert (preview.payloads_cleared, preview.messages_deleted, preview.batches_deleted) == (5, 1, 1)
+        assert preview == done
+
+
+def test_many_events_are_cleared_in_short_transactions(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "inbox.db", batch_cap=2_000) as store:
+        run(store, [f"e{n}" for n in range(1_234)], at=T)
+        commits: list[int] = []
+        store.connection.set_commit_hook(lambda: commits.append(1) or False)  # False: let each commit go
+        try:
+            assert store.prune(older_than=30 * DAY, now=NOW, chunk=100).payloads_cleared == 1_234
+        finally:
+            store.connection.set_commit_hook(None)
+        assert all(p is None for p in payloads(store).values())
+        assert len(commits) == 13  # 12 chunks of 100 and one of 34: the write lock is never held for long
+
+
+@pytest.mark.parametrize(("older_than", "chunk"), [(DAY - 1, 100), (30 * DAY, 0)])
+def test_too_short_an_age_or_an_empty_chunk_is_refused(tmp_path: Path, older_than: int, chunk: int) -> None:
+    with Store.open(tmp_path / "inbox.db") as store:
+        run(store, ["e"], at=NOW - 2)
+        with pytest.raises(ValueError, match=r"older_than|chunk"):
+            store.prune(older_than=older_than, now=NOW, chunk=chunk)
+        assert payloads(store)["e"] == {"text": "payload of e"}
