@@ -491,16 +491,21 @@ def say(state: CliState, text: str, urgent: bool) -> None:
 @click.option("--dry-run", is_flag=True, help="Only say what would be pruned.")
 @click.pass_obj
 def prune(state: CliState, days: int, dry_run: bool) -> None:
-    """Forget old finished work: payloads of done events and sent messages older than --days.
+    """Forget old finished work: payloads of done events, sent messages, journal steps and saved
+    sessions older than --days.
 
     Every event keeps its row, so a redelivery of a pruned event is still refused; pending, running
-    and dead events are never touched. Freed space is reused by new events (the file does not shrink)."""
+    and dead events are never touched, nor any step or session while an approval is unsettled. Freed
+    space is reused by new events (the file does not shrink)."""
     with state.store() as store:
         report = store.prune(older_than=days * 86_400, now=_now(), dry_run=dry_run)
-    verb = "would clear" if dry_run else "cleared"
-    click.echo(f"{verb} the payloads of {report.payloads_cleared} done events and "
-               f"{'would delete' if dry_run else 'deleted'} {report.messages_deleted} sent messages "
-               f"older than {_clock_time(report.cutoff, state.zone())}")
+    clear, delete = ("would clear", "would delete") if dry_run else ("cleared", "deleted")
+    click.echo(f"{clear} the payloads of {report.payloads_cleared} done events and {delete} "
+               f"{report.messages_deleted} sent messages, {report.steps_deleted} journal steps and "
+               f"{report.sessions_deleted} saved sessions older than {_clock_time(report.cutoff, state.zone())}")
+    if report.open_conversations:
+        click.echo(f"kept every journal step and saved session: {report.open_conversations} approvals are not "
+                   "settled yet (a conversation resumes from them)")
 
 
 # --- timers ------------------------------------------------------------------------------------

@@ -27,6 +27,9 @@ class PruneReport:
     payloads_cleared: int
     messages_deleted: int
     batches_deleted: int
+    steps_deleted: int = 0
+    sessions_deleted: int = 0
+    open_conversations: int = 0  # approvals not yet settled: while any is, no step or session is deleted
 
 
 class RetentionMixin(InboxMixin):
@@ -42,16 +45,43 @@ class RetentionMixin(InboxMixin):
         cutoff = now - older_than
         # Ids grow with arrival: every event created before the cutoff has an id below this one.
         [end_id] = self.first_ids_at([cutoff])
+        # A conversation waiting on an approval (or on its answer's run) replays its journalled steps
+        # when it resumes, and may reach back to any earlier event of it: keep every step until none is.
+        open_conversations = int(self._scalar(_COUNT_OPEN_CONVERSATIONS))
         if dry_run:
             return PruneReport(
                 cutoff,
                 int(self._scalar(_COUNT_PAYLOADS, (end_id, cutoff))),
                 int(self._scalar(_COUNT_MESSAGES, (cutoff,))),
                 int(self._scalar(_COUNT_BATCHES, (cutoff,))),
+                0 if open_conversations else int(self._scalar(_COUNT_STEPS, (end_id, cutoff))),
+                0 if open_conversations else int(self._scalar(_COUNT_SESSIONS, (cutoff,))),
+                open_conversations,
             )
         payloads = self._clear_payloads(cutoff, end_id, now, chunk)
         messages, batches = self._delete_sent(cutoff, chunk)
-        return PruneReport(cutoff, payloads, messages, batches)
+        steps = sessions = 0
+        if not open_conversations:
+            steps = self._delete_steps(cutoff, end_id, chunk)
+            settled = [row[0] for row in self._conn.execute(_SETTLED_SESSIONS, (cutoff,))]
+            for start in range(0, len(settled), chunk):
+                with translate_errors(), transaction(self._conn):
+                    for session_id in settled[start:start + chunk]:
+                        self._conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
+                        sessions += self._conn.changes()
+        return PruneReport(cutoff, payloads, messages, batches, steps, sessions, open_conversations)
+
+    def _delete_steps(self, cutoff: int, end_id: int, chunk: int) -> int:
+        deleted, after_id = 0, 0
+        while True:
+            ids = [row[0] for row in self._conn.execute(_SELECT_STEP_EVENTS, (after_id, end_id, cutoff, chunk))]
+            if not ids:
+                return deleted
+            with translate_errors(), transaction(self._conn):
+                for event_id in ids:
+                    self._conn.execute("DELETE FROM journal WHERE event_id = ?", (event_id,))
+                    deleted += self._conn.changes()
+            after_id = ids[-1]
 
     def _clear_payloads(self, cutoff: int, end_id: int, now: int, chunk: int) -> int:
         cleared, after_id = 0, 0
@@ -99,3 +129,17 @@ _OLD_BATCHES = """FROM outbox_batches
 _SELECT_BATCHES = f"SELECT id {_OLD_BATCHES} ORDER BY id LIMIT ?"
 _COUNT_BATCHES = f"SELECT COUNT(*) {_OLD_BATCHES}"
 _COUNT_MESSAGES = f"SELECT COUNT(*) FROM outbox WHERE batch_id IN (SELECT id {_OLD_BATCHES})"
+# An approval is settled once its answer (or expiry) has run to the end: its answer event is done.
+_COUNT_OPEN_CONVERSATIONS = """SELECT COUNT(*) FROM approvals a
+                               WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.source = 'approval'
+                                                 AND i.source_id = a.request_id AND i.status = 'done')"""
+# Events with journalled steps that finished before the cutoff, read through the journal's event index.
+_STEP_EVENTS = """FROM journal j INDEXED BY journal_event JOIN inbox i ON i.id = j.event_id
+                  WHERE j.event_id > ? AND j.event_id < ? AND i.status = 'done' AND i.updated_at < ?"""
+_SELECT_STEP_EVENTS = f"SELECT DISTINCT j.event_id {_STEP_EVENTS} ORDER BY j.event_id LIMIT ?"
+_COUNT_STEPS = f"SELECT COUNT(*) {_STEP_EVENTS.replace('j.event_id > ? AND ', '', 1)}"
+# Saved sessions of approvals whose answer finished running before the cutoff.
+_SETTLED_SESSIONS = """SELECT s.session_id FROM sessions s
+                       JOIN inbox i ON i.source = 'approval' AND i.source_id = s.session_id
+                       WHERE i.status = 'done' AND i.updated_at < ?"""
+_COUNT_SESSIONS = f"SELECT COUNT(*) FROM ({_SETTLED_SESSIONS})"

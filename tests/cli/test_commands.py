@@ -384,7 +384,8 @@ def test_prune_clears_old_payloads_and_sent_messages(db: Path) -> None:
         store.ingest("chat", "fresh", {"text": "today"}, now=wall())
 
     preview = ok(db, "prune", "--days", "30", "--dry-run")
-    assert preview.startswith("would clear the payloads of 3 done events and would delete 1 sent messages older than ")
+    assert preview.startswith("would clear the payloads of 3 done events and would delete 1 sent messages, "
+                              "0 journal steps and 0 saved sessions older than ")
     assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 3 done events and deleted 1 sent")
     assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 0 done events and deleted 0 sent")
 
@@ -394,3 +395,10 @@ def test_prune_clears_old_payloads_and_sent_messages(db: Path) -> None:
     assert listed["old-0"]["payload"] is None and listed["old-0"]["pruned_at"] is not None
     assert listed["fresh"]["payload"] == {"text": "today"} and listed["fresh"]["pruned_at"] is None
     assert ok(db, "ingest", "chat", "old-0", '{"text": "again"}').strip() == "duplicate"  # the key still refuses
+
+
+def test_prune_says_why_it_kept_the_journal(db: Path) -> None:
+    with open_store(db) as store:
+        store.request_approval("apr-open", "deploy web", now=wall(), expires_in=3600)
+    out = ok(db, "prune", "--days", "30")
+    assert "kept every journal step and saved session: 1 approvals are not settled yet" in out

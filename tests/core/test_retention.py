@@ -131,3 +131,50 @@ def test_too_short_an_age_or_an_empty_chunk_is_refused(tmp_path: Path, older_tha
         with pytest.raises(ValueError, match=r"older_than|chunk"):
             store.prune(older_than=older_than, now=NOW, chunk=chunk)
         assert payloads(store)["e"] == {"text": "payload of e"}
+
+
+def test_journal_steps_of_old_finished_events_go_and_others_stay(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "inbox.db") as store:
+        for at, sid in ((T, "old"), (NOW - 60, "recent")):
+            gen = store.acquire(HOLDER, now=at)
+            assert gen is not None and store.ingest("chat", sid, {}, now=at)
+            [event] = store.claim_batch(HOLDER, gen, now=at)
+            for step in range(2):
+                store.run_once(f"{sid}:step-{step}", lambda: "done", gen=gen, now=at, event_id=event.id)
+            assert store.finish(HOLDER, gen, [event.id], now=at) and store.release(HOLDER, gen, now=at)
+        store.run_once("maintenance", lambda: "not tied to an event", gen=1, now=T)
+
+        report = store.prune(older_than=30 * DAY, now=NOW)
+
+        assert (report.steps_deleted, report.open_conversations) == (2, 0)
+        assert store.journal_step("old:step-0") is None and store.journal_step("old:step-1") is None
+        assert store.journal_step("recent:step-0") is not None
+        assert store.journal_step("maintenance") is not None
+
+
+def test_an_open_approval_keeps_every_step_and_session_until_it_is_settled(tmp_path: Path) -> None:
+    with Store.open(tmp_path / "inbox.db", backoff_base=0) as store:
+        gen = store.acquire(HOLDER, now=T)
+        assert gen is not None and store.ingest("chat", "refund", {"text": "refund 881"}, now=T)
+        [event] = store.claim_batch(HOLDER, gen, now=T)
+        store.run_once("refund:lookup", lambda: {"order": 881}, gen=gen, now=T, event_id=event.id)
+        store.save_session("apr-1", {"action": "refund 881"}, now=T)
+        store.request_approval("apr-1", "refund 881", now=T, expires_in=200 * DAY, session_id="apr-1")
+        assert store.finish(HOLDER, gen, [event.id], now=T)
+
+        waiting = store.prune(older_than=30 * DAY, now=NOW)
+        assert (waiting.open_conversations, waiting.steps_deleted, waiting.sessions_deleted) == (1, 0, 0)
+        assert waiting.payloads_cleared == 1  # the question's payload is not what the answer resumes from
+        assert store.journal_step("refund:lookup") is not None and store.load_session("apr-1") is not None
+
+        assert store.answer_approval("apr-1", "yes", now=NOW) == "yes"  # the answer arrives...
+        assert store.prune(older_than=30 * DAY, now=NOW).open_conversations == 1  # ...but has not run yet
+        gen = store.acquire(HOLDER, now=NOW)
+        assert gen is not None
+        [answer] = store.claim_batch(HOLDER, gen, now=NOW)
+        assert store.load_session("apr-1") is not None  # what the resumed run reads
+        assert store.finish(HOLDER, gen, [answer.id], now=NOW)
+
+        settled = store.prune(older_than=30 * DAY, now=NOW + 31 * DAY)
+        assert (settled.open_conversations, settled.steps_deleted, settled.sessions_deleted) == (0, 1, 1)
+        assert store.journal_step("refund:lookup") is None and store.load_session("apr-1") is None
