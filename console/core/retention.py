@@ -13,6 +13,7 @@ itself does not shrink.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from console.core.db import transaction, translate_errors
@@ -58,11 +59,18 @@ class RetentionMixin(InboxMixin):
                 0 if open_conversations else int(self._scalar(_COUNT_SESSIONS, (cutoff,))),
                 open_conversations,
             )
-        payloads = self._clear_payloads(cutoff, end_id, now, chunk)
+        payloads = self._in_chunks(
+            _SELECT_PAYLOADS, (end_id, cutoff), chunk,
+            # Re-checked under the lock: the read that found the event took none.
+            """UPDATE inbox SET payload = 'null', pruned_at = ?
+               WHERE id = ? AND status = 'done' AND updated_at < ? AND pruned_at IS NULL""",
+            lambda event_id: (now, event_id, cutoff),
+        )
         messages, batches = self._delete_sent(cutoff, chunk)
         steps = sessions = 0
         if not open_conversations:
-            steps = self._delete_steps(cutoff, end_id, chunk)
+            steps = self._in_chunks(_SELECT_STEP_EVENTS, (end_id, cutoff), chunk,
+                                    "DELETE FROM journal WHERE event_id = ?", lambda event_id: (event_id,))
             settled = [row[0] for row in self._conn.execute(_SETTLED_SESSIONS, (cutoff,))]
             for start in range(0, len(settled), chunk):
                 with translate_errors(), transaction(self._conn):
@@ -71,32 +79,19 @@ class RetentionMixin(InboxMixin):
                         sessions += self._conn.changes()
         return PruneReport(cutoff, payloads, messages, batches, steps, sessions, open_conversations)
 
-    def _delete_steps(self, cutoff: int, end_id: int, chunk: int) -> int:
-        deleted, after_id = 0, 0
+    def _in_chunks(self, select: str, bounds: tuple[int, ...], chunk: int, change: str,
+                   params: Callable[[int], tuple[int, ...]]) -> int:
+        """Find ids (in id order, after the last one done) with a read that takes no lock, then apply
+        `change` to each in one short transaction per chunk. Returns the rows changed."""
+        changed, after_id = 0, 0
         while True:
-            ids = [row[0] for row in self._conn.execute(_SELECT_STEP_EVENTS, (after_id, end_id, cutoff, chunk))]
+            ids = [row[0] for row in self._conn.execute(select, (after_id, *bounds, chunk))]
             if not ids:
-                return deleted
+                return changed
             with translate_errors(), transaction(self._conn):
-                for event_id in ids:
-                    self._conn.execute("DELETE FROM journal WHERE event_id = ?", (event_id,))
-                    deleted += self._conn.changes()
-            after_id = ids[-1]
-
-    def _clear_payloads(self, cutoff: int, end_id: int, now: int, chunk: int) -> int:
-        cleared, after_id = 0, 0
-        while True:
-            ids = [row[0] for row in self._conn.execute(_SELECT_PAYLOADS, (after_id, end_id, cutoff, chunk))]
-            if not ids:
-                return cleared
-            with translate_errors(), transaction(self._conn):
-                for event_id in ids:  # re-checked under the lock: the read above took none
-                    self._conn.execute(
-                        """UPDATE inbox SET payload = 'null', pruned_at = ?
-                           WHERE id = ? AND status = 'done' AND updated_at < ? AND pruned_at IS NULL""",
-                        (now, event_id, cutoff),
-                    )
-                    cleared += self._conn.changes()
+                for found in ids:
+                    self._conn.execute(change, params(found))
+                    changed += self._conn.changes()
             after_id = ids[-1]
 
     def _delete_sent(self, cutoff: int, chunk: int) -> tuple[int, int]:
