@@ -1,10 +1,12 @@
 """Pruning: forget the bulk of finished work, keep everything the inbox's promises rest on.
 
 An always-on agent's inbox grows for as long as it runs, and most of its bytes are payloads of events
-that finished long ago and bodies of messages sent long ago. Pruning clears those. It never deletes an
+that finished long ago and bodies of messages sent long ago (and, for a model-backed agent, the replies its journal keeps).
+Pruning clears those. It never deletes an
 event row: the row's (source, source_id) key is what refuses a redelivery, and its status, attempts
 and history stay readable. Pending, running and dead events are never touched, nor is anything newer
-than the cutoff, nor the last sent batch (the outbox's gap counts from it).
+than the cutoff, nor the last sent batch (the outbox's gap counts from it), nor any journal step or
+saved session while an approval is unsettled (a resumed conversation reads them).
 
 Work is done in short transactions of at most `chunk` rows, so a webhook delivery arriving meanwhile
 waits for milliseconds, not for the whole prune. Freed pages are reused by new events; the file
@@ -35,7 +37,8 @@ class PruneReport:
 
 class RetentionMixin(InboxMixin):
     def prune(self, *, older_than: int, now: int, chunk: int = 500, dry_run: bool = False) -> PruneReport:
-        """Clear payloads of events done before now - older_than, and delete messages sent before it.
+        """Clear payloads of events done before now - older_than; delete messages sent before it, the
+        journal steps of those events and the sessions of approvals settled before it.
 
         dry_run counts what would go and changes nothing.
         """
