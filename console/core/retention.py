@@ -1,12 +1,12 @@
 """Pruning: forget the bulk of finished work, keep everything the inbox's promises rest on.
 
 An always-on agent's inbox grows for as long as it runs, and most of its bytes are payloads of events
-that finished long ago and bodies of messages sent long ago (and, for a model-backed agent, the replies its journal keeps).
-Pruning clears those. It never deletes an
-event row: the row's (source, source_id) key is what refuses a redelivery, and its status, attempts
-and history stay readable. Pending, running and dead events are never touched, nor is anything newer
-than the cutoff, nor the last sent batch (the outbox's gap counts from it), nor any journal step or
-saved session while an approval is unsettled (a resumed conversation reads them).
+that finished long ago, bodies of messages sent long ago and, for a model-backed agent, the replies its
+journal keeps. Pruning clears those. It never deletes an event row: the row's (source, source_id) key is
+what refuses a redelivery, and its status, attempts and history stay readable. Pending, running and dead
+events are never touched, nor is anything newer than the cutoff, nor the last sent batch (the outbox's
+gap counts from it), nor any journal step or saved session while an approval is unsettled (a resumed
+conversation reads them).
 
 Work is done in short transactions of at most `chunk` rows, so a webhook delivery arriving meanwhile
 waits for milliseconds, not for the whole prune. Freed pages are reused by new events; the file
@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from console.core.db import transaction, translate_errors
 from console.core.inbox import InboxMixin
 
-MIN_PRUNE_AGE = 86_400  # a day: well past any approval's expiry, so no conversation still needs the data
+MIN_PRUNE_AGE = 86_400  # a mistyped age cannot wipe today's work; unsettled approvals are guarded apart
 
 
 @dataclass(frozen=True)
@@ -132,10 +132,12 @@ _COUNT_OPEN_CONVERSATIONS = """SELECT COUNT(*) FROM approvals a
                                WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.source = 'approval'
                                                  AND i.source_id = a.request_id AND i.status = 'done')"""
 # Events with journalled steps that finished before the cutoff, read through the journal's event index.
-_STEP_EVENTS = """FROM journal j INDEXED BY journal_event JOIN inbox i ON i.id = j.event_id
-                  WHERE j.event_id > ? AND j.event_id < ? AND i.status = 'done' AND i.updated_at < ?"""
-_SELECT_STEP_EVENTS = f"SELECT DISTINCT j.event_id {_STEP_EVENTS} ORDER BY j.event_id LIMIT ?"
-_COUNT_STEPS = f"SELECT COUNT(*) {_STEP_EVENTS.replace('j.event_id > ? AND ', '', 1)}"
+_SELECT_STEP_EVENTS = """SELECT DISTINCT j.event_id FROM journal j INDEXED BY journal_event
+                          JOIN inbox i ON i.id = j.event_id
+                          WHERE j.event_id > ? AND j.event_id < ? AND i.status = 'done' AND i.updated_at < ?
+                          ORDER BY j.event_id LIMIT ?"""
+_COUNT_STEPS = """SELECT COUNT(*) FROM journal j INDEXED BY journal_event JOIN inbox i ON i.id = j.event_id
+                  WHERE j.event_id < ? AND i.status = 'done' AND i.updated_at < ?"""
 # Saved sessions of approvals whose answer finished running before the cutoff.
 _SETTLED_SESSIONS = """SELECT s.session_id FROM sessions s
                        JOIN inbox i ON i.source = 'approval' AND i.source_id = s.session_id
