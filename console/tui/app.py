@@ -17,6 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from zoneinfo import ZoneInfo
 
 from textual import on, work
 from textual.app import App, ComposeResult
@@ -377,8 +378,10 @@ class ConsoleApp(App[None]):
             self.notify("No event selected", severity="warning")
             return
         now = self.clock.now()
-        view = await self.read(read_detail(event.id, now=now, holder=self.engine.holder, mode=self.engine.mode))
-        await self.push_screen(DetailScreen(view, now))
+        zone = ZoneInfo(self.settings.timezone)
+        view = await self.read(read_detail(event.id, now=now, holder=self.engine.holder, mode=self.engine.mode,
+                                           zone=zone))
+        await self.push_screen(DetailScreen(view, now, zone))
 
     async def action_inject(self) -> None:
         source_id = await self.unique_source_id()

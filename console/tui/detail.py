@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, tzinfo
 
 from console.core import Approval, Attempt, Event, JournalStep, OutboxMessage, Store
 from console.timefmt import relative, span
@@ -21,11 +21,12 @@ class DetailView:
     reasons: list[str]
 
 
-def clock_text(at: int | None, now: int) -> str:
-    """A moment as its user reads a clock: local time, the date only when it is not today."""
+def clock_text(at: int | None, now: int, zone: tzinfo | None = None) -> str:
+    """A moment as its user reads a clock, in their zone (the `timezone` setting; the machine's if
+    None): the time of day, and the date only when it is not today."""
     if at is None:
         return "never"
-    moment, today = datetime.fromtimestamp(at), datetime.fromtimestamp(now)
+    moment, today = datetime.fromtimestamp(at, zone), datetime.fromtimestamp(now, zone)
     shown = moment.strftime("%H:%M:%S" if moment.date() == today.date() else "%Y-%m-%d %H:%M")
     return f"{shown} ({relative(at, now, sep='')})"
 
@@ -34,7 +35,9 @@ def human_span(seconds: int) -> str:
     return span(max(0, seconds), sep="")
 
 
-def read_detail(event_id: int, *, now: int, holder: str, mode: str) -> Callable[[Store], DetailView]:
+def read_detail(
+    event_id: int, *, now: int, holder: str, mode: str, zone: tzinfo | None = None
+) -> Callable[[Store], DetailView]:
     def read(store: Store) -> DetailView:
         event = store.event(event_id)
         if event is None:
@@ -43,7 +46,8 @@ def read_detail(event_id: int, *, now: int, holder: str, mode: str) -> Callable[
         approvals = [a for a in store.pending_approvals() if _mentions(a, event)]
         return DetailView(
             event, store.history(event_id), store.journal_steps(event_id), replies,
-            why_not_run(store, event, now=now, holder=holder, mode=mode, approvals=approvals, replies=replies),
+            why_not_run(store, event, now=now, holder=holder, mode=mode, approvals=approvals, replies=replies,
+                        zone=zone),
         )
 
     return read
@@ -58,19 +62,19 @@ def _mentions(approval: Approval, event: Event) -> bool:
 
 def why_not_run(
     store: Store, event: Event, *, now: int, holder: str, mode: str,
-    approvals: list[Approval], replies: list[OutboxMessage],
+    approvals: list[Approval], replies: list[OutboxMessage], zone: tzinfo | None = None,
 ) -> list[str]:
     """Plain sentences, most decisive first."""
     reasons: list[str] = []
     held = [m for m in replies if m.status == "queued"]
     if held:
         next_send = store.next_send_at(now=now)
-        when = "when the next send is due" if next_send is None else clock_text(next_send, now)
+        when = "when the next send is due" if next_send is None else clock_text(next_send, now, zone)
         reasons.append(f"{len(held)} reply held in the outbox by the send gap; it goes out {when}")
     for approval in approvals:
         reasons.append(
             f"waiting for approval {approval.request_id!r} ({approval.action}); "
-            f"expires {clock_text(approval.expires_at, now)}"
+            f"expires {clock_text(approval.expires_at, now, zone)}"
         )
     if event.status == "done":
         return reasons or ["done: it ran and finished"]
@@ -80,7 +84,7 @@ def why_not_run(
         return [f"running now under lease generation {event.claim_gen} (attempt {event.attempts})", *reasons]
     lease = store.lease()
     if lease is None or not lease.is_live(now):
-        ended = "" if lease is None else f" (it lapsed {clock_text(lease.until, now)})"
+        ended = "" if lease is None else f" (it lapsed {clock_text(lease.until, now, zone)})"
         reasons.append(f"no worker holds the lease{ended}; the next console or `agent-console run` takes it over")
     elif lease.holder != holder:
         reasons.append(
@@ -92,7 +96,7 @@ def why_not_run(
     if event.attempts and event.next_attempt_at > now:
         reasons.append(
             f"backing off after attempt {event.attempts} of {store.max_attempts}: next try "
-            f"{clock_text(event.next_attempt_at, now)}; last error: {event.error or 'none'}"
+            f"{clock_text(event.next_attempt_at, now, zone)}; last error: {event.error or 'none'}"
         )
     ahead = len(store.events(status="pending", before_id=event.id, limit=AHEAD_LIMIT))
     if ahead:

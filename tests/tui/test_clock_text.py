@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from zoneinfo import ZoneInfo
 
 import pytest
 
@@ -29,3 +30,9 @@ def test_a_moment_today_is_a_clock_time() -> None:
 def test_a_moment_on_another_day_shows_its_date() -> None:
     assert clock_text(NOON - 13 * 3600, NOON) == "2026-11-29 23:00 (13h00m ago)"
     assert clock_text(None, NOON) == "never"
+
+
+def test_the_users_zone_wins_over_the_machines() -> None:
+    tokyo = ZoneInfo("Asia/Tokyo")  # UTC+9: noon UTC is nine in the evening there
+    assert clock_text(NOON - 20, NOON, tokyo) == "20:59:40 (20s ago)"
+    assert clock_text(NOON + 3 * 3600, NOON, tokyo) == "2026-12-01 00:00 (in 3h00m)"  # tomorrow, in Tokyo

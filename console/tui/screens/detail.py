@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import tzinfo
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -29,10 +30,11 @@ class DetailScreen(ModalScreen[None]):
         Binding("escape,q", "close", "Close", id="detail.close"),
     ]
 
-    def __init__(self, view: DetailView, now: int) -> None:
+    def __init__(self, view: DetailView, now: int, zone: tzinfo | None = None) -> None:
         super().__init__()
         self.view = view
         self.now = now
+        self.zone = zone
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)  # this dialog's keys, over the main screen's footer
@@ -55,7 +57,7 @@ class DetailScreen(ModalScreen[None]):
                 yield Static(self._why(), id="detail-why", classes="section")
                 yield Static("Payload", classes="heading")
                 if event.pruned_at is not None:
-                    yield Static(Content.styled(f"pruned {clock_text(event.pruned_at, self.now)}", "dim"),
+                    yield Static(Content.styled(f"pruned {clock_text(event.pruned_at, self.now, self.zone)}", "dim"),
                                  id="detail-payload")
                 else:
                     yield Static(highlight(payload_json(event.payload), language="json"), id="detail-payload")
@@ -83,7 +85,7 @@ class DetailScreen(ModalScreen[None]):
             style = {"error": "$text-error", "dead": "$text-error", "refused": "$text-warning",
                      "lost": "$text-warning", "finish": "$text-success"}.get(line.kind, "")
             parts += [(f"{line.kind:<8}", f"bold {style}"),
-                      (f" {clock_text(line.at, self.now)}", "dim"),
+                      (f" {clock_text(line.at, self.now, self.zone)}", "dim"),
                       f"  {line.holder or '-'} gen {line.gen if line.gen is not None else '-'}",
                       f"  {line.detail}" if line.detail else "", "\n"]
         return Content.assemble(*parts[:-1])
@@ -94,7 +96,8 @@ class DetailScreen(ModalScreen[None]):
         parts: list[Part] = []
         for step in self.view.steps:
             parts += [(f"{step.state:<9}", "bold"), step.idem_key,
-                      (f"  gen {step.gen} · ran {step.executions}× · {clock_text(step.claimed_at, self.now)}", "dim"),
+                      (f"  gen {step.gen} · ran {step.executions}× · "
+                       f"{clock_text(step.claimed_at, self.now, self.zone)}", "dim"),
                       "\n"]
         return Content.assemble(*parts[:-1])
 
