@@ -69,6 +69,7 @@ class Settings:
     claude_max_tokens: int = 1024   # the longest reply of one claude model turn
     claude_base_url: str | None = None  # a proxy or a test server instead of the Anthropic API
     max_payload_bytes: int = 1024 * 1024
+    retain_days: int = 0            # prune finished work older than this, once a day (0 keeps everything)
     digest_cron: str = "0 9 * * *"  # the daily digest timer installed on first start
     timezone: str = field(default_factory=local_zone_name)  # this machine's zone (UTC if it cannot tell)
     theme: str = "agent-dark"
@@ -204,6 +205,7 @@ CHECKS: dict[str, Checker] = {
     "claude_max_tokens": _seconds_or_count(1),
     "claude_base_url": _url,
     "max_payload_bytes": _seconds_or_count(1),
+    "retain_days": _seconds_or_count(0),
     "digest_cron": _cron,
     "timezone": _zone_name,
     "theme": _text,

@@ -28,6 +28,7 @@ from console.core.outbox import OutboxChannel
 from console.edges.channels import build_channels
 from console.runtime.dbthread import DbThread
 from console.runtime.dispatcher import Dispatcher
+from console.runtime.maintenance import Maintenance
 from console.runtime.notices import Notice, NoticeKind
 from console.runtime.scheduler import Scheduler
 from console.runtime.worker import Worker
@@ -77,6 +78,7 @@ class Engine:
         self.worker = Worker(self)
         self.scheduler = Scheduler(self)
         self.dispatcher = Dispatcher(self, self._channels)
+        self.maintenance = Maintenance(self)
 
     # --- lifecycle ------------------------------------------------------------------------------
     def _opener(self, name: str) -> Callable[[], Store]:
@@ -103,6 +105,7 @@ class Engine:
             ("worker", self.worker.run()),
             ("scheduler", self.scheduler.run()),
             ("dispatcher", self.dispatcher.run()),
+            ("maintenance", self.maintenance.run()),
             ("watcher", self._watch()),
         ]
         self._tasks = [asyncio.create_task(coro, name=f"agent-console-{name}") for name, coro in loop_tasks]
@@ -176,7 +179,7 @@ class Engine:
         return result
 
     async def on(self, thread: str, fn: Callable[[Store], T]) -> T:
-        """Run fn on a named service thread (writer, runner, sender, reader)."""
+        """Run fn on a named service thread (writer, runner, sender, reader, maintenance)."""
         return await self._thread(thread)(fn)
 
     async def ingest(self, source: str, source_id: str, payload: Any) -> bool:

@@ -72,12 +72,12 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_KEYS": '{"quit": "ctrl+q"}', "AGENT_CONSOLE_WEBHOOKS": '{"enabled": false}',
         "AGENT_CONSOLE_CHANNELS": '[{"kind": "file", "path": "/tmp/out"}]',
         "AGENT_CONSOLE_CLAUDE_MODEL": "claude-opus-5-5", "AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "4096",
-        "AGENT_CONSOLE_CLAUDE_BASE_URL": "http://127.0.0.1:8080",
+        "AGENT_CONSOLE_CLAUDE_BASE_URL": "http://127.0.0.1:8080", "AGENT_CONSOLE_RETAIN_DAYS": "90",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
     assert (s.backoff_base, s.backoff_max, s.batch_cap) == (2, 20, 9)
-    assert (s.approval_expiry, s.agent, s.max_payload_bytes) == (600, "offline", 2048)
+    assert (s.approval_expiry, s.agent, s.max_payload_bytes, s.retain_days) == (600, "offline", 2048, 90)
     assert (s.digest_cron, s.timezone, s.theme) == ("30 8 * * 1-5", "Europe/Berlin", "paper")
     assert s.keys == {"quit": "ctrl+q"}
     assert s.webhooks == {"enabled": False}
