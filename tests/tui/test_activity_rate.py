@@ -7,8 +7,7 @@ from pathlib import Path
 from console.core import Store
 from console.tui.reads import read_activity
 
-NOW = 1_000_000_040  # twenty seconds into a calendar minute
-assert NOW % 60 == 20
+NOW = 60 * 16_666_667 + 20  # twenty seconds into a calendar minute
 
 
 def test_the_rate_is_a_rolling_minute(tmp_path: Path) -> None:
