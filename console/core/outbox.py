@@ -44,25 +44,45 @@ class OutboxMixin(StoreBase):
             ).fetchall()[0][0])
 
     def last_send_at(self) -> int | None:
-        """When the held (non-urgent) lane last sent; the gap counts from here."""
+        """When the held (non-urgent) lane last sent; the gap counts from here. A batch that some
+        channel has taken counts as sent for the gap, even while another channel still owes it."""
         value = self._scalar(
-            "SELECT MAX(sent_at) FROM outbox_batches INDEXED BY outbox_batches_sent WHERE state = 'sent' AND urgent = 0"
+            """SELECT MAX(at) FROM (
+                   SELECT MAX(sent_at) AS at FROM outbox_batches INDEXED BY outbox_batches_sent
+                   WHERE state = 'sent' AND urgent = 0
+                   UNION ALL
+                   SELECT MIN(d.at) FROM outbox_batches b INDEXED BY outbox_batches_open
+                   JOIN outbox_deliveries d ON d.batch_id = b.id AND d.state = 'sent'
+                   WHERE b.state IN ('sending', 'retry') AND b.urgent = 0 GROUP BY b.id)"""
         )
         return None if value is None else int(value)
 
     def next_send_at(self, *, now: int) -> int | None:
         """When the dispatcher will next have something to send, or None if nothing is queued."""
+        due: list[int] = []
         retry = self._scalar(
             "SELECT MIN(COALESCE(next_try_at, claimed_until)) FROM outbox_batches WHERE state IN ('sending', 'retry')"
         )
         if retry is not None:
-            return max(now, int(retry))
+            due.append(max(now, int(retry)))
         if self._scalar("SELECT 1 FROM outbox WHERE status = 'queued' AND urgent = 1 LIMIT 1"):
-            return now
-        if not self._scalar("SELECT 1 FROM outbox WHERE status = 'queued' LIMIT 1"):
-            return None
-        last = self.last_send_at()
-        return now if last is None else max(now, last + self.outbox_gap)
+            due.append(now)
+        if self._scalar("SELECT 1 FROM outbox WHERE status = 'queued' AND urgent = 0 LIMIT 1") and not (
+            self._held_lane_blocked()
+        ):
+            last = self.last_send_at()
+            due.append(now if last is None else max(now, last + self.outbox_gap))
+        return min(due) if due else None
+
+    def _held_lane_blocked(self) -> bool:
+        """The held lane sends in order: a new batch waits while an open one has reached no channel yet.
+        Once any channel has taken it, a channel that is down no longer holds the others back."""
+        return bool(self._scalar(
+            """SELECT 1 FROM outbox_batches b INDEXED BY outbox_batches_open
+               WHERE b.state IN ('sending', 'retry') AND b.urgent = 0 AND NOT EXISTS (
+                   SELECT 1 FROM outbox_deliveries d WHERE d.batch_id = b.id AND d.state = 'sent')
+               LIMIT 1"""
+        ))
 
     def dispatch(self, send: Send, *, now: int, at_most_once: bool = False, channel: str | None = None) -> int:
         """Send at most one batch; returns how many messages it delivered (0 if none was due or it failed)."""
@@ -89,9 +109,12 @@ class OutboxMixin(StoreBase):
 
         Each channel's outcome is recorded as soon as it is known, so when one channel fails and the
         batch is retried, the channels that already took it are skipped rather than sent a second
-        copy. An at-most-once channel is marked before its send and never retried. The batch is sent
-        once every channel has taken it, failed once every channel is settled and one failed for
-        good, and otherwise retried with backoff. Returns the messages delivered to every channel.
+        copy. An at-most-once channel is marked before its send and never retried. A channel counts
+        its own failed tries and is given up on for the batch after max_send_attempts of them. Each
+        channel gets the batches of a lane in order: one that still owes an earlier batch is not sent
+        a later one yet (and that wait costs it no attempt), while the other channels go on. The batch
+        is sent once every channel has taken it, failed once every channel is settled and one failed
+        for good, and otherwise retried. Returns the messages delivered to every channel.
         """
         names = [channel.name for channel in channels]
         if not names:
@@ -102,15 +125,20 @@ class OutboxMixin(StoreBase):
         if claimed is None:
             return 0
         batch_id, batch = claimed
-        settled = self._deliveries(batch_id)
-        waiting = [channel for channel in channels if channel.name not in settled]
-        if any(channel.at_most_once for channel in waiting):
+        records = self._delivery_records(batch_id)
+        waiting = [channel for channel in channels if records.get(channel.name, ("retry", None, 0))[0] == "retry"]
+        behind = {channel.name for channel in waiting if self._owes_earlier_batch(batch_id, channel.name)}
+        if any(channel.at_most_once and channel.name not in behind for channel in waiting):
             with translate_errors(), transaction(self._conn):
                 for channel in waiting:
-                    if channel.at_most_once:
+                    if channel.at_most_once and channel.name not in behind:
                         self._record_delivery(batch_id, channel.name, "sent", now, None)
         transient: list[str] = []
+        tries: list[int] = []  # the failed tries of each channel that failed now and will be retried
         for channel in waiting:
+            if channel.name in behind:
+                transient.append(f"{channel.name}: waiting for an earlier batch")
+                continue
             try:
                 channel.send(batch)
             except SendError as exc:
@@ -122,17 +150,24 @@ class OutboxMixin(StoreBase):
                     with translate_errors(), transaction(self._conn):
                         self._record_delivery(batch_id, channel.name, "sent", now, None)
                 continue
-            if not permanent and batch.attempt >= self.max_send_attempts:
-                # A channel that never recovers (a wrong address, a service gone) must not hold the
-                # paced lane of every channel for ever: it is given up on, visibly.
-                error, permanent = f"gave up after {batch.attempt} attempts: {error}", True
-            if permanent or channel.at_most_once:
-                with translate_errors(), transaction(self._conn):
+            attempts = records.get(channel.name, ("retry", None, 0))[2] + 1
+            if not permanent and attempts >= self.max_send_attempts:
+                # A channel that never recovers (a wrong address, a service gone) must not be retried for
+                # ever, nor keep the batches after this one waiting for it: it is given up on, visibly.
+                error, permanent = f"gave up after {attempts} attempts: {error}", True
+            with translate_errors(), transaction(self._conn):
+                if permanent or channel.at_most_once:
                     self._record_delivery(batch_id, channel.name, "failed", now, error)
-            else:
+                else:
+                    self._record_delivery(batch_id, channel.name, "retry", now, error, attempts)
+            if not (permanent or channel.at_most_once):
                 transient.append(f"{channel.name}: {error}")
+                tries.append(attempts)
         if transient:
-            self._record_failure(batch_id, batch, now, "; ".join(transient), permanent=False)
+            # Retried after the backoff of the most-tried failing channel; a batch that only waits for
+            # an earlier one is looked at again when that one is retried.
+            retry_at = now + self._backoff(max(tries)) if tries else self._earlier_retry_at(batch_id, now)
+            self._record_failure(batch_id, batch, now, "; ".join(transient), permanent=False, retry_at=retry_at)
             return 0
         settled = self._deliveries(batch_id)
         failures = [f"{name}: {settled[name][1]}" for name in names if settled[name][0] == "failed"]
@@ -143,25 +178,53 @@ class OutboxMixin(StoreBase):
             self._mark_sent(batch_id, now)
         return len(batch.bodies)
 
+    def _owes_earlier_batch(self, batch_id: int, channel: str) -> bool:
+        """Whether an earlier open batch of the same lane has not yet reached this channel (sent or
+        given up): it must get that one first."""
+        return bool(self._scalar(
+            """SELECT 1 FROM outbox_batches b INDEXED BY outbox_batches_open
+               WHERE b.state IN ('sending', 'retry') AND b.id < ?
+                 AND b.urgent = (SELECT urgent FROM outbox_batches WHERE id = ?)
+                 AND NOT EXISTS (SELECT 1 FROM outbox_deliveries d WHERE d.batch_id = b.id AND d.channel = ?
+                                 AND d.state IN ('sent', 'failed'))
+               LIMIT 1""",
+            (batch_id, batch_id, channel),
+        ))
+
+    def _earlier_retry_at(self, batch_id: int, now: int) -> int:
+        """When the earliest open batch before this one is due again (at least a second from now)."""
+        due = self._scalar(
+            """SELECT MIN(COALESCE(next_try_at, claimed_until)) FROM outbox_batches INDEXED BY outbox_batches_open
+               WHERE state IN ('sending', 'retry') AND id < ?""",
+            (batch_id,),
+        )
+        return max(now + 1, int(due) if due is not None else now + self._backoff(1))
+
     def deliveries(self, batch_key: str) -> dict[str, tuple[str, str | None]]:
-        """Per channel, what it did with the batch: ('sent' | 'failed', error)."""
+        """Per channel, what it did with the batch: ('sent' | 'failed', error), or ('retry', its last
+        error) for a channel that will be tried again."""
         batch_id = self._scalar("SELECT id FROM outbox_batches WHERE key = ?", (batch_key,))
         return {} if batch_id is None else self._deliveries(int(batch_id))
 
     def _deliveries(self, batch_id: int) -> dict[str, tuple[str, str | None]]:
+        return {channel: (state, error) for channel, (state, error, _) in self._delivery_records(batch_id).items()}
+
+    def _delivery_records(self, batch_id: int) -> dict[str, tuple[str, str | None, int]]:
         return {
-            channel: (state, error)
-            for channel, state, error in self._conn.execute(
-                "SELECT channel, state, error FROM outbox_deliveries WHERE batch_id = ?", (batch_id,)
+            channel: (state, error, attempts)
+            for channel, state, error, attempts in self._conn.execute(
+                "SELECT channel, state, error, attempts FROM outbox_deliveries WHERE batch_id = ?", (batch_id,)
             )
         }
 
-    def _record_delivery(self, batch_id: int, channel: str, state: str, now: int, error: str | None) -> None:
+    def _record_delivery(
+        self, batch_id: int, channel: str, state: str, now: int, error: str | None, attempts: int = 0
+    ) -> None:
         self._conn.execute(
-            """INSERT INTO outbox_deliveries (batch_id, channel, state, at, error) VALUES (?, ?, ?, ?, ?)
+            """INSERT INTO outbox_deliveries (batch_id, channel, state, at, error, attempts) VALUES (?, ?, ?, ?, ?, ?)
                ON CONFLICT (batch_id, channel) DO UPDATE SET state = excluded.state, at = excluded.at,
-                  error = excluded.error""",
-            (batch_id, channel, state, now, error),
+                  error = excluded.error, attempts = MAX(attempts, excluded.attempts)""",
+            (batch_id, channel, state, now, error, attempts),
         )
 
     def _claim_batch_to_send(self, now: int, at_most_once: bool, channel: str | None) -> tuple[int, Batch] | None:
@@ -191,8 +254,8 @@ class OutboxMixin(StoreBase):
                 ).fetchall()
                 urgent = 1 if rows else 0
                 if not rows:
-                    if self._scalar("SELECT 1 FROM outbox_batches WHERE state IN ('sending', 'retry') AND urgent = 0"):
-                        return None  # the held lane sends in order: wait for the open batch
+                    if self._held_lane_blocked():
+                        return None
                     last = self.last_send_at()
                     if last is not None and now - last < self.outbox_gap:
                         return None
@@ -228,7 +291,9 @@ class OutboxMixin(StoreBase):
         )
         self._conn.execute("UPDATE outbox SET status = 'sent', sent_at = ? WHERE batch_id = ?", (now, batch_id))
 
-    def _record_failure(self, batch_id: int, batch: Batch, now: int, error: str, *, permanent: bool) -> None:
+    def _record_failure(
+        self, batch_id: int, batch: Batch, now: int, error: str, *, permanent: bool, retry_at: int | None = None
+    ) -> None:
         with translate_errors(), transaction(self._conn):
             if permanent:
                 self._conn.execute(
@@ -241,7 +306,7 @@ class OutboxMixin(StoreBase):
                 self._conn.execute(
                     """UPDATE outbox_batches SET state = 'retry', last_error = ?, claimed_until = NULL,
                        next_try_at = ? WHERE id = ? AND state = 'sending'""",
-                    (error, now + self._backoff(batch.attempt), batch_id),
+                    (error, now + self._backoff(batch.attempt) if retry_at is None else retry_at, batch_id),
                 )
 
     def outbox_messages(self, *, status: str | None = None, limit: int = 50) -> list[OutboxMessage]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import signal
 import subprocess
@@ -200,3 +201,92 @@ def test_a_channel_that_never_recovers_is_given_up_on_and_the_lane_moves_again(t
         store.queue_message("second", now=now)
         assert store.dispatch_channels([local], now=now) == 1  # the lane is free again
         assert len(local.keys) == 2
+
+
+class Recording:
+    """A channel that keeps the keys it was sent, and fails while it is down."""
+
+    at_most_once = False
+
+    def __init__(self, name: str, *, down: bool = False) -> None:
+        self.name = name
+        self.down = down
+        self.keys: list[str] = []
+        self.tries: list[str] = []
+
+    def send(self, batch: Batch) -> None:
+        self.tries.append(batch.key)
+        if self.down:
+            raise SendError("connection refused")
+        self.keys.append(batch.key)
+
+
+def drain(store: Store, channels: list[Recording], now: int) -> int:
+    """Dispatch until nothing more goes at this moment (the engine's dispatcher loops the same way)."""
+    sent = 0
+    for _ in range(20):
+        before = [len(c.tries) for c in channels]
+        sent += store.dispatch_channels(channels, now=now)
+        if [len(c.tries) for c in channels] == before:
+            return sent
+    raise AssertionError("dispatch kept sending at one moment")
+
+
+@contextlib.contextmanager
+def local_and_phone(tmp_path: Path, **options: int) -> Iterator[tuple[Store, Recording, Recording]]:
+    """A store whose outbox goes to a channel that works and to a phone that is down."""
+    settings = {"backoff_base": 10, "backoff_max": 10, "backoff_jitter": 0, "max_send_attempts": 50, **options}
+    with Store.open(tmp_path / "inbox.db", **settings) as store:  # type: ignore[arg-type]
+        yield store, Recording("local"), Recording("phone", down=True)
+
+
+def test_a_channel_that_is_down_does_not_hold_the_others_back(tmp_path: Path) -> None:
+    with local_and_phone(tmp_path, outbox_gap=100) as (store, local, phone):
+        channels = [local, phone]
+        store.queue_message("first", now=0)
+        assert drain(store, channels, 0) == 0  # the phone is down: the batch is not sent to every channel
+        store.queue_message("second", now=50)
+        assert drain(store, channels, 50) == 0 and len(local.keys) == 1  # the gap counts from the first send
+        assert drain(store, channels, 100) == 0
+        first, second = local.keys  # one gap later the local channel got the second batch
+        assert first != second and phone.keys == []
+        assert second not in phone.tries  # the phone still owes the first: it is not sent the second yet
+        assert store.deliveries(second) == {"local": ("sent", None)}
+
+        phone.down = False  # back: it gets both, in order, each once
+        assert drain(store, channels, 110) == 2
+        assert phone.keys == [first, second] and local.keys == [first, second]
+        assert {m.body: m.status for m in store.outbox_messages()} == {"first": "sent", "second": "sent"}
+        assert store.next_send_at(now=110) is None
+
+
+def test_waiting_behind_an_earlier_batch_costs_a_channel_no_attempts(tmp_path: Path) -> None:
+    with local_and_phone(tmp_path, outbox_gap=0, max_send_attempts=3) as (store, local, phone):
+        channels = [local, phone]
+        store.queue_message("first", now=0)
+        drain(store, channels, 0)
+        store.queue_message("second", now=1)
+        drain(store, channels, 1)
+        first, second = local.keys
+        for now in range(10, 200, 10):
+            drain(store, channels, now)
+        # Each batch was tried on the phone exactly max_send_attempts times, the second only after the
+        # first was given up on: the time it waited counted for nothing.
+        assert phone.tries == [first] * 3 + [second] * 3
+        messages = {m.body: m for m in store.outbox_messages()}
+        assert messages["second"].status == "failed"
+        assert messages["second"].error == "phone: gave up after 3 attempts: connection refused"
+        assert local.keys == [first, second]
+
+
+def test_the_urgent_lane_does_not_wait_behind_held_batches(tmp_path: Path) -> None:
+    with local_and_phone(tmp_path, outbox_gap=3600) as (store, local, phone):
+        channels = [local, phone]
+        store.queue_message("weekly summary", now=0)
+        drain(store, channels, 0)
+        phone.down = False
+        store.queue_message("the site is down", now=5, urgent=True)
+        assert drain(store, channels, 5) == 1  # the urgent batch goes to the phone before the held retry is due
+        assert [m.body for m in store.outbox_messages(status="sent")] == ["the site is down"]
+        assert drain(store, channels, 10) == 1  # then the held one, on its retry
+        assert len(phone.keys) == 2
