@@ -60,8 +60,11 @@ class OutboxMixin(StoreBase):
     def next_send_at(self, *, now: int) -> int | None:
         """When the dispatcher will next have something to send, or None if nothing is queued."""
         due: list[int] = []
+        # A claim that lapses at claimed_until may be taken over one second later (the claim is live
+        # until then): answering claimed_until would have the dispatcher spin through that second.
         retry = self._scalar(
-            "SELECT MIN(COALESCE(next_try_at, claimed_until)) FROM outbox_batches WHERE state IN ('sending', 'retry')"
+            """SELECT MIN(COALESCE(next_try_at, claimed_until + 1)) FROM outbox_batches
+               WHERE state IN ('sending', 'retry')"""
         )
         if retry is not None:
             due.append(max(now, int(retry)))
@@ -194,7 +197,7 @@ class OutboxMixin(StoreBase):
     def _earlier_retry_at(self, batch_id: int, now: int) -> int:
         """When the earliest open batch before this one is due again (at least a second from now)."""
         due = self._scalar(
-            """SELECT MIN(COALESCE(next_try_at, claimed_until)) FROM outbox_batches INDEXED BY outbox_batches_open
+            """SELECT MIN(COALESCE(next_try_at, claimed_until + 1)) FROM outbox_batches INDEXED BY outbox_batches_open
                WHERE state IN ('sending', 'retry') AND id < ?""",
             (batch_id,),
         )

@@ -157,7 +157,7 @@ def test_a_dispatcher_that_died_mid_send_is_retried_under_the_same_key(tmp_path:
         assert {m.status for m in store.outbox_messages()} == {"sending"}
         assert store.dispatch(channel, now=T + 60) == 0  # its claim is still live: it may yet finish
         assert channel.sent == []
-        assert store.next_send_at(now=T + 30) == T + 60
+        assert store.next_send_at(now=T + 30) == T + 61  # the first moment it may be taken over
         assert store.dispatch(channel, now=T + 61) == 2
         [batch] = channel.sent
         assert (batch.key, batch.bodies, batch.attempt) == (in_flight["key"], in_flight["bodies"], 2)
