@@ -360,7 +360,7 @@ def test_run_without_a_key_is_one_line_on_the_command_line(tmp_path: Path) -> No
 
 # --- end to end through the engine ------------------------------------------------------------
 
-async def wait_until(engine: Engine, check: Callable[[Store], Any], *, limit: float = 15.0) -> Any:
+async def wait_until(engine: Engine, check: Callable[[Store], Any], *, limit: float = 60.0) -> Any:
     deadline = asyncio.get_running_loop().time() + limit
     while not (result := await engine.read(check)):
         assert asyncio.get_running_loop().time() < deadline, f"condition not met within {limit} s"

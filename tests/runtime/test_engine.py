@@ -17,7 +17,7 @@ from console.runtime.engine import Engine
 START = 1_790_000_000  # a fixed instant (2026-09-21 UTC)
 
 
-async def wait_until(engine: Engine, check: Callable[[Store], Any], *, limit: float = 15.0) -> Any:
+async def wait_until(engine: Engine, check: Callable[[Store], Any], *, limit: float = 60.0) -> Any:
     """Poll a condition on the engine's reader until it holds (bounded)."""
     deadline = asyncio.get_running_loop().time() + limit
     while True:
@@ -182,8 +182,10 @@ async def test_second_engine_is_standby_until_the_lease_lapses(tmp_path: Path, c
     first = Engine(settings, clock=clock, holder="first", idle_cap=0.1, install_defaults=False)
     second = Engine(settings, clock=clock, holder="second", idle_cap=0.1, install_defaults=False)
     await first.start()
-    await second.start()
     try:
+        # The second starts once the first holds the lease: started together, either may win it.
+        await wait_until(first, lambda s: first.mode == "active")
+        await second.start()
         await wait_until(first, lambda s: first.mode == "active" and second.mode == "standby")
         first.stall()  # stops renewing: the seed's stalled worker
         clock.advance(61)

@@ -23,7 +23,7 @@ def finished_long_ago(db: Path, source_id: str, at: int) -> None:
         assert store.release("an-earlier-worker", gen, now=at)
 
 
-async def wait_for(condition: Callable[[], object], what: str, limit: float = 15.0) -> None:
+async def wait_for(condition: Callable[[], object], what: str, limit: float = 60.0) -> None:
     deadline = asyncio.get_running_loop().time() + limit
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, f"{what}: not within {limit} s"

@@ -12,7 +12,7 @@ from console.core import Store
 from tests.tui.scenes import START, fill
 
 
-async def wait_until(pilot: Pilot[None], condition: Callable[[], bool], *, timeout: float = 10.0,
+async def wait_until(pilot: Pilot[None], condition: Callable[[], bool], *, timeout: float = 60.0,
                      what: str = "condition") -> None:
     """Let the app process messages until condition() holds; fail after a bounded time."""
     deadline = time.monotonic() + timeout
