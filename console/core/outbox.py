@@ -60,14 +60,9 @@ class OutboxMixin(StoreBase):
     def next_send_at(self, *, now: int) -> int | None:
         """When the dispatcher will next have something to send, or None if nothing is queued."""
         due: list[int] = []
-        # A claim that lapses at claimed_until may be taken over one second later (the claim is live
-        # until then): answering claimed_until would have the dispatcher spin through that second.
-        retry = self._scalar(
-            """SELECT MIN(COALESCE(next_try_at, claimed_until + 1)) FROM outbox_batches
-               WHERE state IN ('sending', 'retry')"""
-        )
+        retry = self._open_batch_due()
         if retry is not None:
-            due.append(max(now, int(retry)))
+            due.append(max(now, retry))
         if self._scalar("SELECT 1 FROM outbox WHERE status = 'queued' AND urgent = 1 LIMIT 1"):
             due.append(now)
         if self._scalar("SELECT 1 FROM outbox WHERE status = 'queued' AND urgent = 0 LIMIT 1") and not (
@@ -196,12 +191,20 @@ class OutboxMixin(StoreBase):
 
     def _earlier_retry_at(self, batch_id: int, now: int) -> int:
         """When the earliest open batch before this one is due again (at least a second from now)."""
+        due = self._open_batch_due(before_id=batch_id)
+        return max(now + 1, due if due is not None else now + self._backoff(1))
+
+    def _open_batch_due(self, *, before_id: int | None = None) -> int | None:
+        """When the soonest open batch (of those before before_id, if given) may be claimed again.
+
+        A claim that lapses at claimed_until may be taken over one second later (the claim is live
+        until then): answering claimed_until would have the dispatcher spin through that second."""
         due = self._scalar(
             """SELECT MIN(COALESCE(next_try_at, claimed_until + 1)) FROM outbox_batches INDEXED BY outbox_batches_open
-               WHERE state IN ('sending', 'retry') AND id < ?""",
-            (batch_id,),
+               WHERE state IN ('sending', 'retry') AND (? IS NULL OR id < ?)""",
+            (before_id, before_id),
         )
-        return max(now + 1, int(due) if due is not None else now + self._backoff(1))
+        return None if due is None else int(due)
 
     def deliveries(self, batch_key: str) -> dict[str, tuple[str, str | None]]:
         """Per channel, what it did with the batch: ('sent' | 'failed', error), or ('retry', its last
