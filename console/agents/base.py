@@ -1,17 +1,19 @@
 """The agent protocol: what one run gets (the claimed batch and a context) and what it may do.
 
 The loop inside a run is the agent's own; this module is the bookkeeping around it. Everything a run
-says is queued with its finish (one fenced transaction), so a run that loses its lease says nothing.
+produces for the inbox is staged and written with its finish (one fenced transaction), so a run that
+loses its lease says and asks nothing; everything it does in the world is a fenced journal step.
 """
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from console.config import ConfigError
-from console.core import Event, Store
+from console.core import ApprovalDraft, Event, StaleGeneration, Store, TimerDraft, approval_id
 
 T = TypeVar("T")
 
@@ -27,22 +29,34 @@ class ApprovalRequest:
     action: str
     details: dict[str, Any]
     expires_in: int
-    created: bool  # False when a retried run asked again: the first request and its deadline stand
+    created: bool  # False when this request already stands (asked and committed before): its deadline stands
 
 
 @dataclass(frozen=True)
 class Resumed:
-    """A saved session coming back with the outcome of its approval (yes, no or expired)."""
+    """An approval's outcome coming back, read from the approvals row (the single source of truth): the
+    action the owner saw is the one that runs on yes, whatever any event payload or saved session says.
+
+    answer is yes, no or expired, or unknown for an approval event with no settled request behind it.
+    state is the session the asking run saved (its conversation), or None."""
 
     request_id: str
     answer: str
     action: str
     state: Any
+    details: Any = None
+    event_id: int | None = None  # the event that asked
 
 
 @dataclass
 class RunContext:
-    """Handed to Agent.run. Not thread-safe: one run, one thread."""
+    """Handed to Agent.run. Not thread-safe: one run, one thread.
+
+    What a run produces for the inbox (messages, approval requests with their sessions, timers) is staged
+    here and commits with the run's fenced finish, or not at all. What it does in the world is a journal
+    step, fenced when it is claimed and when it commits. Once the worker learns the lease is gone it sets
+    `fence`, and the run's next call here raises StaleGeneration: the run stops.
+    """
 
     store: Store
     events: list[Event]
@@ -52,9 +66,14 @@ class RunContext:
     approval_expiry: int
     messages: list[tuple[str, bool]] = field(default_factory=list)
     approvals: list[ApprovalRequest] = field(default_factory=list)
+    drafts: list[ApprovalDraft] = field(default_factory=list)
+    timers: list[TimerDraft] = field(default_factory=list)
+    fence: threading.Event = field(default_factory=threading.Event)
+    clock: Callable[[], int] | None = None  # the wall clock for fencing checks; None: the run's start, `now`
 
     def say(self, text: str, urgent: bool = False) -> None:
         """Queue a message; it enters the outbox only when this run's finish commits."""
+        self.check_fence()
         if text.strip():
             self.messages.append((text, urgent))
 
@@ -63,43 +82,96 @@ class RunContext:
         action: str,
         details: dict[str, Any] | None = None,
         *,
+        event: Event | None = None,
         expires_in: int | None = None,
         state: Any = None,
-        request_id: str | None = None,
     ) -> ApprovalRequest:
-        """A deferred tool call: save the session, request an approval, and let the run end.
+        """A deferred tool call: request an approval of `action` for `event` (the run's first event if
+        not given), saving `state` to resume from, and let the run end.
 
-        The request id is derived from the first event of the run, so a retried run asks the same
-        question under the same id instead of opening a second approval.
+        The request id is anchored on the event and the action (approval_id), so a retried run, however
+        its batch was cut, asks the same question under the same id. The request, its session and its
+        expiry are written by the run's finish.
         """
-        anchor = self.events[0].id if self.events else self.now
-        rid = request_id or f"apr-{anchor}-{len(self.approvals) + 1}"
+        self.check_fence()
+        anchor = event if event is not None else (self.events[0] if self.events else None)
+        if anchor is None:
+            raise ValueError("a run with no events cannot ask for an approval")
+        rid = approval_id(anchor.id, action)
+        for asked in self.approvals:
+            if asked.request_id == rid:
+                return asked  # asked twice in one run: one request
         window = int(expires_in or self.approval_expiry)
-        self.store.save_session(rid, {"action": action, "details": details or {}, "state": state}, now=self.now)
-        created = self.store.request_approval(
-            rid, action, now=self.now, expires_in=window, details=details or {}, session_id=rid
-        )
-        request = ApprovalRequest(rid, action, dict(details or {}), window, created)
+        if window <= 0:
+            raise ValueError("expires_in must be a positive number of seconds")
+        standing = self.store.approval(rid)
+        session = {"action": action, "details": details or {}, "state": state}
+        self.drafts.append(ApprovalDraft(rid, action, window, dict(details or {}), session, anchor.id))
+        request = ApprovalRequest(rid, action, dict(details or {}),
+                                  window if standing is None else max(0, standing.expires_at - self.now),
+                                  standing is None)
         self.approvals.append(request)
         return request
 
-    def step(self, key: str, fn: Callable[[], T]) -> T:
-        """A journalled side effect: runs once per key across retries, resumes and takeovers."""
-        event_id = self.events[0].id if self.events else None
-        result, _how = self.store.run_once(key, fn, gen=self.gen, now=self.now, event_id=event_id)
+    def step(self, key: str, fn: Callable[[], T], *, event: Event | None = None) -> T:
+        """A journalled side effect: runs once per key across retries, resumes and takeovers. Filed under
+        `event` (the run's first event if not given). Raises StaleGeneration once the lease is gone."""
+        self.check_fence()
+        anchor = event if event is not None else (self.events[0] if self.events else None)
+        result, _how = self.store.run_once(key, fn, gen=self.gen, now=self.time(), holder=self.holder,
+                                           event_id=None if anchor is None else anchor.id)
+        self.check_fence()
         return result  # type: ignore[no-any-return]
 
     def set_timer(self, timer_id: str, due: int, payload: dict[str, Any] | None = None, **options: Any) -> None:
-        self.store.add_timer(timer_id, due, payload or {}, now=self.now, **options)
+        """Set a timer; checked now (ValueError), written by the run's finish."""
+        self.check_fence()
+        self.store.check_timer(timer_id, due, payload or {}, **options)
+        self.timers.append(TimerDraft(timer_id, due, dict(payload or {}), dict(options)))
 
     def resumed(self, event: Event) -> Resumed | None:
-        """For an approval event: the saved session with the answer that stands."""
-        if event.source != "approval" or not isinstance(event.payload, dict):
+        """For an approval event: the settled outcome, the action and the saved session, all read from
+        the approvals row and its session (never from the event's payload)."""
+        if event.source != "approval":
             return None
-        request_id = str(event.payload.get("approval", event.source_id))
-        saved = self.store.load_session(request_id) or {}
-        action = str(event.payload.get("action") or saved.get("action") or "")
-        return Resumed(request_id, str(event.payload.get("answer", "")), action, saved)
+        request_id = event.source_id
+        approval = self.store.approval(request_id)
+        if approval is None:
+            return Resumed(request_id, "unknown", "", None)
+        saved = self.store.load_session(approval.session_id) if approval.session_id else None
+        return Resumed(request_id, approval.outcome or "unknown", approval.action, saved, approval.details,
+                       approval.event_id)
+
+    def time(self) -> int:
+        return self.now if self.clock is None else self.clock()
+
+    def check_fence(self) -> None:
+        if self.fence.is_set():
+            raise StaleGeneration(f"generation {self.gen} lost the lease; this run stops")
+
+    def finish(self, ids: list[int] | None = None, *, error: str | None = None, now: int | None = None) -> bool:
+        """Record the run's outcome with everything it staged, in one fenced transaction (tests and
+        simple callers; the worker does the same from its writer thread with `staged()`)."""
+        ids = [e.id for e in self.events] if ids is None else ids
+        return self.store.finish(self.holder, self.gen, ids, now=self.time() if now is None else now,
+                                 error=error, **self.staged())
+
+    def staged(self) -> dict[str, Any]:
+        """finish()'s keywords for what this run produced for the inbox."""
+        return {"messages": list(self.messages), "approvals": list(self.drafts), "timers": list(self.timers)}
+
+
+def expires_in_words(seconds: int) -> str:
+    """'expires in 45 s' / '10 min' / '2 h 5 min': an approval's window as the owner reads it (a 3 s
+    window is not 'expires in 1 min')."""
+    seconds = max(0, int(seconds))
+    if seconds < 120:
+        return f"expires in {seconds} s"
+    minutes = seconds // 60
+    if minutes < 120:
+        return f"expires in {minutes} min"
+    hours, rest = divmod(minutes, 60)
+    return f"expires in {hours} h" + (f" {rest} min" if rest else "")
 
 
 class Agent(Protocol):

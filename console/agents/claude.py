@@ -38,7 +38,7 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 
-from console.agents.base import AgentSetupError, Resumed, RunContext
+from console.agents.base import AgentSetupError, Resumed, RunContext, expires_in_words
 from console.config import Settings
 from console.core import Event
 
@@ -119,6 +119,7 @@ class Conversation:
     key: str                                   # the journal key prefix of its model turns
     messages: list[dict[str, Any]]
     approved: dict[str, str] = field(default_factory=dict)  # request id -> the action the owner approved
+    event_ids: list[int] = field(default_factory=list)      # the events it is about; the first anchors it
 
 
 class ClaudeAgent:
@@ -162,12 +163,14 @@ class ClaudeAgent:
                 fresh.append(event)
         if fresh:
             key = "claude:" + ",".join(str(event.id) for event in fresh)
-            self._converse(ctx, Conversation(key, [{"role": "user", "content": render_events(fresh)}]))
+            self._converse(ctx, Conversation(key, [{"role": "user", "content": render_events(fresh)}],
+                                             event_ids=[event.id for event in fresh]))
 
     def _resume(self, ctx: RunContext, event: Event, resumed: Resumed, state: dict[str, Any]) -> None:
         pending: dict[str, Any] = state["pending"]
-        action = str(pending["action"])
-        conversation = Conversation(f"claude:resume:{event.id}", list(state["messages"]), dict(state["approved"]))
+        action = resumed.action  # the approvals row's: what the owner saw, not what the session says
+        conversation = Conversation(f"claude:resume:{event.id}", list(state["messages"]), dict(state["approved"]),
+                                    [event.id])
         if resumed.answer == "yes":
             conversation.approved[resumed.request_id] = action
             outcome = f"The owner approved {action!r} (request {resumed.request_id}). Call perform_action " \
@@ -183,7 +186,8 @@ class ClaudeAgent:
     def _converse(self, ctx: RunContext, conversation: Conversation) -> None:
         for turn in range(1, self.max_turns + 1):
             call = functools.partial(self._call, list(conversation.messages))
-            reply: dict[str, Any] = ctx.step(f"{conversation.key}:turn:{turn}", call)
+            reply: dict[str, Any] = ctx.step(f"{conversation.key}:turn:{turn}", call,
+                                             event=_anchor(ctx, conversation))
             content: list[dict[str, Any]] = reply["content"]
             conversation.messages.append({"role": "assistant", "content": content})
             uses = [block for block in content if block["type"] == "tool_use"]
@@ -226,7 +230,7 @@ class ClaudeAgent:
             raise _ToolError(f"{action!r} is not an approved action; approved here: {listed}")
         done = ctx.step(f"perform:{request_id}", lambda: {
             "performed": action, "request_id": request_id, "at": ctx.now, "by": ctx.holder, "gen": ctx.gen,
-        })
+        }, event=_anchor(ctx, conversation))
         return f"Done: {done['performed']} (request {request_id})"
 
     def _defer(
@@ -240,10 +244,11 @@ class ClaudeAgent:
             "approved": conversation.approved,
             "pending": {"tool_use_id": use["id"], "action": action, "results": results},
         }
-        request = ctx.ask(action, {"details": details} if details else {}, state=state)
-        minutes = max(1, request.expires_in // 60)
+        request = ctx.ask(action, {"details": details} if details else {}, state=state,
+                          event=_anchor(ctx, conversation))
         why = f" ({details})" if details else ""
-        ctx.say(f"Approval needed [{request.request_id}]: {action}{why} (expires in {minutes} min)", urgent=True)
+        ctx.say(f"Approval needed [{request.request_id}]: {action}{why} ({expires_in_words(request.expires_in)})",
+                urgent=True)
 
     def _call(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """One model turn, as the JSON the journal stores: the reply's blocks in request form."""
@@ -289,6 +294,12 @@ def render_events(events: list[Event]) -> str:
             text = text[:MAX_PAYLOAD_CHARS] + f" … (cut: the payload has {len(text)} characters)"
         lines.append(f"payload: {text}")
     return "\n".join(lines)
+
+
+def _anchor(ctx: RunContext, conversation: Conversation) -> Event | None:
+    """The event a conversation's steps and requests are filed under: the first it is about."""
+    first = conversation.event_ids[0] if conversation.event_ids else None
+    return next((event for event in ctx.events if event.id == first), None)
 
 
 def _saved_state(resumed: Resumed | None) -> dict[str, Any] | None:

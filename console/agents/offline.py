@@ -19,7 +19,7 @@ import re
 import time
 from typing import Any
 
-from console.agents.base import RunContext
+from console.agents.base import RunContext, expires_in_words
 from console.core import Event
 
 DIGEST_TIMER_ID = "daily-digest"
@@ -44,9 +44,9 @@ class OfflineAgent:
             if event.source == "chat":
                 text = _chat_text(event)
                 if _RISKY.search(text):
-                    request = ctx.ask(text, {"event": event.id, "text": text})
-                    minutes = max(1, request.expires_in // 60)
-                    lines.append(f"Approval needed [{request.request_id}]: {text} (expires in {minutes} min)")
+                    request = ctx.ask(text, {"event": event.id, "text": text}, event=event)
+                    lines.append(f"Approval needed [{request.request_id}]: {text} "
+                                 f"({expires_in_words(request.expires_in)})")
                 else:
                     chats.append(text)
             elif isinstance(event.payload, dict) and "long_task" in event.payload:
@@ -69,17 +69,19 @@ class OfflineAgent:
         if not isinstance(chunks, int) or not 0 < chunks <= MAX_LONG_TASK:
             return f"Long task of event {event.id} refused: long_task must be 1..{MAX_LONG_TASK} chunks"
         for index in range(chunks):
-            ctx.step(f"long:{event.id}:{index}", functools.partial(_work_one_chunk, index))
+            ctx.step(f"long:{event.id}:{index}", functools.partial(_work_one_chunk, index), event=event)
         return f"Long task of event {event.id} finished ({chunks} chunks)"
 
     def _resume(self, ctx: RunContext, event: Event) -> str:
         resumed = ctx.resumed(event)
-        if resumed is None:
-            return f"Approval event {event.source_id} without a request"
+        if resumed is None or resumed.answer == "unknown":
+            return f"Nothing done: approval event {event.source_id} has no settled request behind it"
         if resumed.answer == "yes":
+            # The action comes from the approvals row: exactly what the owner saw is what runs.
             done = ctx.step(
                 f"perform:{resumed.request_id}",
                 lambda: {"performed": resumed.action, "at": ctx.now, "by": ctx.holder, "gen": ctx.gen},
+                event=event,
             )
             return f"Done: {done['performed']} (approved, {resumed.request_id})"
         if resumed.answer == "expired":

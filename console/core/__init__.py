@@ -1,10 +1,12 @@
 """The durable core: one SQLite file per inbox. The only code that speaks SQL; never imports Textual."""
 
+from console.core.approvals import approval_id
 from console.core.base import SendError, StaleGeneration
 from console.core.db import MIN_SQLITE, StoreError, StoreUnavailable
 from console.core.models import (
     STATUSES,
     Approval,
+    ApprovalDraft,
     Attempt,
     Batch,
     Event,
@@ -13,6 +15,7 @@ from console.core.models import (
     OutboxMessage,
     RefusedFinish,
     Timer,
+    TimerDraft,
 )
 from console.core.outbox import OutboxChannel
 from console.core.retention import PruneReport
@@ -22,6 +25,7 @@ __all__ = [
     "MIN_SQLITE",
     "STATUSES",
     "Approval",
+    "ApprovalDraft",
     "Attempt",
     "Batch",
     "Event",
@@ -37,4 +41,6 @@ __all__ = [
     "StoreError",
     "StoreUnavailable",
     "Timer",
+    "TimerDraft",
+    "approval_id",
 ]

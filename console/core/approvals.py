@@ -7,20 +7,33 @@ own transaction rather than trusting that the scheduler has already run.
 
 from __future__ import annotations
 
+import hashlib
+from collections.abc import Sequence
 from typing import Any
 
 from console.core.base import dumps, loads
 from console.core.db import transaction, translate_errors
-from console.core.models import Approval
+from console.core.models import Approval, ApprovalDraft, TimerDraft
 from console.core.timers import APPROVAL_EXPIRY_PREFIX, TimersMixin
 
 ANSWERS = ("yes", "no")
-_COLUMNS = "request_id, action, details, session_id, requested_at, expires_at, outcome, resolved_at"
+_COLUMNS = "request_id, action, details, session_id, requested_at, expires_at, outcome, resolved_at, event_id"
 
 
 def _approval(row: tuple[Any, ...]) -> Approval:
-    rid, action, details, session_id, requested_at, expires_at, outcome, resolved_at = row
-    return Approval(rid, action, loads(details), session_id, requested_at, expires_at, outcome, resolved_at)
+    rid, action, details, session_id, requested_at, expires_at, outcome, resolved_at, event_id = row
+    return Approval(rid, action, loads(details), session_id, requested_at, expires_at, outcome, resolved_at,
+                    event_id)
+
+
+def approval_id(event_id: int, action: Any) -> str:
+    """The request id of asking `action` for one event: `apr-<event id>-<digest of the action>`.
+
+    Anchored on the event and on what is asked (the action, later a tool with its canonical arguments),
+    never on a position in a batch, so the same request for the same event is the same row however the
+    batch was cut, and a retry asks again under the id it had; asking something else gets its own id."""
+    digest = hashlib.sha256(dumps(action).encode("utf-8")).hexdigest()[:8]
+    return f"apr-{int(event_id)}-{digest}"
 
 
 def _expired(request_id: str, action: str) -> str:
@@ -30,6 +43,13 @@ def _expired(request_id: str, action: str) -> str:
 
 def expiry_timer_id(request_id: str) -> str:
     return f"{APPROVAL_EXPIRY_PREFIX}{request_id}"
+
+
+def _check_request(request_id: str, expires_in: int) -> None:
+    if not isinstance(request_id, str) or not request_id.strip():
+        raise ValueError("request id must be a non-empty string")
+    if expires_in <= 0:
+        raise ValueError("expires_in must be a positive number of seconds")
 
 
 class ApprovalsMixin(TimersMixin):
@@ -42,29 +62,51 @@ class ApprovalsMixin(TimersMixin):
         expires_in: int,
         details: Any = None,
         session_id: str | None = None,
+        event_id: int | None = None,
     ) -> bool:
         """Ask for a yes/no. Returns False if this request id was already made: the first request
-        and its deadline stand, so a retried run cannot extend its own deadline."""
-        if not isinstance(request_id, str) or not request_id.strip():
-            raise ValueError("request id must be a non-empty string")
-        if expires_in <= 0:
-            raise ValueError("expires_in must be a positive number of seconds")
-        expires_at = now + int(expires_in)
-        expiry = _expired(request_id, action)
+        and its deadline stand, so a retried run cannot extend its own deadline.
+
+        A run does not call this: it stages its requests (RunContext.ask), and they are written by its
+        fenced finish (see InboxMixin.finish)."""
+        _check_request(request_id, expires_in)
         with translate_errors(), transaction(self._conn):
-            made = self._conn.execute(
-                f"""INSERT INTO approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL)
-                    ON CONFLICT (request_id) DO NOTHING RETURNING request_id""",
-                (request_id, action, dumps(details if details is not None else {}), session_id, now, expires_at),
-            ).fetchall()
-            if not made:
-                return False
-            self._conn.execute(
-                """INSERT OR REPLACE INTO timers (id, due, payload, ev_source, ev_id, created_at)
-                   VALUES (?, ?, ?, 'approval', ?, ?)""",
-                (expiry_timer_id(request_id), expires_at, expiry, request_id, now),
-            )
-            return True
+            return self._insert_approval(request_id, action, now, expires_in, details, session_id, event_id)
+
+    def _insert_approval(
+        self, request_id: str, action: str, now: int, expires_in: int, details: Any, session_id: str | None,
+        event_id: int | None,
+    ) -> bool:
+        """The request row and its expiry timer (inside the caller's transaction); False if it exists."""
+        expires_at = now + int(expires_in)
+        made = self._conn.execute(
+            f"""INSERT INTO approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, ?)
+                ON CONFLICT (request_id) DO NOTHING RETURNING request_id""",
+            (request_id, action, dumps(details if details is not None else {}), session_id, now, expires_at,
+             event_id),
+        ).fetchall()
+        if not made:
+            return False
+        self._conn.execute(
+            """INSERT OR REPLACE INTO timers (id, due, payload, ev_source, ev_id, created_at)
+               VALUES (?, ?, ?, 'approval', ?, ?)""",
+            (expiry_timer_id(request_id), expires_at, _expired(request_id, action), request_id, now),
+        )
+        return True
+
+    def _commit_staged(self, approvals: Sequence[ApprovalDraft], timers: Sequence[TimerDraft], now: int) -> None:
+        for draft in approvals:
+            made = self._insert_approval(draft.request_id, draft.action, now, draft.expires_in, draft.details,
+                                         draft.request_id, draft.event_id)
+            if made:  # a request that already stands keeps the session it was asked with
+                self._conn.execute(
+                    """INSERT INTO sessions (session_id, state, updated_at) VALUES (?, ?, ?)
+                       ON CONFLICT (session_id) DO UPDATE SET state = excluded.state,
+                                                              updated_at = excluded.updated_at""",
+                    (draft.request_id, dumps(draft.session), now),
+                )
+        for timer in timers:
+            self._write_timer(self._timer_values(timer.timer_id, timer.due, timer.payload, now=now, **timer.options))
 
     def answer_approval(self, request_id: str, answer: str, *, now: int) -> str:
         """Store the user's answer unless the deadline passed. Returns the outcome that stands:

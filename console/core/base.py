@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Sequence
 from typing import Any
 
 import apsw
 
 from console.core.db import one
-from console.core.models import Lease
+from console.core.models import ApprovalDraft, Lease, TimerDraft
 
 
 class SendError(Exception):
@@ -21,7 +22,8 @@ class SendError(Exception):
 
 
 class StaleGeneration(Exception):
-    """A worker acted under a lease generation that has since been replaced."""
+    """A worker acted under a lease generation that has since been replaced (or has lapsed): the write
+    was refused and recorded, and the run that made it must stop: nothing it does later counts."""
 
 
 def dumps(value: Any) -> str:
@@ -54,9 +56,45 @@ class StoreBase:
             return Lease(holder, gen, until, acquired_at, renewed_at)
         return None
 
-    def _holds(self, holder: str, gen: int, now: int) -> bool:
+    def _holds(self, holder: str | None, gen: int, now: int) -> bool:
+        """(holder, gen) holds a live lease; holder None checks the generation alone."""
         lease = self._lease_row()
-        return lease is not None and lease.holder == holder and lease.gen == gen and lease.until >= now
+        return (lease is not None and lease.gen == gen and lease.until >= now
+                and (holder is None or lease.holder == holder))
+
+    def _holds_generation(self, holder: str | None, gen: int) -> bool:
+        """No newer generation exists: the lease row is still (holder, gen), lapsed or not. Nobody else
+        can have written anything under the lease since, so recording what this generation did (a step's
+        result) is safe, and it is what stops a repeat of an effect that has already happened."""
+        lease = self._lease_row()
+        return lease is not None and lease.gen == gen and (holder is None or lease.holder == holder)
+
+    def _record_fenced(
+        self, kind: str, holder: str | None, gen: int, now: int, event_ids: Sequence[int], detail: str | None = None
+    ) -> str:
+        """Record a refused write of a stale run (inside the caller's transaction); returns the reason."""
+        lease = self._lease_row()
+        if lease is None:
+            reason = "no lease is held"
+        elif lease.gen == gen and (holder is None or lease.holder == holder):
+            reason = "lease expired"
+        else:
+            reason = "lease held by another generation"
+        self._conn.execute(
+            """INSERT INTO refused_finishes
+               (at, holder, gen, event_ids, lease_holder, lease_gen, reason, kind, detail)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (now, holder or "?", gen, dumps(list(event_ids)), lease.holder if lease else None,
+             lease.gen if lease else None, reason, kind, detail),
+        )
+        said = reason if kind == "finish" else f"{kind} of {detail}: {reason}"
+        for event_id in event_ids:
+            self._log_attempt(event_id, now, "refused", holder, gen, said)
+        return reason
+
+    def _commit_staged(self, approvals: Sequence[ApprovalDraft], timers: Sequence[TimerDraft], now: int) -> None:
+        """Write what a run staged, inside its finish's transaction (ApprovalsMixin does it)."""
+        raise NotImplementedError
 
     def _backoff(self, attempts: int) -> int:
         """Seconds before attempt number attempts+1 may be claimed: exponential, capped, jittered."""

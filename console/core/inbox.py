@@ -7,7 +7,8 @@ from typing import Any
 
 from console.core.base import StoreBase, dumps, loads
 from console.core.db import relaxed_durability, transaction, translate_errors
-from console.core.models import STATUSES, Attempt, Event
+from console.core.models import STATUSES, ApprovalDraft, Attempt, Event, TimerDraft
+from console.core.timers import RESERVED_SOURCES
 
 MAX_KEY_CHARS = 512
 _EVENT_COLUMNS = (
@@ -17,7 +18,7 @@ _EVENT_COLUMNS = (
 
 
 # The claim statements, named so that explain_claim() shows the plans of exactly what claim_batch runs.
-_SELECT_LOST = """SELECT id, attempts, claim_gen FROM inbox INDEXED BY inbox_running
+_SELECT_LOST = """SELECT id, attempts, claim_gen, updated_at FROM inbox INDEXED BY inbox_running
                   WHERE status = 'running' AND claim_gen < ?"""
 _SELECT_DUE_RETRY = """SELECT id, attempts FROM inbox INDEXED BY inbox_retry
                        WHERE status = 'pending' AND attempts > 0 AND next_attempt_at <= ?
@@ -69,7 +70,15 @@ def _event(row: Sequence[Any]) -> Event:
 class InboxMixin(StoreBase):
     # --- ingest -------------------------------------------------------------------------------
     def encode_event(self, source: str, source_id: str, payload: Any) -> str:
-        """Validate one event and return its payload as JSON text; ValueError says what is wrong."""
+        """Validate one event and return its payload as JSON text; ValueError says what is wrong.
+
+        Every way in from outside (ingest, ingest_many, the webhook receiver) comes through here, so the
+        sources the engine alone writes are refused here: an `approval` event answers an approval, and
+        only the answer path (`approve`, the console) may write one."""
+        if source in RESERVED_SOURCES:
+            what = "an approval's answer or expiry" if source == "approval" else "a timer's firing"
+            hint = " (answer with `agent-console approve REQUEST_ID yes|no`)" if source == "approval" else ""
+            raise ValueError(f"source {source!r} is reserved: only the engine writes {what}{hint}")
         for name, value in (("source", source), ("source_id", source_id)):
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"{name} must be a non-empty string")
@@ -166,7 +175,7 @@ class InboxMixin(StoreBase):
 
     def _recover_lost(self, holder: str, gen: int, now: int) -> None:
         lost = self._conn.execute(_SELECT_LOST, (gen,)).fetchall()
-        for event_id, attempts, old_gen in lost:
+        for event_id, attempts, old_gen, claimed_at in lost:
             reason = f"worker of generation {old_gen} lost its lease mid-run"
             self._log_attempt(event_id, now, "lost", holder, old_gen, reason)
             if attempts >= self.max_attempts:
@@ -176,7 +185,9 @@ class InboxMixin(StoreBase):
                 self._conn.execute(
                     """UPDATE inbox SET status = 'pending', error = ?, next_attempt_at = ?, updated_at = ?
                        WHERE id = ?""",
-                    (reason, now + self._backoff(attempts), now, event_id),
+                    # The backoff counts from the lost claim (a running row's updated_at is its claim), not from
+                    # now: a takeover after a lapsed lease re-claims at once, while a crash loop still backs off.
+                    (reason, claimed_at + self._backoff(attempts), now, event_id),
                 )
 
     def _mark_dead(self, event_id: int, now: int, reason: str, holder: str | None, gen: int | None) -> None:
@@ -194,8 +205,14 @@ class InboxMixin(StoreBase):
         now: int,
         messages: Iterable[str | tuple[str, bool]] = (),
         error: str | None = None,
+        approvals: Sequence[ApprovalDraft] = (),
+        timers: Sequence[TimerDraft] = (),
     ) -> bool:
         """Record a run's outcome and queue its messages, in one fenced transaction.
+
+        Everything else the run produced for the inbox commits here too, or not at all: the approvals it
+        asked for (with their saved sessions and expiry timers) and the timers it set. A run that fails,
+        crashes or is fenced leaves nothing half-asked; its retry asks again under the same ids.
 
         Refused (False, and recorded) unless holder still holds the lease in generation gen. Only
         events still running under gen change; messages are queued only on success, and only when
@@ -211,17 +228,7 @@ class InboxMixin(StoreBase):
         outgoing = [(m, False) if isinstance(m, str) else (str(m[0]), bool(m[1])) for m in messages]
         with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
             if not self._holds(holder, gen, now):
-                lease = self._lease_row()
-                reason = "lease expired" if lease and lease.holder == holder and lease.gen == gen else (
-                    "lease held by another generation")
-                self._conn.execute(
-                    """INSERT INTO refused_finishes
-                       (at, holder, gen, event_ids, lease_holder, lease_gen, reason) VALUES (?, ?, ?, ?, ?, ?, ?)""",
-                    (now, holder, gen, dumps(list(ids)), lease.holder if lease else None,
-                     lease.gen if lease else None, reason),
-                )
-                for event_id in ids:
-                    self._log_attempt(event_id, now, "refused", holder, gen, reason)
+                self._record_fenced("finish", holder, gen, now, ids)
                 return False
             moved = 0
             for event_id in ids:
@@ -261,6 +268,7 @@ class InboxMixin(StoreBase):
                         "INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, ?, ?, ?)",
                         (body, int(urgent), now, source_event),
                     )
+                self._commit_staged(approvals, timers, now)
             return True
 
     def explain_claim(self) -> dict[str, list[str]]:

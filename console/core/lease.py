@@ -86,10 +86,11 @@ class LeaseMixin(StoreBase):
         return int(self._scalar("SELECT COUNT(*) FROM lease_log WHERE kind = 'takeover'"))
 
     def refused_finishes(self, limit: int = 20) -> list[RefusedFinish]:
+        """Newest first: every write refused to a stale generation (finishes, step claims and commits)."""
         return [
-            RefusedFinish(at, holder, gen, loads(ids), lease_holder, lease_gen, reason)
-            for at, holder, gen, ids, lease_holder, lease_gen, reason in self._conn.execute(
-                """SELECT at, holder, gen, event_ids, lease_holder, lease_gen, reason
+            RefusedFinish(at, holder, gen, loads(ids), lease_holder, lease_gen, reason, kind, detail)
+            for at, holder, gen, ids, lease_holder, lease_gen, reason, kind, detail in self._conn.execute(
+                """SELECT at, holder, gen, event_ids, lease_holder, lease_gen, reason, kind, detail
                    FROM refused_finishes ORDER BY id DESC LIMIT ?""",
                 (limit,),
             )

@@ -54,6 +54,11 @@ class Lease:
 
 @dataclass(frozen=True)
 class RefusedFinish:
+    """A write a run made after its generation had lost the lease, refused and recorded (fencing made visible).
+
+    kind is 'finish' (the run's outcome), 'step' (claiming a journal step) or 'commit' (committing a
+    step's result); detail names the step."""
+
     at: int
     holder: str
     gen: int
@@ -61,6 +66,8 @@ class RefusedFinish:
     lease_holder: str | None
     lease_gen: int | None
     reason: str
+    kind: str = "finish"
+    detail: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +94,7 @@ class Approval:
     expires_at: int
     outcome: str | None
     resolved_at: int | None
+    event_id: int | None = None  # the event the request belongs to (its id is anchored on it)
 
     def seconds_left(self, now: int) -> int:
         return max(0, self.expires_at - now)
@@ -132,3 +140,27 @@ class JournalStep:
     committed_at: int | None
     result: Any
     executions: int
+
+
+@dataclass(frozen=True)
+class ApprovalDraft:
+    """An approval a run asks for. It is staged and enters the inbox with the run's fenced finish (with
+    its saved session and expiry timer), or not at all: a run that crashes or is fenced leaves nothing
+    half-asked, and its retry asks again under the same id."""
+
+    request_id: str
+    action: str
+    expires_in: int
+    details: Any = None
+    session: Any = None  # saved under the request id; what a resumed run continues from
+    event_id: int | None = None
+
+
+@dataclass(frozen=True)
+class TimerDraft:
+    """A timer a run sets; like an ApprovalDraft it is written by the run's fenced finish."""
+
+    timer_id: str
+    due: int
+    payload: Any = None
+    options: dict[str, Any] = field(default_factory=dict)  # add_timer's keywords: every, cron, tz, catch_up

@@ -14,6 +14,9 @@ from console.core.db import transaction, translate_errors
 from console.core.models import Timer
 
 CATCH_UP_POLICIES = ("coalesce", "each")
+# Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
+# (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick.
+RESERVED_SOURCES = ("approval", "timer")
 # Approval expiries are timers under this prefix; they belong to their approval, not to the user.
 APPROVAL_EXPIRY_PREFIX = "expire:"
 
@@ -127,6 +130,33 @@ class TimersMixin(StoreBase):
         """Register (or re-register) a timer. A cron timer's first due time is its first
         occurrence at or after `due`. Re-registering the same occurrence cannot fire it twice:
         the event key timer_id@scheduled_at is refused the second time."""
+        row = self._timer_values(timer_id, due, payload, every=every, cron=cron, tz=tz, catch_up=catch_up,
+                                 key=key, each_cap=each_cap, now=now)
+        with translate_errors(), transaction(self._conn):
+            self._write_timer(row)
+        timer = self.timer(timer_id)
+        assert timer is not None
+        return timer
+
+    def check_timer(self, timer_id: str, due: int, payload: Mapping[str, Any] | None = None, **options: Any) -> None:
+        """ValueError (saying what is wrong) unless add_timer would take these; writes nothing. A run
+        checks its timers when it sets them, so a bad one fails the run there, not its finish."""
+        self._timer_values(timer_id, due, payload, **options)
+
+    def _timer_values(
+        self,
+        timer_id: str,
+        due: int,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        every: int | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        catch_up: str = "coalesce",
+        key: tuple[str, str] | None = None,
+        each_cap: int = 100,
+        now: int | None = None,
+    ) -> tuple[Any, ...]:
         if not isinstance(timer_id, str) or not timer_id.strip():
             raise ValueError("timer id must be a non-empty string")
         _refuse_approval_expiry(timer_id)
@@ -136,6 +166,8 @@ class TimersMixin(StoreBase):
             raise ValueError(f"every must be a positive whole number of seconds, at most {MAX_DUE}")
         if key is not None and (every is not None or cron is not None):
             raise ValueError("a recurring timer can't use a fixed event key")
+        if key is not None and key[0] in RESERVED_SOURCES:
+            raise ValueError(f"a timer cannot write events of source {key[0]!r}: the engine alone writes those")
         if catch_up not in CATCH_UP_POLICIES:
             raise ValueError(f"catch_up must be one of {', '.join(CATCH_UP_POLICIES)}, not {catch_up!r}")
         if each_cap < 1:
@@ -149,16 +181,15 @@ class TimersMixin(StoreBase):
             first_due = cron_next(cron, tz, first_due - 1)
         text = dumps(dict(payload or {}))
         created = int(now if now is not None else due)
-        with translate_errors(), transaction(self._conn):
-            self._conn.execute(
-                """INSERT OR REPLACE INTO timers
-                   (id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, created_at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                (timer_id, first_due, every, cron, tz, text, *(key or (None, None)), catch_up, each_cap, created),
-            )
-        timer = self.timer(timer_id)
-        assert timer is not None
-        return timer
+        return (timer_id, first_due, every, cron, tz, text, *(key or (None, None)), catch_up, each_cap, created)
+
+    def _write_timer(self, row: tuple[Any, ...]) -> None:
+        self._conn.execute(
+            """INSERT OR REPLACE INTO timers
+               (id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, created_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            row,
+        )
 
     def timer(self, timer_id: str) -> Timer | None:
         for row in self._conn.execute(f"SELECT {_TIMER_COLUMNS} FROM timers WHERE id = ?", (timer_id,)):

@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from console.agents.base import RunContext
-from console.core import Event, Store, StoreUnavailable
+from console.core import Event, StaleGeneration, Store, StoreUnavailable
 
 if TYPE_CHECKING:
     from console.runtime.engine import Engine
@@ -100,17 +101,22 @@ class Worker:
         log.info("run %s: %s event(s) %s under generation %s", self.runs, len(events), ids, gen)
         engine.publish("run", f"started {ids}")
         started = engine.clock.now()
-        renewer = asyncio.create_task(self._keep_renewing(gen))
+        fence = threading.Event()  # set once the lease is gone: the run's next step, ask or say raises
+        renewer = asyncio.create_task(self._keep_renewing(gen, fence))
 
-        def do_run(store: Store) -> list[tuple[str, bool]]:
-            ctx = RunContext(store, events, started, holder, gen, engine.settings.approval_expiry)
+        def do_run(store: Store) -> dict[str, Any]:
+            ctx = RunContext(store, events, started, holder, gen, engine.settings.approval_expiry,
+                             fence=fence, clock=engine.clock.now)
             engine.agent.run(ctx)
-            return ctx.messages
+            return ctx.staged()
 
         error: str | None = None
-        messages: list[tuple[str, bool]] = []
+        staged: dict[str, Any] = {}
         try:
-            messages = await engine.on("runner", do_run)
+            staged = await engine.on("runner", do_run)
+        except StaleGeneration as exc:
+            error = f"fenced: {exc}"
+            log.warning("run %s stopped: %s", self.runs, exc)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log.warning("run %s failed: %s", self.runs, error)
@@ -128,15 +134,16 @@ class Worker:
             assert self._stall_wake is not None
             await engine.sleep(self._stall_wake, engine.idle_cap)
         if self._lost_lease:
-            engine.note_error(f"run {self.runs}: lease lost mid-run; not finishing (another worker takes over)")
-            return
-        finished = await self._finish(gen, ids, messages, error)
+            # The finish is still tried: the inbox refuses it and records the refusal, so the console's
+            # count of fenced writes is true. Nothing the run staged is written.
+            engine.note_error(f"run {self.runs}: lease lost mid-run; its finish will be refused")
+        finished = await self._finish(gen, ids, staged, error)
         if finished is None:
             return  # stopping: the lease's release returns the events to pending
         if not finished:
             engine.note_error(f"run {self.runs}: finish refused (generation {gen} was fenced off)")
         else:
-            log.info("run %s %s", self.runs, "failed" if error else f"done, {len(messages)} message(s)")
+            log.info("run %s %s", self.runs, "failed" if error else f"done, {len(staged['messages'])} message(s)")
         if error:
             engine.last_error = error
         engine.publish("run", "finished" if finished and not error else "failed")
@@ -144,9 +151,7 @@ class Worker:
         engine.publish("outbox", "queued")
         engine.wake()
 
-    async def _finish(
-        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None
-    ) -> bool | None:
+    async def _finish(self, gen: int, ids: list[int], staged: dict[str, Any], error: str | None) -> bool | None:
         """Record the run's outcome, trying again until the inbox takes it; None if the engine stops first.
 
         Giving up instead would leave the events `running` under a generation this worker keeps renewing,
@@ -157,25 +162,27 @@ class Worker:
         pause = 0.05
         while True:
             try:
-                return await engine.on("writer", self._finishing(gen, ids, messages, error, engine.clock.now()))
+                return await engine.on("writer", self._finishing(gen, ids, staged, error, engine.clock.now()))
             except StoreUnavailable as exc:
                 engine.note_error(f"run {self.runs}: could not record its outcome ({exc}); trying again")
             except Exception as exc:  # the outcome itself cannot be stored: record the run as failed instead
                 engine.note_error(f"run {self.runs}: could not record its outcome: {type(exc).__name__}: {exc}")
-                error, messages = f"could not record the run's outcome ({type(exc).__name__})", []
+                error, staged = f"could not record the run's outcome ({type(exc).__name__})", {}
             if engine.stopping:
                 return None
             await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
             pause = min(pause * 2, engine.idle_cap)
 
     def _finishing(
-        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None, now: int
+        self, gen: int, ids: list[int], staged: dict[str, Any], error: str | None, now: int
     ) -> Callable[[Store], bool]:
         holder = self.engine.holder
-        return lambda store: store.finish(holder, gen, ids, now=now, messages=messages, error=error)
+        outputs = {} if error else staged  # a failed run's outputs are dropped; its retry produces them again
+        return lambda store: store.finish(holder, gen, ids, now=now, error=error, **outputs)
 
-    async def _keep_renewing(self, gen: int) -> None:
-        """Renew every TTL/3 during a long agent call; a refusal means another worker took over."""
+    async def _keep_renewing(self, gen: int, fence: threading.Event) -> None:
+        """Renew every TTL/3 during a long agent call; a refusal means the lease is gone (lapsed, or
+        another worker took over): the fence stops the run at its next step."""
         engine = self.engine
         interval = max(0.05, engine.settings.lease_ttl / 3)
         while True:
@@ -189,6 +196,7 @@ class Worker:
                 continue
             if not renewed:
                 self._lost_lease = True
+                fence.set()
                 return
 
     def _renewal(self, gen: int, now: int) -> Callable[[Store], bool]:

@@ -128,10 +128,10 @@ def run(agent: ClaudeAgent, store: Store, holder: str = "w1", now: int = NOW, *,
     try:
         agent.run(ctx)
     except Exception as exc:
-        store.finish(holder, gen, [e.id for e in events], now=now, error=f"{type(exc).__name__}: {exc}")
+        ctx.finish(error=f"{type(exc).__name__}: {exc}")
         raise
     if finish:
-        assert store.finish(holder, gen, [e.id for e in events], now=now, messages=ctx.messages)
+        assert ctx.finish()
     return ctx
 
 
@@ -254,9 +254,11 @@ def test_a_batch_with_an_answer_and_a_new_message_holds_two_conversations(
     assert resumed["messages"][-1]["content"][0]["tool_use_id"] == "t1"
     assert len(fresh["messages"]) == 1 and "and what about lunch?" in fresh["messages"][0]["content"]
     assert "pay the invoice" not in fresh["messages"][0]["content"]
-    keys = {step.idem_key for step in store.journal_steps(ctx.events[0].id)}
-    assert keys == {f"claude:resume:{ctx.events[0].id}:turn:1", f"claude:{ctx.events[1].id}:turn:1",
-                    f"claude:{ctx.events[1].id}:turn:2"}
+    # Each conversation's steps are filed under its own event, not under the batch's first one.
+    answer, chat = ctx.events
+    assert {step.idem_key for step in store.journal_steps(answer.id)} == {f"claude:resume:{answer.id}:turn:1"}
+    assert {step.idem_key for step in store.journal_steps(chat.id)} == {f"claude:{chat.id}:turn:1",
+                                                                        f"claude:{chat.id}:turn:2"}
 
 
 def test_a_server_error_fails_the_run_and_the_retry_skips_committed_turns(

@@ -20,8 +20,14 @@ def run(store: Store, items: list[tuple[str, str, Any]], now: int = NOW) -> RunC
     events = store.claim_batch("agent-test", gen, now=now)
     ctx = RunContext(store, events, now, "agent-test", gen, approval_expiry=600)
     OfflineAgent().run(ctx)
-    store.finish("agent-test", gen, [e.id for e in events], now=now, messages=ctx.messages)
+    assert ctx.finish()
     return ctx
+
+
+def fire_timer(store: Store, timer_id: str, payload: dict[str, Any], now: int = NOW) -> None:
+    """A timer event the way the engine makes one (timer events cannot be ingested from outside)."""
+    store.add_timer(timer_id, now, payload, now=now)
+    assert store.run_scheduler(now=now) == 1
 
 
 def event(source: str, payload: Any) -> Event:
@@ -75,8 +81,9 @@ def test_timer_with_missed_runs_says_so(store: Store) -> None:
 
 
 def test_a_quiet_day_digest_is_silent(store: Store) -> None:
-    ctx = run(store, [("timer", "daily-digest@1", {"task": "digest", "scheduled_for": NOW, "skipped": 0})])
-    assert ctx.messages == []
+    fire_timer(store, "daily-digest", {"task": "digest"})
+    ctx = run(store, [])
+    assert [e.source for e in ctx.events] == ["timer"] and ctx.messages == []
 
 
 def test_digest_reports_dead_events_and_expired_approvals(store: Store) -> None:
@@ -91,7 +98,8 @@ def test_digest_reports_dead_events_and_expired_approvals(store: Store) -> None:
     assert store.release("w", gen, now=at)
     store.request_approval("apr-x", "deploy prod", now=NOW - 100, expires_in=10)
     store.run_scheduler(now=NOW - 50)
-    ctx = run(store, [("timer", "daily-digest@2", {"task": "digest", "scheduled_for": NOW, "skipped": 0})], now=NOW)
+    fire_timer(store, "daily-digest", {"task": "digest"})
+    ctx = run(store, [], now=NOW)
     (text, _), = ctx.messages
     assert "\nDigest (last day):" in text and "dead #" in text and "expired approval apr-x" in text
 

@@ -13,6 +13,12 @@ from tests.core.workers import spawn
 T = 1_000_000
 
 
+def lease(store: Store, holder: str, now: int) -> int:
+    gen = store.acquire(holder, now=now)
+    assert gen is not None, f"{holder} could not take the lease at {now}"
+    return gen
+
+
 def test_a_committed_step_is_skipped_on_resume(store: Store) -> None:
     calls: list[int] = []
 
@@ -20,9 +26,10 @@ def test_a_committed_step_is_skipped_on_resume(store: Store) -> None:
         calls.append(1)
         return {"summary": "three new issues", "tokens": 812}
 
-    first = store.run_once("run-7:step:0", call_model, gen=1, now=T)
-    resumed = store.run_once("run-7:step:0", call_model, gen=1, now=T + 5)
-    after_takeover = store.run_once("run-7:step:0", call_model, gen=2, now=T + 500)
+    gen = lease(store, "A", T)
+    first = store.run_once("run-7:step:0", call_model, gen=gen, now=T)
+    resumed = store.run_once("run-7:step:0", call_model, gen=gen, now=T + 5)
+    after_takeover = store.run_once("run-7:step:0", call_model, gen=lease(store, "B", T + 500), now=T + 500)
     assert first == ({"summary": "three new issues", "tokens": 812}, "executed")
     assert resumed == ({"summary": "three new issues", "tokens": 812}, "skipped")
     assert after_takeover == resumed
@@ -36,17 +43,18 @@ def test_a_resumed_run_executes_only_the_steps_it_had_not_committed(store: Store
     """The seed's run_agent loop: a run dies after step 1; the rerun skips 0 and 1 and does 2 and 3."""
     executed: list[int] = []
 
-    def agent_run(gen: int, die_after: int | None) -> list[str]:
+    def agent_run(holder: str, now: int, die_after: int | None) -> list[str]:
+        gen = lease(store, holder, now)
         outcomes = []
         for step in range(4):
-            _, how = store.run_once(f"run-9:step:{step}", lambda s=step: executed.append(s) or s, gen=gen, now=T)
+            _, how = store.run_once(f"run-9:step:{step}", lambda s=step: executed.append(s) or s, gen=gen, now=now)
             outcomes.append(how)
             if step == die_after:
                 break
         return outcomes
 
-    assert agent_run(1, die_after=1) == ["executed", "executed"]
-    assert agent_run(2, die_after=None) == ["skipped", "skipped", "executed", "executed"]
+    assert agent_run("A", T, die_after=1) == ["executed", "executed"]
+    assert agent_run("B", T + 121, die_after=None) == ["skipped", "skipped", "executed", "executed"]
     assert executed == [0, 1, 2, 3]
 
 
@@ -54,10 +62,11 @@ def test_a_failing_step_drops_its_claim_so_a_retry_runs_it(store: Store) -> None
     def broken() -> object:
         raise TimeoutError("model call timed out")
 
+    gen = lease(store, "A", T)
     with pytest.raises(TimeoutError):
-        store.run_once("run-3:step:0", broken, gen=1, now=T)
+        store.run_once("run-3:step:0", broken, gen=gen, now=T)
     assert store.journal_step("run-3:step:0") is None
-    assert store.run_once("run-3:step:0", lambda: "ok", gen=1, now=T + 1) == ("ok", "executed")
+    assert store.run_once("run-3:step:0", lambda: "ok", gen=gen, now=T + 1) == ("ok", "executed")
 
 
 def test_a_crash_between_execute_and_commit_repeats_the_step_exactly_once(tmp_path: Path) -> None:
@@ -88,46 +97,89 @@ def test_a_crash_between_execute_and_commit_repeats_the_step_exactly_once(tmp_pa
     assert effects.read_text().splitlines() == ["run-5:step:2 gen=1", "run-5:step:2 gen=2"]
 
 
-def test_a_zombie_claim_of_an_older_generation_is_taken_over_not_waited_on(store: Store) -> None:
-    """While generation 1 is (as far as the file knows) still executing, generation 2 runs the step
-    at once; generation 1 coming back later cannot run or overwrite it."""
+def test_a_zombie_claim_of_an_older_generation_is_taken_over_and_its_late_result_never_counts(store: Store) -> None:
+    """While generation 1 is (as far as the file knows) still executing, generation 2 takes the lapsed lease
+    and runs the step at once. Generation 1 coming back learns it is fenced: its result is refused (and
+    recorded), the committed result is generation 2's, and any later call of generation 1 is refused too."""
     order: list[str] = []
+    gen_a = lease(store, "A", T)
 
     def slow_step_of_gen_1() -> str:
         order.append("gen 1 executing")
         # A replacement worker arrives while generation 1 is stuck inside the step.
+        gen_b = lease(store, "B", T + 200)
         result = store.run_once("run-1:step:0", lambda: order.append("gen 2 executing") or "by gen 2",
-                                gen=2, now=T + 200)
+                                gen=gen_b, now=T + 200, holder="B")
         assert result == ("by gen 2", "executed")
         return "by gen 1"
 
-    store.run_once("run-1:step:0", slow_step_of_gen_1, gen=1, now=T)
+    with pytest.raises(StaleGeneration, match="lease held by another generation"):
+        store.run_once("run-1:step:0", slow_step_of_gen_1, gen=gen_a, now=T, holder="A")
     assert order == ["gen 1 executing", "gen 2 executing"]
     step = store.journal_step("run-1:step:0")
     assert step is not None
     assert (step.state, step.gen, step.result, step.executions) == ("committed", 2, "by gen 2", 2)
-    assert store.run_once("run-1:step:0", lambda: "again", gen=1, now=T + 300) == ("by gen 2", "skipped")
+    with pytest.raises(StaleGeneration):
+        store.run_once("run-1:step:0", lambda: "again", gen=gen_a, now=T + 300, holder="A")
+    refused = store.refused_finishes()
+    assert [(r.kind, r.holder, r.gen, r.detail) for r in refused] == [
+        ("step", "A", 1, "run-1:step:0"), ("commit", "A", 1, "run-1:step:0")]
+    assert store.status(now=T + 300)["refused_finishes"] == 2
 
 
-def test_a_claim_by_a_newer_generation_makes_the_older_caller_stale(store: Store) -> None:
+def test_a_stale_generation_cannot_claim_a_step(store: Store) -> None:
     seen: list[str] = []
+    gen_a = lease(store, "A", T)
+    gen_b = lease(store, "B", T + 121)  # A's lease lapsed and B took over
 
-    def step_of_gen_3() -> str:
-        with pytest.raises(StaleGeneration, match="generation 3"):
-            store.run_once("run-2:step:0", lambda: seen.append("gen 2 ran it") or "x", gen=2, now=T + 1)
-        return "by gen 3"
+    def step_of_gen_2() -> str:
+        with pytest.raises(StaleGeneration, match="generation 1"):
+            store.run_once("run-2:step:0", lambda: seen.append("gen 1 ran it") or "x", gen=gen_a, now=T + 122,
+                           holder="A")
+        return "by gen 2"
 
-    assert store.run_once("run-2:step:0", step_of_gen_3, gen=3, now=T) == ("by gen 3", "executed")
+    assert store.run_once("run-2:step:0", step_of_gen_2, gen=gen_b, now=T + 122, holder="B") == (
+        "by gen 2", "executed")
     assert seen == []
-    # The refused call rolled its transaction back: the store takes writes as before.
-    assert store.ingest("chat", "after-stale", {}, now=T + 2) is True
+    # The refused call's transaction recorded the refusal and nothing else: the store takes writes as before.
+    assert store.ingest("chat", "after-stale", {}, now=T + 123) is True
+
+
+def test_a_step_needs_a_live_lease_to_start_but_records_an_effect_if_no_newer_generation_exists(
+    store: Store,
+) -> None:
+    """Once an effect has happened, recording it is what stops a repeat, and while the lease row still names
+    this generation nobody else can have run the step. Starting a step under a lapsed lease is refused."""
+    gen = lease(store, "A", T)
+    assert store.run_once("s:0", lambda: "sent", gen=gen, now=T, holder="A") == ("sent", "executed")
+    with pytest.raises(StaleGeneration, match="lease expired"):
+        store.run_once("s:1", lambda: "sent", gen=gen, now=T + 500, holder="A")
+    assert store.journal_step("s:1") is None
+
+    def lapses_meanwhile() -> str:
+        # The call outlives the lease (a closed lid), and nobody took over.
+        assert store.renew("A", gen, now=T + 900) is False
+        return "mailed"
+
+    store.renew("A", gen, now=T + 100)
+    assert store.run_once("s:2", lapses_meanwhile, gen=gen, now=T + 100, holder="A") == ("mailed", "executed")
+    step = store.journal_step("s:2")
+    assert step is not None and (step.state, step.result) == ("committed", "mailed")
+
+
+def test_a_step_under_the_right_generation_but_another_holder_name_is_refused(store: Store) -> None:
+    gen = lease(store, "A", T)
+    with pytest.raises(StaleGeneration):
+        store.run_once("k", lambda: 1, gen=gen, now=T, holder="B")
+    assert store.journal_step("k") is None
 
 
 def test_journal_steps_are_listed_per_event(store: Store) -> None:
     store.ingest("chat", "m-1", {}, now=T)
     event = store.events()[0]
+    gen = lease(store, "A", T)
     for step in range(3):
-        store.run_once(f"m-1:step:{step}", lambda s=step: s * 10, gen=1, now=T + step, event_id=event.id)
+        store.run_once(f"m-1:step:{step}", lambda s=step: s * 10, gen=gen, now=T + step, event_id=event.id)
     steps = store.journal_steps(event.id)
     assert [(s.idem_key, s.result) for s in steps] == [("m-1:step:0", 0), ("m-1:step:1", 10), ("m-1:step:2", 20)]
 
@@ -150,9 +202,10 @@ def test_a_non_json_step_result_is_committed_so_the_effect_never_repeats(store: 
         calls.append(1)
         return {1, 2}  # a set: not JSON
 
-    result, how = store.run_once("odd-result", effect, gen=1, now=10)
+    gen = lease(store, "A", 10)
+    result, how = store.run_once("odd-result", effect, gen=gen, now=10)
     assert (result, how) == ({1, 2}, "executed")
-    again, how_again = store.run_once("odd-result", effect, gen=1, now=11)
+    again, how_again = store.run_once("odd-result", effect, gen=gen, now=11)
     assert how_again == "skipped" and again == {"unserialisable_result": "{1, 2}"} and calls == [1]
 
 

@@ -115,16 +115,34 @@ def test_jitter_spreads_retries_and_the_backoff_is_capped(tmp_path: Path) -> Non
             store.renew("A", gen, now=now) or pytest.fail("lease lapsed")
 
 
-def test_rows_left_running_by_an_older_generation_go_back_to_pending(store: Store) -> None:
+def test_a_takeover_after_a_lapsed_lease_reclaims_the_lost_events_at_once(store: Store) -> None:
+    """The seed's scenario 4 with the default backoff (issue 8.5): the backoff of a lost event counts from its
+    lost claim, so the worker that takes over once the lease lapsed runs the orphaned event at once."""
     store.ingest_many([("chat", "a", {}), ("chat", "b", {})], now=T)
     _, batch = claim(store, "A", T)
     assert [e.status for e in batch] == ["running", "running"]
     gen_b, got = claim(store, "B", T + 121)  # A crashed; B takes over
-    assert gen_b == 2 and got == []  # sent back to pending, but not due before their backoff
-    for event in store.events():
-        assert (event.status, event.attempts) == ("pending", 1)
-        assert event.error == "worker of generation 1 lost its lease mid-run"
-        assert event.next_attempt_at > T + 121
+    assert gen_b == 2 and [(e.source_id, e.attempts) for e in got] == [("a", 2)]  # a retry, claimed alone
+    other = store.find_event("chat", "b")
+    assert other is not None and (other.status, other.attempts) == ("pending", 1)
+    assert other.error == "worker of generation 1 lost its lease mid-run"
+    assert other.next_attempt_at <= T + 121  # due at once: its backoff ran while the lease was lapsing
+    store.finish("B", gen_b, [got[0].id], now=T + 121)
+    assert [e.source_id for e in store.claim_batch("B", gen_b, now=T + 121)] == ["b"]
+
+
+def test_a_crash_loop_still_backs_off_from_its_last_claim(tmp_path: Path) -> None:
+    """A backoff longer than the lease still holds after a takeover: the lost event is due backoff seconds
+    after the claim that crashed, not at once and not backoff seconds after the takeover."""
+    with Store.open(tmp_path / "inbox.db", lease_ttl=120, backoff_base=600, backoff_jitter=0) as store:
+        store.ingest("chat", "a", {}, now=T)
+        claim(store, "A", T)
+        gen_b, got = claim(store, "B", T + 121)
+        assert got == []
+        event = store.find_event("chat", "a")
+        assert event is not None and (event.status, event.next_attempt_at) == ("pending", T + 600)
+        assert store.claim_batch("B", gen_b, now=T + 200) == []
+        assert [e.source_id for e in claim(store, "B", T + 600)[1]] == ["a"]
 
 
 def test_release_hands_running_events_back_at_once(store: Store) -> None:

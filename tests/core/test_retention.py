@@ -142,7 +142,9 @@ def test_journal_steps_of_old_finished_events_go_and_others_stay(tmp_path: Path)
             for step in range(2):
                 store.run_once(f"{sid}:step-{step}", lambda: "done", gen=gen, now=at, event_id=event.id)
             assert store.finish(HOLDER, gen, [event.id], now=at) and store.release(HOLDER, gen, now=at)
-        store.run_once("maintenance", lambda: "not tied to an event", gen=1, now=T)
+        gen = store.acquire(HOLDER, now=NOW)
+        assert gen is not None
+        store.run_once("maintenance", lambda: "not tied to an event", gen=gen, now=NOW)
 
         report = store.prune(older_than=30 * DAY, now=NOW)
 
