@@ -1,0 +1,225 @@
+"""Fenced runs with real engine processes (issue 8): a worker frozen with SIGSTOP or killed with SIGKILL can
+never make the owner's approval run something else, ask twice, or write anything after it lost its lease.
+
+The engines are real `agent-console run` processes on one inbox file; the Claude agent talks to a stand-in
+Messages API on 127.0.0.1 that holds a reply until the test lets it go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp import web
+
+from console.core import Store
+from tests.agents.test_claude_agent import FAKE_KEY, text, tool
+
+ROOT = Path(__file__).resolve().parents[2]
+TTL = 3
+
+
+class HeldClaude:
+    """POST /v1/messages, answered by a function of the request's arrival number. A reply can be held
+    until the test releases it (a model call in flight while its worker is frozen)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.replies: dict[int, list[dict[str, Any]]] = {}
+        self.held: dict[int, asyncio.Event] = {}
+        self.arrived = threading.Condition()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.url = ""
+
+    def script(self, number: int, *blocks: dict[str, Any], hold: bool = False) -> None:
+        self.replies[number] = list(blocks)
+        if hold:
+            self.held[number] = asyncio.Event()
+
+    def release(self, number: int) -> None:
+        assert self.loop is not None
+        self.loop.call_soon_threadsafe(self.held[number].set)
+
+    def wait_for_requests(self, count: int, limit: float = 60.0) -> None:
+        with self.arrived:
+            if not self.arrived.wait_for(lambda: len(self.requests) >= count, timeout=limit):
+                raise AssertionError(f"only {len(self.requests)} model requests arrived, expected {count}")
+
+    async def handle(self, request: web.Request) -> web.Response:
+        body = await request.json()
+        with self.arrived:
+            self.requests.append(body)
+            number = len(self.requests)
+            self.arrived.notify_all()
+        if number in self.held:
+            await self.held[number].wait()
+        blocks = self.replies.get(number)
+        if blocks is None:
+            return web.json_response({"type": "error", "error": {"type": "api_error", "message": "unscripted"}},
+                                     status=500)
+        stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
+        return web.json_response({
+            "id": f"msg_{number}", "type": "message", "role": "assistant", "model": "claude-test",
+            "content": blocks, "stop_reason": stop, "stop_sequence": None,
+            "usage": {"input_tokens": 10, "output_tokens": 5},
+        })
+
+
+@pytest.fixture
+def held_claude() -> Iterator[HeldClaude]:
+    fake = HeldClaude()
+    loop = asyncio.new_event_loop()
+    fake.loop = loop
+    app = web.Application()
+    app.router.add_post("/v1/messages", fake.handle)
+    runner = web.AppRunner(app, access_log=None)
+    loop.run_until_complete(runner.setup())
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    loop.run_until_complete(web.SockSite(runner, sock, shutdown_timeout=0.1).start())
+    fake.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    try:
+        yield fake
+    finally:
+        for gate in fake.held.values():
+            loop.call_soon_threadsafe(gate.set)
+        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
+
+
+def engine_env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path / "config"), AGENT_CONSOLE_LEASE_TTL=str(TTL),
+               AGENT_CONSOLE_BACKOFF_BASE="0", AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *", **extra)
+    return env
+
+
+def cli(db: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "console", "--db", str(db), *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+@pytest.fixture
+def engines(tmp_path: Path) -> Iterator[Callable[[dict[str, str]], subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    log = tmp_path / "engines.log"
+
+    def start(env: dict[str, str]) -> subprocess.Popen[bytes]:
+        with log.open("ab") as sink:
+            proc = subprocess.Popen([sys.executable, "-m", "console", "--db", str(tmp_path / "inbox.db"), "run"],
+                                    cwd=ROOT, env=env, stdout=sink, stderr=sink)
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+        proc.wait(timeout=10)
+
+
+def wait_for(db: Path, check: Callable[[Store], Any], limit: float = 60.0, what: str = "condition") -> Any:
+    deadline = time.monotonic() + limit
+    with Store.open(db, check=False) as store:
+        while time.monotonic() < deadline:
+            result = check(store)
+            if result:
+                return result
+            time.sleep(0.05)  # polling interval for a condition read from another process's file
+    raise AssertionError(f"{what} not met within {limit} s")
+
+
+def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
+    tmp_path: Path, held_claude: HeldClaude, engines: Callable[[dict[str, str]], subprocess.Popen[bytes]]
+) -> None:
+    """The review's repro: engine A is frozen while its model call is in flight; B takes over, asks the same
+    turn and gets 'delete branch old-ui', which the owner is shown; A wakes and its call returns 'refund order
+    881'. A's late reply must never count: the owner's yes performs exactly the action the owner saw."""
+    db = tmp_path / "inbox.db"
+    env = engine_env(tmp_path, AGENT_CONSOLE_AGENT="claude", AGENT_CONSOLE_CLAUDE_BASE_URL=held_claude.url,
+                     ANTHROPIC_API_KEY=FAKE_KEY)
+    held_claude.script(1, tool("a1", "request_approval", action="refund order 881"), hold=True)  # A's call
+    held_claude.script(2, tool("b1", "request_approval", action="delete branch old-ui"))       # B's call
+    held_claude.script(3, tool("b2", "perform_action", action="delete branch old-ui"))        # resumed on yes
+    held_claude.script(4, text("Done."))
+    assert cli(db, env, "ingest", "chat", "m-1", '{"text": "tidy up the repo"}').stdout.strip() == "stored"
+
+    first = engines(env)
+    held_claude.wait_for_requests(1)
+    first.send_signal(signal.SIGSTOP)  # the closed lid, with the model call in flight
+    engines(env)
+    (approval,) = wait_for(db, lambda s: s.pending_approvals(), what="B's approval")
+    assert approval.action == "delete branch old-ui"
+    event = wait_for(db, lambda s: (e := s.find_event("chat", "m-1")) and e.status == "done" and e, what="B's finish")
+
+    held_claude.release(1)
+    first.send_signal(signal.SIGCONT)
+    # A's reply arrives and its commit is refused (recorded): it learns it is fenced and stops.
+    refused = wait_for(db, lambda s: [r for r in s.refused_finishes() if r.kind == "commit"], what="A's refusal")
+    assert refused[0].detail == f"claude:{event.id}:turn:1" and refused[0].gen == 1
+    wait_for(db, lambda s: [r for r in s.refused_finishes() if r.kind == "finish"], what="A's refused finish")
+    with Store.open(db, check=False) as store:
+        assert [a.action for a in store.pending_approvals()] == ["delete branch old-ui"]
+        turn = store.journal_step(f"claude:{event.id}:turn:1")
+        assert turn is not None and turn.gen == 2 and "delete branch" in str(turn.result)
+        session = store.load_session(approval.request_id)
+        assert "refund" not in str(session)
+
+    answered = cli(db, env, "approve", approval.request_id, "yes")
+    assert answered.stdout.strip() == "yes", answered.stderr
+    performed = wait_for(db, lambda s: (p := s.journal_step(f"perform:{approval.request_id}"))
+                         and p.state == "committed" and p, what="the approved action")
+    assert performed.result["performed"] == "delete branch old-ui" and performed.executions == 1
+    with Store.open(db, check=False) as store:
+        steps = store.connection.execute("SELECT idem_key, result FROM journal").fetchall()
+        assert "refund order 881" not in str(steps)
+        bodies = [m.body for m in store.outbox_messages()]
+        assert not any("refund" in body for body in bodies)
+        assert sum(body.startswith(f"Approval needed [{approval.request_id}]") for body in bodies) == 1
+
+
+def test_a_frozen_worker_writes_no_journal_step_after_its_lease_is_taken(
+    tmp_path: Path, engines: Callable[[dict[str, str]], subprocess.Popen[bytes]]
+) -> None:
+    """A long task: A is frozen mid-task, B takes over and finishes it, A is woken. A's in-flight step and
+    everything after it are refused and recorded; no row is committed under A's generation after that."""
+    db = tmp_path / "inbox.db"
+    env = engine_env(tmp_path)
+    assert cli(db, env, "ingest", "jobs", "long-1", '{"long_task": 6}').stdout.strip() == "stored"
+    first = engines(env)
+    event_id = wait_for(db, lambda s: (e := s.find_event("jobs", "long-1")) and e.id)
+    wait_for(db, lambda s: (step := s.journal_step(f"long:{event_id}:1")) and step.state == "committed",
+             what="two chunks done by A")
+    first.send_signal(signal.SIGSTOP)
+    with Store.open(db, check=False) as store:
+        by_a = {s.idem_key for s in store.journal_steps(event_id) if s.gen == 1 and s.state == "committed"}
+    engines(env)
+    wait_for(db, lambda s: (e := s.event(event_id)) and e.status == "done", what="B finishing the task")
+    first.send_signal(signal.SIGCONT)
+    wait_for(db, lambda s: [r for r in s.refused_finishes() if r.holder != (s.lease().holder if s.lease() else "")
+                            and r.kind == "finish"], what="A's refused finish")
+    with Store.open(db, check=False) as store:
+        steps = store.journal_steps(event_id)
+        assert [s.idem_key for s in steps if s.state == "committed"] == [f"long:{event_id}:{n}" for n in range(6)]
+        assert {s.idem_key for s in steps if s.gen == 1} == by_a  # nothing committed by A after the freeze
+        refusals = store.refused_finishes()
+        assert {r.gen for r in refusals} == {1}
+        assert {r.kind for r in refusals} <= {"commit", "step", "finish"}
+        history = [a.kind for a in store.history(event_id)]
+        assert history.count("refused") == len(refusals)  # every stale write is in the event's history
+        assert store.status(now=int(time.time()))["refused_finishes"] == len(refusals)
