@@ -167,7 +167,7 @@ class TimersMixin(StoreBase):
         if key is not None and (every is not None or cron is not None):
             raise ValueError("a recurring timer can't use a fixed event key")
         if key is not None and key[0] in RESERVED_SOURCES:
-            raise ValueError(f"a timer cannot write events of source {key[0]!r}: the engine alone writes those")
+            raise ValueError(f"source {key[0]!r} is reserved: a timer's fixed key cannot write it")
         if catch_up not in CATCH_UP_POLICIES:
             raise ValueError(f"catch_up must be one of {', '.join(CATCH_UP_POLICIES)}, not {catch_up!r}")
         if each_cap < 1:

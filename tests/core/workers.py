@@ -13,6 +13,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,6 +67,24 @@ def journal_crash(db: str, effects: str, key: str, now: str) -> None:
 
     store.run_once(key, effect, gen=gen, now=int(now))
     raise AssertionError("unreachable: the process was killed inside the step")
+
+
+def ask_then_die(db: str, holder: str, ttl: str) -> None:
+    """Claim a batch on the wall clock, run the offline agent over it (it asks its approvals), and die
+    before the finish: a crash between a run's asks and its fenced finish."""
+    from console.agents.base import RunContext
+    from console.agents.offline import OfflineAgent
+
+    store = Store.open(db, lease_ttl=int(ttl), check=False)
+    now = int(time.time())
+    gen = store.acquire(holder, now=now)
+    assert gen is not None
+    events = store.claim_batch(holder, gen, now=now)
+    ctx = RunContext(store, events, now, holder, gen, approval_expiry=3600)
+    OfflineAgent().run(ctx)
+    print(json.dumps({"claimed": [e.id for e in events], "asked": [a.request_id for a in ctx.approvals]}),
+          flush=True)
+    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def lease_race(db: str, counter: str, log: str, holder: str, rounds: str, ttl: str, seed: str) -> None:
@@ -175,6 +194,7 @@ def dispatch_hang(db: str, now: str) -> None:
 
 ROLES: dict[str, Callable[..., None]] = {
     "journal-crash": journal_crash,
+    "ask-then-die": ask_then_die,
     "lease-race": lease_race,
     "worker": worker,
     "dispatch-hang": dispatch_hang,

@@ -8,6 +8,7 @@ Messages API on 127.0.0.1 that holds a reply until the test lets it go.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import socket
@@ -24,6 +25,7 @@ from aiohttp import web
 
 from console.core import Store
 from tests.agents.test_claude_agent import FAKE_KEY, text, tool
+from tests.core.workers import spawn
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 3
@@ -223,3 +225,46 @@ def test_a_frozen_worker_writes_no_journal_step_after_its_lease_is_taken(
         history = [a.kind for a in store.history(event_id)]
         assert history.count("refused") == len(refusals)  # every stale write is in the event's history
         assert store.status(now=int(time.time()))["refused_finishes"] == len(refusals)
+
+
+def test_a_batch_killed_after_asking_asks_once_per_event_and_each_yes_performs_once(
+    tmp_path: Path, engines: Callable[[dict[str, str]], subprocess.Popen[bytes]]
+) -> None:
+    """The fault audit's repro: a batch [refund 1, refund 2] asks its approvals and is killed before its finish;
+    each event is then retried alone. Nothing of the killed run was written, each event asks once under an id
+    anchored on itself, every request was announced, and yes to both performs each refund once."""
+    db = tmp_path / "inbox.db"
+    env = engine_env(tmp_path)
+    for n in (1, 2):
+        assert cli(db, env, "ingest", "chat", f"r-{n}", f'{{"text": "refund order {n}"}}').stdout.strip() == "stored"
+    crasher = spawn("ask-then-die", db, "crasher", TTL)
+    out, err = crasher.communicate(timeout=60)
+    assert crasher.returncode == -signal.SIGKILL, err
+    killed = json.loads(out)
+    assert len(killed["claimed"]) == 2 and len(killed["asked"]) == 2
+    with Store.open(db, check=False) as store:
+        assert store.pending_approvals() == [] and store.outbox_messages() == []  # nothing half-asked
+
+    engines(env)
+    approvals = wait_for(db, lambda s: len(s.pending_approvals()) == 2 and s.pending_approvals(),
+                         what="both events asking again")
+    wait_for(db, lambda s: s.counts()["done"] == 2, what="both retries finished")
+    with Store.open(db, check=False) as store:
+        events = {e.id: e for e in store.events(source="chat")}
+        assert sorted(a.request_id for a in approvals) == sorted(killed["asked"])  # the same ids as before
+        for approval in approvals:
+            assert approval.event_id in events
+            assert approval.action == f"refund order {events[approval.event_id].source_id[-1]}"
+        bodies = [m.body for m in store.outbox_messages()]
+        for approval in approvals:
+            assert sum(f"[{approval.request_id}]" in body for body in bodies) == 1
+        assert len(store.connection.execute("SELECT * FROM approvals").fetchall()) == 2
+
+    for approval in approvals:
+        assert cli(db, env, "approve", approval.request_id, "yes").stdout.strip() == "yes"
+    wait_for(db, lambda s: s.counts()["done"] == 4, what="both answers run")
+    with Store.open(db, check=False) as store:
+        performed = [store.journal_step(f"perform:{a.request_id}") for a in approvals]
+        assert sorted(p.result["performed"] for p in performed if p) == ["refund order 1", "refund order 2"]
+        assert all(p is not None and p.executions == 1 for p in performed)
+        assert store.pending_approvals() == []
