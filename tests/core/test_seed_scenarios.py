@@ -21,9 +21,12 @@ DAY = 86_400
 HOUR = 3_600
 
 
-@pytest.fixture
-def seed_store(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(tmp_path / "agent.db", lease_ttl=TTL, max_attempts=3, outbox_gap=HOUR, backoff_base=0)
+@pytest.fixture(params=[0, 10], ids=["no-backoff", "default-backoff"])
+def seed_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """The seed's settings; every scenario also runs with the product's default backoff (10 s doubling),
+    which must not change what the seed prints: a lost event's backoff counts from its lost claim."""
+    store = Store.open(tmp_path / "agent.db", lease_ttl=TTL, max_attempts=3, outbox_gap=HOUR,
+                       backoff_base=request.param)
     try:
         yield store
     finally:
