@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -106,7 +107,8 @@ def held_claude() -> Iterator[HeldClaude]:
 def engine_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update(PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path / "config"), AGENT_CONSOLE_LEASE_TTL=str(TTL),
-               AGENT_CONSOLE_BACKOFF_BASE="0", AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *", **extra)
+               AGENT_CONSOLE_BACKOFF_BASE="0", AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *")
+    env.update(extra)
     return env
 
 
@@ -268,3 +270,72 @@ def test_a_batch_killed_after_asking_asks_once_per_event_and_each_yes_performs_o
         assert sorted(p.result["performed"] for p in performed if p) == ["refund order 1", "refund order 2"]
         assert all(p is not None and p.executions == 1 for p in performed)
         assert store.pending_approvals() == []
+
+
+@pytest.mark.parametrize("seed", [11])
+def test_random_kills_and_freezes_never_ask_twice_perform_twice_or_commit_stale_steps(
+    tmp_path: Path, engines: Callable[[dict[str, str]], subprocess.Popen[bytes]], seed: int
+) -> None:
+    """Engines killed (SIGKILL) or frozen and overtaken (SIGSTOP, a second engine, SIGCONT) at random moments
+    while risky requests, long tasks and yes answers flow; then one engine drains the inbox. Each request was
+    asked once, every request was announced, each yes performed its own action once, and no generation
+    committed a journal step after a newer generation had started."""
+    rng = random.Random(seed)
+    db = tmp_path / "inbox.db"
+    env = engine_env(tmp_path, AGENT_CONSOLE_LEASE_TTL="2")
+    Store.open(db).close()
+
+    def answer_all(store: Store) -> None:
+        for approval in store.pending_approvals():
+            store.answer_approval(approval.request_id, "yes", now=int(time.time()))
+
+    for round_ in range(4):
+        with Store.open(db, check=False) as store:
+            store.ingest_many([("chat", f"r{round_}-a", {"text": f"refund order {round_}01"}),
+                               ("chat", f"r{round_}-b", {"text": f"deploy web build {round_}"}),
+                               ("jobs", f"r{round_}-c", {"long_task": 1})], now=int(time.time()))
+            answer_all(store)
+        engine = engines(env)
+        time.sleep(rng.uniform(0.3, 2.0))  # a random moment to strike, not a wait for a result
+        if rng.random() < 0.5:
+            engine.send_signal(signal.SIGKILL)
+        else:
+            engine.send_signal(signal.SIGSTOP)
+            with Store.open(db, check=False) as store:
+                frozen = store.lease()
+            rival = engines(env)
+            wait_for(db, lambda s: (lease := s.lease()) is not None and lease.gen > (frozen.gen if frozen else 0),
+                     what="a rival engine holding the lease")
+            time.sleep(rng.uniform(0.0, 1.0))  # a random moment for the frozen engine to wake
+            engine.send_signal(signal.SIGCONT)
+            time.sleep(rng.uniform(0.0, 0.5))  # ... and to strike again
+            rival.send_signal(signal.SIGKILL)
+            engine.send_signal(signal.SIGKILL)
+
+    engines(env)
+    deadline = time.monotonic() + 90
+    with Store.open(db, check=False) as store:
+        while True:
+            answer_all(store)
+            counts = store.counts()
+            if counts["pending"] == counts["running"] == 0 and not store.pending_approvals():
+                break
+            assert time.monotonic() < deadline, f"the inbox never drained: {counts}"
+            time.sleep(0.1)  # polling interval for the draining engine
+        chats = {e.id: e for e in store.events(source="chat", limit=1000)}
+        assert all(e.status == "done" for e in chats.values())
+        approvals = store.connection.execute("SELECT request_id, action, event_id, outcome FROM approvals").fetchall()
+        asked = sorted((event_id, action) for _, action, event_id, _ in approvals)
+        assert asked == sorted((e.id, e.payload["text"]) for e in chats.values())  # each asked once
+        bodies = [m.body for m in store.outbox_messages(limit=10_000)]
+        for request_id, action, _, outcome in approvals:
+            assert sum(f"Approval needed [{request_id}]" in body for body in bodies) == 1
+            assert outcome == "yes"
+            performed = store.journal_step(f"perform:{request_id}")
+            assert performed is not None and performed.state == "committed"
+            assert performed.result["performed"] == action
+        started = {gen: at for at, kind, _, gen, _ in store.lease_log(limit=1000) if kind in ("acquire", "takeover")}
+        for idem_key, gen, committed_at in store.connection.execute(
+                "SELECT idem_key, gen, committed_at FROM journal WHERE state = 'committed'"):
+            newer = [at for g, at in started.items() if g > gen]
+            assert not newer or committed_at <= min(newer), f"{idem_key} committed by stale generation {gen}"
