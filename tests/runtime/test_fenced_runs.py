@@ -303,8 +303,9 @@ def test_random_kills_and_freezes_never_ask_twice_perform_twice_or_commit_stale_
             engine.send_signal(signal.SIGSTOP)
             with Store.open(db, check=False) as store:
                 frozen = store.lease()
+            frozen_gen = frozen.gen if frozen else 0
             rival = engines(env)
-            wait_for(db, lambda s: (lease := s.lease()) is not None and lease.gen > (frozen.gen if frozen else 0),
+            wait_for(db, lambda s, old=frozen_gen: (lease := s.lease()) is not None and lease.gen > old,
                      what="a rival engine holding the lease")
             time.sleep(rng.uniform(0.0, 1.0))  # a random moment for the frozen engine to wake
             engine.send_signal(signal.SIGCONT)
