@@ -348,7 +348,8 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     lines.append(f"approvals  {len(pending)} pending" if pending else "approvals  none pending")
     for approval in pending:
         left = f"{span(approval['expires_in'])} left" if approval["expires_in"] > 0 else "expired, not yet swept"
-        lines.append(f"           {approval['request_id']}  {approval['action']}  ({left})")
+        asker = f"event {approval['event_id']}, " if approval.get("event_id") is not None else ""
+        lines.append(f"           {approval['request_id']}  {approval['action']}  ({asker}{left})")
     outbox = info["outbox"]
     next_send = info["next_send_at"]
     send = "nothing to send" if next_send is None else f"next send {relative(next_send, now)}"

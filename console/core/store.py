@@ -143,7 +143,7 @@ class Store(RetentionMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin,
             "refused_finishes": self.refused_finish_count(),
             "approvals_pending": [
                 {"request_id": a.request_id, "action": a.action, "expires_at": a.expires_at,
-                 "expires_in": a.expires_at - now}
+                 "expires_in": a.expires_at - now, "event_id": a.event_id}
                 for a in approvals
             ],
             "outbox": self.outbox_counts(),
