@@ -27,6 +27,7 @@ BUSY_TIMEOUT_MS = 5000
 # rows (docs/performance.md). Only a new file takes it; an existing one keeps its size.
 NEW_FILE_PAGE_SIZE = 1024
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -73,21 +74,51 @@ def migrations() -> list[tuple[int, str, str]]:
 SCHEMA_VERSION = len(migrations())
 
 
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
 def _check_path(path: Path) -> None:
+    """Refuse, before SQLite opens it, a path no inbox can live at. Only the file's type is looked at
+    first: opening a FIFO to read its header would wait for a writer for ever."""
     folder = path.parent
     if not folder.is_dir():
         raise StoreError(f"cannot open inbox {path}: the folder {folder} does not exist")
-    if path.exists():
-        if path.is_dir():
-            raise StoreError(f"cannot open inbox {path}: it is a folder, not a file")
-        mode = path.stat().st_mode
-        # Checked by mode bits and not os.access, which says yes to root for a 0444 file.
-        if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(path, os.W_OK):
-            raise StoreError(f"cannot open inbox {path}: the file is read-only")
-        with path.open("rb") as head:
-            magic = head.read(16)
-        if magic and magic != b"SQLite format 3\x00":
-            raise StoreError(f"cannot open inbox {path}: the file is not a SQLite database")
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot open inbox {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise StoreError(f"cannot open inbox {path}: it is a folder, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "a special file")
+        raise StoreError(f"cannot open inbox {path}: it is {kind}, not a regular file")
+    # Checked by mode bits and not os.access, which says yes to root for a 0444 file.
+    if not info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(path, os.W_OK):
+        raise StoreError(f"cannot open inbox {path}: the file is read-only")
+    magic = _read_header(path)
+    if magic and magic != SQLITE_MAGIC:
+        raise StoreError(f"cannot open inbox {path}: the file is not a SQLite database")
+
+
+def _read_header(path: Path) -> bytes:
+    """The file's first 16 bytes. A kernel file that calls itself regular (/proc/self/mem) may refuse
+    to be read at all: that is one line too, never a traceback."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StoreError(f"cannot open inbox {path}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # swapped for something else since the stat
+            raise StoreError(f"cannot open inbox {path}: it is not a regular file")
+        return os.pread(descriptor, 16, 0)
+    except OSError as exc:
+        raise StoreError(f"cannot open inbox {path}: reading it fails ({exc.strerror or exc}): "
+                         "it is not a regular file") from None
+    finally:
+        os.close(descriptor)
 
 
 def connect(

@@ -291,3 +291,14 @@ def test_an_approvals_expiry_timer_is_not_the_users_to_remove(db: Path) -> None:
 ])
 def test_prune_needs_a_whole_number_of_days(db: Path, args: list[str], fragment: str) -> None:
     user_error(["--db", str(db), *args], fragment)
+
+
+def test_a_fifo_or_kernel_file_as_the_inbox_is_one_line_in_a_real_process(
+    tmp_path: Path, isolated: dict[str, str]
+) -> None:
+    fifo = tmp_path / "inbox.db"
+    os.mkfifo(fifo)
+    done = run_process(["--db", str(fifo), "status"], isolated, timeout=30)  # it used to wait for a writer
+    assert_user_error(done.returncode, done.stdout, done.stderr, str(fifo), "not a regular file")
+    done = run_process(["ingest", "chat", "m-1"], dict(isolated, AGENT_CONSOLE_DB="/proc/self/mem"), timeout=30)
+    assert_user_error(done.returncode, done.stdout, done.stderr, "/proc/self/mem")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -108,3 +110,35 @@ def test_a_database_with_damaged_pages_fails_its_check_in_one_line(tmp_path: Pat
     message = open_error(path)
     assert "integrity check" in message or "corrupt" in message
     assert "page" in message.lower()  # the detail says what is damaged
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.db"
+    os.mkfifo(path)
+    # Opening a FIFO for reading blocks until a writer comes: the refusal must come from its type first.
+    # A hang here would hang the test, so the open runs in a thread that the test bounds.
+    outcome: list[BaseException] = []
+    opener = threading.Thread(target=lambda: outcome.extend(_raised(lambda: Store.open(path))), daemon=True)
+    opener.start()
+    opener.join(timeout=30)  # a bound for failing, never a wait for the result
+    if opener.is_alive():
+        with open(path, "wb"):  # let the stuck open go so the thread can end
+            pass
+        pytest.fail("Store.open waited on a FIFO")
+    [error] = outcome
+    assert isinstance(error, StoreError)
+    assert "not a regular file" in str(error) and str(path) in str(error)
+
+
+def _raised(fn: Callable[[], object]) -> list[BaseException]:
+    try:
+        fn()
+    except BaseException as exc:
+        return [exc]
+    return []
+
+
+@pytest.mark.parametrize("special", ["/dev/null", "/proc/self/mem"])
+def test_a_device_or_kernel_file_is_refused_in_one_line(special: str) -> None:
+    message = open_error(Path(special))
+    assert "not a regular file" in message or "cannot be read" in message
