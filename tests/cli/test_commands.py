@@ -148,6 +148,7 @@ def test_status_text_shows_lease_approvals_outbox_timer_and_fencing(db: Path) ->
 
 
 def test_status_text_on_a_fresh_inbox(db: Path) -> None:
+    Store.open(db).close()
     text = ok(db, "status")
     assert "nobody has held it yet" in text and "none pending" in text and "nothing to send" in text
 
@@ -177,6 +178,7 @@ def test_events_json_shape_and_filters(db: Path) -> None:
 
 
 def test_events_text(db: Path) -> None:
+    Store.open(db).close()
     assert ok(db, "events") == "no events\n"
     dead_id = make_dead(db, "cron", "c-1")
     ok(db, "ingest", "github", "d-1")
