@@ -82,11 +82,19 @@ def _check_path(path: Path, *, read_only: bool = False) -> None:
     """Refuse, before SQLite opens it, a path no inbox can live at. Only the file's type is looked at
     first: opening a FIFO to read its header would wait for a writer for ever."""
     folder = path.parent
+    # A reader never creates an inbox: a typo in --db would otherwise show a new, empty one as if it
+    # were the user's, and leave it behind.
+    nothing_here = f"no inbox at {path}: {{}} (a command that only reads never creates one: check --db or " \
+                   "AGENT_CONSOLE_DB; `agent-console run`, the console or `ingest` create a new inbox)"
     if not folder.is_dir():
+        if read_only:
+            raise StoreError(nothing_here.format(f"the folder {folder} does not exist"))
         raise StoreError(f"cannot open inbox {path}: the folder {folder} does not exist")
     try:
         info = path.stat()
     except FileNotFoundError:
+        if read_only:
+            raise StoreError(nothing_here.format("the file does not exist")) from None
         return
     except OSError as exc:
         raise StoreError(f"cannot open inbox {path}: {exc.strerror or exc}") from None
@@ -100,6 +108,8 @@ def _check_path(path: Path, *, read_only: bool = False) -> None:
     if not read_only and not writable:
         raise StoreError(f"cannot open inbox {path}: the file is read-only")
     magic = _read_header(path)
+    if read_only and not magic:
+        raise StoreError(nothing_here.format("the file is empty"))
     if magic and magic != SQLITE_MAGIC:
         raise StoreError(f"cannot open inbox {path}: the file is not a SQLite database")
 

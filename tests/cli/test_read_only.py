@@ -135,3 +135,39 @@ def test_check_on_a_sound_file(db: Path) -> None:
 def test_a_read_only_open_refuses_to_write(db: Path) -> None:
     with Store.open(db, read_only=True) as store, pytest.raises(StoreError, match="readonly"):
         store.ingest("chat", "m-9", {}, now=1)
+
+
+def folder_listing(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+@pytest.mark.parametrize("args", READERS, ids=" ".join)
+def test_a_read_only_command_refuses_a_missing_file_and_creates_nothing(tmp_path: Path, args: list[str]) -> None:
+    typo = tmp_path / "inbx.db"
+    result = invoke(["--db", str(typo), *args])
+    assert_user_error(result.exit_code, result.stdout, result.stderr, str(typo), "no inbox")
+    assert folder_listing(tmp_path) == []
+
+
+@pytest.mark.parametrize("args", READERS, ids=" ".join)
+def test_a_read_only_command_refuses_an_empty_file_and_leaves_it_empty(tmp_path: Path, args: list[str]) -> None:
+    empty = tmp_path / "inbox.db"
+    empty.touch()
+    result = invoke(["--db", str(empty), *args])
+    assert_user_error(result.exit_code, result.stdout, result.stderr, str(empty), "empty")
+    assert folder_listing(tmp_path) == ["inbox.db"] and empty.stat().st_size == 0
+
+
+def test_the_default_inbox_is_not_created_by_a_reader(isolated: dict[str, str]) -> None:
+    data_home = Path(isolated["XDG_DATA_HOME"])
+    result = invoke(["status"])
+    assert_user_error(result.exit_code, result.stdout, result.stderr, "no inbox", "inbox.db")
+    assert not data_home.exists() or not any(data_home.rglob("*.db*"))
+
+
+def test_writers_create_a_missing_inbox(tmp_path: Path) -> None:
+    for name, args in (("a.db", ["ingest", "chat", "m-1"]), ("b.db", ["say", "hi"]),
+                       ("c.db", ["timers", "add", "t", "--every", "60"])):
+        result = invoke(["--db", str(tmp_path / name), *args])
+        assert result.exit_code == 0, (result.stdout, result.stderr)
+        assert invoke(["--db", str(tmp_path / name), "status"]).exit_code == 0
