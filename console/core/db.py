@@ -132,6 +132,28 @@ def _read_header(path: Path) -> bytes:
         os.close(descriptor)
 
 
+OWNER_ONLY = 0o600
+
+
+def _create_owner_only(path: Path) -> None:
+    """Create a new inbox file readable by its owner only, before SQLite does: SQLite makes a new
+    database 0644 (exactly that, whatever the umask), and gives the -wal and -shm it creates beside it
+    the database file's mode. An empty file is about to become a new inbox, so it is tightened too;
+    an existing inbox keeps whatever mode its owner gave it."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, OWNER_ONLY)
+    except OSError as exc:
+        raise StoreError(f"cannot create inbox {path}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(descriptor)
+        if stat.S_ISREG(info.st_mode) and info.st_size == 0 and stat.S_IMODE(info.st_mode) != OWNER_ONLY:
+            os.fchmod(descriptor, OWNER_ONLY)
+    except OSError:
+        pass  # a file system without modes (a FAT stick) holds the file as it can
+    finally:
+        os.close(descriptor)
+
+
 def connect(
     path: str | os.PathLike[str],
     *,
@@ -160,6 +182,7 @@ def connect(
             conn = apsw.Connection(str(target), flags=apsw.SQLITE_OPEN_READONLY)
             _prepare_reader(conn, target, check)
             return conn
+        _create_owner_only(target)
         conn = apsw.Connection(str(target), vfs=vfs) if vfs else apsw.Connection(str(target))
         if vfs:
             conn.execute("PRAGMA locking_mode=EXCLUSIVE")  # WAL without shared memory
