@@ -25,12 +25,14 @@ from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
 from console.core import STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
+from console.core.db import reporting_damage
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due
 from console.timefmt import relative, span
 
 PROG = "agent-console"
 USER_ERROR = 2
 UNKNOWN_REQUEST = 1
+DAMAGED = 1
 # An id or a count the inbox can hold (SQLite integers are 64-bit): a larger one is a usage error, not an overflow.
 SQLITE_COUNT = click.IntRange(min=1, max=2**63 - 1)
 
@@ -122,11 +124,29 @@ class CliState:
 
     @contextmanager
     def store(self) -> Iterator[Store]:
+        """The inbox for a command that writes: created (and migrated) if need be."""
         settings = self.settings()
         ensure_default_db_folder(settings)
-        store = Store.open(settings.db, **settings.store_options())
-        try:
+        with self._opened(Store.open(settings.db, **settings.store_options())) as store:
             yield store
+
+    @contextmanager
+    def reader(self) -> Iterator[Store]:
+        """The inbox for a command that only reads: opened read-only, so it takes no write lock, waits
+        for no writer and changes nothing in the file (no migration, no new file)."""
+        settings = self.settings()
+        with self._opened(Store.open(settings.db, read_only=True, **settings.store_options())) as store:
+            yield store
+
+    @staticmethod
+    @contextmanager
+    def _opened(store: Store) -> Iterator[Store]:
+        # No command checks the whole file when it opens it (that read costs seconds on a large inbox
+        # and holds the WAL back meanwhile): the engine does at start, and `check` on demand. Damage a
+        # command meets on its way is one line that says what to do.
+        try:
+            with reporting_damage(store.path):
+                yield store
         finally:
             store.close()
 
@@ -159,7 +179,8 @@ def _clock_time(when: int, zone: ZoneInfo) -> str:
     cls=ConsoleGroup,
     invoke_without_command=True,
     context_settings={"help_option_names": ["-h", "--help"]},
-    epilog="Exit codes: 0 done; 1 `approve` of a request that was never made (prints `unknown`); "
+    epilog="Exit codes: 0 done; 1 `approve` of a request that was never made (prints `unknown`), or `check` "
+    "found damage; "
     "2 a user error (one line on stderr: bad input, unknown id, bad setting, unusable inbox file).",
 )
 @click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
@@ -322,13 +343,35 @@ def status(state: CliState, as_json: bool) -> None:
 
     Counts by state, the lease, pending approvals, the outbox, the next timer and fencing counts."""
     now = _now()
-    with state.store() as store:
+    with state.reader() as store:
         info = store.status(now=now)
     if as_json:
         _print_json(dict(info, now=now))
         return
     for line in _describe_status(info, now):
         click.echo(line)
+
+
+@main.command()
+@click.pass_context
+def check(ctx: click.Context) -> None:
+    """Check the whole inbox file for damage, and say what is damaged.
+
+    Runs SQLite's full integrity check, which reads every page (seconds on a large inbox); it only
+    reads, so it can run beside a running engine. Prints `ok`, or the problems found and exits with
+    code 1. The engine runs a quicker check each time it starts; other commands check nothing."""
+    state: CliState = ctx.obj
+    with state.reader() as store:
+        problems = store.integrity_problems()
+        pages = store.page_count()
+    if not problems:
+        click.echo(f"ok: {store.path} passed its integrity check ({pages} pages)")
+        return
+    click.echo(f"damaged: {store.path} failed its integrity check ({len(problems)} problems; restore a backup, "
+               "see docs/reliability.md):")
+    for problem in problems:
+        click.echo(f"  {problem}")
+    ctx.exit(DAMAGED)
 
 
 def _describe_status(info: dict[str, Any], now: int) -> list[str]:
@@ -374,7 +417,7 @@ def _event_record(event: Event) -> dict[str, Any]:
 @click.pass_obj
 def events(state: CliState, status_filter: str | None, source: str | None, limit: int, as_json: bool) -> None:
     """List events, newest first."""
-    with state.store() as store:
+    with state.reader() as store:
         found = store.events(status=status_filter, source=source, limit=limit)
     if as_json:
         _print_json([_event_record(e) for e in found])
@@ -393,7 +436,7 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
 @click.pass_obj
 def show(state: CliState, event_id: int, as_json: bool) -> None:
     """Show one event: payload, attempt history, journal steps."""
-    with state.store() as store:
+    with state.reader() as store:
         event = store.event(event_id)
         if event is None:
             raise UserError(f"no event with id {event_id}")
@@ -498,7 +541,7 @@ def prune(state: CliState, days: int, dry_run: bool) -> None:
     Every event keeps its row, so a redelivery of a pruned event is still refused; pending, running
     and dead events are never touched, nor any step or session while an approval is unsettled. Freed
     space is reused by new events (the file does not shrink)."""
-    with state.store() as store:
+    with (state.reader() if dry_run else state.store()) as store:
         report = store.prune(older_than=days * 86_400, now=_now(), dry_run=dry_run)
     clear, delete = ("would clear", "would delete") if dry_run else ("cleared", "deleted")
     click.echo(f"{clear} the payloads of {report.payloads_cleared} done events and {delete} "
@@ -537,7 +580,7 @@ def _schedule(timer: Timer) -> str:
 def timers_list(state: CliState, include_done: bool, as_json: bool) -> None:
     """The timers, soonest first."""
     now = _now()
-    with state.store() as store:
+    with state.reader() as store:
         found = store.timers(include_done=include_done)
     if as_json:
         _print_json([dataclasses.asdict(t) for t in found])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import tomllib
 import warnings
 from collections.abc import Callable, Mapping
@@ -288,7 +289,12 @@ def load_settings(
 
 
 def ensure_default_db_folder(settings: Settings) -> None:
-    """Create the user data folder for the default inbox. A folder the user named themselves is
-    never created: a typo there should be an error, not a new empty inbox somewhere unexpected."""
+    """Create the user data folder for the default inbox, owner-only (0700, whatever the umask): the
+    inbox holds private payloads. One made world-readable by an older version is tightened; it is
+    this program's own folder. A folder the user named themselves is never created nor changed: a typo
+    there should be an error, not a new empty inbox somewhere unexpected."""
     if settings.db == default_db_path():
-        settings.db.parent.mkdir(parents=True, exist_ok=True)
+        folder = settings.db.parent
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if stat.S_IMODE(folder.stat().st_mode) != 0o700:
+            folder.chmod(0o700)

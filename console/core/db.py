@@ -27,6 +27,7 @@ BUSY_TIMEOUT_MS = 5000
 # rows (docs/performance.md). Only a new file takes it; an existing one keeps its size.
 NEW_FILE_PAGE_SIZE = 1024
 
+SQLITE_MAGIC = b"SQLite format 3\x00"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
 
@@ -73,42 +74,115 @@ def migrations() -> list[tuple[int, str, str]]:
 SCHEMA_VERSION = len(migrations())
 
 
-def _check_path(path: Path) -> None:
+_FILE_KINDS = ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+               (stat.S_ISSOCK, "a socket"))
+
+
+def _check_path(path: Path, *, read_only: bool = False) -> None:
+    """Refuse, before SQLite opens it, a path no inbox can live at. Only the file's type is looked at
+    first: opening a FIFO to read its header would wait for a writer for ever."""
     folder = path.parent
+    # A reader never creates an inbox: a typo in --db would otherwise show a new, empty one as if it
+    # were the user's, and leave it behind.
+    nothing_here = f"no inbox at {path}: {{}} (a command that only reads never creates one: check --db or " \
+                   "AGENT_CONSOLE_DB; `agent-console run`, the console or `ingest` create a new inbox)"
     if not folder.is_dir():
+        if read_only:
+            raise StoreError(nothing_here.format(f"the folder {folder} does not exist"))
         raise StoreError(f"cannot open inbox {path}: the folder {folder} does not exist")
-    if path.exists():
-        if path.is_dir():
-            raise StoreError(f"cannot open inbox {path}: it is a folder, not a file")
-        mode = path.stat().st_mode
-        # Checked by mode bits and not os.access, which says yes to root for a 0444 file.
-        if not mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) or not os.access(path, os.W_OK):
-            raise StoreError(f"cannot open inbox {path}: the file is read-only")
-        with path.open("rb") as head:
-            magic = head.read(16)
-        if magic and magic != b"SQLite format 3\x00":
-            raise StoreError(f"cannot open inbox {path}: the file is not a SQLite database")
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        if read_only:
+            raise StoreError(nothing_here.format("the file does not exist")) from None
+        return
+    except OSError as exc:
+        raise StoreError(f"cannot open inbox {path}: {exc.strerror or exc}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise StoreError(f"cannot open inbox {path}: it is a folder, not a file")
+    if not stat.S_ISREG(info.st_mode):
+        kind = next((name for test, name in _FILE_KINDS if test(info.st_mode)), "a special file")
+        raise StoreError(f"cannot open inbox {path}: it is {kind}, not a regular file")
+    # Checked by mode bits and not os.access, which says yes to root for a 0444 file.
+    writable = info.st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH) and os.access(path, os.W_OK)
+    if not read_only and not writable:
+        raise StoreError(f"cannot open inbox {path}: the file is read-only")
+    magic = _read_header(path)
+    if read_only and not magic:
+        raise StoreError(nothing_here.format("the file is empty"))
+    if magic and magic != SQLITE_MAGIC:
+        raise StoreError(f"cannot open inbox {path}: the file is not a SQLite database")
+
+
+def _read_header(path: Path) -> bytes:
+    """The file's first 16 bytes. A kernel file that calls itself regular (/proc/self/mem) may refuse
+    to be read at all: that is one line too, never a traceback."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as exc:
+        raise StoreError(f"cannot open inbox {path}: {exc.strerror or exc}") from None
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):  # swapped for something else since the stat
+            raise StoreError(f"cannot open inbox {path}: it is not a regular file")
+        return os.pread(descriptor, 16, 0)
+    except OSError as exc:
+        raise StoreError(f"cannot open inbox {path}: reading it fails ({exc.strerror or exc}): "
+                         "it is not a regular file") from None
+    finally:
+        os.close(descriptor)
+
+
+OWNER_ONLY = 0o600
+
+
+def _create_owner_only(path: Path) -> None:
+    """Create a new inbox file readable by its owner only, before SQLite does: SQLite makes a new
+    database 0644 (exactly that, whatever the umask), and gives the -wal and -shm it creates beside it
+    the database file's mode. An empty file is about to become a new inbox, so it is tightened too;
+    an existing inbox keeps whatever mode its owner gave it."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, OWNER_ONLY)
+    except OSError as exc:
+        raise StoreError(f"cannot create inbox {path}: {exc.strerror or exc}") from None
+    try:
+        info = os.fstat(descriptor)
+        if stat.S_ISREG(info.st_mode) and info.st_size == 0 and stat.S_IMODE(info.st_mode) != OWNER_ONLY:
+            os.fchmod(descriptor, OWNER_ONLY)
+    except OSError:
+        pass  # a file system without modes (a FAT stick) holds the file as it can
+    finally:
+        os.close(descriptor)
 
 
 def connect(
     path: str | os.PathLike[str],
     *,
-    check: bool = True,
+    check: bool = False,
     migrate: bool = True,
+    read_only: bool = False,
     schema_version: int | None = None,
     vfs: str | None = None,
 ) -> apsw.Connection:
     """Open (creating if needed) one inbox file with this project's pragmas and schema.
 
-    schema_version stops the migrations at that number (tests use it to build an older file). vfs
-    names a registered SQLite VFS: the power-cut tests route every write and fsync through one. A
-    VFS written in Python has no shared memory, so that connection holds the file exclusively.
+    check runs quick_check, which reads the whole file: worth it where a long-lived process starts (the
+    engine), not for every short command. read_only opens the file as it is, for reading only: it
+    never takes the write lock, never creates or migrates the file, and refuses one whose schema is
+    not this version's. schema_version stops the migrations at that number (tests use it to build an
+    older file). vfs names a registered SQLite VFS: the power-cut tests route every write and fsync
+    through one. A VFS written in Python has no shared memory, so that connection holds the file
+    exclusively.
     """
     check_sqlite_version()
     target = Path(path).expanduser().absolute()
-    _check_path(target)
+    _check_path(target, read_only=read_only)
     conn: apsw.Connection | None = None
     try:
+        if read_only:
+            conn = apsw.Connection(str(target), flags=apsw.SQLITE_OPEN_READONLY)
+            _prepare_reader(conn, target, check)
+            return conn
+        _create_owner_only(target)
         conn = apsw.Connection(str(target), vfs=vfs) if vfs else apsw.Connection(str(target))
         if vfs:
             conn.execute("PRAGMA locking_mode=EXCLUSIVE")  # WAL without shared memory
@@ -131,14 +205,54 @@ def _prepare(conn: apsw.Connection, target: Path, check: bool, upto: int, migrat
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
     if check:
-        result = conn.execute("PRAGMA quick_check").fetchall()
-        if result != [("ok",)]:
-            # quick_check's rows are multi-line with a "*** in database main ***" banner; the user gets one line.
-            lines = [line.strip() for row in result for line in str(row[0]).splitlines()]
-            detail = "; ".join([line for line in lines if line and not line.startswith("***")][:3])
-            raise StoreError(f"inbox {target} failed its integrity check (restore a backup): {detail}")
+        _refuse_damage(conn, target)
     if migrate:
         _migrate(conn, target, upto)
+
+
+def _prepare_reader(conn: apsw.Connection, target: Path, check: bool) -> None:
+    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    current = user_version(conn)
+    if current > SCHEMA_VERSION:
+        raise _newer_schema(target, current)
+    if current < SCHEMA_VERSION:
+        raise StoreError(
+            f"inbox {target} has schema version {current}, older than this agent-console's "
+            f"({SCHEMA_VERSION}), and this command only reads: run a writing command once (`agent-console run`, "
+            f"or open the console) to upgrade it"
+        )
+    if check:
+        _refuse_damage(conn, target)
+
+
+def _refuse_damage(conn: apsw.Connection, target: Path) -> None:
+    problems = integrity_problems(conn, quick=True)
+    if problems:
+        raise StoreError(f"inbox {target} failed its integrity check (restore a backup): {'; '.join(problems[:3])}")
+
+
+def integrity_problems(conn: apsw.Connection, *, quick: bool = False) -> list[str]:
+    """What SQLite's integrity check finds wrong, one line each; [] for a sound file. quick_check skips
+    the comparison of indexes with their tables (several times faster); both read every page."""
+    try:
+        rows = conn.execute("PRAGMA quick_check" if quick else "PRAGMA integrity_check").fetchall()
+    except (apsw.CorruptError, apsw.NotADBError) as exc:  # too damaged for the check to walk it
+        return [str(exc)]
+    if rows == [("ok",)]:
+        return []
+    # The rows are multi-line with a "*** in database main ***" banner: the user gets the lines.
+    lines = [line.strip() for row in rows for line in str(row[0]).splitlines()]
+    return [line for line in lines if line and not line.startswith("***")]
+
+
+@contextmanager
+def reporting_damage(path: str | os.PathLike[str]) -> Iterator[None]:
+    """Damage met while reading (no check ran at open) is one line naming the file and what to do."""
+    try:
+        yield
+    except (apsw.CorruptError, apsw.NotADBError) as exc:
+        raise StoreError(f"inbox {os.fspath(path)} is damaged ({exc}): `agent-console check` says where; "
+                         "restore a backup") from exc
 
 
 def _open_error(target: Path, exc: apsw.Error) -> StoreError:
@@ -158,14 +272,22 @@ def user_version(conn: apsw.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchall()[0][0])
 
 
+def _newer_schema(path: Path, current: int) -> StoreError:
+    return StoreError(
+        f"inbox {path} has schema version {current}, newer than this agent-console "
+        f"understands ({SCHEMA_VERSION}); upgrade agent-console"
+    )
+
+
 def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
+    # Looked at outside a transaction first: a current file (nearly every open) takes no write lock.
+    current = user_version(conn)
+    if current > SCHEMA_VERSION:
+        raise _newer_schema(path, current)
+    if current >= upto:
+        return
     with transaction(conn):
-        current = user_version(conn)
-        if current > SCHEMA_VERSION:
-            raise StoreError(
-                f"inbox {path} has schema version {current}, newer than this agent-console "
-                f"understands ({SCHEMA_VERSION}); upgrade agent-console"
-            )
+        current = user_version(conn)  # another process may have migrated it meanwhile
         for number, _name, sql in migrations():
             if current < number <= upto:
                 conn.execute(sql)

@@ -11,8 +11,11 @@ class LeaseMixin(StoreBase):
     def acquire(self, holder: str, *, now: int) -> int | None:
         """Take or renew the lease. Returns the generation, or None while someone else holds it.
 
-        Renewing keeps the generation; any takeover, even by the same holder after its lease
-        lapsed or was released, starts a new one, so the old generation's claims are fenced off.
+        Renewing keeps the generation; any new acquire, even by the same holder after its lease
+        lapsed or was released, starts a new one, so the old generation's claims are fenced off. The
+        log calls it a takeover only when another holder replaces one whose lease lapsed under it
+        (a stall or a crash); a start after a release, or a holder back on its own lapsed lease, is
+        an acquire.
         """
         with translate_errors(), transaction(self._conn):
             lease = self._lease_row()
@@ -21,7 +24,8 @@ class LeaseMixin(StoreBase):
             elif lease.holder == holder and lease.until >= now:
                 gen, kind = lease.gen, "renew"
             elif lease.until < now:
-                gen, kind = lease.gen + 1, "takeover"
+                replaced = lease.holder != holder and not self._released(lease.gen)
+                gen, kind = lease.gen + 1, "takeover" if replaced else "acquire"
             else:
                 return None
             acquired_at = lease.acquired_at if (lease is not None and kind == "renew") else now
@@ -82,8 +86,21 @@ class LeaseMixin(StoreBase):
             )
         ]
 
+    def _released(self, gen: int) -> bool:
+        """Whether generation gen ended by a release (the log's last entry) rather than by lapsing."""
+        for (kind, logged_gen) in self._conn.execute("SELECT kind, gen FROM lease_log ORDER BY id DESC LIMIT 1"):
+            return bool(kind == "release" and logged_gen == gen)
+        return False
+
     def takeover_count(self) -> int:
-        return int(self._scalar("SELECT COUNT(*) FROM lease_log WHERE kind = 'takeover'"))
+        """Lapsed holders replaced by another holder. Versions before this one logged every new
+        generation as a takeover, so the entry before each is looked at too: after a release, or by the
+        same holder, it was a restart."""
+        return int(self._scalar(
+            """SELECT COUNT(*) FROM (SELECT kind, holder, previous_holder, LAG(kind) OVER (ORDER BY id) AS before
+                                     FROM lease_log)
+               WHERE kind = 'takeover' AND previous_holder IS NOT holder AND before IS NOT 'release'"""
+        ))
 
     def refused_finishes(self, limit: int = 20) -> list[RefusedFinish]:
         """Newest first: every write refused to a stale generation (finishes, step claims and commits)."""

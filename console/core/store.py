@@ -12,7 +12,7 @@ from typing import Any
 import apsw
 
 from console.core.approvals import ApprovalsMixin
-from console.core.db import connect, schema_dump, user_version
+from console.core.db import connect, integrity_problems, schema_dump, user_version
 from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
@@ -56,7 +56,8 @@ class Store(RetentionMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
         send_timeout: int = 60,
         max_send_attempts: int = 12,
-        check: bool = True,
+        check: bool = False,
+        read_only: bool = False,
         seed: int | None = None,
         vfs: str | None = None,
     ) -> Store:
@@ -75,7 +76,7 @@ class Store(RetentionMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin,
                 raise ValueError(f"{name} must not be negative, not {settings[name]}")
         if not 0 <= backoff_jitter < 1:
             raise ValueError(f"backoff_jitter must be in [0, 1), not {backoff_jitter}")
-        conn = connect(path, check=check, vfs=vfs)
+        conn = connect(path, check=check, read_only=read_only, vfs=vfs)
         return cls(conn, os.fspath(path), settings)
 
     def reopen(self) -> Store:
@@ -119,6 +120,13 @@ class Store(RetentionMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin,
 
     def integrity_check(self) -> str:
         return "; ".join(str(r[0]) for r in self._conn.execute("PRAGMA integrity_check"))
+
+    def integrity_problems(self) -> list[str]:
+        """A full integrity check of the file (it reads every page): what is wrong, one line each."""
+        return integrity_problems(self._conn)
+
+    def page_count(self) -> int:
+        return int(self._scalar("PRAGMA page_count"))
 
     def status(self, *, now: int) -> dict[str, Any]:
         """Everything a glance needs, read in short queries (no full scans)."""

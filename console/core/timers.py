@@ -282,7 +282,10 @@ class TimersMixin(StoreBase):
             self._settle_approval(source_id, now)
 
     def _settle_approval(self, request_id: str, now: int) -> str | None:
-        """Mirror the outcome that stands (the inbox row) onto the approval, for listing."""
+        """Mirror the outcome that stands (the inbox row) onto the approval, for listing, and drop the
+        approval's expiry timer: once an outcome stands there is nothing left for it to do, and left in
+        place it was listed with the user's timers, counted as the next one due, and fired later into
+        a refused duplicate."""
         stored = self._scalar(
             "SELECT payload FROM inbox WHERE source = 'approval' AND source_id = ?", (request_id,)
         )
@@ -293,4 +296,20 @@ class TimersMixin(StoreBase):
             "UPDATE approvals SET outcome = ?, resolved_at = ? WHERE request_id = ? AND outcome IS NULL",
             (answer, now, request_id),
         )
+        # Only the approval's own timer: a timer of the user's under that name (a hand edit) is not ours.
+        self._conn.execute(
+            "DELETE FROM timers WHERE id = ? AND ev_source = 'approval' AND ev_id = ?",
+            (f"{APPROVAL_EXPIRY_PREFIX}{request_id}", request_id),
+        )
         return answer
+
+    def drop_settled_expiry_timers(self) -> int:
+        """Drop the expiry timers that versions before this one left behind for settled approvals.
+        Returns how many went (the engine calls it at start; it is cheap when there are none)."""
+        with translate_errors(), transaction(self._conn):
+            return len(self._conn.execute(
+                """DELETE FROM timers WHERE ev_source = 'approval' AND substr(id, 1, length(?)) = ?
+                     AND ev_id IN (SELECT request_id FROM approvals WHERE outcome IS NOT NULL)
+                   RETURNING id""",
+                (APPROVAL_EXPIRY_PREFIX, APPROVAL_EXPIRY_PREFIX),
+            ).fetchall())

@@ -122,7 +122,7 @@ class FileChannel:
     @contextlib.contextmanager
     def _locked_file(self) -> Iterator[BinaryIO]:
         """The file opened for append and read, locked against other processes' channels."""
-        with self.path.open("a+b") as handle:
+        with os.fdopen(_open_owner_only(self.path), "a+b") as handle:
             fcntl.flock(handle.fileno(), fcntl.LOCK_EX)
             try:
                 yield handle
@@ -147,6 +147,19 @@ class FileChannel:
             if isinstance(record, dict) and isinstance(record.get("key"), str):
                 self._keys.add(record["key"])
         self._indexed += complete
+
+
+def _open_owner_only(path: Path) -> int:
+    """The file for append and read; created owner-only (0600, whatever the umask): it holds the
+    agent's messages. An existing file keeps the mode its owner gave it."""
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC
+    try:
+        descriptor = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return os.open(path, flags)
+    with contextlib.suppress(OSError):  # a file system without modes (a FAT stick) keeps the file as it can
+        os.fchmod(descriptor, 0o600)
+    return descriptor
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -99,6 +99,9 @@ class Engine:
         self._stopping = False
         self._mode = "starting"
         await self._thread("writer")(lambda store: None)
+        # Versions before this one left an answered approval's expiry timer waiting (listed, counted as
+        # the next timer due): drop what they left, once per start.
+        await self.write(lambda store: store.drop_settled_expiry_timers())
         if self.install_defaults:
             await self.write(self._install_defaults)
         loop_tasks = [

@@ -148,6 +148,7 @@ def test_status_text_shows_lease_approvals_outbox_timer_and_fencing(db: Path) ->
 
 
 def test_status_text_on_a_fresh_inbox(db: Path) -> None:
+    Store.open(db).close()
     text = ok(db, "status")
     assert "nobody has held it yet" in text and "none pending" in text and "nothing to send" in text
 
@@ -177,6 +178,7 @@ def test_events_json_shape_and_filters(db: Path) -> None:
 
 
 def test_events_text(db: Path) -> None:
+    Store.open(db).close()
     assert ok(db, "events") == "no events\n"
     dead_id = make_dead(db, "cron", "c-1")
     ok(db, "ingest", "github", "d-1")
@@ -402,3 +404,13 @@ def test_prune_says_why_it_kept_the_journal(db: Path) -> None:
         store.request_approval("apr-open", "deploy web", now=wall(), expires_in=3600)
     out = ok(db, "prune", "--days", "30")
     assert "kept every journal step and saved session: 1 approvals are not settled yet" in out
+
+
+def test_an_answered_approval_is_gone_from_timers_and_status(db: Path) -> None:
+    with open_store(db) as store:
+        store.request_approval("deploy-2", "deploy web", now=wall(), expires_in=3600)
+    assert "expire:deploy-2" in ok(db, "timers")
+    assert ok(db, "approve", "deploy-2", "yes") == "yes\n"
+    assert ok(db, "timers") == "no timers\n"
+    assert "timers     none due" in ok(db, "status")
+    assert json.loads(ok(db, "status", "--json"))["next_timer"] is None

@@ -49,6 +49,7 @@ def write_config(folder: Path, text: str) -> Path:
 
 
 def test_unknown_event_id(db: Path) -> None:
+    Store.open(db).close()
     user_error(["--db", str(db), "show", "42"], "no event with id 42")
     user_error(["--db", str(db), "retry", "42"], "no event with id 42")
     user_error(["--db", str(db), "show", "forty-two"], "'forty-two' is not a valid integer",
@@ -126,7 +127,7 @@ def test_read_only_db(db: Path) -> None:
     db.chmod(0o444)
     try:
         user_error(["--db", str(db), "ingest", "chat", "m-1"], "read-only")
-        user_error(["--db", str(db), "status"], "read-only")
+        assert invoke(["--db", str(db), "status"]).exit_code == 0  # reading a read-only file is fine
     finally:
         db.chmod(0o644)
 
@@ -217,6 +218,7 @@ def test_an_internal_error_keeps_its_traceback(db: Path, monkeypatch: pytest.Mon
         raise ValueError("an internal bug, not the user's input")
 
     monkeypatch.setattr(Store, "status", broken)
+    Store.open(db).close()
     result = invoke(["--db", str(db), "status"])
     assert isinstance(result.exception, ValueError)  # propagated, not turned into a user error
     assert result.exit_code == 1
@@ -232,6 +234,7 @@ def test_an_internal_error_in_a_real_process_prints_a_traceback(tmp_path: Path, 
         "Store.events = broken\n"
     )
     env = dict(isolated, PYTHONPATH=os.pathsep.join([str(hook), isolated["PYTHONPATH"]]))
+    Store.open(tmp_path / "x.db").close()
     done = run_process(["--db", str(tmp_path / "x.db"), "events"], env)
     assert done.returncode == 1
     assert "Traceback" in done.stderr and "RuntimeError: simulated bug" in done.stderr
@@ -313,3 +316,14 @@ def test_the_sources_the_engine_writes_cannot_be_ingested(db: Path) -> None:
         assert store.events() == [] and store.timer("sneaky") is None
     answered = invoke(["--db", str(db), "approve", "apr-1-1", "no"])
     assert answered.exit_code == 0 and answered.stdout.strip() == "no"
+
+
+def test_a_fifo_or_kernel_file_as_the_inbox_is_one_line_in_a_real_process(
+    tmp_path: Path, isolated: dict[str, str]
+) -> None:
+    fifo = tmp_path / "inbox.db"
+    os.mkfifo(fifo)
+    done = run_process(["--db", str(fifo), "status"], isolated, timeout=30)  # it used to wait for a writer
+    assert_user_error(done.returncode, done.stdout, done.stderr, str(fifo), "not a regular file")
+    done = run_process(["ingest", "chat", "m-1"], dict(isolated, AGENT_CONSOLE_DB="/proc/self/mem"), timeout=30)
+    assert_user_error(done.returncode, done.stdout, done.stderr, "/proc/self/mem")

@@ -37,7 +37,7 @@ def test_the_first_answer_stands(store: Store) -> None:
     store.run_scheduler(now=T + 2 * HOUR)
     assert [e.payload["answer"] for e in store.events(source="approval")] == ["no"]
     event = store.find_event("approval", "deploy-7")
-    assert event is not None and event.duplicates == 3  # every later attempt is in the ledger
+    assert event is not None and event.duplicates == 2  # every later answer is in the ledger
 
 
 def test_the_deadline_is_checked_by_the_answer_itself(store: Store) -> None:
@@ -115,3 +115,32 @@ def test_an_approvals_expiry_timer_cannot_be_removed_paused_or_replaced(store: S
             attempt()
     store.run_scheduler(now=161)
     assert store.answer_approval("apr-9", "yes", now=162) == "expired"
+
+
+def test_a_settled_approval_leaves_no_expiry_timer_behind(store: Store) -> None:
+    store.add_timer("digest", T + 9 * HOUR, {}, every=24 * HOUR, now=T)
+    for request_id in ("answered", "expired", "pending"):
+        store.request_approval(request_id, f"deploy {request_id}", now=T, expires_in=HOUR + (request_id == "pending"))
+    assert store.answer_approval("answered", "yes", now=T + 60) == "yes"
+    # The answered one's expiry is no longer listed, nor the next timer to come due.
+    assert [t.id for t in store.timers()] == ["expire:expired", "expire:pending", "digest"]
+    assert store.run_scheduler(now=T + HOUR) == 1  # only the unanswered one expires
+    assert store.approval("expired").outcome == "expired"  # type: ignore[union-attr]
+    assert [t.id for t in store.timers()] == ["expire:pending", "digest"]
+    assert store.answer_approval("pending", "no", now=T + HOUR) == "no"
+    next_timer = store.next_timer()
+    assert [t.id for t in store.timers()] == ["digest"] and next_timer is not None and next_timer.id == "digest"
+    assert store.status(now=T + HOUR)["next_timer"]["id"] == "digest"
+    assert store.run_scheduler(now=T + 2 * HOUR) == 0  # nothing left to fire for the settled approvals
+    answered = store.find_event("approval", "answered")
+    assert answered is not None and answered.duplicates == 0 and answered.payload["answer"] == "yes"
+
+
+def test_an_answer_never_removes_a_timer_of_the_users_own_under_the_expiry_name(store: Store) -> None:
+    from console.core.approvals import expiry_timer_id
+
+    store.request_approval("apr-1", "deploy", now=T, expires_in=HOUR)
+    store.connection.execute(  # an older version or a hand edit put the user's own timer under that id
+        "UPDATE timers SET every = 60, ev_source = NULL, ev_id = NULL WHERE id = ?", (expiry_timer_id("apr-1"),))
+    assert store.answer_approval("apr-1", "yes", now=T + 1) == "yes"
+    assert [t.id for t in store.timers()] == [expiry_timer_id("apr-1")]

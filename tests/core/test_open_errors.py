@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -11,9 +13,9 @@ from console.core import Store, StoreError
 from console.core.db import MIN_SQLITE, check_sqlite_version, sqlite_version
 
 
-def open_error(path: Path) -> str:
+def open_error(path: Path, *, check: bool = False) -> str:
     with pytest.raises(StoreError) as caught:
-        Store.open(path)
+        Store.open(path, check=check)
     message = str(caught.value)
     assert str(path) in message
     assert "\n" not in message
@@ -105,6 +107,38 @@ def test_a_database_with_damaged_pages_fails_its_check_in_one_line(tmp_path: Pat
     for offset in range(3 * page, 4 * page, 7):  # scribble over one b-tree page
         data[offset] = 0x5A
     path.write_bytes(bytes(data))
-    message = open_error(path)
+    message = open_error(path, check=True)  # as the engine opens it at start
     assert "integrity check" in message or "corrupt" in message
     assert "page" in message.lower()  # the detail says what is damaged
+
+
+def test_a_fifo_is_refused_without_waiting_for_a_writer(tmp_path: Path) -> None:
+    path = tmp_path / "inbox.db"
+    os.mkfifo(path)
+    # Opening a FIFO for reading blocks until a writer comes: the refusal must come from its type first.
+    # A hang here would hang the test, so the open runs in a thread that the test bounds.
+    outcome: list[BaseException] = []
+    opener = threading.Thread(target=lambda: outcome.extend(_raised(lambda: Store.open(path))), daemon=True)
+    opener.start()
+    opener.join(timeout=30)  # a bound for failing, never a wait for the result
+    if opener.is_alive():
+        with open(path, "wb"):  # let the stuck open go so the thread can end
+            pass
+        pytest.fail("Store.open waited on a FIFO")
+    [error] = outcome
+    assert isinstance(error, StoreError)
+    assert "not a regular file" in str(error) and str(path) in str(error)
+
+
+def _raised(fn: Callable[[], object]) -> list[BaseException]:
+    try:
+        fn()
+    except BaseException as exc:
+        return [exc]
+    return []
+
+
+@pytest.mark.parametrize("special", ["/dev/null", "/proc/self/mem"])
+def test_a_device_or_kernel_file_is_refused_in_one_line(special: str) -> None:
+    message = open_error(Path(special))
+    assert "not a regular file" in message or "cannot be read" in message

@@ -207,3 +207,24 @@ async def test_stop_releases_the_lease_at_once(tmp_path: Path, clock: ManualCloc
         lease = store.lease()
         assert lease is not None and not lease.is_live(clock.now())
         assert store.acquire("next", now=clock.now()) == 2
+
+
+async def test_the_engine_drops_expiry_timers_an_older_version_left_for_settled_approvals(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    settings = make_settings(tmp_path)
+    with Store.open(settings.db) as store:
+        store.request_approval("old", "deploy web", now=START, expires_in=3600)
+        store.request_approval("open", "refund 7", now=START, expires_in=3600)
+        store.answer_approval("old", "yes", now=START + 1)
+        # What a version before the fix left behind: the answered approval's expiry still waiting.
+        store.connection.execute(
+            "INSERT INTO timers (id, due, payload, ev_source, ev_id, created_at) "
+            "VALUES ('expire:old', ?, '{}', 'approval', 'old', ?)", (START + 3600, START))
+        assert sorted(t.id for t in store.timers()) == ["expire:old", "expire:open"]
+    eng = Engine(settings, clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    await eng.start()
+    try:
+        assert [t.id for t in await eng.read(lambda s: s.timers())] == ["expire:open"]
+    finally:
+        await eng.stop()
