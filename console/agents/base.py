@@ -6,7 +6,7 @@ says is queued with its finish (one fenced transaction), so a run that loses its
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -52,6 +52,7 @@ class RunContext:
     approval_expiry: int
     messages: list[tuple[str, bool]] = field(default_factory=list)
     approvals: list[ApprovalRequest] = field(default_factory=list)
+    notes: dict[int, str] = field(default_factory=dict)  # event id -> how this run ended for it
 
     def say(self, text: str, urgent: bool = False) -> None:
         """Queue a message; it enters the outbox only when this run's finish commits."""
@@ -91,6 +92,12 @@ class RunContext:
 
     def set_timer(self, timer_id: str, due: int, payload: dict[str, Any] | None = None, **options: Any) -> None:
         self.store.add_timer(timer_id, due, payload or {}, now=self.now, **options)
+
+    def note(self, text: str, event_ids: Iterable[int] | None = None) -> None:
+        """Say in the events' history how this run ended for them (the model declined, say): the note is
+        recorded on their finish, so it commits with the run or not at all. None means every event."""
+        for event_id in (event.id for event in self.events) if event_ids is None else event_ids:
+            self.notes[event_id] = text
 
     def resumed(self, event: Event) -> Resumed | None:
         """For an approval event: the saved session with the answer that stands."""

@@ -19,6 +19,13 @@ reply on every attempt, so a reply that trips the run fails the same way each ti
 dead with the reason visible, rather than being re-rolled. A retried event is claimed alone (seed rule), so
 its conversation has a new key and starts afresh; effects are still keyed by request id and happen once.
 
+The reply's stop reason decides what happens to it, before anything in it is run. A reply cut off at
+max_tokens is never used, since its last tool call may carry half its input: the turn is asked again with
+twice the room, up to a ceiling, and the run fails saying so if it is still cut off there. pause_turn is
+sent back as it is so the model goes on with the same turn. refusal runs nothing: the owner gets a short
+notice and the events' history says the model declined (asking again would be refused again). Any other
+stop reason fails the run with its name.
+
 API errors raise: the run fails, and the engine retries it with backoff and parks it dead after
 max_attempts with the reason. The client does not retry on its own (max_retries=0), so there is one retry
 policy and every attempt is counted where the console shows it. The key comes from ANTHROPIC_API_KEY and
@@ -48,6 +55,12 @@ API_KEY_ENV = "ANTHROPIC_API_KEY"
 MAX_TURNS = 10             # model turns per conversation per run; a model still calling tools after that fails the run
 MAX_PAYLOAD_CHARS = 20_000  # of one event's payload JSON in the prompt
 REQUEST_TIMEOUT = 120.0     # seconds for one model turn; the lease is renewed meanwhile
+# A reply cut off at max_tokens is asked again with twice the room, up to this many tokens (or max_tokens,
+# if that is more); still cut off there, the run fails. Within every current model's output limit.
+MAX_TOKENS_CEILING = 16_384
+# The stop reasons a committed turn may carry; any other fails the run with its name, never guessed at.
+# max_tokens is not among them: a cut-off reply is asked again, never used.
+HANDLED_STOP_REASONS = ("end_turn", "tool_use", "stop_sequence", "pause_turn", "refusal")
 
 SYSTEM_PROMPT = """\
 You are an always-on personal agent working for one person, the owner. You sleep most of the time and \
@@ -119,6 +132,7 @@ class Conversation:
     key: str                                   # the journal key prefix of its model turns
     messages: list[dict[str, Any]]
     approved: dict[str, str] = field(default_factory=dict)  # request id -> the action the owner approved
+    event_ids: tuple[int, ...] = ()            # the events it is about (for notes on their history)
 
 
 class ClaudeAgent:
@@ -133,10 +147,12 @@ class ClaudeAgent:
         base_url: str | None = None,
         max_turns: int = MAX_TURNS,
         timeout: float = REQUEST_TIMEOUT,
+        max_tokens_ceiling: int = MAX_TOKENS_CEILING,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
         self.max_turns = max_turns
+        self.max_tokens_ceiling = max(max_tokens, max_tokens_ceiling)
         self._where = base_url or "the Claude API"
         self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
 
@@ -162,12 +178,14 @@ class ClaudeAgent:
                 fresh.append(event)
         if fresh:
             key = "claude:" + ",".join(str(event.id) for event in fresh)
-            self._converse(ctx, Conversation(key, [{"role": "user", "content": render_events(fresh)}]))
+            self._converse(ctx, Conversation(key, [{"role": "user", "content": render_events(fresh)}],
+                                             event_ids=tuple(event.id for event in fresh)))
 
     def _resume(self, ctx: RunContext, event: Event, resumed: Resumed, state: dict[str, Any]) -> None:
         pending: dict[str, Any] = state["pending"]
         action = str(pending["action"])
-        conversation = Conversation(f"claude:resume:{event.id}", list(state["messages"]), dict(state["approved"]))
+        conversation = Conversation(f"claude:resume:{event.id}", list(state["messages"]), dict(state["approved"]),
+                                    event_ids=(event.id,))
         if resumed.answer == "yes":
             conversation.approved[resumed.request_id] = action
             outcome = f"The owner approved {action!r} (request {resumed.request_id}). Call perform_action " \
@@ -184,8 +202,13 @@ class ClaudeAgent:
         for turn in range(1, self.max_turns + 1):
             call = functools.partial(self._call, list(conversation.messages))
             reply: dict[str, Any] = ctx.step(f"{conversation.key}:turn:{turn}", call)
-            content: list[dict[str, Any]] = reply["content"]
-            conversation.messages.append({"role": "assistant", "content": content})
+            content = _continue_turn(conversation, reply["content"])
+            stop = reply.get("stop_reason")
+            if stop == "pause_turn":
+                continue  # the API paused a long turn: sent back as it is, the model goes on with it
+            if stop == "refusal":
+                self._declined(ctx, conversation, reply)
+                return
             uses = [block for block in content if block["type"] == "tool_use"]
             if not uses:
                 return  # the model is done; without send_message the run ends silently
@@ -205,6 +228,18 @@ class ClaudeAgent:
                 return
             conversation.messages.append({"role": "user", "content": results})
         raise ClaudeError(f"the model was still calling tools after {self.max_turns} turns; the run gives up")
+
+    def _declined(self, ctx: RunContext, conversation: Conversation, reply: dict[str, Any]) -> None:
+        """The model refused the turn: nothing it started is run, the owner hears of it (asking again would
+        only be refused again), and the events' history says so, so `done` does not read as handled."""
+        stored = reply.get("stop_details")
+        details: dict[str, Any] = stored if isinstance(stored, dict) else {}
+        why = ": ".join(str(part) for part in (details.get("category"), details.get("explanation")) if part)
+        event_ids = conversation.event_ids or tuple(event.id for event in ctx.events)
+        named = ", ".join(f"{event.id} ({event.source} {event.source_id})"
+                          for event in ctx.events if event.id in event_ids)
+        ctx.say(f"The model declined event {named}" + (f": {why}" if why else "; it gave no reason"))
+        ctx.note(f"the model declined ({why})" if why else "the model declined (no reason given)", event_ids)
 
     def _tool(self, ctx: RunContext, conversation: Conversation, use: dict[str, Any]) -> str:
         name = use["name"]
@@ -246,10 +281,38 @@ class ClaudeAgent:
         ctx.say(f"Approval needed [{request.request_id}]: {action}{why} (expires in {minutes} min)", urgent=True)
 
     def _call(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
-        """One model turn, as the JSON the journal stores: the reply's blocks in request form."""
+        """One model turn, as the JSON the journal stores: the reply's blocks in request form.
+
+        Only a whole reply leaves here, so only a whole reply is journalled and acted on. One cut off at
+        max_tokens may end in a tool call with half its input ("Your refund ... was proc"): it is asked
+        again with twice the room, up to max_tokens_ceiling, and never run; still cut off there, the run
+        fails saying so. A stop reason this agent does not handle fails the run with its name.
+        """
+        limit = self.max_tokens
+        while True:
+            reply = self._request(messages, limit)
+            if reply["stop_reason"] != "max_tokens":
+                break
+            cut = next((block for block in reversed(reply["content"]) if block["type"] == "tool_use"), None)
+            where = f"in the middle of a call to {cut['name']}" if cut else "in the middle of its text"
+            if limit >= self.max_tokens_ceiling:
+                raise ClaudeError(
+                    f"the model's reply was cut off at max_tokens ({limit}, the most this agent asks for) {where}"
+                    + ("; the cut-off call was not run" if cut else ""))
+            log.warning("model turn cut off at max_tokens=%s %s; asking again with %s", limit, where,
+                        min(limit * 2, self.max_tokens_ceiling))
+            limit = min(limit * 2, self.max_tokens_ceiling)
+        stop = reply["stop_reason"]
+        if stop not in HANDLED_STOP_REASONS:
+            hint = ": the conversation no longer fits the model's context window" if (
+                stop == "model_context_window_exceeded") else ""
+            raise ClaudeError(f"the model stopped with stop reason {stop!r}, which this agent does not handle{hint}")
+        return reply
+
+    def _request(self, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
         try:
             reply = self._client.messages.create(
-                model=self.model, max_tokens=self.max_tokens, system=SYSTEM_PROMPT, tools=TOOLS,
+                model=self.model, max_tokens=max_tokens, system=SYSTEM_PROMPT, tools=TOOLS,
                 messages=cast("list[MessageParam]", messages),
             )
         except anthropic.APIStatusError as exc:
@@ -265,8 +328,11 @@ class ClaudeAgent:
         usage = {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
         log.info("model turn: %s, stop %s, %s in / %s out tokens", reply.model, reply.stop_reason,
                  usage["input_tokens"], usage["output_tokens"])
+        details = reply.stop_details
         return {"id": reply.id, "model": reply.model, "stop_reason": reply.stop_reason, "content": content,
-                "usage": usage}
+                "usage": usage, "stop_details": None if details is None else {
+                    "category": getattr(details, "category", None),
+                    "explanation": getattr(details, "explanation", None)}}
 
 
 def render_events(events: list[Event]) -> str:
@@ -289,6 +355,18 @@ def render_events(events: list[Event]) -> str:
             text = text[:MAX_PAYLOAD_CHARS] + f" … (cut: the payload has {len(text)} characters)"
         lines.append(f"payload: {text}")
     return "\n".join(lines)
+
+
+def _continue_turn(conversation: Conversation, content: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add a reply to the conversation and return the whole assistant turn it belongs to. After a
+    pause_turn the conversation ends with the paused assistant turn, and the reply goes on with it."""
+    last = conversation.messages[-1] if conversation.messages else None
+    if last is not None and last["role"] == "assistant":
+        whole = [*last["content"], *content]
+        conversation.messages[-1] = {"role": "assistant", "content": whole}
+        return whole
+    conversation.messages.append({"role": "assistant", "content": content})
+    return content
 
 
 def _saved_state(resumed: Resumed | None) -> dict[str, Any] | None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from console.core.base import StoreBase, dumps, loads
@@ -194,8 +194,12 @@ class InboxMixin(StoreBase):
         now: int,
         messages: Iterable[str | tuple[str, bool]] = (),
         error: str | None = None,
+        notes: Mapping[int, str] | None = None,
     ) -> bool:
         """Record a run's outcome and queue its messages, in one fenced transaction.
+
+        notes (event id -> text) become the detail of those events' finish in their history: how the run
+        ended for them when `done` alone would hide it (the model declined, say).
 
         Refused (False, and recorded) unless holder still holds the lease in generation gen. Only
         events still running under gen change; messages are queued only on success, and only when
@@ -232,7 +236,7 @@ class InboxMixin(StoreBase):
                         (now, event_id, gen),
                     ).fetchall()
                     if changed:
-                        self._log_attempt(event_id, now, "finish", holder, gen)
+                        self._log_attempt(event_id, now, "finish", holder, gen, (notes or {}).get(event_id))
                 else:
                     changed = self._conn.execute(
                         """SELECT attempts FROM inbox WHERE id = ? AND status = 'running' AND claim_gen = ?""",

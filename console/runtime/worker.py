@@ -102,15 +102,17 @@ class Worker:
         started = engine.clock.now()
         renewer = asyncio.create_task(self._keep_renewing(gen))
 
-        def do_run(store: Store) -> list[tuple[str, bool]]:
+        def do_run(store: Store) -> RunContext:
             ctx = RunContext(store, events, started, holder, gen, engine.settings.approval_expiry)
             engine.agent.run(ctx)
-            return ctx.messages
+            return ctx
 
         error: str | None = None
         messages: list[tuple[str, bool]] = []
+        notes: dict[int, str] = {}
         try:
-            messages = await engine.on("runner", do_run)
+            ran = await engine.on("runner", do_run)
+            messages, notes = ran.messages, ran.notes
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log.warning("run %s failed: %s", self.runs, error)
@@ -130,7 +132,7 @@ class Worker:
         if self._lost_lease:
             engine.note_error(f"run {self.runs}: lease lost mid-run; not finishing (another worker takes over)")
             return
-        finished = await self._finish(gen, ids, messages, error)
+        finished = await self._finish(gen, ids, messages, error, notes)
         if finished is None:
             return  # stopping: the lease's release returns the events to pending
         if not finished:
@@ -145,7 +147,8 @@ class Worker:
         engine.wake()
 
     async def _finish(
-        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None
+        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None,
+        notes: dict[int, str] | None = None,
     ) -> bool | None:
         """Record the run's outcome, trying again until the inbox takes it; None if the engine stops first.
 
@@ -157,22 +160,24 @@ class Worker:
         pause = 0.05
         while True:
             try:
-                return await engine.on("writer", self._finishing(gen, ids, messages, error, engine.clock.now()))
+                return await engine.on("writer", self._finishing(gen, ids, messages, error, engine.clock.now(),
+                                                                 notes or {}))
             except StoreUnavailable as exc:
                 engine.note_error(f"run {self.runs}: could not record its outcome ({exc}); trying again")
             except Exception as exc:  # the outcome itself cannot be stored: record the run as failed instead
                 engine.note_error(f"run {self.runs}: could not record its outcome: {type(exc).__name__}: {exc}")
-                error, messages = f"could not record the run's outcome ({type(exc).__name__})", []
+                error, messages, notes = f"could not record the run's outcome ({type(exc).__name__})", [], {}
             if engine.stopping:
                 return None
             await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
             pause = min(pause * 2, engine.idle_cap)
 
     def _finishing(
-        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None, now: int
+        self, gen: int, ids: list[int], messages: list[tuple[str, bool]], error: str | None, now: int,
+        notes: dict[int, str],
     ) -> Callable[[Store], bool]:
         holder = self.engine.holder
-        return lambda store: store.finish(holder, gen, ids, now=now, messages=messages, error=error)
+        return lambda store: store.finish(holder, gen, ids, now=now, messages=messages, error=error, notes=notes)
 
     async def _keep_renewing(self, gen: int) -> None:
         """Renew every TTL/3 during a long agent call; a refusal means another worker took over."""

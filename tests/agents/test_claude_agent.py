@@ -37,25 +37,38 @@ FAKE_KEY = "sk-ant-test-" + secrets.token_hex(12)
 # --- the fake Messages API ----------------------------------------------------------------------
 
 class FakeClaude:
-    """Enough of POST /v1/messages: the scripted replies in order, and every request recorded."""
+    """Enough of POST /v1/messages: the scripted replies in order, and every request recorded.
+
+    Shapes from the published Messages API: a reply's stop_reason (end_turn, tool_use, max_tokens, pause_turn,
+    refusal with its stop_details, ...), and errors as {"type": "error", "error": {"type", "message"}} with
+    the status and, for back-pressure, a retry-after header."""
 
     def __init__(self) -> None:
-        self.script: list[tuple[int, dict[str, Any]]] = []
+        self.script: list[tuple[int, dict[str, Any], dict[str, str]]] = []
         self.requests: list[dict[str, Any]] = []
         self.keys: list[str] = []
         self.url = ""
 
-    def reply(self, *blocks: dict[str, Any]) -> None:
-        stop = "tool_use" if any(block["type"] == "tool_use" for block in blocks) else "end_turn"
+    def reply(self, *blocks: dict[str, Any], stop: str | None = None,
+              stop_details: dict[str, Any] | None = None) -> None:
+        if stop is None:
+            stop = "tool_use" if any(block["type"] == "tool_use" for block in blocks) else "end_turn"
         n = len(self.script) + 1
-        self.script.append((200, {
+        body: dict[str, Any] = {
             "id": f"msg_{n}", "type": "message", "role": "assistant", "model": "claude-test",
             "content": list(blocks), "stop_reason": stop, "stop_sequence": None,
             "usage": {"input_tokens": 100 + n, "output_tokens": 10 + n},
-        }))
+        }
+        if stop_details is not None:
+            body["stop_details"] = stop_details
+        self.script.append((200, body, {}))
 
-    def fail(self, status: int, kind: str, message: str) -> None:
-        self.script.append((status, {"type": "error", "error": {"type": kind, "message": message}}))
+    def fail(self, status: int, kind: str, message: str, *, headers: dict[str, str] | None = None,
+             error_code: str | None = None) -> None:
+        error: dict[str, Any] = {"type": kind, "message": message}
+        if error_code is not None:
+            error["details"] = {"error_code": error_code}
+        self.script.append((status, {"type": "error", "error": error, "request_id": "req_test"}, headers or {}))
 
     async def handle(self, request: web.Request) -> web.Response:
         self.requests.append(await request.json())
@@ -65,8 +78,8 @@ class FakeClaude:
         if not self.script:
             return web.json_response({"type": "error", "error": {"type": "api_error", "message": "unscripted"}},
                                      status=500)
-        status, body = self.script.pop(0)
-        return web.json_response(body, status=status)
+        status, body, headers = self.script.pop(0)
+        return web.json_response(body, status=status, headers=headers)
 
 
 def text(value: str) -> dict[str, Any]:
@@ -321,6 +334,79 @@ def test_a_model_that_never_stops_calling_tools_fails_the_run(claude: FakeClaude
     assert store.outbox_messages() == []
 
 
+# --- the model's stop reasons ------------------------------------------------------------------
+
+def committed_replies(store: Store, event_id: int) -> list[dict[str, Any]]:
+    return [step.result for step in store.journal_steps(event_id) if step.state == "committed"]
+
+
+def test_a_reply_cut_off_at_max_tokens_is_asked_again_with_more_room_and_never_run_truncated(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store
+) -> None:
+    store.ingest("chat", "m1", {"text": "refund order 881"}, now=NOW)
+    claude.reply(tool("t1", "send_message", text="Your refund of $50 for order 881 was proc"), stop="max_tokens")
+    claude.reply(tool("t1", "send_message", text="Your refund of $50 for order 881 was processed."))
+    claude.reply(text("Sent."))
+    ctx = run(agent, store)
+    assert ctx.messages == [("Your refund of $50 for order 881 was processed.", False)]
+    assert [m.body for m in store.outbox_messages()] == ["Your refund of $50 for order 881 was processed."]
+    first, again, after = claude.requests
+    assert (first["max_tokens"], again["max_tokens"], after["max_tokens"]) == (512, 1024, 512)
+    assert again["messages"] == first["messages"]  # the same turn, asked again; the cut-off reply went nowhere
+    replies = committed_replies(store, ctx.events[0].id)
+    assert [reply["stop_reason"] for reply in replies] == ["tool_use", "end_turn"]
+
+
+def test_a_reply_still_cut_off_at_the_ceiling_fails_the_run_and_runs_nothing(claude: FakeClaude, store: Store) -> None:
+    agent = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=100, base_url=claude.url, max_tokens_ceiling=400)
+    store.ingest("chat", "m1", {"text": "refund order 881"}, now=NOW)
+    for _ in range(3):
+        claude.reply(text("Working on it."), tool("t1", "send_message", text="Your refund of $50 was proc"),
+                     stop="max_tokens")
+    with pytest.raises(ClaudeError) as failure:
+        run(agent, store)
+    assert str(failure.value) == (
+        "the model's reply was cut off at max_tokens (400, the most this agent asks for) in the middle of a "
+        "call to send_message; the cut-off call was not run")
+    assert [r["max_tokens"] for r in claude.requests] == [100, 200, 400]
+    (event,) = store.events()
+    assert event.status == "pending" and "cut off at max_tokens" in (event.error or "")
+    assert store.outbox_messages() == [] and committed_replies(store, event.id) == []
+
+
+def test_a_paused_turn_is_sent_back_as_it_is_and_the_model_goes_on(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store
+) -> None:
+    store.ingest("chat", "m1", {"text": "what changed in the repo?"}, now=NOW)
+    claude.reply(text("Let me look through the history."), stop="pause_turn")
+    claude.reply(tool("t1", "send_message", text="Two merges, both green."))
+    claude.reply(text("Answered."))
+    ctx = run(agent, store)
+    first, resumed, after = claude.requests
+    paused = {"role": "assistant", "content": [text("Let me look through the history.")]}
+    assert resumed["messages"] == [*first["messages"], paused]  # no new user turn: the same turn goes on
+    assert after["messages"][1] == {"role": "assistant", "content": [
+        text("Let me look through the history."), tool("t1", "send_message", text="Two merges, both green.")]}
+    assert tool_results(after)[0]["tool_use_id"] == "t1"
+    assert ctx.messages == [("Two merges, both green.", False)]
+
+
+@pytest.mark.parametrize("reason", ["model_context_window_exceeded", "compaction", None])
+def test_a_stop_reason_the_agent_does_not_handle_fails_the_run_with_its_name(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store, reason: str | None
+) -> None:
+    store.ingest("chat", "m1", {"text": "deploy"}, now=NOW)
+    claude.script.append((200, {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [tool("t1", "send_message", text="Deploying now")], "stop_reason": reason,
+        "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 10},
+    }, {}))
+    with pytest.raises(ClaudeError, match=f"stop reason {reason!r}") as failure:
+        run(agent, store)
+    assert "the model stopped" in str(failure.value)
+    assert len(claude.requests) == 1 and store.outbox_messages() == []
+
+
 # --- building the agent from settings ---------------------------------------------------------
 
 def test_the_agent_is_built_from_settings_and_the_environment(
@@ -403,3 +489,18 @@ async def test_the_engine_runs_a_chat_and_an_approval_through_claude(engine: Eng
     bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
     assert "Deployed." in bodies and any(b.startswith(f"Approval needed [{approval.request_id}]") for b in bodies)
     assert len(claude.requests) == 6 and json.dumps(claude.requests).count(FAKE_KEY) == 0
+
+
+async def test_a_refusal_tells_the_owner_and_the_event_record_says_the_model_declined(
+    engine: Engine, claude: FakeClaude
+) -> None:
+    explanation = "This request triggered cyber-related safeguards."
+    claude.reply(stop="refusal", stop_details={"type": "refusal", "category": "cyber", "explanation": explanation})
+    await engine.ingest("chat", "m1", {"text": "find the holes in this login form"})
+    event = await wait_until(engine, lambda s: s.events(status="done"))
+    history = await engine.read(lambda s: s.history(event[0].id))
+    (finish,) = [attempt for attempt in history if attempt.kind == "finish"]
+    assert finish.detail == f"the model declined (cyber: {explanation})"
+    bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
+    assert bodies == [f"The model declined event {event[0].id} (chat m1): cyber: {explanation}"]
+    assert len(claude.requests) == 1
