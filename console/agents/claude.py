@@ -153,6 +153,7 @@ class ClaudeAgent:
         self.max_tokens = max_tokens
         self.max_turns = max_turns
         self.max_tokens_ceiling = max(max_tokens, max_tokens_ceiling)
+        self.timeout = timeout
         self._where = base_url or "the Claude API"
         self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
 
@@ -162,7 +163,8 @@ class ClaudeAgent:
         if not api_key:
             raise AgentSetupError(f"the claude agent needs an API key: set {API_KEY_ENV} in the environment")
         return cls(api_key=api_key, model=settings.claude_model, max_tokens=settings.claude_max_tokens,
-                   base_url=settings.claude_base_url)
+                   base_url=settings.claude_base_url, max_turns=settings.claude_max_turns,
+                   timeout=settings.claude_timeout)
 
     def __repr__(self) -> str:  # the client holds the key: never let a repr show it
         return f"ClaudeAgent(model={self.model!r}, max_tokens={self.max_tokens})"

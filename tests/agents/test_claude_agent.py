@@ -414,10 +414,12 @@ def test_the_agent_is_built_from_settings_and_the_environment(
 ) -> None:
     config = tmp_path / "config.toml"
     config.write_text(f'agent = "claude"\nclaude_model = "claude-opus-5-5"\nclaude_base_url = "{claude.url}"\n')
-    settings = load_settings(config, env={"AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "2048"})
+    settings = load_settings(config, env={"AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "2048",
+                                          "AGENT_CONSOLE_CLAUDE_MAX_TURNS": "3", "AGENT_CONSOLE_CLAUDE_TIMEOUT": "45"})
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
     agent = build_agent("claude", settings)
     assert isinstance(agent, ClaudeAgent) and (agent.model, agent.max_tokens) == ("claude-opus-5-5", 2048)
+    assert (agent.max_turns, agent.timeout) == (3, 45.0)
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     with pytest.raises(ValueError, match="the claude agent needs an API key: set ANTHROPIC_API_KEY"):
         build_agent("claude", settings)
