@@ -26,6 +26,7 @@ from console.config import ConfigError, Settings, ensure_default_db_folder, load
 from console.core import STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due
+from console.redact import install_log_redaction
 from console.timefmt import relative, span
 
 PROG = "agent-console"
@@ -208,6 +209,14 @@ def _open_console(state: CliState) -> None:
 log = logging.getLogger("agent_console.cli")
 
 
+def _log_to_stderr() -> None:
+    """One line per record on stderr, with any URL's credentials redacted (a proxy's user:pass@)."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
+    )
+    install_log_redaction(*logging.getLogger().handlers)
+
+
 @main.command()
 @click.pass_obj
 def run(state: CliState) -> None:
@@ -220,9 +229,7 @@ def run(state: CliState) -> None:
     """
     settings = state.settings()
     ensure_default_db_folder(settings)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
-    )
+    _log_to_stderr()
     asyncio.run(_run_headless(settings))
 
 
@@ -286,9 +293,7 @@ def serve(state: CliState, host: str | None, port: int | None) -> None:
 
     settings = state.settings()
     ensure_default_db_folder(settings)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
-    )
+    _log_to_stderr()
     asyncio.run(serve_webhooks(
         settings, host=host, port=port, on_ready=lambda r: click.echo(f"listening on {r.url}", err=True),
     ))

@@ -23,6 +23,7 @@ import platformdirs
 import tzlocal
 
 from console.core.timers import validate_cron
+from console.redact import redact_url
 
 APP_NAME = "agent-console"
 ENV_PREFIX = "AGENT_CONSOLE_"
@@ -168,7 +169,7 @@ def _agent(value: Any, from_text: bool) -> str:
 def _url(value: Any, from_text: bool) -> str:
     url = _text(value, from_text)
     if not url.startswith(("http://", "https://")):
-        raise ValueError(f"expected an http:// or https:// address, got {url!r}")
+        raise ValueError(f"expected an http:// or https:// address, got {redact_url(url)!r}")
     return url
 
 

@@ -48,6 +48,7 @@ from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 from console.agents.base import AgentSetupError, Resumed, RunContext
 from console.config import Settings
 from console.core import Event
+from console.redact import install_log_redaction, redact_url, redact_urls
 
 log = logging.getLogger("agent_console.claude")
 
@@ -154,7 +155,8 @@ class ClaudeAgent:
         self.max_turns = max_turns
         self.max_tokens_ceiling = max(max_tokens, max_tokens_ceiling)
         self.timeout = timeout
-        self._where = base_url or "the Claude API"
+        self._where = redact_url(base_url) if base_url else "the Claude API"
+        install_log_redaction()  # the client's libraries log each request's URL, credentials and all
         self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
 
     @classmethod
@@ -318,9 +320,9 @@ class ClaudeAgent:
                 messages=cast("list[MessageParam]", messages),
             )
         except anthropic.APIStatusError as exc:
-            raise ClaudeError(_describe(exc)) from exc
+            raise ClaudeError(redact_urls(_describe(exc))) from exc
         except anthropic.APIConnectionError as exc:
-            raise ClaudeError(f"could not reach {self._where}: {exc}") from exc
+            raise ClaudeError(redact_urls(f"could not reach {self._where}: {exc}")) from exc
         content: list[dict[str, Any]] = []
         for block in reply.content:
             if isinstance(block, TextBlock):

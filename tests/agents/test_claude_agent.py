@@ -407,6 +407,31 @@ def test_a_stop_reason_the_agent_does_not_handle_fails_the_run_with_its_name(
     assert len(claude.requests) == 1 and store.outbox_messages() == []
 
 
+def test_credentials_in_the_base_url_reach_no_error_log_or_inbox(
+    claude: FakeClaude, store: Store, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "pw-" + secrets.token_hex(6)
+    through_proxy = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=64,
+                                base_url=claude.url.replace("http://", f"http://owner:{secret}@"))
+    store.ingest("chat", "m1", {"text": "hi"}, now=NOW)
+    claude.reply(text("Hello."))
+    run(through_proxy, store)
+    assert "HTTP Request: POST http://***@127.0.0.1" in caplog.text  # the library's own request line
+
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    unreachable = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=64, base_url=f"http://owner:{secret}@127.0.0.1:{port}")
+    store.ingest("chat", "m2", {"text": "hi again"}, now=NOW + 1)
+    with pytest.raises(ClaudeError) as failure:
+        run(unreachable, store, now=NOW + 1)
+    assert f"could not reach http://***@127.0.0.1:{port}" in str(failure.value)
+    assert secret not in str(failure.value) and secret not in caplog.text
+    files = [p for p in db_path.parent.iterdir() if p.name.startswith(db_path.name)]
+    assert files and all(secret.encode() not in p.read_bytes() for p in files)
+
+
 # --- building the agent from settings ---------------------------------------------------------
 
 def test_the_agent_is_built_from_settings_and_the_environment(
