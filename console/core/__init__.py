@@ -4,6 +4,7 @@ from console.core.base import SendError, StaleGeneration
 from console.core.db import MIN_SQLITE, StoreError, StoreUnavailable
 from console.core.models import (
     STATUSES,
+    AgentState,
     Approval,
     Attempt,
     Batch,
@@ -21,6 +22,7 @@ from console.core.store import Store
 __all__ = [
     "MIN_SQLITE",
     "STATUSES",
+    "AgentState",
     "Approval",
     "Attempt",
     "Batch",
