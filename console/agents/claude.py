@@ -34,10 +34,13 @@ lives only in the client; it is never logged, journalled or saved.
 
 from __future__ import annotations
 
+import email.utils
 import functools
+import hashlib
 import json
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -46,6 +49,7 @@ import anthropic
 from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 
 from console.agents.base import AgentSetupError, Resumed, RunContext
+from console.agents.errors import AgentPaused, ProviderBusy
 from console.config import Settings
 from console.core import Event
 from console.redact import install_log_redaction, redact_url, redact_urls
@@ -122,6 +126,14 @@ class ClaudeError(RuntimeError):
     """The Claude API failed or refused, or the model did not finish: the run fails and is retried."""
 
 
+class ClaudeBusy(ProviderBusy, ClaudeError):
+    """Rate limited, overloaded or unreachable: the agent waits, and the events keep their attempts."""
+
+
+class ClaudePaused(AgentPaused, ClaudeError):
+    """The API refuses the key, the model or the account: the agent pauses until the engine restarts."""
+
+
 class _ToolError(Exception):
     """A bad tool call: the model gets it back as an error result and may correct itself."""
 
@@ -156,6 +168,9 @@ class ClaudeAgent:
         self.max_tokens_ceiling = max(max_tokens, max_tokens_ceiling)
         self.timeout = timeout
         self._where = redact_url(base_url) if base_url else "the Claude API"
+        # Names this configuration without holding on to the key: a pause is announced once per
+        # configuration, and a changed key, model or address that fails again is news.
+        self._configuration = hashlib.sha256(f"{model}\0{base_url}\0{api_key}".encode()).hexdigest()[:16]
         install_log_redaction()  # the client's libraries log each request's URL, credentials and all
         self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
 
@@ -320,9 +335,13 @@ class ClaudeAgent:
                 messages=cast("list[MessageParam]", messages),
             )
         except anthropic.APIStatusError as exc:
-            raise ClaudeError(redact_urls(_describe(exc))) from exc
+            raise self._classify(exc) from exc
+        except anthropic.APITimeoutError as exc:
+            # The events' failure, not back-pressure: a request that always takes too long (a huge
+            # conversation) would otherwise hold the whole agent in a wait for ever.
+            raise ClaudeError(f"no reply from {self._where} within {self.timeout:g} s (claude_timeout)") from exc
         except anthropic.APIConnectionError as exc:
-            raise ClaudeError(redact_urls(f"could not reach {self._where}: {exc}")) from exc
+            raise ClaudeBusy(redact_urls(f"could not reach {self._where}: {exc}")) from exc
         content: list[dict[str, Any]] = []
         for block in reply.content:
             if isinstance(block, TextBlock):
@@ -337,6 +356,64 @@ class ClaudeAgent:
                 "usage": usage, "stop_details": None if details is None else {
                     "category": getattr(details, "category", None),
                     "explanation": getattr(details, "explanation", None)}}
+
+
+    def _classify(self, exc: anthropic.APIStatusError) -> ClaudeError:
+        """Which failures are the events' (counted, retried), the provider's back-pressure (the agent
+        waits) or the configuration's (the agent pauses): only the first may spend attempts."""
+        reason = redact_urls(_describe(exc))
+        status, kind = exc.status_code, _error_field(exc, "type")
+        message = _error_field(exc, "message").lower()
+        pause = _pause_kind(status, kind, message, exc.error_code)
+        if pause is not None:
+            if pause == "budget":
+                reason = f"the Claude API refused for lack of budget ({status}: {_error_detail(exc)})"
+            elif pause == "model" and status == 400:
+                reason = f"the Claude API rejected the model ({status}: {_error_detail(exc)}); check claude_model"
+            return ClaudePaused(redact_urls(reason), notice_key=f"{self._configuration}:{pause}")
+        if status in BUSY_STATUSES or kind in ("rate_limit_error", "overloaded_error"):
+            return ClaudeBusy(reason, retry_after=retry_after_seconds(exc.response.headers))
+        return ClaudeError(reason)
+
+
+# Back-pressure: 429 rate limited, 529 overloaded, and the gateway's 502/503/504. A 500 is the API's own
+# error on this request, retried as the events' failure.
+BUSY_STATUSES = (429, 502, 503, 504, 529)
+
+
+def _pause_kind(status: int, kind: str, message: str, error_code: str | None) -> str | None:
+    """What about the configuration the API refuses, or None when it is not the configuration."""
+    if status in (401, 403):
+        return "key"
+    if status == 402 or kind == "billing_error" or error_code == "enforced_spend_limit_reached" or (
+            status == 400 and "usage limits" in message):
+        return "budget"
+    if status == 404 or (status == 400 and "model" in message):
+        return "model"
+    return None
+
+
+def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The provider's retry-after: retry-after-ms, or retry-after in seconds or as an HTTP date. None when
+    absent or unreadable (the caller then picks its own wait)."""
+    lowered = {name.lower(): value for name, value in headers.items()}
+    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
+        value = lowered.get(name, "").strip()
+        if not value:
+            continue
+        try:
+            seconds = float(value) * scale
+        except ValueError:
+            if name == "retry-after-ms":
+                continue
+            try:
+                when = email.utils.parsedate_to_datetime(value)
+            except (TypeError, ValueError):
+                continue
+            seconds = when.timestamp() - (time.time() if now is None else now)
+        if seconds == seconds and seconds != float("inf"):  # not NaN, not infinite
+            return max(0.0, seconds)
+    return None
 
 
 def render_events(events: list[Event]) -> str:
@@ -397,17 +474,27 @@ def _tool_result(tool_use_id: str, text: str, *, error: bool = False) -> dict[st
     return result
 
 
-def _describe(exc: anthropic.APIStatusError) -> str:
+def _error_field(exc: anthropic.APIStatusError, name: str) -> str:
+    """error.type or error.message of the API's error body ({"type": "error", "error": {...}}), or ""."""
     body = exc.body if isinstance(exc.body, dict) else {}
     error = body.get("error")
-    if not isinstance(error, dict):
-        error = {}
-    detail = str(error.get("message") or error.get("type") or "no details")
+    value = error.get(name) if isinstance(error, dict) else None
+    return value if isinstance(value, str) else ""
+
+
+def _error_detail(exc: anthropic.APIStatusError) -> str:
+    return _error_field(exc, "message") or _error_field(exc, "type") or "no details"
+
+
+def _describe(exc: anthropic.APIStatusError) -> str:
+    detail = _error_detail(exc)
     status = exc.status_code
     if status in (401, 403):
         return f"the Claude API refused the key ({status}: {detail}); check {API_KEY_ENV}"
     if status == 429:
         return f"the Claude API is rate limiting ({status}: {detail})"
+    if status in BUSY_STATUSES or _error_field(exc, "type") == "overloaded_error":
+        return f"the Claude API is overloaded ({status}: {detail})"
     if status >= 500:
         return f"the Claude API failed ({status}: {detail})"
     hint = "; check claude_model" if status == 404 else ""

@@ -5,16 +5,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from console.agents.base import RunContext
-from console.core import Event, Store, StoreUnavailable
+from console.agents.errors import AgentUnavailable, ProviderBusy
+from console.core import AgentState, Event, Store, StoreUnavailable
 
 if TYPE_CHECKING:
     from console.runtime.engine import Engine
 
 log = logging.getLogger("agent_console.worker")
+
+T = TypeVar("T")
+
+# How long the agent waits out back-pressure the provider did not size (no retry-after): 30 s, doubling while
+# it keeps pushing back, up to 15 minutes. Any wait, sized or not, is at least 1 s and at most an hour.
+DEFAULT_WAIT = 30
+MAX_DEFAULT_WAIT = 900
+MAX_WAIT = 3600
+
+
+def wait_seconds(retry_after: float | None, waits_before: int) -> int:
+    """The wait for one push-back: the provider's retry-after when it gave one, else the default, doubled
+    for each wait just before it."""
+    if retry_after is None:
+        return int(min(MAX_DEFAULT_WAIT, DEFAULT_WAIT * 2 ** min(waits_before, 10)))
+    return max(1, min(MAX_WAIT, math.ceil(retry_after)))
 
 
 class Worker:
@@ -23,6 +41,8 @@ class Worker:
         self.gen: int | None = None
         self.stalled = False
         self.runs = 0
+        self.holds = 0  # passes that claimed nothing because the agent waits or is paused
+        self._agent: AgentState | None = None  # as the gate last read it
         self._current: asyncio.Task[None] | None = None
         self._lost_lease = False
         self._renewed_at = 0
@@ -76,6 +96,10 @@ class Worker:
         engine.set_mode("active")
         if engine.stopping:
             return None  # shutdown releases this generation; a claim now would only count an attempt
+        hold = await self._agent_gate(gen, now)
+        if hold is not None:
+            self.holds += 1
+            return hold
         events = await engine.on("writer", lambda store: store.claim_batch(holder, gen, now=now))
         if engine.stopping:
             return None  # no run may start now: shutdown's release returns these events to pending
@@ -110,9 +134,12 @@ class Worker:
         error: str | None = None
         messages: list[tuple[str, bool]] = []
         notes: dict[int, str] = {}
+        unavailable: AgentUnavailable | None = None
         try:
             ran = await engine.on("runner", do_run)
             messages, notes = ran.messages, ran.notes
+        except AgentUnavailable as exc:  # the provider's trouble, not the events': they keep their attempts
+            unavailable = exc
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
             log.warning("run %s failed: %s", self.runs, error)
@@ -132,6 +159,9 @@ class Worker:
         if self._lost_lease:
             engine.note_error(f"run {self.runs}: lease lost mid-run; not finishing (another worker takes over)")
             return
+        if unavailable is not None:
+            await self._hold_back(gen, ids, unavailable)
+            return
         finished = await self._finish(gen, ids, messages, error, notes)
         if finished is None:
             return  # stopping: the lease's release returns the events to pending
@@ -141,6 +171,8 @@ class Worker:
             log.info("run %s %s", self.runs, "failed" if error else f"done, {len(messages)} message(s)")
         if error:
             engine.last_error = error
+        if finished:
+            await self._agent_worked(gen)
         engine.publish("run", "finished" if finished and not error else "failed")
         engine.publish("events", "finished")
         engine.publish("outbox", "queued")
@@ -178,6 +210,93 @@ class Worker:
     ) -> Callable[[Store], bool]:
         holder = self.engine.holder
         return lambda store: store.finish(holder, gen, ids, now=now, messages=messages, error=error, notes=notes)
+
+    # --- the agent as a whole: waiting out back-pressure, paused by a refused configuration ----------------
+    async def _agent_gate(self, gen: int, now: int) -> float | None:
+        """How long to hold off claiming while the agent waits or is paused, or None to claim now.
+
+        Read from the inbox every pass, so what the console and `status` show is what the worker obeys. A
+        pause set by another engine or an earlier generation (this engine restarted, or lost the lease and
+        took it back) is lifted: the configuration may have changed, and if not the first run pauses again
+        without telling the owner twice."""
+        engine = self.engine
+        state = await engine.read(lambda store: store.agent_state())
+        self._agent = state
+        if state.state == "paused":
+            if (state.holder, state.gen) == (engine.holder, gen):
+                return engine.idle_cap
+            holder = engine.holder
+            if await engine.on("writer", lambda store: store.set_agent_state(holder, gen, "ready", now=now)):
+                log.info("the agent was paused (%s); trying again under generation %s", state.reason, gen)
+                engine.publish("lease", "agent ready")
+                self._agent = await engine.read(lambda store: store.agent_state())
+            return None
+        if state.state == "waiting" and state.until is not None and state.until > now:
+            return engine.seconds_until(state.until)
+        return None
+
+    async def _hold_back(self, gen: int, ids: list[int], unavailable: AgentUnavailable) -> None:
+        """The provider cannot take the run: its events go back to pending unrun (no attempt spent) and the
+        agent waits (back-pressure) or pauses (a configuration the provider refuses, with one urgent
+        message to the owner). Nothing is claimed until the wait ends or the engine restarts."""
+        engine = self.engine
+        holder = engine.holder
+        now = engine.clock.now()
+        reason = str(unavailable)
+        if isinstance(unavailable, ProviderBusy):
+            before = self._agent.waits if self._agent is not None and self._agent.state == "waiting" else 0
+            seconds = wait_seconds(unavailable.retry_after, before)
+            until = now + seconds
+
+            def wait(store: Store) -> bool:
+                store.unclaim(holder, gen, ids, now=now, reason=f"not run: {reason}")
+                return store.set_agent_state(holder, gen, "waiting", now=now, reason=reason, until=until)
+
+            held = await self._write_until_stored(wait)
+            what = f"the agent waits {seconds} s"
+        else:
+            notice = (f"The agent is paused: {reason}. Nothing runs, and no event loses an attempt, until the "
+                      f"configuration is fixed and the engine restarted.")
+            key = getattr(unavailable, "notice_key", reason)
+
+            def pause(store: Store) -> bool:
+                store.unclaim(holder, gen, ids, now=now, reason=f"not run: {reason}")
+                return store.set_agent_state(holder, gen, "paused", now=now, reason=reason, notice=notice,
+                                             notice_key=key)
+
+            held = await self._write_until_stored(pause)
+            what = "the agent is paused until the engine restarts"
+        if held:
+            engine.note_error(f"run {self.runs}: {reason}; {len(ids)} event(s) back to pending unrun, {what}")
+        engine.publish("lease", "agent waiting" if isinstance(unavailable, ProviderBusy) else "agent paused")
+        engine.publish("run", "held back")
+        engine.publish("events", "handed back")
+        engine.publish("outbox", "queued")
+        engine.wake()
+
+    async def _agent_worked(self, gen: int) -> None:
+        """A run the provider took: the agent is ready, and a later pause of the same configuration is news."""
+        state = self._agent
+        if state is None or (state.state == "ready" and state.notified is None):
+            return
+        holder, now = self.engine.holder, self.engine.clock.now()
+        await self._write_until_stored(lambda store: store.set_agent_state(holder, gen, "ready", now=now, worked=True))
+        self._agent = None
+        self.engine.publish("lease", "agent ready")
+
+    async def _write_until_stored(self, write: Callable[[Store], T]) -> T | None:
+        """One write, tried again while the inbox is busy; None if the engine stops first."""
+        engine = self.engine
+        pause = 0.05
+        while True:
+            try:
+                return await engine.on("writer", write)
+            except StoreUnavailable as exc:
+                engine.note_error(f"run {self.runs}: could not record that the agent cannot run ({exc}); trying again")
+            if engine.stopping:
+                return None
+            await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
+            pause = min(pause * 2, engine.idle_cap)
 
     async def _keep_renewing(self, gen: int) -> None:
         """Renew every TTL/3 during a long agent call; a refusal means another worker took over."""
