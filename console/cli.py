@@ -27,7 +27,7 @@ from console.core import STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due
 from console.redact import install_log_redaction
-from console.timefmt import relative, span
+from console.timefmt import agent_in_words, relative, span
 
 PROG = "agent-console"
 USER_ERROR = 2
@@ -363,6 +363,8 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     upcoming = "none due" if timer is None else f"next: {timer['id']} {relative(timer['due'], now)}"
     lines.append(f"timers     {upcoming}")
     lines.append(f"fencing    {info['takeovers']} takeovers · {info['refused_finishes']} refused late finishes")
+    agent = info["agent"]
+    lines.append(f"agent      {agent_in_words(agent['state'], agent['reason'], agent['until'], now)}")
     return lines
 
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import asyncio
 import email.utils
+import json
+import signal
 import socket
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -24,7 +28,8 @@ from console.config import Settings
 from console.core import Store
 from console.runtime.engine import Engine
 from tests.agents.stand_in import FakeClaude, text, tool
-from tests.agents.test_claude_agent import FAKE_KEY, NOW, run, wait_until
+from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, run, wait_until
+from tests.cli.helpers import isolated_env, run_process
 
 LIMIT = 60.0  # a bound for failing, never a wait
 
@@ -208,3 +213,76 @@ def test_a_timeout_is_the_events_failure_and_names_the_setting(claude: FakeClaud
         run(agent, store)
     assert str(failure.value) == f"no reply from {claude.url} within 0.3 s (claude_timeout)"
     assert not isinstance(failure.value, ProviderBusy | AgentPaused)
+
+
+# --- a real engine process, and `status` from another -------------------------------------------
+
+def status_of(db: Path, env: dict[str, str]) -> dict[str, Any]:
+    done = run_process(["--db", str(db), "status", "--json"], env)
+    assert done.returncode == 0, done.stderr
+    return dict(json.loads(done.stdout))
+
+
+def read(db: Path, fn: Callable[[Store], Any]) -> Any:
+    with Store.open(db, check=False) as store:
+        return fn(store)
+
+
+def wait_in_process(condition: Callable[[], Any], what: str) -> Any:
+    deadline = time.monotonic() + LIMIT
+    while not (result := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)  # the polling interval of a condition check
+    return result
+
+
+@pytest.mark.parametrize("case", ["waiting", "paused"])
+def test_status_in_another_process_shows_what_the_running_engine_obeys(
+    tmp_path: Path, claude: FakeClaude, case: str
+) -> None:
+    if case == "waiting":
+        claude.fail(429, "rate_limit_error", "Number of requests has exceeded your rate limit",
+                    headers={"retry-after": "600"})
+        reason = "the Claude API is rate limiting (429: Number of requests has exceeded your rate limit)"
+    else:
+        claude.fail(401, "authentication_error", "invalid x-api-key")
+        reason = "the Claude API refused the key (401: invalid x-api-key); check ANTHROPIC_API_KEY"
+    db = tmp_path / "inbox.db"
+    env = isolated_env(tmp_path / "home", AGENT_CONSOLE_AGENT="claude", AGENT_CONSOLE_CLAUDE_BASE_URL=claude.url,
+                       AGENT_CONSOLE_LEASE_TTL="3", ANTHROPIC_API_KEY=FAKE_KEY)
+    log = tmp_path / "run.log"
+    with log.open("w") as stderr:
+        engine = subprocess.Popen([sys.executable, "-m", "console", "--db", str(db), "run"],
+                                  cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        assert run_process(["--db", str(db), "ingest", "chat", "m1", '{"text": "hi"}'], env).returncode == 0
+        wait_in_process(lambda: read(db, lambda s: s.agent_state().state == case), f"the agent {case}")
+        agent = status_of(db, env)["agent"]  # `status` is another process: it reads what the engine wrote
+        assert agent["state"] == case and agent["reason"] == reason
+        if case == "waiting":
+            assert 595 <= agent["until"] - time.time() <= 601
+        else:
+            assert agent["until"] is None
+
+        arrived = int(time.time())
+        read(db, lambda s: s.ingest("chat", "m2", {"text": "anyone?"}, now=arrived))
+        # The engine goes on renewing its lease (each pass renews, then stops at the agent's state) ...
+        wait_in_process(lambda: read(db, lambda s: s.lease().renewed_at > arrived), "a pass after it arrived")
+        # ... and claims nothing: no attempt spent, no second request.
+        with Store.open(db, check=False) as store:
+            events = store.events()
+            notices = store.outbox_messages()
+        assert [(e.status, e.attempts) for e in events] == [("pending", 0), ("pending", 0)]
+        assert len(claude.requests) == 1
+        assert [m.urgent for m in notices] == ([True] if case == "paused" else [])
+        text = run_process(["--db", str(db), "status"], env).stdout
+        assert f"agent      {'paused until the engine restarts' if case == 'paused' else 'waiting ('}" in text
+
+        engine.send_signal(signal.SIGTERM)
+        assert engine.wait(timeout=30) == 0
+        output = log.read_text()
+        assert "1 event(s) back to pending unrun" in output and "Traceback" not in output
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait(timeout=30)

@@ -328,6 +328,21 @@ async def test_lease_pane_shows_this_console_when_active(db_path: Path, clock: M
         assert Label  # the pane composes labels for the countdowns
 
 
+async def test_lease_pane_says_when_the_agent_waits(db_path: Path, clock: ManualClock) -> None:
+    with Store.open(db_path) as store:
+        gen = store.acquire("worker-b:4242", now=clock.now())
+        assert gen is not None
+        store.set_agent_state("worker-b:4242", gen, "waiting", now=clock.now(), until=clock.now() + 45,
+                              reason="the Claude API is overloaded (529: Overloaded)")
+    app = make_app(db_path, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: "waiting" in text_of(app, "#lease-agent"), what="agent waiting shown")
+        shown = text_of(app, "#lease-agent")
+        assert shown == "agent waiting (45s left): the Claude API is overloaded (529: Overloaded)"
+        clock.advance(45)
+        await wait_until(pilot, lambda: text_of(app, "#lease-agent") == "agent ready", what="agent ready again")
+
+
 async def test_the_detail_of_a_pruned_event_says_so(db_path: Path, clock: ManualClock) -> None:
     long_ago = clock.now() - 40 * 86_400
     with Store.open(db_path) as store:
