@@ -53,6 +53,7 @@ class RunContext:
     messages: list[tuple[str, bool]] = field(default_factory=list)
     approvals: list[ApprovalRequest] = field(default_factory=list)
     notes: dict[int, str] = field(default_factory=dict)  # event id -> how this run ended for it
+    deferred: dict[int, str] = field(default_factory=dict)  # event id -> why it was handed back unrun
 
     def say(self, text: str, urgent: bool = False) -> None:
         """Queue a message; it enters the outbox only when this run's finish commits."""
@@ -98,6 +99,12 @@ class RunContext:
         recorded on their finish, so it commits with the run or not at all. None means every event."""
         for event_id in (event.id for event in self.events) if event_ids is None else event_ids:
             self.notes[event_id] = text
+
+    def defer(self, events: Iterable[Event], reason: str) -> None:
+        """Hand events back unrun: when the run ends they return to pending with no attempt spent, for a
+        later run (they did not fit this one). Only for events nothing has been done for yet."""
+        for event in events:
+            self.deferred[event.id] = reason
 
     def resumed(self, event: Event) -> Resumed | None:
         """For an approval event: the saved session with the answer that stands."""

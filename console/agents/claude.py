@@ -59,6 +59,11 @@ log = logging.getLogger("agent_console.claude")
 API_KEY_ENV = "ANTHROPIC_API_KEY"
 MAX_TURNS = 10             # model turns per conversation per run; a model still calling tools after that fails the run
 MAX_PAYLOAD_CHARS = 20_000  # of one event's payload JSON in the prompt
+MIN_PAYLOAD_CHARS = 1_000   # what a payload is cut to at most, so that one event alone fits the token budget
+BATCH_TOKENS = 40_000       # the estimated tokens of the events handed to one model call
+# A token is 3-4 bytes of English or JSON and about one character (3 bytes) of CJK: counting one token per
+# 3 bytes of UTF-8 errs on the side of more tokens, so a batch that fits the estimate fits the model.
+BYTES_PER_TOKEN = 3
 REQUEST_TIMEOUT = 120.0     # seconds for one model turn; the lease is renewed meanwhile
 # A reply cut off at max_tokens is asked again with twice the room, up to this many tokens (or max_tokens,
 # if that is more); still cut off there, the run fails. Within every current model's output limit.
@@ -161,12 +166,14 @@ class ClaudeAgent:
         max_turns: int = MAX_TURNS,
         timeout: float = REQUEST_TIMEOUT,
         max_tokens_ceiling: int = MAX_TOKENS_CEILING,
+        batch_tokens: int = BATCH_TOKENS,
     ) -> None:
         self.model = model
         self.max_tokens = max_tokens
         self.max_turns = max_turns
         self.max_tokens_ceiling = max(max_tokens, max_tokens_ceiling)
         self.timeout = timeout
+        self.batch_tokens = batch_tokens
         self._where = redact_url(base_url) if base_url else "the Claude API"
         # Names this configuration without holding on to the key: a pause is announced once per
         # configuration, and a changed key, model or address that fails again is news.
@@ -181,7 +188,7 @@ class ClaudeAgent:
             raise AgentSetupError(f"the claude agent needs an API key: set {API_KEY_ENV} in the environment")
         return cls(api_key=api_key, model=settings.claude_model, max_tokens=settings.claude_max_tokens,
                    base_url=settings.claude_base_url, max_turns=settings.claude_max_turns,
-                   timeout=settings.claude_timeout)
+                   timeout=settings.claude_timeout, batch_tokens=settings.claude_batch_tokens)
 
     def __repr__(self) -> str:  # the client holds the key: never let a repr show it
         return f"ClaudeAgent(model={self.model!r}, max_tokens={self.max_tokens})"
@@ -195,10 +202,35 @@ class ClaudeAgent:
                 self._resume(ctx, event, resumed, state)
             else:
                 fresh.append(event)
+        fresh, payload_chars = self._within_budget(ctx, fresh)
         if fresh:
             key = "claude:" + ",".join(str(event.id) for event in fresh)
-            self._converse(ctx, Conversation(key, [{"role": "user", "content": render_events(fresh)}],
+            self._converse(ctx, Conversation(key, [{"role": "user", "content": render_events(fresh, payload_chars)}],
                                              event_ids=tuple(event.id for event in fresh)))
+
+    def _within_budget(self, ctx: RunContext, fresh: list[Event]) -> tuple[list[Event], int]:
+        """The first fresh events whose rendering fits batch_tokens (always at least one), and the payload cut
+        that makes them fit. The rest are handed back for a later run, costing them no attempt: one request
+        too big for the model ("prompt is too long") would fail every event in it."""
+        if not fresh:
+            return fresh, MAX_PAYLOAD_CHARS
+        budget = self.batch_tokens - estimate_tokens(_render_header(len(fresh)))
+        payload_chars = MAX_PAYLOAD_CHARS
+        first = estimate_tokens(_render_event(fresh[0], payload_chars))
+        while first > budget and payload_chars > MIN_PAYLOAD_CHARS:  # one event alone: cut it to fit
+            payload_chars = max(MIN_PAYLOAD_CHARS, payload_chars // 2)
+            first = estimate_tokens(_render_event(fresh[0], payload_chars))
+        used, kept = first, 1
+        for event in fresh[1:]:
+            used += estimate_tokens(_render_event(event, payload_chars))
+            if used > budget:
+                break
+            kept += 1
+        if kept < len(fresh):
+            ctx.defer(fresh[kept:], f"did not fit one model call (claude_batch_tokens = {self.batch_tokens}); "
+                                    f"a later run takes it")
+            log.info("%s of %s event(s) fit one model call; the rest wait for the next run", kept, len(fresh))
+        return fresh[:kept], payload_chars
 
     def _resume(self, ctx: RunContext, event: Event, resumed: Resumed, state: dict[str, Any]) -> None:
         pending: dict[str, Any] = state["pending"]
@@ -416,26 +448,36 @@ def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None)
     return None
 
 
-def render_events(events: list[Event]) -> str:
-    """The claimed events as one user turn: who sent what, with the payload as JSON."""
-    lines = [f"{len(events)} new event(s) in your inbox:"]
-    for event in events:
-        lines.append("")
-        lines.append(f"## event {event.id}: source {event.source!r}, source id {event.source_id!r}")
-        payload: dict[str, Any] = event.payload if isinstance(event.payload, dict) else {}
-        if event.source == "timer":
-            skipped = int(payload.get("skipped") or 0)
-            late = f"late by {int(payload.get('late_by') or 0)} s"
-            missed = f"; {skipped} missed occurrence(s) were coalesced into this one" if skipped else ""
-            lines.append(f"A timer fired ({late}{missed}).")
-        elif event.source == "approval":
-            lines.append(f"An approval was answered ({payload.get('answer', '?')}), but no saved conversation "
-                         f"asked for it, so there is nothing to resume.")
-        text = json.dumps(event.payload, ensure_ascii=False, sort_keys=True)
-        if len(text) > MAX_PAYLOAD_CHARS:
-            text = text[:MAX_PAYLOAD_CHARS] + f" … (cut: the payload has {len(text)} characters)"
-        lines.append(f"payload: {text}")
-    return "\n".join(lines)
+def render_events(events: list[Event], payload_chars: int = MAX_PAYLOAD_CHARS) -> str:
+    """The claimed events as one user turn: who sent what, with the payload as JSON (cut at payload_chars)."""
+    return "".join([_render_header(len(events)), *(_render_event(event, payload_chars) for event in events)])
+
+
+def _render_header(count: int) -> str:
+    return f"{count} new event(s) in your inbox:"
+
+
+def _render_event(event: Event, payload_chars: int) -> str:
+    lines = [f"## event {event.id}: source {event.source!r}, source id {event.source_id!r}"]
+    payload: dict[str, Any] = event.payload if isinstance(event.payload, dict) else {}
+    if event.source == "timer":
+        skipped = int(payload.get("skipped") or 0)
+        late = f"late by {int(payload.get('late_by') or 0)} s"
+        missed = f"; {skipped} missed occurrence(s) were coalesced into this one" if skipped else ""
+        lines.append(f"A timer fired ({late}{missed}).")
+    elif event.source == "approval":
+        lines.append(f"An approval was answered ({payload.get('answer', '?')}), but no saved conversation "
+                     f"asked for it, so there is nothing to resume.")
+    text = json.dumps(event.payload, ensure_ascii=False, sort_keys=True)
+    if len(text) > payload_chars:
+        text = text[:payload_chars] + f" … (cut: the payload has {len(text)} characters)"
+    lines.append(f"payload: {text}")
+    return "\n\n" + "\n".join(lines)  # a blank line before each event
+
+
+def estimate_tokens(text: str) -> int:
+    """A count the model's tokens are unlikely to exceed (see BYTES_PER_TOKEN)."""
+    return -(-len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN)
 
 
 def _continue_turn(conversation: Conversation, content: list[dict[str, Any]]) -> list[dict[str, Any]]:

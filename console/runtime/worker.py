@@ -126,8 +126,11 @@ class Worker:
         started = engine.clock.now()
         renewer = asyncio.create_task(self._keep_renewing(gen))
 
+        contexts: list[RunContext] = []  # kept even when the run raises: what it deferred is still unrun
+
         def do_run(store: Store) -> RunContext:
             ctx = RunContext(store, events, started, holder, gen, engine.settings.approval_expiry)
+            contexts.append(ctx)
             engine.agent.run(ctx)
             return ctx
 
@@ -162,6 +165,10 @@ class Worker:
         if unavailable is not None:
             await self._hold_back(gen, ids, unavailable)
             return
+        deferred = contexts[0].deferred if contexts else {}
+        if deferred:
+            await self._hand_back(gen, deferred)
+            ids = [event_id for event_id in ids if event_id not in deferred]
         finished = await self._finish(gen, ids, messages, error, notes)
         if finished is None:
             return  # stopping: the lease's release returns the events to pending
@@ -273,6 +280,19 @@ class Worker:
         engine.publish("events", "handed back")
         engine.publish("outbox", "queued")
         engine.wake()
+
+    async def _hand_back(self, gen: int, deferred: dict[int, str]) -> None:
+        """Events the agent left unrun (they did not fit one model call) go back to pending, attempt not spent."""
+        holder, now = self.engine.holder, self.engine.clock.now()
+        by_reason: dict[str, list[int]] = {}
+        for event_id, reason in deferred.items():
+            by_reason.setdefault(reason, []).append(event_id)
+
+        def hand_back(store: Store) -> bool:
+            return all([store.unclaim(holder, gen, ids, now=now, reason=reason) for reason, ids in by_reason.items()])
+
+        await self._write_until_stored(hand_back)
+        log.info("run %s: %s event(s) handed back for a later run", self.runs, len(deferred))
 
     async def _agent_worked(self, gen: int) -> None:
         """A run the provider took: the agent is ready, and a later pause of the same configuration is news."""

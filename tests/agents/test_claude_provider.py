@@ -286,3 +286,38 @@ def test_status_in_another_process_shows_what_the_running_engine_obeys(
         if engine.poll() is None:
             engine.kill()
             engine.wait(timeout=30)
+
+
+# --- the batch handed to one model call fits a token budget --------------------------------------
+
+def user_turn(request: dict[str, Any]) -> str:
+    return str(request["messages"][0]["content"])
+
+
+async def test_a_batch_too_big_for_one_call_is_split_without_spending_attempts(
+    tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for _ in range(3):
+        claude.reply(text("Noted."))
+    async with running_engine(tmp_path, claude.url, monkeypatch, claude_batch_tokens=20_000) as engine:
+        await engine.write(lambda s: s.ingest_many(
+            [("github", f"d-{n}", {"log": f"{n}" * 30_000}) for n in range(5)], now=NOW))
+        await wait_until(engine, lambda s: s.counts()["done"] == 5)
+        events = sorted(await engine.read(lambda s: s.events()), key=lambda e: e.id)
+        assert [e.attempts for e in events] == [1] * 5  # handed back unrun, never counted
+        turns = [user_turn(r) for r in claude.requests]
+        assert [turn.count("## event ") for turn in turns] == [2, 2, 1]
+        assert all(len(turn.encode()) <= 3 * 20_000 for turn in turns)  # within the budget's estimate
+        history = await engine.read(lambda s: s.history(events[4].id))
+        deferred = [a.detail for a in history if a.kind == "deferred"]
+        assert deferred == ["did not fit one model call (claude_batch_tokens = 20000); a later run takes it"] * 2
+
+
+def test_a_lone_event_over_the_budget_is_cut_to_fit(claude: FakeClaude, store: Store) -> None:
+    agent = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=64, base_url=claude.url, batch_tokens=1_000)
+    store.ingest("github", "huge", {"log": "x" * 50_000}, now=NOW)
+    claude.reply(text("Too long to read; nothing to say."))
+    ctx = run(agent, store)
+    turn = user_turn(claude.requests[0])
+    assert len(turn.encode()) <= 3 * 1_000 and "(cut: the payload has 50011 characters)" in turn
+    assert ctx.deferred == {} and store.counts()["done"] == 1
