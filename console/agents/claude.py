@@ -26,9 +26,12 @@ sent back as it is so the model goes on with the same turn. refusal runs nothing
 notice and the events' history says the model declined (asking again would be refused again). Any other
 stop reason fails the run with its name.
 
-API errors raise: the run fails, and the engine retries it with backoff and parks it dead after
-max_attempts with the reason. The client does not retry on its own (max_retries=0), so there is one retry
-policy and every attempt is counted where the console shows it. The key comes from ANTHROPIC_API_KEY and
+API errors raise, in three kinds. Back-pressure (rate limits, overload, no connection) raises ClaudeBusy
+with the API's retry-after, and a configuration the API refuses (the key, the model, the budget) raises
+ClaudePaused: the worker then hands the run's events back with no attempt spent and the agent as a whole
+waits or pauses. Anything else (a 500, a timeout) fails the run: the engine retries it with backoff and
+parks it dead after max_attempts with the reason. The client does not retry on its own (max_retries=0), so
+there is one retry policy and it is visible in the console. The key comes from ANTHROPIC_API_KEY and
 lives only in the client; it is never logged, journalled or saved.
 """
 
