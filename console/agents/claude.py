@@ -43,6 +43,7 @@ import hashlib
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -423,9 +424,15 @@ def _pause_kind(status: int, kind: str, message: str, error_code: str | None) ->
     if status == 402 or kind == "billing_error" or error_code == "enforced_spend_limit_reached" or (
             status == 400 and "usage limits" in message):
         return "budget"
-    if status == 404 or (status == 400 and "model" in message):
+    if status == 404 or (status == 400 and _MODEL_REJECTED.search(message)):
         return "model"
     return None
+
+
+# A 400 that says the model id itself is wrong ("invalid model name", "model ... not found"), as proxies
+# answer; not one that merely mentions the model ("... output tokens for this model").
+_NOT_A_MODEL = r"(?:invalid|unknown|unsupported|not (?:found|supported|available)|does not exist)"
+_MODEL_REJECTED = re.compile(rf"{_NOT_A_MODEL}\W+(?:\w+\W+)?model\b|\bmodel\b[^.;]*?\b{_NOT_A_MODEL}")
 
 
 def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:

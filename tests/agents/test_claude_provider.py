@@ -121,7 +121,7 @@ async def test_back_pressure_keeps_every_event_pending_and_spends_no_attempt(
         assert [e.attempts for e in events] == [1, 1]  # the wait cost them nothing
         assert await engine.read(lambda s: s.status(now=engine.clock.now())["agent"]) == {
             "state": "ready", "reason": None, "until": None}
-        assert await engine.read(lambda s: s.agent_state().state) == "ready"
+        await wait_until(engine, lambda s: s.agent_state().state == "ready")  # written just after the finish
 
 
 async def test_a_wait_the_provider_does_not_size_grows_while_it_keeps_pushing_back(
@@ -202,7 +202,18 @@ async def test_a_restart_tries_again_and_tells_the_owner_only_of_a_new_problem(
         await wait_until(engine, lambda s: s.counts()["done"] == 1)
         (event,) = await engine.read(lambda s: s.events())
         assert event.attempts == 1
-        assert await engine.read(lambda s: s.agent_state().state) == "ready"
+        await wait_until(engine, lambda s: s.agent_state().state == "ready" and s.agent_state().notified is None)
+
+
+def test_a_bad_request_that_mentions_the_model_is_still_the_events_failure(claude: FakeClaude, store: Store) -> None:
+    agent = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=64, base_url=claude.url)
+    claude.fail(400, "invalid_request_error",
+                "max_tokens: 64000 > 32000, which is the maximum allowed number of output tokens for this model")
+    store.ingest("chat", "m1", {"text": "hi"}, now=NOW)
+    with pytest.raises(ClaudeError) as failure:
+        run(agent, store)
+    assert not isinstance(failure.value, ProviderBusy | AgentPaused)
+    assert str(failure.value).startswith("the Claude API rejected the request (400: max_tokens: 64000 > 32000")
 
 
 def test_a_timeout_is_the_events_failure_and_names_the_setting(claude: FakeClaude, store: Store) -> None:
