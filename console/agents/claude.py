@@ -291,9 +291,10 @@ class ClaudeAgent:
         details: dict[str, Any] = stored if isinstance(stored, dict) else {}
         why = ": ".join(str(part) for part in (details.get("category"), details.get("explanation")) if part)
         event_ids = conversation.event_ids or tuple(event.id for event in ctx.events)
-        named = ", ".join(f"{event.id} ({event.source} {event.source_id})"
-                          for event in ctx.events if event.id in event_ids)
-        ctx.say(f"The model declined event {named}" + (f": {why}" if why else "; it gave no reason"))
+        declined = [event for event in ctx.events if event.id in event_ids]
+        named = ", ".join(f"{event.id} ({event.source} {event.source_id})" for event in declined)
+        plural = "s" if len(declined) > 1 else ""
+        ctx.say(f"The model declined event{plural} {named}" + (f": {why}" if why else "; it gave no reason"))
         ctx.note(f"the model declined ({why})" if why else "the model declined (no reason given)", event_ids)
 
     def _tool(self, ctx: RunContext, conversation: Conversation, use: dict[str, Any]) -> str:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from console.agents.base import RunContext
-from console.agents.errors import AgentUnavailable, ProviderBusy
+from console.agents.errors import AgentPaused, AgentUnavailable, ProviderBusy
 from console.core import AgentState, Event, Store, StoreUnavailable
 
 if TYPE_CHECKING:
@@ -259,19 +259,19 @@ class Worker:
                 store.unclaim(holder, gen, ids, now=now, reason=f"not run: {reason}")
                 return store.set_agent_state(holder, gen, "waiting", now=now, reason=reason, until=until)
 
-            held = await self._write_until_stored(wait)
+            held = await self._write_until_stored(wait, "that the agent waits")
             what = f"the agent waits {seconds} s"
         else:
             notice = (f"The agent is paused: {reason}. Nothing runs, and no event loses an attempt, until the "
                       f"configuration is fixed and the engine restarted.")
-            key = getattr(unavailable, "notice_key", reason)
+            key = unavailable.notice_key if isinstance(unavailable, AgentPaused) else reason
 
             def pause(store: Store) -> bool:
                 store.unclaim(holder, gen, ids, now=now, reason=f"not run: {reason}")
                 return store.set_agent_state(holder, gen, "paused", now=now, reason=reason, notice=notice,
                                              notice_key=key)
 
-            held = await self._write_until_stored(pause)
+            held = await self._write_until_stored(pause, "that the agent is paused")
             what = "the agent is paused until the engine restarts"
         if held:
             engine.note_error(f"run {self.runs}: {reason}; {len(ids)} event(s) back to pending unrun, {what}")
@@ -291,7 +291,7 @@ class Worker:
         def hand_back(store: Store) -> bool:
             return all([store.unclaim(holder, gen, ids, now=now, reason=reason) for reason, ids in by_reason.items()])
 
-        await self._write_until_stored(hand_back)
+        await self._write_until_stored(hand_back, "the events it handed back")
         log.info("run %s: %s event(s) handed back for a later run", self.runs, len(deferred))
 
     async def _agent_worked(self, gen: int) -> None:
@@ -300,11 +300,12 @@ class Worker:
         if state is None or (state.state == "ready" and state.notified is None):
             return
         holder, now = self.engine.holder, self.engine.clock.now()
-        await self._write_until_stored(lambda store: store.set_agent_state(holder, gen, "ready", now=now, worked=True))
+        await self._write_until_stored(lambda store: store.set_agent_state(holder, gen, "ready", now=now, worked=True),
+                                       "that the agent is ready")
         self._agent = None
         self.engine.publish("lease", "agent ready")
 
-    async def _write_until_stored(self, write: Callable[[Store], T]) -> T | None:
+    async def _write_until_stored(self, write: Callable[[Store], T], what: str) -> T | None:
         """One write, tried again while the inbox is busy; None if the engine stops first."""
         engine = self.engine
         pause = 0.05
@@ -312,7 +313,7 @@ class Worker:
             try:
                 return await engine.on("writer", write)
             except StoreUnavailable as exc:
-                engine.note_error(f"run {self.runs}: could not record that the agent cannot run ({exc}); trying again")
+                engine.note_error(f"run {self.runs}: could not record {what} ({exc}); trying again")
             if engine.stopping:
                 return None
             await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
