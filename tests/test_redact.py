@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from pathlib import Path
 
 import pytest
 
-from console.config import ConfigError, load_settings
-from console.redact import redact_url, redact_urls
+from console.clock import ManualClock
+from console.config import ConfigError, Settings, load_settings
+from console.redact import install_log_redaction, redact_url, redact_urls
+from console.runtime.engine import Engine
 
 
 @pytest.mark.parametrize(("url", "shown"), [
@@ -38,11 +42,39 @@ def test_a_bad_url_setting_is_named_without_its_credentials() -> None:
 
 
 def test_the_log_filter_redacts_a_libraries_request_line(caplog: pytest.LogCaptureFixture) -> None:
-    from console.redact import install_log_redaction
-
     install_log_redaction()
     install_log_redaction()  # twice is once
     caplog.set_level(logging.INFO)
     logging.getLogger("httpx2").info('HTTP Request: %s %s "%s"', "POST", "http://u:s3cret@proxy/v1/messages", "200")
     assert "s3cret" not in caplog.text and "http://***@proxy/v1/messages" in caplog.text
     assert len(logging.getLogger("httpx2").filters) == 1
+
+
+class LeakyAgent:
+    """An agent whose failure names a URL with its credentials, as a library's error might."""
+
+    name = "leaky"
+
+    def run(self, ctx: object) -> None:
+        raise RuntimeError("POST https://bot:s3cret@hooks.example.com/x?token=abc failed")
+
+
+async def test_a_runs_error_is_stored_and_logged_without_credentials(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO)
+    engine = Engine(Settings(db=tmp_path / "inbox.db"), clock=ManualClock(1_800_000_000), agent=LeakyAgent(),
+                    holder="w", idle_cap=0.05, install_defaults=False)
+    await engine.start()
+    try:
+        await engine.ingest("chat", "m1", {})
+        deadline = asyncio.get_running_loop().time() + 60
+        while not (history := await engine.read(lambda s: [a for a in s.history(1) if a.kind == "error"])):
+            assert asyncio.get_running_loop().time() < deadline, "the run never failed"
+            await asyncio.sleep(0.01)  # the polling interval of a condition check
+        event = await engine.read(lambda s: s.event(1))
+    finally:
+        await engine.stop()
+    assert history[0].detail == "RuntimeError: POST https://***@hooks.example.com/x?token=*** failed"
+    assert event is not None and event.error == history[0].detail
+    assert "s3cret" not in caplog.text and "abc" not in caplog.text

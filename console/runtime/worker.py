@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, TypeVar
 from console.agents.base import RunContext
 from console.agents.errors import AgentPaused, AgentUnavailable, ProviderBusy
 from console.core import AgentState, Event, Store, StoreUnavailable
+from console.redact import redact_urls
 
 if TYPE_CHECKING:
     from console.runtime.engine import Engine
@@ -144,7 +145,7 @@ class Worker:
         except AgentUnavailable as exc:  # the provider's trouble, not the events': they keep their attempts
             unavailable = exc
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            error = redact_urls(f"{type(exc).__name__}: {exc}")  # it is stored and shown: no credentials
             log.warning("run %s failed: %s", self.runs, error)
         finally:
             renewer.cancel()
