@@ -27,7 +27,8 @@ from console.core import STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.db import reporting_damage
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due
-from console.timefmt import relative, span
+from console.redact import install_log_redaction
+from console.timefmt import agent_in_words, relative, span
 
 PROG = "agent-console"
 USER_ERROR = 2
@@ -229,6 +230,14 @@ def _open_console(state: CliState) -> None:
 log = logging.getLogger("agent_console.cli")
 
 
+def _log_to_stderr() -> None:
+    """One line per record on stderr, with any URL's credentials redacted (a proxy's user:pass@)."""
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
+    )
+    install_log_redaction(*logging.getLogger().handlers)
+
+
 @main.command()
 @click.pass_obj
 def run(state: CliState) -> None:
@@ -241,9 +250,7 @@ def run(state: CliState) -> None:
     """
     settings = state.settings()
     ensure_default_db_folder(settings)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
-    )
+    _log_to_stderr()
     asyncio.run(_run_headless(settings))
 
 
@@ -307,9 +314,7 @@ def serve(state: CliState, host: str | None, port: int | None) -> None:
 
     settings = state.settings()
     ensure_default_db_folder(settings)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
-    )
+    _log_to_stderr()
     asyncio.run(serve_webhooks(
         settings, host=host, port=port, on_ready=lambda r: click.echo(f"listening on {r.url}", err=True),
     ))
@@ -402,6 +407,8 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     upcoming = "none due" if timer is None else f"next: {timer['id']} {relative(timer['due'], now)}"
     lines.append(f"timers     {upcoming}")
     lines.append(f"fencing    {info['takeovers']} takeovers · {info['refused_finishes']} refused late finishes")
+    agent = info["agent"]
+    lines.append(f"agent      {agent_in_words(agent['state'], agent['reason'], agent['until'], now)}")
     return lines
 
 

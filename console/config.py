@@ -9,6 +9,7 @@ find and fix it without reading a traceback.
 from __future__ import annotations
 
 import json
+import math
 import os
 import stat
 import tomllib
@@ -23,6 +24,7 @@ import platformdirs
 import tzlocal
 
 from console.core.timers import validate_cron
+from console.redact import redact_url
 
 APP_NAME = "agent-console"
 ENV_PREFIX = "AGENT_CONSOLE_"
@@ -69,6 +71,11 @@ class Settings:
     claude_model: str = "claude-sonnet-5-5"  # the model the claude agent talks to
     claude_max_tokens: int = 1024   # the longest reply of one claude model turn
     claude_base_url: str | None = None  # a proxy or a test server instead of the Anthropic API
+    claude_max_turns: int = 10      # model turns per conversation per run; still calling tools after that fails the run
+    claude_timeout: float = 120.0   # seconds one model turn may take (the lease is renewed meanwhile)
+    # The estimated tokens of the events handed to one model call: what does not fit waits for the next run,
+    # with no attempt spent. Well under any model's context window, leaving room for the turns that follow.
+    claude_batch_tokens: int = 40_000
     max_payload_bytes: int = 1024 * 1024
     retain_days: int = 0            # prune finished work older than this, once a day (0 keeps everything)
     digest_cron: str = "0 9 * * *"  # the daily digest timer installed on first start
@@ -102,7 +109,7 @@ Checker = Callable[[Any, bool], Any]
 MAX_WHOLE_NUMBER = 1_000_000_000
 
 
-def _seconds_or_count(minimum: int) -> Checker:
+def _seconds_or_count(minimum: int, maximum: int = MAX_WHOLE_NUMBER) -> Checker:
     def check(value: Any, from_text: bool) -> int:
         if from_text:
             try:
@@ -113,9 +120,30 @@ def _seconds_or_count(minimum: int) -> Checker:
             raise ValueError(f"expected a whole number, got {value!r}")
         if value < minimum:
             raise ValueError(f"must be at least {minimum}, got {value}")
-        if value > MAX_WHOLE_NUMBER:
-            raise ValueError(f"must be at most {MAX_WHOLE_NUMBER}, got {value}")
+        if value > maximum:
+            raise ValueError(f"must be at most {maximum}, got {value}")
         return value
+
+    return check
+
+
+def _seconds_between(minimum: float, maximum: float) -> Checker:
+    """A duration that may have a fraction (a request timeout)."""
+
+    def check(value: Any, from_text: bool) -> float:
+        given = value
+        if from_text:
+            try:
+                value = float(str(value).strip())
+            except ValueError:
+                value = None
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+            raise ValueError(f"expected a number of seconds, got {given!r}")
+        if value < minimum:
+            raise ValueError(f"must be at least {minimum:g} second{'s' if minimum != 1 else ''}, got {value:g}")
+        if value > maximum:
+            raise ValueError(f"must be at most {maximum:g} seconds, got {value:g}")
+        return float(value)
 
     return check
 
@@ -142,7 +170,7 @@ def _agent(value: Any, from_text: bool) -> str:
 def _url(value: Any, from_text: bool) -> str:
     url = _text(value, from_text)
     if not url.startswith(("http://", "https://")):
-        raise ValueError(f"expected an http:// or https:// address, got {url!r}")
+        raise ValueError(f"expected an http:// or https:// address, got {redact_url(url)!r}")
     return url
 
 
@@ -205,6 +233,9 @@ CHECKS: dict[str, Checker] = {
     "claude_model": _text,
     "claude_max_tokens": _seconds_or_count(1),
     "claude_base_url": _url,
+    "claude_max_turns": _seconds_or_count(1, 1000),
+    "claude_timeout": _seconds_between(1, 3600),
+    "claude_batch_tokens": _seconds_or_count(1000, 10_000_000),
     "max_payload_bytes": _seconds_or_count(1),
     "retain_days": _seconds_or_count(0),
     "digest_cron": _cron,

@@ -1,4 +1,5 @@
-"""Durations for people (45s, 3m 05s, 4h 00m, 2d 03h), shared by the command line and the console."""
+"""Durations for people (45s, 3m 05s, 4h 00m, 2d 03h) and the agent's state in words, shared by the command
+line and the console so both say the same."""
 
 from __future__ import annotations
 
@@ -18,3 +19,13 @@ def span(seconds: int, *, sep: str = " ") -> str:
 def relative(when: int, now: int, *, sep: str = " ") -> str:
     """'in 3m 05s' or '3m 05s ago'."""
     return f"in {span(when - now, sep=sep)}" if when >= now else f"{span(now - when, sep=sep)} ago"
+
+
+def agent_in_words(state: str, reason: str | None, until: int | None, now: int, *, sep: str = " ") -> str:
+    """'ready', 'waiting (45s left): <reason>' or 'paused until the engine restarts: <reason>'."""
+    why = f": {reason}" if reason else ""
+    if state == "waiting" and until is not None:
+        return f"waiting ({span(max(0, until - now), sep=sep)} left){why}"
+    if state == "paused":
+        return f"paused until the engine restarts{why}"
+    return state

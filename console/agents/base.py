@@ -8,7 +8,7 @@ loses its lease says and asks nothing; everything it does in the world is a fenc
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -70,6 +70,8 @@ class RunContext:
     timers: list[TimerDraft] = field(default_factory=list)
     fence: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], int] | None = None  # the wall clock for fencing checks; None: the run's start, `now`
+    notes: dict[int, str] = field(default_factory=dict)  # event id -> how this run ended for it
+    deferred: dict[int, str] = field(default_factory=dict)  # event id -> why it was handed back unrun
 
     def say(self, text: str, urgent: bool = False) -> None:
         """Queue a message; it enters the outbox only when this run's finish commits."""
@@ -129,6 +131,18 @@ class RunContext:
         self.store.check_timer(timer_id, due, payload or {}, **options)
         self.timers.append(TimerDraft(timer_id, due, dict(payload or {}), dict(options)))
 
+    def note(self, text: str, event_ids: Iterable[int] | None = None) -> None:
+        """Say in the events' history how this run ended for them (the model declined, say): the note is
+        recorded on their finish, so it commits with the run or not at all. None means every event."""
+        for event_id in (event.id for event in self.events) if event_ids is None else event_ids:
+            self.notes[event_id] = text
+
+    def defer(self, events: Iterable[Event], reason: str) -> None:
+        """Hand events back unrun: when the run ends they return to pending with no attempt spent, for a
+        later run (they did not fit this one). Only for events nothing has been done for yet."""
+        for event in events:
+            self.deferred[event.id] = reason
+
     def resumed(self, event: Event) -> Resumed | None:
         """For an approval event: the settled outcome, the action and the saved session, all read from
         the approvals row and its session (never from the event's payload)."""
@@ -158,7 +172,8 @@ class RunContext:
 
     def staged(self) -> dict[str, Any]:
         """finish()'s keywords for what this run produced for the inbox."""
-        return {"messages": list(self.messages), "approvals": list(self.drafts), "timers": list(self.timers)}
+        return {"messages": list(self.messages), "approvals": list(self.drafts), "timers": list(self.timers),
+                "notes": dict(self.notes)}
 
 
 def expires_in_words(seconds: int) -> str:

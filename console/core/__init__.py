@@ -5,6 +5,7 @@ from console.core.base import SendError, StaleGeneration
 from console.core.db import MIN_SQLITE, StoreError, StoreUnavailable
 from console.core.models import (
     STATUSES,
+    AgentState,
     Approval,
     ApprovalDraft,
     Attempt,
@@ -24,6 +25,7 @@ from console.core.store import Store
 __all__ = [
     "MIN_SQLITE",
     "STATUSES",
+    "AgentState",
     "Approval",
     "ApprovalDraft",
     "Attempt",

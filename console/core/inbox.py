@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from console.core.base import StoreBase, dumps, loads
@@ -207,12 +207,16 @@ class InboxMixin(StoreBase):
         error: str | None = None,
         approvals: Sequence[ApprovalDraft] = (),
         timers: Sequence[TimerDraft] = (),
+        notes: Mapping[int, str] | None = None,
     ) -> bool:
         """Record a run's outcome and queue its messages, in one fenced transaction.
 
         Everything else the run produced for the inbox commits here too, or not at all: the approvals it
         asked for (with their saved sessions and expiry timers) and the timers it set. A run that fails,
         crashes or is fenced leaves nothing half-asked; its retry asks again under the same ids.
+
+        notes (event id -> text) become the detail of those events' finish in their history: how the run
+        ended for them when `done` alone would hide it (the model declined, say).
 
         Refused (False, and recorded) unless holder still holds the lease in generation gen. Only
         events still running under gen change; messages are queued only on success, and only when
@@ -239,7 +243,7 @@ class InboxMixin(StoreBase):
                         (now, event_id, gen),
                     ).fetchall()
                     if changed:
-                        self._log_attempt(event_id, now, "finish", holder, gen)
+                        self._log_attempt(event_id, now, "finish", holder, gen, (notes or {}).get(event_id))
                 else:
                     changed = self._conn.execute(
                         """SELECT attempts FROM inbox WHERE id = ? AND status = 'running' AND claim_gen = ?""",

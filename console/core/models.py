@@ -164,3 +164,33 @@ class TimerDraft:
     due: int
     payload: Any = None
     options: dict[str, Any] = field(default_factory=dict)  # add_timer's keywords: every, cron, tz, catch_up
+
+
+AGENT_STATES = ("ready", "waiting", "paused")
+
+
+@dataclass(frozen=True)
+class AgentState:
+    """The agent as a whole: ready; waiting out the provider's back-pressure until `until`; or paused by a
+    configuration the provider refuses. Written by the lease holder, read by any process."""
+
+    state: str
+    reason: str | None
+    until: int | None
+    since: int
+    holder: str | None = None
+    gen: int | None = None
+    waits: int = 0
+    notified: str | None = None
+
+    def at(self, now: int) -> AgentState:
+        """As it stands at `now`: a wait that is over reads as ready, whether or not an engine is left to
+        say so."""
+        if self.state == "waiting" and self.until is not None and self.until <= now:
+            return AgentState("ready", None, None, self.until, self.holder, self.gen, self.waits, self.notified)
+        return self
+
+    def public(self, now: int) -> dict[str, Any]:
+        """The `status --json` contract: {"state", "reason", "until"}."""
+        current = self.at(now)
+        return {"state": current.state, "reason": current.reason, "until": current.until}

@@ -11,6 +11,7 @@ from typing import Any
 
 import apsw
 
+from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
 from console.core.db import connect, integrity_problems, schema_dump, user_version
 from console.core.inbox import InboxMixin
@@ -23,7 +24,9 @@ from console.core.retention import RetentionMixin
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
-class Store(RetentionMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin):
+class Store(
+    RetentionMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin, AgentStateMixin
+):
     def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
         self._conn = conn
         self.path = path
@@ -157,4 +160,5 @@ class Store(RetentionMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin,
             "outbox": self.outbox_counts(),
             "next_send_at": self.next_send_at(now=now),
             "next_timer": None if nxt is None else {"id": nxt.id, "due": nxt.due, "due_in": nxt.due - now},
+            "agent": self.agent_state().public(now),
         }

@@ -5,17 +5,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from console.agents.base import RunContext
-from console.core import Event, StaleGeneration, Store, StoreUnavailable
+from console.agents.errors import AgentPaused, AgentUnavailable, ProviderBusy
+from console.core import AgentState, Event, StaleGeneration, Store, StoreUnavailable
+from console.redact import redact_urls
 
 if TYPE_CHECKING:
     from console.runtime.engine import Engine
 
 log = logging.getLogger("agent_console.worker")
+
+T = TypeVar("T")
+
+# How long the agent waits out back-pressure the provider did not size (no retry-after): 30 s, doubling while
+# it keeps pushing back, up to 15 minutes. Any wait, sized or not, is at least 1 s and at most an hour.
+DEFAULT_WAIT = 30
+MAX_DEFAULT_WAIT = 900
+MAX_WAIT = 3600
+
+
+def wait_seconds(retry_after: float | None, waits_before: int) -> int:
+    """The wait for one push-back: the provider's retry-after when it gave one, else the default, doubled
+    for each wait just before it."""
+    if retry_after is None:
+        return int(min(MAX_DEFAULT_WAIT, DEFAULT_WAIT * 2 ** min(waits_before, 10)))
+    return max(1, min(MAX_WAIT, math.ceil(retry_after)))
 
 
 class Worker:
@@ -24,6 +43,8 @@ class Worker:
         self.gen: int | None = None
         self.stalled = False
         self.runs = 0
+        self.holds = 0  # passes that claimed nothing because the agent waits or is paused
+        self._agent: AgentState | None = None  # as the gate last read it
         self._current: asyncio.Task[None] | None = None
         self._lost_lease = False
         self._renewed_at = 0
@@ -77,6 +98,10 @@ class Worker:
         engine.set_mode("active")
         if engine.stopping:
             return None  # shutdown releases this generation; a claim now would only count an attempt
+        hold = await self._agent_gate(gen, now)
+        if hold is not None:
+            self.holds += 1
+            return hold
         events = await engine.on("writer", lambda store: store.claim_batch(holder, gen, now=now))
         if engine.stopping:
             return None  # no run may start now: shutdown's release returns these events to pending
@@ -104,21 +129,27 @@ class Worker:
         fence = threading.Event()  # set once the lease is gone: the run's next step, ask or say raises
         renewer = asyncio.create_task(self._keep_renewing(gen, fence))
 
-        def do_run(store: Store) -> dict[str, Any]:
+        contexts: list[RunContext] = []  # kept even when the run raises: what it deferred is still unrun
+
+        def do_run(store: Store) -> RunContext:
             ctx = RunContext(store, events, started, holder, gen, engine.settings.approval_expiry,
                              fence=fence, clock=engine.clock.now)
+            contexts.append(ctx)
             engine.agent.run(ctx)
-            return ctx.staged()
+            return ctx
 
         error: str | None = None
         staged: dict[str, Any] = {}
+        unavailable: AgentUnavailable | None = None
         try:
-            staged = await engine.on("runner", do_run)
+            staged = (await engine.on("runner", do_run)).staged()
         except StaleGeneration as exc:
             error = f"fenced: {exc}"
             log.warning("run %s stopped: %s", self.runs, exc)
+        except AgentUnavailable as exc:  # the provider's trouble, not the events': they keep their attempts
+            unavailable = exc
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
+            error = redact_urls(f"{type(exc).__name__}: {exc}")  # it is stored and shown: no credentials
             log.warning("run %s failed: %s", self.runs, error)
         finally:
             renewer.cancel()
@@ -137,15 +168,26 @@ class Worker:
             # The finish is still tried: the inbox refuses it and records the refusal, so the console's
             # count of fenced writes is true. Nothing the run staged is written.
             engine.note_error(f"run {self.runs}: lease lost mid-run; its finish will be refused")
+        elif unavailable is not None:
+            await self._hold_back(gen, ids, unavailable)
+            return
+        else:
+            deferred = contexts[0].deferred if contexts else {}
+            if deferred:
+                await self._hand_back(gen, deferred)
+                ids = [event_id for event_id in ids if event_id not in deferred]
         finished = await self._finish(gen, ids, staged, error)
         if finished is None:
             return  # stopping: the lease's release returns the events to pending
         if not finished:
             engine.note_error(f"run {self.runs}: finish refused (generation {gen} was fenced off)")
         else:
-            log.info("run %s %s", self.runs, "failed" if error else f"done, {len(staged['messages'])} message(s)")
+            said = len(staged.get("messages", ()))
+            log.info("run %s %s", self.runs, "failed" if error else f"done, {said} message(s)")
         if error:
             engine.last_error = error
+        if finished:
+            await self._agent_worked(gen)
         engine.publish("run", "finished" if finished and not error else "failed")
         engine.publish("events", "finished")
         engine.publish("outbox", "queued")
@@ -179,6 +221,107 @@ class Worker:
         holder = self.engine.holder
         outputs = {} if error else staged  # a failed run's outputs are dropped; its retry produces them again
         return lambda store: store.finish(holder, gen, ids, now=now, error=error, **outputs)
+
+    # --- the agent as a whole: waiting out back-pressure, paused by a refused configuration ----------------
+    async def _agent_gate(self, gen: int, now: int) -> float | None:
+        """How long to hold off claiming while the agent waits or is paused, or None to claim now.
+
+        Read from the inbox every pass, so what the console and `status` show is what the worker obeys. A
+        pause set by another engine or an earlier generation (this engine restarted, or lost the lease and
+        took it back) is lifted: the configuration may have changed, and if not the first run pauses again
+        without telling the owner twice."""
+        engine = self.engine
+        state = await engine.read(lambda store: store.agent_state())
+        self._agent = state
+        if state.state == "paused":
+            if (state.holder, state.gen) == (engine.holder, gen):
+                return engine.idle_cap
+            holder = engine.holder
+            if await engine.on("writer", lambda store: store.set_agent_state(holder, gen, "ready", now=now)):
+                log.info("the agent was paused (%s); trying again under generation %s", state.reason, gen)
+                engine.publish("lease", "agent ready")
+                self._agent = await engine.read(lambda store: store.agent_state())
+            return None
+        if state.state == "waiting" and state.until is not None and state.until > now:
+            return engine.seconds_until(state.until)
+        return None
+
+    async def _hold_back(self, gen: int, ids: list[int], unavailable: AgentUnavailable) -> None:
+        """The provider cannot take the run: its events go back to pending unrun (no attempt spent) and the
+        agent waits (back-pressure) or pauses (a configuration the provider refuses, with one urgent
+        message to the owner). Nothing is claimed until the wait ends or the engine restarts."""
+        engine = self.engine
+        holder = engine.holder
+        now = engine.clock.now()
+        reason = str(unavailable)
+        if isinstance(unavailable, ProviderBusy):
+            before = self._agent.waits if self._agent is not None and self._agent.state == "waiting" else 0
+            seconds = wait_seconds(unavailable.retry_after, before)
+            until = now + seconds
+
+            def wait(store: Store) -> bool:
+                store.unclaim(holder, gen, ids, now=now, reason=f"not run: {reason}")
+                return store.set_agent_state(holder, gen, "waiting", now=now, reason=reason, until=until)
+
+            held = await self._write_until_stored(wait, "that the agent waits")
+            what = f"the agent waits {seconds} s"
+        else:
+            notice = (f"The agent is paused: {reason}. Nothing runs, and no event loses an attempt, until the "
+                      f"configuration is fixed and the engine restarted.")
+            key = unavailable.notice_key if isinstance(unavailable, AgentPaused) else reason
+
+            def pause(store: Store) -> bool:
+                store.unclaim(holder, gen, ids, now=now, reason=f"not run: {reason}")
+                return store.set_agent_state(holder, gen, "paused", now=now, reason=reason, notice=notice,
+                                             notice_key=key)
+
+            held = await self._write_until_stored(pause, "that the agent is paused")
+            what = "the agent is paused until the engine restarts"
+        if held:
+            engine.note_error(f"run {self.runs}: {reason}; {len(ids)} event(s) back to pending unrun, {what}")
+        engine.publish("lease", "agent waiting" if isinstance(unavailable, ProviderBusy) else "agent paused")
+        engine.publish("run", "held back")
+        engine.publish("events", "handed back")
+        engine.publish("outbox", "queued")
+        engine.wake()
+
+    async def _hand_back(self, gen: int, deferred: dict[int, str]) -> None:
+        """Events the agent left unrun (they did not fit one model call) go back to pending, attempt not spent."""
+        holder, now = self.engine.holder, self.engine.clock.now()
+        by_reason: dict[str, list[int]] = {}
+        for event_id, reason in deferred.items():
+            by_reason.setdefault(reason, []).append(event_id)
+
+        def hand_back(store: Store) -> bool:
+            return all([store.unclaim(holder, gen, ids, now=now, reason=reason) for reason, ids in by_reason.items()])
+
+        await self._write_until_stored(hand_back, "the events it handed back")
+        log.info("run %s: %s event(s) handed back for a later run", self.runs, len(deferred))
+
+    async def _agent_worked(self, gen: int) -> None:
+        """A run the provider took: the agent is ready, and a later pause of the same configuration is news."""
+        state = self._agent
+        if state is None or (state.state == "ready" and state.notified is None):
+            return
+        holder, now = self.engine.holder, self.engine.clock.now()
+        await self._write_until_stored(lambda store: store.set_agent_state(holder, gen, "ready", now=now, worked=True),
+                                       "that the agent is ready")
+        self._agent = None
+        self.engine.publish("lease", "agent ready")
+
+    async def _write_until_stored(self, write: Callable[[Store], T], what: str) -> T | None:
+        """One write, tried again while the inbox is busy; None if the engine stops first."""
+        engine = self.engine
+        pause = 0.05
+        while True:
+            try:
+                return await engine.on("writer", write)
+            except StoreUnavailable as exc:
+                engine.note_error(f"run {self.runs}: could not record {what} ({exc}); trying again")
+            if engine.stopping:
+                return None
+            await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
+            pause = min(pause * 2, engine.idle_cap)
 
     async def _keep_renewing(self, gen: int, fence: threading.Event) -> None:
         """Renew every TTL/3 during a long agent call; a refusal means the lease is gone (lapsed, or

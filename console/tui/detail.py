@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from datetime import datetime, tzinfo
 
 from console.core import Approval, Attempt, Event, JournalStep, OutboxMessage, Store
-from console.timefmt import relative, span
+from console.timefmt import agent_in_words, relative, span
 
 AHEAD_LIMIT = 100
 
@@ -82,6 +82,10 @@ def why_not_run(
         return [f"dead: {event.error or 'no reason recorded'} (press r to retry it)", *reasons]
     if event.status == "running":
         return [f"running now under lease generation {event.claim_gen} (attempt {event.attempts})", *reasons]
+    agent = store.agent_state().at(now)
+    if agent.state != "ready":
+        reasons.append(f"the agent is {agent_in_words(agent.state, agent.reason, agent.until, now, sep='')}; "
+                       f"nothing is claimed meanwhile, and the wait costs no event an attempt")
     lease = store.lease()
     if lease is None or not lease.is_live(now):
         ended = "" if lease is None else f" (it lapsed {clock_text(lease.until, now, zone)})"

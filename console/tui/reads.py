@@ -10,7 +10,7 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from console.core import Approval, Event, Lease, OutboxMessage, RefusedFinish, Store
+from console.core import AgentState, Approval, Event, Lease, OutboxMessage, RefusedFinish, Store
 
 SPARK_MINUTES = 30
 RECENT = 8
@@ -86,13 +86,14 @@ class LeaseView:
     refused: int
     recent_refusals: list[RefusedFinish]
     log: list[tuple[int, str, str, int, str | None]]
+    agent: AgentState | None = None  # as it stands at `now`
 
 
 def read_lease(now: int) -> Callable[[Store], LeaseView]:
     def read(store: Store) -> LeaseView:
         return LeaseView(
             now, store.lease(), store.takeover_count(), store.refused_finish_count(),
-            store.refused_finishes(3), store.lease_log(3),
+            store.refused_finishes(3), store.lease_log(3), store.agent_state().at(now),
         )
 
     return read

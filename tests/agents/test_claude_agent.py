@@ -1,6 +1,6 @@
-"""The Claude agent against a real HTTP server on 127.0.0.1 that plays POST /v1/messages from a script.
-
-No internet: the agent's client is pointed at the fake server with claude_base_url and a fake key.
+"""The Claude agent against the stand-in Messages API (tests/agents/stand_in.py), a real HTTP server on
+127.0.0.1 that plays POST /v1/messages from a script. No internet: the agent's client is pointed at it with
+claude_base_url and a fake key.
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ import secrets
 import socket
 import subprocess
 import sys
-import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
 
 from console.agents.base import AgentSetupError, RunContext
 from console.agents.claude import ClaudeAgent, ClaudeError
@@ -28,77 +26,11 @@ from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings
 from console.core import Event, Store
 from console.runtime.engine import Engine
+from tests.agents.stand_in import FakeClaude, text, tool
 
 NOW = 1_790_000_000
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_KEY = "sk-ant-test-" + secrets.token_hex(12)
-
-
-# --- the fake Messages API ----------------------------------------------------------------------
-
-class FakeClaude:
-    """Enough of POST /v1/messages: the scripted replies in order, and every request recorded."""
-
-    def __init__(self) -> None:
-        self.script: list[tuple[int, dict[str, Any]]] = []
-        self.requests: list[dict[str, Any]] = []
-        self.keys: list[str] = []
-        self.url = ""
-
-    def reply(self, *blocks: dict[str, Any]) -> None:
-        stop = "tool_use" if any(block["type"] == "tool_use" for block in blocks) else "end_turn"
-        n = len(self.script) + 1
-        self.script.append((200, {
-            "id": f"msg_{n}", "type": "message", "role": "assistant", "model": "claude-test",
-            "content": list(blocks), "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": 100 + n, "output_tokens": 10 + n},
-        }))
-
-    def fail(self, status: int, kind: str, message: str) -> None:
-        self.script.append((status, {"type": "error", "error": {"type": kind, "message": message}}))
-
-    async def handle(self, request: web.Request) -> web.Response:
-        self.requests.append(await request.json())
-        # Older clients send the key as x-api-key, newer ones as a bearer token.
-        bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
-        self.keys.append(request.headers.get("x-api-key") or bearer)
-        if not self.script:
-            return web.json_response({"type": "error", "error": {"type": "api_error", "message": "unscripted"}},
-                                     status=500)
-        status, body = self.script.pop(0)
-        return web.json_response(body, status=status)
-
-
-def text(value: str) -> dict[str, Any]:
-    return {"type": "text", "text": value}
-
-
-def tool(use_id: str, name: str, **arguments: Any) -> dict[str, Any]:
-    return {"type": "tool_use", "id": use_id, "name": name, "input": arguments}
-
-
-@pytest.fixture
-def claude() -> Iterator[FakeClaude]:
-    """The fake server on its own loop in a thread, so the agent's blocking client can call it from tests."""
-    fake = FakeClaude()
-    loop = asyncio.new_event_loop()
-    app = web.Application()
-    app.router.add_post("/v1/messages", fake.handle)
-    runner = web.AppRunner(app, access_log=None)
-    loop.run_until_complete(runner.setup())
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    loop.run_until_complete(web.SockSite(runner, sock).start())
-    fake.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
-    thread = threading.Thread(target=loop.run_forever, daemon=True)
-    thread.start()
-    try:
-        yield fake
-    finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
-        loop.close()
 
 
 @pytest.fixture
@@ -323,6 +255,104 @@ def test_a_model_that_never_stops_calling_tools_fails_the_run(claude: FakeClaude
     assert store.outbox_messages() == []
 
 
+# --- the model's stop reasons ------------------------------------------------------------------
+
+def committed_replies(store: Store, event_id: int) -> list[dict[str, Any]]:
+    return [step.result for step in store.journal_steps(event_id) if step.state == "committed"]
+
+
+def test_a_reply_cut_off_at_max_tokens_is_asked_again_with_more_room_and_never_run_truncated(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store
+) -> None:
+    store.ingest("chat", "m1", {"text": "refund order 881"}, now=NOW)
+    claude.reply(tool("t1", "send_message", text="Your refund of $50 for order 881 was proc"), stop="max_tokens")
+    claude.reply(tool("t1", "send_message", text="Your refund of $50 for order 881 was processed."))
+    claude.reply(text("Sent."))
+    ctx = run(agent, store)
+    assert ctx.messages == [("Your refund of $50 for order 881 was processed.", False)]
+    assert [m.body for m in store.outbox_messages()] == ["Your refund of $50 for order 881 was processed."]
+    first, again, after = claude.requests
+    assert (first["max_tokens"], again["max_tokens"], after["max_tokens"]) == (512, 1024, 512)
+    assert again["messages"] == first["messages"]  # the same turn, asked again; the cut-off reply went nowhere
+    replies = committed_replies(store, ctx.events[0].id)
+    assert [reply["stop_reason"] for reply in replies] == ["tool_use", "end_turn"]
+
+
+def test_a_reply_still_cut_off_at_the_ceiling_fails_the_run_and_runs_nothing(claude: FakeClaude, store: Store) -> None:
+    agent = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=100, base_url=claude.url, max_tokens_ceiling=400)
+    store.ingest("chat", "m1", {"text": "refund order 881"}, now=NOW)
+    for _ in range(3):
+        claude.reply(text("Working on it."), tool("t1", "send_message", text="Your refund of $50 was proc"),
+                     stop="max_tokens")
+    with pytest.raises(ClaudeError) as failure:
+        run(agent, store)
+    assert str(failure.value) == (
+        "the model's reply was cut off at max_tokens (400, the most this agent asks for) in the middle of a "
+        "call to send_message; the cut-off call was not run")
+    assert [r["max_tokens"] for r in claude.requests] == [100, 200, 400]
+    (event,) = store.events()
+    assert event.status == "pending" and "cut off at max_tokens" in (event.error or "")
+    assert store.outbox_messages() == [] and committed_replies(store, event.id) == []
+
+
+def test_a_paused_turn_is_sent_back_as_it_is_and_the_model_goes_on(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store
+) -> None:
+    store.ingest("chat", "m1", {"text": "what changed in the repo?"}, now=NOW)
+    claude.reply(text("Let me look through the history."), stop="pause_turn")
+    claude.reply(tool("t1", "send_message", text="Two merges, both green."))
+    claude.reply(text("Answered."))
+    ctx = run(agent, store)
+    first, resumed, after = claude.requests
+    paused = {"role": "assistant", "content": [text("Let me look through the history.")]}
+    assert resumed["messages"] == [*first["messages"], paused]  # no new user turn: the same turn goes on
+    assert after["messages"][1] == {"role": "assistant", "content": [
+        text("Let me look through the history."), tool("t1", "send_message", text="Two merges, both green.")]}
+    assert tool_results(after)[0]["tool_use_id"] == "t1"
+    assert ctx.messages == [("Two merges, both green.", False)]
+
+
+@pytest.mark.parametrize("reason", ["model_context_window_exceeded", "compaction", None])
+def test_a_stop_reason_the_agent_does_not_handle_fails_the_run_with_its_name(
+    agent: ClaudeAgent, claude: FakeClaude, store: Store, reason: str | None
+) -> None:
+    store.ingest("chat", "m1", {"text": "deploy"}, now=NOW)
+    claude.script.append((200, {
+        "id": "msg_1", "type": "message", "role": "assistant", "model": "claude-test",
+        "content": [tool("t1", "send_message", text="Deploying now")], "stop_reason": reason,
+        "stop_sequence": None, "usage": {"input_tokens": 10, "output_tokens": 10},
+    }, {}))
+    with pytest.raises(ClaudeError, match=f"stop reason {reason!r}") as failure:
+        run(agent, store)
+    assert "the model stopped" in str(failure.value)
+    assert len(claude.requests) == 1 and store.outbox_messages() == []
+
+
+def test_credentials_in_the_base_url_reach_no_error_log_or_inbox(
+    claude: FakeClaude, store: Store, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    secret = "pw-" + secrets.token_hex(6)
+    through_proxy = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=64,
+                                base_url=claude.url.replace("http://", f"http://owner:{secret}@"))
+    store.ingest("chat", "m1", {"text": "hi"}, now=NOW)
+    claude.reply(text("Hello."))
+    run(through_proxy, store)
+    assert "HTTP Request: POST http://***@127.0.0.1" in caplog.text  # the library's own request line
+
+    with socket.socket() as closed:  # a port nobody listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    unreachable = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=64, base_url=f"http://owner:{secret}@127.0.0.1:{port}")
+    store.ingest("chat", "m2", {"text": "hi again"}, now=NOW + 1)
+    with pytest.raises(ClaudeError) as failure:
+        run(unreachable, store, now=NOW + 1)
+    assert f"could not reach http://***@127.0.0.1:{port}" in str(failure.value)
+    assert secret not in str(failure.value) and secret not in caplog.text
+    files = [p for p in db_path.parent.iterdir() if p.name.startswith(db_path.name)]
+    assert files and all(secret.encode() not in p.read_bytes() for p in files)
+
+
 # --- building the agent from settings ---------------------------------------------------------
 
 def test_the_agent_is_built_from_settings_and_the_environment(
@@ -330,10 +360,12 @@ def test_the_agent_is_built_from_settings_and_the_environment(
 ) -> None:
     config = tmp_path / "config.toml"
     config.write_text(f'agent = "claude"\nclaude_model = "claude-opus-5-5"\nclaude_base_url = "{claude.url}"\n')
-    settings = load_settings(config, env={"AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "2048"})
+    settings = load_settings(config, env={"AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "2048",
+                                          "AGENT_CONSOLE_CLAUDE_MAX_TURNS": "3", "AGENT_CONSOLE_CLAUDE_TIMEOUT": "45"})
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
     agent = build_agent("claude", settings)
     assert isinstance(agent, ClaudeAgent) and (agent.model, agent.max_tokens) == ("claude-opus-5-5", 2048)
+    assert (agent.max_turns, agent.timeout) == (3, 45.0)
     monkeypatch.delenv("ANTHROPIC_API_KEY")
     with pytest.raises(ValueError, match="the claude agent needs an API key: set ANTHROPIC_API_KEY"):
         build_agent("claude", settings)
@@ -405,3 +437,18 @@ async def test_the_engine_runs_a_chat_and_an_approval_through_claude(engine: Eng
     bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
     assert "Deployed." in bodies and any(b.startswith(f"Approval needed [{approval.request_id}]") for b in bodies)
     assert len(claude.requests) == 6 and json.dumps(claude.requests).count(FAKE_KEY) == 0
+
+
+async def test_a_refusal_tells_the_owner_and_the_event_record_says_the_model_declined(
+    engine: Engine, claude: FakeClaude
+) -> None:
+    explanation = "This request triggered cyber-related safeguards."
+    claude.reply(stop="refusal", stop_details={"type": "refusal", "category": "cyber", "explanation": explanation})
+    await engine.ingest("chat", "m1", {"text": "find the holes in this login form"})
+    event = await wait_until(engine, lambda s: s.events(status="done"))
+    history = await engine.read(lambda s: s.history(event[0].id))
+    (finish,) = [attempt for attempt in history if attempt.kind == "finish"]
+    assert finish.detail == f"the model declined (cyber: {explanation})"
+    bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
+    assert bodies == [f"The model declined event {event[0].id} (chat m1): cyber: {explanation}"]
+    assert len(claude.requests) == 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from datetime import datetime
 from pathlib import Path
@@ -151,6 +152,23 @@ def test_status_text_on_a_fresh_inbox(db: Path) -> None:
     Store.open(db).close()
     text = ok(db, "status")
     assert "nobody has held it yet" in text and "none pending" in text and "nothing to send" in text
+    assert "agent      ready" in text
+    assert json.loads(ok(db, "status", "--json"))["agent"] == {"state": "ready", "reason": None, "until": None}
+
+
+def test_status_says_when_the_agent_waits_or_is_paused(db: Path) -> None:
+    now = wall()
+    reason = "the Claude API is rate limiting (429: slow down)"
+    with open_store(db) as store:
+        gen = store.acquire("worker-a", now=now)
+        assert gen is not None
+        store.set_agent_state("worker-a", gen, "waiting", now=now, reason=reason, until=now + 600)
+    assert json.loads(ok(db, "status", "--json"))["agent"] == {"state": "waiting", "reason": reason, "until": now + 600}
+    shown = re.search(r"^agent      waiting \((10m 00s|9m 5\ds) left\): (.*)$", ok(db, "status"), re.MULTILINE)
+    assert shown is not None and shown.group(2) == reason
+    with open_store(db) as store:
+        store.set_agent_state("worker-a", gen, "paused", now=now, reason="the key was refused")
+    assert "agent      paused until the engine restarts: the key was refused" in ok(db, "status")
 
 
 # --- events and show ---------------------------------------------------------------------------

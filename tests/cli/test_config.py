@@ -73,6 +73,8 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_CHANNELS": '[{"kind": "file", "path": "/tmp/out"}]',
         "AGENT_CONSOLE_CLAUDE_MODEL": "claude-opus-5-5", "AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "4096",
         "AGENT_CONSOLE_CLAUDE_BASE_URL": "http://127.0.0.1:8080", "AGENT_CONSOLE_RETAIN_DAYS": "90",
+        "AGENT_CONSOLE_CLAUDE_MAX_TURNS": "4", "AGENT_CONSOLE_CLAUDE_TIMEOUT": "7.5",
+        "AGENT_CONSOLE_CLAUDE_BATCH_TOKENS": "20000",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -84,6 +86,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert s.channels == [{"kind": "file", "path": "/tmp/out"}]
     assert (s.claude_model, s.claude_max_tokens, s.claude_base_url) == (
         "claude-opus-5-5", 4096, "http://127.0.0.1:8080")
+    assert (s.claude_max_turns, s.claude_timeout, s.claude_batch_tokens) == (4, 7.5, 20000)
     assert set(env) == {env_var(f.name) for f in fields(Settings)} - {"AGENT_CONSOLE_DB"}
 
 
@@ -156,6 +159,12 @@ def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
         ('digest_cron = "61 * * * *"', "digest_cron", "invalid cron"),
         ("keys = 3", "keys", "expected a table"),
         ("channels = [1, 2]", "channels", "list of tables"),
+        ("claude_max_turns = 0", "claude_max_turns", "must be at least 1, got 0"),
+        ("claude_max_turns = 1001", "claude_max_turns", "must be at most 1000, got 1001"),
+        ('claude_timeout = "soon"', "claude_timeout", "expected a number of seconds, got 'soon'"),
+        ("claude_timeout = 0.5", "claude_timeout", "must be at least 1 second, got 0.5"),
+        ("claude_timeout = 7200", "claude_timeout", "must be at most 3600 seconds, got 7200"),
+        ("claude_batch_tokens = 10", "claude_batch_tokens", "must be at least 1000, got 10"),
     ],
 )
 def test_bad_value_in_the_file_names_setting_and_file(tmp_path: Path, line: str, setting: str, problem: str) -> None:
@@ -181,6 +190,9 @@ def test_bad_value_in_the_file_names_setting_and_file(tmp_path: Path, line: str,
         # Past SQLite's 64-bit integers the engine would start and fail every step with OverflowError.
         ("AGENT_CONSOLE_LEASE_TTL", "99999999999999999999", "at most 1000000000"),
         ("AGENT_CONSOLE_BATCH_CAP", "10000000000", "at most 1000000000"),
+        ("AGENT_CONSOLE_CLAUDE_TIMEOUT", "nan", "expected a number of seconds, got 'nan'"),
+        ("AGENT_CONSOLE_CLAUDE_TIMEOUT", "true", "expected a number of seconds, got 'true'"),
+        ("AGENT_CONSOLE_CLAUDE_MAX_TURNS", "ten", "expected a whole number, got 'ten'"),
     ],
 )
 def test_bad_value_in_the_environment_names_the_variable(variable: str, value: str, problem: str) -> None:

@@ -25,7 +25,8 @@ import pytest
 from aiohttp import web
 
 from console.core import Store
-from tests.agents.test_claude_agent import FAKE_KEY, text, tool
+from tests.agents.stand_in import text, tool
+from tests.agents.test_claude_agent import FAKE_KEY
 from tests.core.workers import spawn
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -10,6 +10,7 @@ from textual.widgets import Input, Label, TextArea
 from console.clock import ManualClock
 from console.core import Store
 from console.tui.app import ConsoleApp
+from console.tui.detail import why_not_run
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
@@ -326,6 +327,39 @@ async def test_lease_pane_shows_this_console_when_active(db_path: Path, clock: M
         await wait_until(pilot, lambda: "(you)" in text_of(app, "#lease-who"), what="own lease shown")
         assert app.query_one(LeasePane).view is not None
         assert Label  # the pane composes labels for the countdowns
+
+
+async def test_lease_pane_says_when_the_agent_waits(db_path: Path, clock: ManualClock) -> None:
+    with Store.open(db_path) as store:
+        gen = store.acquire("worker-b:4242", now=clock.now())
+        assert gen is not None
+        store.set_agent_state("worker-b:4242", gen, "waiting", now=clock.now(), until=clock.now() + 45,
+                              reason="the Claude API is overloaded (529: Overloaded)")
+    app = make_app(db_path, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await wait_until(pilot, lambda: "waiting" in text_of(app, "#lease-agent"), what="agent waiting shown")
+        shown = text_of(app, "#lease-agent")
+        assert shown == "agent waiting (45s left): the Claude API is overloaded (529: Overloaded)"
+        clock.advance(45)
+        await wait_until(pilot, lambda: text_of(app, "#lease-agent") == "agent ready", what="agent ready again")
+
+
+def test_why_a_pending_event_has_not_run_names_the_agents_wait(db_path: Path, clock: ManualClock) -> None:
+    now = clock.now()
+    with Store.open(db_path) as store:
+        store.ingest("chat", "m1", {}, now=now)
+        gen = store.acquire(HOLDER, now=now)
+        assert gen is not None
+        reason = "the Claude API is rate limiting (429: slow down)"
+        store.set_agent_state(HOLDER, gen, "waiting", now=now, reason=reason, until=now + 90)
+        event = store.find_event("chat", "m1")
+        assert event is not None
+        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active", approvals=[], replies=[])
+        assert why[0] == f"the agent is waiting (1m30s left): {reason}; nothing is claimed meanwhile, and the " \
+                         "wait costs no event an attempt"
+        store.set_agent_state(HOLDER, gen, "paused", now=now, reason="the key was refused")
+        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active", approvals=[], replies=[])
+        assert why[0].startswith("the agent is paused until the engine restarts: the key was refused;")
 
 
 async def test_the_detail_of_a_pruned_event_says_so(db_path: Path, clock: ManualClock) -> None:

@@ -9,6 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import Label, ProgressBar, Static
 
+from console.timefmt import agent_in_words
 from console.tui.detail import human_span
 from console.tui.reads import LeaseView
 
@@ -31,6 +32,7 @@ class LeasePane(Vertical):
             yield ProgressBar(total=1, show_eta=False, show_percentage=False, id="lease-bar")
             yield Label("", id="lease-left-time")
         yield Static(id="lease-fencing")
+        yield Static(id="lease-agent")
 
     def show(self, view: LeaseView) -> None:
         self.view = view
@@ -58,3 +60,9 @@ class LeasePane(Vertical):
             fencing.append((f"\n↳ {refusal.holder} gen {refusal.gen}, {human_span(view.now - refusal.at)} ago: "
                             f"{refusal.reason}", "dim"))
         self.query_one("#lease-fencing", Static).update(Content.assemble(*fencing))
+        agent = view.agent
+        words = "ready" if agent is None else agent_in_words(agent.state, agent.reason, agent.until, view.now, sep="")
+        agent_style = {"ready": "", "waiting": "$text-warning", "paused": "$text-error bold"}
+        state = "ready" if agent is None else agent.state
+        self.query_one("#lease-agent", Static).update(
+            Content.assemble(("agent ", "dim"), (words, agent_style.get(state, ""))))

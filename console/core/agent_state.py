@@ -1,0 +1,111 @@
+"""The agent as a whole (ready, waiting, paused), and handing claimed events back unrun.
+
+When the provider pushes back (a rate limit, an overload) or refuses the agent's configuration (a bad key,
+an unknown model), the events are not at fault: they go back to pending with the claim's attempt taken
+back, and the agent's state says why nothing runs. A run's events that did not fit one model call are
+handed back the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from console.core.base import StoreBase, dumps
+from console.core.db import relaxed_durability, transaction, translate_errors
+from console.core.models import AGENT_STATES, AgentState
+
+# A hand retry (retry_dead) is the only way an event gets claimed alone with no attempt counted; when such an
+# event is handed back it must stay alone. Its history says so: the last entry that is neither a claim nor
+# a hand-back is the `retry`.
+_LAST_DECISIVE_KIND = """SELECT kind FROM attempts WHERE event_id = ? AND kind NOT IN ('claim', 'deferred')
+                         ORDER BY id DESC LIMIT 1"""
+
+
+class AgentStateMixin(StoreBase):
+    def unclaim(self, holder: str, gen: int, ids: Sequence[int], *, now: int, reason: str) -> bool:
+        """Hand events back unrun, in one fenced transaction: each one still running under (holder, gen)
+        returns to pending with this claim's attempt taken back, and its history says `deferred` and why.
+
+        Refused (False, recorded like a refused finish) unless holder holds the lease in generation gen;
+        the next generation then recovers the events as it does any lost run's. Like a finish, it commits
+        without waiting for an fsync: nothing in it has reached the outside world.
+        """
+        with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
+            if not self._holds(holder, gen, now):
+                self._refuse(holder, gen, ids, now)
+                return False
+            for event_id in ids:
+                returned = self._conn.execute(
+                    """UPDATE inbox SET status = 'pending', attempts = MAX(0, attempts - 1), updated_at = ?
+                       WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING attempts""",
+                    (now, event_id, gen),
+                ).fetchall()
+                if not returned:
+                    continue
+                if returned[0][0] == 0 and self._scalar(_LAST_DECISIVE_KIND, (event_id,)) == "retry":
+                    self._conn.execute("UPDATE inbox SET claim_alone = 1 WHERE id = ?", (event_id,))
+                self._log_attempt(event_id, now, "deferred", holder, gen, reason)
+            return True
+
+    def _refuse(self, holder: str, gen: int, ids: Sequence[int], now: int) -> None:
+        lease = self._lease_row()
+        reason = "lease expired" if lease and lease.holder == holder and lease.gen == gen else (
+            "lease held by another generation")
+        self._conn.execute(
+            """INSERT INTO refused_finishes
+               (at, holder, gen, event_ids, lease_holder, lease_gen, reason) VALUES (?, ?, ?, ?, ?, ?, ?)""",
+            (now, holder, gen, dumps(list(ids)), lease.holder if lease else None,
+             lease.gen if lease else None, reason),
+        )
+        for event_id in ids:
+            self._log_attempt(event_id, now, "refused", holder, gen, reason)
+
+    def agent_state(self) -> AgentState:
+        """As stored; AgentState.at(now) is what it means now."""
+        for row in self._conn.execute(
+            "SELECT state, reason, until, since, holder, gen, waits, notified FROM agent_state WHERE one = 1"
+        ):
+            return AgentState(*row)
+        return AgentState("ready", None, None, 0)
+
+    def set_agent_state(
+        self,
+        holder: str,
+        gen: int,
+        state: str,
+        *,
+        now: int,
+        reason: str | None = None,
+        until: int | None = None,
+        notice: str | None = None,
+        notice_key: str | None = None,
+        worked: bool = False,
+    ) -> bool:
+        """Set the agent's state, if holder holds the lease in generation gen (False otherwise).
+
+        `waits` counts back-to-back waits. A pause with a notice queues it as one urgent message, unless
+        the owner was already told about the same notice_key (the same failing configuration): a restart
+        that fails again the same way does not tell twice. `worked` (the provider took a request) forgets
+        that, so the same configuration failing later, a revoked key say, is news again.
+        """
+        if state not in AGENT_STATES:
+            raise ValueError(f"unknown agent state {state!r}; expected one of {', '.join(AGENT_STATES)}")
+        with translate_errors(), transaction(self._conn):
+            if not self._holds(holder, gen, now):
+                return False
+            before = self.agent_state()
+            waits = before.waits + 1 if state == "waiting" and before.state == "waiting" else (
+                1 if state == "waiting" else 0)
+            notified = None if worked else before.notified
+            if state == "paused" and notice and notice.strip() and notice_key != before.notified:
+                self._conn.execute(
+                    "INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, 1, ?, NULL)", (notice, now)
+                )
+                notified = notice_key
+            since = before.since if state == before.state else now
+            self._conn.execute(
+                """UPDATE agent_state SET state = ?, reason = ?, until = ?, since = ?, holder = ?, gen = ?, waits = ?,
+                   notified = ? WHERE one = 1""",
+                (state, reason, until if state == "waiting" else None, since, holder, gen, waits, notified),
+            )
+            return True
