@@ -12,6 +12,7 @@ from console.core.models import (
     Lease,
     OutboxMessage,
     RefusedFinish,
+    ReplayGuard,
     Timer,
 )
 from console.core.outbox import OutboxChannel
@@ -31,6 +32,7 @@ __all__ = [
     "OutboxMessage",
     "PruneReport",
     "RefusedFinish",
+    "ReplayGuard",
     "SendError",
     "StaleGeneration",
     "Store",

@@ -132,3 +132,12 @@ class JournalStep:
     committed_at: int | None
     result: Any
     executions: int
+
+
+@dataclass(frozen=True)
+class ReplayGuard:
+    """A delivery whose signature covers only its body (no signed id or timestamp): the same bytes
+    seen from its source within `window` seconds are a replay, whatever id came with them."""
+
+    digest: bytes  # SHA-256 of the raw body bytes
+    window: int    # seconds

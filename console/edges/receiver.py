@@ -30,7 +30,8 @@ from console.edges.writer import IngestWriter
 
 log = logging.getLogger("agent_console.webhooks")
 
-VERDICTS = ("stored", "duplicate", "challenge", "unauthorized", "not_found", "too_large", "bad_request", "unavailable")
+VERDICTS = ("stored", "duplicate", "replay", "challenge", "unauthorized", "not_found", "too_large", "bad_request",
+            "unavailable")
 _READ_CHUNK = 64 * 1024
 
 
@@ -136,13 +137,16 @@ class WebhookReceiver:
         except ValueError as exc:
             return self._answer(400, "bad_request", source, delivery.source_id, started, str(exc))
         try:
-            stored = await self.writer.ingest(source, delivery.source_id, delivery.payload)
+            verdict = await self.writer.ingest(source, delivery.source_id, delivery.payload,
+                                               verifier.replay_guard(body))
         except StoreError as exc:
             return self._answer(503, "unavailable", source, delivery.source_id, started, str(exc))
+        stored = verdict == "stored"
         if stored and self._on_stored is not None:
             self._on_stored(source, delivery.source_id)
-        verdict = "stored" if stored else "duplicate"
-        return self._answer(200, verdict, source, delivery.source_id, started, None, {"stored": stored})
+        # A replay is answered as a duplicate: the sender (or the replayer) learns nothing more.
+        detail = "the same signed body was seen within the replay window" if verdict == "replay" else None
+        return self._answer(200, verdict, source, delivery.source_id, started, detail, {"stored": stored})
 
     @staticmethod
     async def _read_capped(request: web.Request, limit: int) -> bytes | None:
