@@ -25,6 +25,8 @@ from console.core.timers import validate_cron
 
 APP_NAME = "agent-console"
 ENV_PREFIX = "AGENT_CONSOLE_"
+DEFAULT_WEBHOOK_READ_TIMEOUT = 15
+DEFAULT_WEBHOOK_MAX_CONNECTIONS = 256
 
 
 def default_db_path() -> Path:
@@ -74,6 +76,9 @@ class Settings:
     timezone: str = field(default_factory=local_zone_name)  # this machine's zone (UTC if it cannot tell)
     theme: str = "agent-dark"
     webhooks: dict[str, Any] = field(default_factory=dict)
+    # Seconds a webhook sender has to send its request's head, and again its body; then it is cut off.
+    webhook_read_timeout: int = DEFAULT_WEBHOOK_READ_TIMEOUT
+    webhook_max_connections: int = DEFAULT_WEBHOOK_MAX_CONNECTIONS  # more at once are refused with a 503
     channels: list[dict[str, Any]] = field(default_factory=list)
     keys: dict[str, str] = field(default_factory=dict)  # binding id -> key, remaps the console's keys
 
@@ -210,6 +215,8 @@ CHECKS: dict[str, Checker] = {
     "timezone": _zone_name,
     "theme": _text,
     "webhooks": _structured(dict, "a table"),
+    "webhook_read_timeout": _seconds_or_count(1),
+    "webhook_max_connections": _seconds_or_count(1),
     "channels": _channels,
     "keys": _keys,
 }

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from console.config import ConfigError
+from console.config import DEFAULT_WEBHOOK_MAX_CONNECTIONS, DEFAULT_WEBHOOK_READ_TIMEOUT, ConfigError
 from console.edges.secretfile import Secret, load_secrets_file, resolve_secret
 from console.edges.verifiers import DEFAULT_TOLERANCE, VERIFIERS, HmacVerifier, Verifier
 
@@ -66,6 +66,10 @@ class WebhookConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY
     secrets_file: Path | None = None
     sources: dict[str, SourceConfig] = field(default_factory=dict)
+    # The top-level settings webhook_read_timeout and webhook_max_connections (so that, like every
+    # top-level setting, they take an AGENT_CONSOLE_<SETTING> override).
+    read_timeout: int = DEFAULT_WEBHOOK_READ_TIMEOUT
+    max_connections: int = DEFAULT_WEBHOOK_MAX_CONNECTIONS
 
 
 def _unknown(keys: Mapping[str, Any], allowed: set[str], where: str) -> None:

@@ -73,6 +73,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_CHANNELS": '[{"kind": "file", "path": "/tmp/out"}]',
         "AGENT_CONSOLE_CLAUDE_MODEL": "claude-opus-5-5", "AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "4096",
         "AGENT_CONSOLE_CLAUDE_BASE_URL": "http://127.0.0.1:8080", "AGENT_CONSOLE_RETAIN_DAYS": "90",
+        "AGENT_CONSOLE_WEBHOOK_READ_TIMEOUT": "30", "AGENT_CONSOLE_WEBHOOK_MAX_CONNECTIONS": "20",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -81,6 +82,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.digest_cron, s.timezone, s.theme) == ("30 8 * * 1-5", "Europe/Berlin", "paper")
     assert s.keys == {"quit": "ctrl+q"}
     assert s.webhooks == {"enabled": False}
+    assert (s.webhook_read_timeout, s.webhook_max_connections) == (30, 20)
     assert s.channels == [{"kind": "file", "path": "/tmp/out"}]
     assert (s.claude_model, s.claude_max_tokens, s.claude_base_url) == (
         "claude-opus-5-5", 4096, "http://127.0.0.1:8080")
