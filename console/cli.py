@@ -23,7 +23,7 @@ import click
 from console import __version__
 from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
-from console.core import STATUSES, Event, Store, StoreError, Timer
+from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due
 from console.timefmt import relative, span
@@ -143,6 +143,8 @@ def _parse_json(text: str, what: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise UserError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:  # json's decoder recurses: far past what the inbox takes anyway
+        raise UserError(f"{what} is nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
 
 
 def _print_json(value: Any) -> None:

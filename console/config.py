@@ -174,6 +174,8 @@ def _structured(kind: type, description: str) -> Checker:
                 value = json.loads(value)
             except ValueError:
                 raise ValueError(f"expected {description} written as JSON, got {value!r}") from None
+            except RecursionError:  # json's decoder recurses
+                raise ValueError(f"expected {description} written as JSON, got one nested too deeply") from None
         if not isinstance(value, kind):
             raise ValueError(f"expected {description}, got {value!r}")
         return value
@@ -245,6 +247,8 @@ def _read_file(path: Path, *, explicit: bool) -> dict[str, Any]:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib's parser recurses into nested arrays and tables
+        raise ConfigError(f"config file {path} is not valid TOML: it is nested too deeply") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
 

@@ -2,6 +2,7 @@
 
 from console.core.base import SendError, StaleGeneration
 from console.core.db import MIN_SQLITE, StoreError, StoreUnavailable
+from console.core.inbox import MAX_PAYLOAD_DEPTH
 from console.core.models import (
     STATUSES,
     Approval,
@@ -20,6 +21,7 @@ from console.core.retention import PruneReport
 from console.core.store import Store
 
 __all__ = [
+    "MAX_PAYLOAD_DEPTH",
     "MIN_SQLITE",
     "STATUSES",
     "Approval",

@@ -11,6 +11,7 @@ from croniter import CroniterBadCronError, croniter
 
 from console.core.base import StoreBase, dumps, loads
 from console.core.db import transaction, translate_errors
+from console.core.inbox import check_payload_shape
 from console.core.models import Timer
 
 CATCH_UP_POLICIES = ("coalesce", "each")
@@ -147,7 +148,9 @@ class TimersMixin(StoreBase):
         if cron is not None:
             validate_cron(cron, tz)
             first_due = cron_next(cron, tz, first_due - 1)
-        text = dumps(dict(payload or {}))
+        body = dict(payload or {})
+        check_payload_shape(body, "timer payload")
+        text = dumps(body)
         created = int(now if now is not None else due)
         with translate_errors(), transaction(self._conn):
             self._conn.execute(

@@ -20,7 +20,7 @@ from typing import Any, ClassVar
 
 from multidict import CIMultiDict
 
-from console.core import ReplayGuard
+from console.core import MAX_PAYLOAD_DEPTH, ReplayGuard
 from console.edges.secretfile import Secret
 
 DEFAULT_TOLERANCE = 300
@@ -133,8 +133,10 @@ def parse_json(body: bytes) -> Any:
         return json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
         raise BadDelivery("the body is not UTF-8 text") from None
-    except (ValueError, RecursionError):
+    except ValueError:
         raise BadDelivery("the body is not JSON") from None
+    except RecursionError:  # json's decoder recurses: far past what the inbox takes anyway
+        raise BadDelivery(f"the body is nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
 
 
 def _required(headers: CIMultiDict[str], name: str) -> str:

@@ -13,6 +13,8 @@ from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, TextArea
 
+from console.core import MAX_PAYLOAD_DEPTH
+
 # (source, source_id, payload) -> None when stored, else the message to show inline
 Submit = Callable[[str, str, Any], Awaitable[str | None]]
 DEFAULT_SOURCES = ("chat", "manual", "webhook")
@@ -78,6 +80,9 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
             payload = json.loads(text)
         except json.JSONDecodeError as exc:
             self.show_error(f"payload: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})")
+            return
+        except RecursionError:  # json's decoder recurses: far past what the inbox takes anyway
+            self.show_error(f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
             return
         problem = await self.submit(source, source_id, payload)
         if problem is not None:
