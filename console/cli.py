@@ -25,7 +25,7 @@ from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
-from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due
+from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.timefmt import relative, span
 
 PROG = "agent-console"
@@ -597,6 +597,16 @@ def timers_add(
         raise UserError("the timer payload must be a JSON object")
     settings = state.settings()
     now = _now()
+    if cron is not None:
+        zone = tz or settings.timezone
+        try:
+            validate_zone(zone)
+        except ValueError as exc:
+            raise UserError(f"--tz: {exc}") from None
+        try:
+            validate_cron(cron, zone, now=now)
+        except ValueError as exc:
+            raise UserError(f"--cron: {exc}") from None
     if every is not None:
         due = now + every
     elif at_text is not None:

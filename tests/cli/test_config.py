@@ -156,6 +156,8 @@ def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
         ('agent = "gpt-9"', "agent", "unknown agent 'gpt-9'"),
         ('timezone = "Mars/Olympus"', "timezone", "unknown time zone"),
         ('digest_cron = "61 * * * *"', "digest_cron", "invalid cron"),
+        ('digest_cron = "0 9 31 2 *"', "digest_cron", "'0 9 31 2 *' never fires"),
+        ('digest_cron = "0 0 1 1 * 0 2020"', "digest_cron", "never fires"),  # its last year is past
         ("keys = 3", "keys", "expected a table"),
         ("channels = [1, 2]", "channels", "list of tables"),
     ],
@@ -178,6 +180,7 @@ def test_bad_value_in_the_file_names_setting_and_file(tmp_path: Path, line: str,
         ("AGENT_CONSOLE_AGENT", "nobody", "unknown agent"),
         ("AGENT_CONSOLE_TIMEZONE", "Nowhere/City", "unknown time zone"),
         ("AGENT_CONSOLE_DIGEST_CRON", "every day", "invalid cron"),
+        ("AGENT_CONSOLE_DIGEST_CRON", "0 9 30 2 *", "never fires"),
         ("AGENT_CONSOLE_WEBHOOKS", "{not json", "written as JSON"),
         ("AGENT_CONSOLE_DB", "  ", "non-empty"),
         # Past SQLite's 64-bit integers the engine would start and fail every step with OverflowError.
