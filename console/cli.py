@@ -23,11 +23,12 @@ import click
 from console import __version__
 from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
-from console.core import STATUSES, Event, Store, StoreError, Timer
+from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.db import reporting_damage
-from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due
+from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.redact import install_log_redaction
+from console.textsafe import TerminalSafeFormatter, json_terminal_safe, terminal_safe
 from console.timefmt import agent_in_words, relative, span
 
 PROG = "agent-console"
@@ -47,7 +48,7 @@ class UserError(click.ClickException):
         super().__init__(" ".join(message.split()))
 
     def show(self, file: Any = None) -> None:
-        click.echo(f"{PROG}: error: {self.format_message()}", err=True)
+        click.echo(f"{PROG}: error: {terminal_safe(self.format_message())}", err=True)
 
 
 def _command_path(ctx: click.Context) -> str:
@@ -164,10 +165,17 @@ def _parse_json(text: str, what: str) -> Any:
         return json.loads(text)
     except ValueError as exc:
         raise UserError(f"{what} is not valid JSON: {exc}") from None
+    except RecursionError:  # json's decoder recurses: far past what the inbox takes anyway
+        raise UserError(f"{what} is nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
 
 
 def _print_json(value: Any) -> None:
-    click.echo(json.dumps(value, indent=2, ensure_ascii=False, default=str))
+    click.echo(json_terminal_safe(json.dumps(value, indent=2, ensure_ascii=False, default=str)))
+
+
+def _say(line: str) -> None:
+    """One line of human output that may hold outside text (ids, errors, payload strings): escaped."""
+    click.echo(terminal_safe(line))
 
 
 def _clock_time(when: int, zone: ZoneInfo) -> str:
@@ -231,10 +239,12 @@ log = logging.getLogger("agent_console.cli")
 
 
 def _log_to_stderr() -> None:
-    """One line per record on stderr, with any URL's credentials redacted (a proxy's user:pass@)."""
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s", datefmt="%Y-%m-%dT%H:%M:%S"
-    )
+    """One line per record on stderr; what a record quotes from outside is escaped for the terminal, and
+    any URL's credentials (a proxy's user:pass@) are redacted."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(TerminalSafeFormatter("%(asctime)s %(name)s %(levelname)s %(message)s",
+                                               datefmt="%Y-%m-%dT%H:%M:%S"))
+    logging.basicConfig(level=logging.INFO, handlers=[handler])
     install_log_redaction(*logging.getLogger().handlers)
 
 
@@ -354,7 +364,7 @@ def status(state: CliState, as_json: bool) -> None:
         _print_json(dict(info, now=now))
         return
     for line in _describe_status(info, now):
-        click.echo(line)
+        _say(line)
 
 
 @main.command()
@@ -434,7 +444,7 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
         return
     for event in found:
         error = f"  {event.error}" if event.error else ""
-        click.echo(f"{event.id:>6}  {event.status:<7}  {event.attempts} att  {event.source}/{event.source_id}{error}")
+        _say(f"{event.id:>6}  {event.status:<7}  {event.attempts} att  {event.source}/{event.source_id}{error}")
 
 
 @main.command()
@@ -455,24 +465,24 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         return
     zone = state.zone()
     generation = "" if event.claim_gen is None else f", generation {event.claim_gen}"
-    click.echo(f"event {event.id}  {event.source}/{event.source_id}  {event.status}  "
+    _say(f"event {event.id}  {event.source}/{event.source_id}  {event.status}  "
                f"({event.attempts} attempts{generation}, {event.duplicates} duplicates refused)")
     click.echo(f"created {_clock_time(event.created_at, zone)} · updated {_clock_time(event.updated_at, zone)}")
     if event.error:
-        click.echo(f"error: {event.error}")
+        _say(f"error: {event.error}")
     if event.pruned_at is not None:
         click.echo(f"payload: pruned {_clock_time(event.pruned_at, zone)}")
     else:
         click.echo("payload:")
-        click.echo(json.dumps(event.payload, indent=2, ensure_ascii=False))
+        click.echo(json_terminal_safe(json.dumps(event.payload, indent=2, ensure_ascii=False)))
     click.echo("history:" if history else "history: none")
     for attempt in history:
         who = "" if attempt.holder is None else f"  {attempt.holder} gen {attempt.gen}"
         detail = f"  {attempt.detail}" if attempt.detail else ""
-        click.echo(f"  {_clock_time(attempt.at, zone)}  {attempt.kind:<8}{who}{detail}")
+        _say(f"  {_clock_time(attempt.at, zone)}  {attempt.kind:<8}{who}{detail}")
     click.echo("journal:" if steps else "journal: no steps")
     for step in steps:
-        click.echo(f"  {step.idem_key}  {step.state}  gen {step.gen}  executed {step.executions}x  "
+        _say(f"  {step.idem_key}  {step.state}  gen {step.gen}  executed {step.executions}x  "
                    f"result {json.dumps(step.result, ensure_ascii=False)}")
 
 
@@ -599,7 +609,7 @@ def timers_list(state: CliState, include_done: bool, as_json: bool) -> None:
     for timer in found:
         when = "fired" if timer.done else f"next {_clock_time(timer.due, zone)} ({relative(timer.due, now)})"
         paused = "  paused" if timer.paused else ""
-        click.echo(f"{timer.id}  {_schedule(timer)}  {when}  catch-up {timer.catch_up}{paused}")
+        _say(f"{timer.id}  {_schedule(timer)}  {when}  catch-up {timer.catch_up}{paused}")
 
 
 def _parse_moment(text: str, zone: ZoneInfo) -> int:
@@ -646,6 +656,16 @@ def timers_add(
         raise UserError("the timer payload must be a JSON object")
     settings = state.settings()
     now = _now()
+    if cron is not None:
+        zone = tz or settings.timezone
+        try:
+            validate_zone(zone)
+        except ValueError as exc:
+            raise UserError(f"--tz: {exc}") from None
+        try:
+            validate_cron(cron, zone, now=now)
+        except ValueError as exc:
+            raise UserError(f"--cron: {exc}") from None
     if every is not None:
         due = now + every
     elif at_text is not None:
@@ -660,7 +680,7 @@ def timers_add(
                 tz=(tz or settings.timezone) if cron is not None else None, catch_up=catch_up, now=now,
             )
     verb = "replaced" if replacing else "added"
-    click.echo(f"{verb} timer {timer.id}: {_schedule(timer)}, next {_clock_time(timer.due, state.zone())} "
+    _say(f"{verb} timer {timer.id}: {_schedule(timer)}, next {_clock_time(timer.due, state.zone())} "
                f"({relative(timer.due, now)})")
 
 
@@ -670,7 +690,7 @@ def _timer_change(name: str, verb: str, summary: str, change: Callable[[Store, s
         with state.store() as store, rejecting_bad_input():
             if not change(store, timer_id):
                 raise UserError(f"no timer named {timer_id!r}")
-        click.echo(f"{verb} timer {timer_id}")
+        _say(f"{verb} timer {timer_id}")
 
     command.__doc__ = summary
     return timers.command(name)(click.argument("timer_id")(command))

@@ -12,6 +12,7 @@ import json
 import math
 import os
 import stat
+import time
 import tomllib
 import warnings
 from collections.abc import Callable, Mapping
@@ -28,6 +29,8 @@ from console.redact import redact_url
 
 APP_NAME = "agent-console"
 ENV_PREFIX = "AGENT_CONSOLE_"
+DEFAULT_WEBHOOK_READ_TIMEOUT = 15
+DEFAULT_WEBHOOK_MAX_CONNECTIONS = 256
 
 
 def default_db_path() -> Path:
@@ -82,6 +85,9 @@ class Settings:
     timezone: str = field(default_factory=local_zone_name)  # this machine's zone (UTC if it cannot tell)
     theme: str = "agent-dark"
     webhooks: dict[str, Any] = field(default_factory=dict)
+    # Seconds a webhook sender has to send its request's head, and again its body; then it is cut off.
+    webhook_read_timeout: int = DEFAULT_WEBHOOK_READ_TIMEOUT
+    webhook_max_connections: int = DEFAULT_WEBHOOK_MAX_CONNECTIONS  # more at once are refused with a 503
     channels: list[dict[str, Any]] = field(default_factory=list)
     keys: dict[str, str] = field(default_factory=dict)  # binding id -> key, remaps the console's keys
 
@@ -185,7 +191,7 @@ def _zone_name(value: Any, from_text: bool) -> str:
 
 def _cron(value: Any, from_text: bool) -> str:
     expression = _text(value, from_text)
-    validate_cron(expression, None)
+    validate_cron(expression, None, now=int(time.time()))  # and it must still fire: `run` installs it
     return expression
 
 
@@ -198,6 +204,8 @@ def _structured(kind: type, description: str) -> Checker:
                 value = json.loads(value)
             except ValueError:
                 raise ValueError(f"expected {description} written as JSON, got {value!r}") from None
+            except RecursionError:  # json's decoder recurses
+                raise ValueError(f"expected {description} written as JSON, got one nested too deeply") from None
         if not isinstance(value, kind):
             raise ValueError(f"expected {description}, got {value!r}")
         return value
@@ -242,6 +250,8 @@ CHECKS: dict[str, Checker] = {
     "timezone": _zone_name,
     "theme": _text,
     "webhooks": _structured(dict, "a table"),
+    "webhook_read_timeout": _seconds_or_count(1),
+    "webhook_max_connections": _seconds_or_count(1),
     "channels": _channels,
     "keys": _keys,
 }
@@ -270,6 +280,8 @@ def _read_file(path: Path, *, explicit: bool) -> dict[str, Any]:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib's parser recurses into nested arrays and tables
+        raise ConfigError(f"config file {path} is not valid TOML: it is nested too deeply") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read config file {path}: {exc}") from None
 

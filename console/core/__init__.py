@@ -3,6 +3,7 @@
 from console.core.approvals import approval_id
 from console.core.base import SendError, StaleGeneration
 from console.core.db import MIN_SQLITE, StoreError, StoreUnavailable
+from console.core.inbox import MAX_PAYLOAD_DEPTH
 from console.core.models import (
     STATUSES,
     AgentState,
@@ -15,6 +16,7 @@ from console.core.models import (
     Lease,
     OutboxMessage,
     RefusedFinish,
+    ReplayGuard,
     Timer,
     TimerDraft,
 )
@@ -23,6 +25,7 @@ from console.core.retention import PruneReport
 from console.core.store import Store
 
 __all__ = [
+    "MAX_PAYLOAD_DEPTH",
     "MIN_SQLITE",
     "STATUSES",
     "AgentState",
@@ -37,6 +40,7 @@ __all__ = [
     "OutboxMessage",
     "PruneReport",
     "RefusedFinish",
+    "ReplayGuard",
     "SendError",
     "StaleGeneration",
     "Store",

@@ -12,6 +12,10 @@ import apsw
 from console.core.db import one
 from console.core.models import ApprovalDraft, Lease, TimerDraft
 
+# Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
+# (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick.
+RESERVED_SOURCES = ("approval", "timer")
+
 
 class SendError(Exception):
     """Raised by a channel's send. permanent=True (a 4xx, say) marks the batch failed for good."""

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from console.core.base import StoreBase, dumps, loads
+from console.core.base import RESERVED_SOURCES, StoreBase, dumps, loads
 from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import STATUSES, ApprovalDraft, Attempt, Event, TimerDraft
-from console.core.timers import RESERVED_SOURCES
 
 MAX_KEY_CHARS = 512
 _EVENT_COLUMNS = (
@@ -33,20 +32,53 @@ _SELECT_FRESH = """SELECT id FROM inbox INDEXED BY inbox_fresh
                    WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0 ORDER BY id LIMIT ?"""
 
 
-def _non_string_key(value: Any) -> Any:
-    """The first dict key that is not a str, anywhere in value, or None. Iterative: payloads nest deep."""
-    stack = [value]
+# The deepest payload the inbox takes (a scalar is 0 deep, {} or [] 1). Every reader of a payload walks it
+# recursively: json's encoder and decoder, dataclasses.asdict in `events --json` and `show --json`, the
+# console's payload view; each spends one or two frames a level out of Python's 1000, from whatever depth
+# it is called at. 100 leaves them a wide margin, and is deeper than any webhook payload (GitHub's, Stripe's
+# and Slack's are under 15).
+MAX_PAYLOAD_DEPTH = 100
+
+
+def payload_depth(value: Any, *, stop_past: int | None = None) -> int:
+    """How many containers deep value is. Iterative, so any depth can be measured; with stop_past the
+    walk ends as soon as the depth passes it."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
-        item = stack.pop()
+        item, depth = stack.pop()
         if isinstance(item, dict):
-            for key, child in item.items():
-                if not isinstance(key, str):
-                    return key
-                if isinstance(child, dict | list | tuple):
-                    stack.append(child)
+            children: Iterable[Any] = item.values()
         elif isinstance(item, list | tuple):
-            stack.extend(child for child in item if isinstance(child, dict | list | tuple))
-    return None
+            children = item
+        else:
+            continue
+        deepest = max(deepest, depth)
+        if stop_past is not None and deepest > stop_past:
+            break
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list | tuple))
+    return deepest
+
+
+def check_payload_shape(value: Any, what: str = "payload") -> None:
+    """ValueError for a payload the inbox would not give back as it went in, or that its readers could
+    not walk: nested deeper than MAX_PAYLOAD_DEPTH, or an object key that is not a string (json.dumps
+    would turn 1 into "1", and let {1: a, "1": b} collide). One walk, without recursion."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            for key in item:
+                if not isinstance(key, str):
+                    raise ValueError(f"{what} is not JSON-serialisable: object key {key!r} is not a string")
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list | tuple):
+            children = item
+        else:
+            continue
+        if depth > MAX_PAYLOAD_DEPTH:
+            raise ValueError(f"{what} is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list | tuple))
 
 
 def _event(row: Sequence[Any]) -> Event:
@@ -91,17 +123,11 @@ class InboxMixin(StoreBase):
                     value.encode("utf-8")
                 except UnicodeEncodeError as exc:
                     raise ValueError(f"{name} contains a lone surrogate, which is not valid UTF-8") from exc
+        check_payload_shape(payload)
         try:
             text = dumps(payload)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload is not JSON-serialisable: {exc}") from exc
-        except RecursionError as exc:
-            raise ValueError("payload is nested too deeply to store as JSON") from exc
-        odd_key = _non_string_key(payload)
-        if odd_key is not None:
-            # json.dumps would turn 1 into "1" (and let {1: a, "1": b} collide): the event would not
-            # come back as it went in.
-            raise ValueError(f"payload is not JSON-serialisable: object key {odd_key!r} is not a string")
         size = len(text.encode("utf-8", "surrogatepass"))
         if size > self.max_payload_bytes:
             raise ValueError(f"payload is {size} bytes, over the limit of {self.max_payload_bytes} bytes")

@@ -194,3 +194,12 @@ class AgentState:
         """The `status --json` contract: {"state", "reason", "until"}."""
         current = self.at(now)
         return {"state": current.state, "reason": current.reason, "until": current.until}
+
+
+@dataclass(frozen=True)
+class ReplayGuard:
+    """A delivery whose signature covers only its body (no signed id or timestamp): the same bytes
+    seen from its source within `window` seconds are a replay, whatever id came with them."""
+
+    digest: bytes  # SHA-256 of the raw body bytes
+    window: int    # seconds

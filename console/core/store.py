@@ -19,13 +19,15 @@ from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
 from console.core.outbox import OutboxMixin
+from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
 class Store(
-    RetentionMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin, AgentStateMixin
+    RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin,
+    AgentStateMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
         self._conn = conn

@@ -7,16 +7,14 @@ from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import CroniterBadCronError, croniter
+from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-from console.core.base import StoreBase, dumps, loads
+from console.core.base import RESERVED_SOURCES, StoreBase, dumps, loads
 from console.core.db import transaction, translate_errors
+from console.core.inbox import check_payload_shape
 from console.core.models import Timer
 
 CATCH_UP_POLICIES = ("coalesce", "each")
-# Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
-# (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick.
-RESERVED_SOURCES = ("approval", "timer")
 # Approval expiries are timers under this prefix; they belong to their approval, not to the user.
 APPROVAL_EXPIRY_PREFIX = "expire:"
 
@@ -37,6 +35,11 @@ def check_due(due: int) -> None:
                          f"(epoch seconds 0 to {MAX_DUE}), not {due}")
 
 
+def validate_zone(tz: str | None) -> None:
+    """ValueError unless tz is an IANA zone name (or None, UTC)."""
+    _zone(tz)
+
+
 def _zone(tz: str | None) -> ZoneInfo:
     try:
         return ZoneInfo(tz or "UTC")
@@ -44,10 +47,14 @@ def _zone(tz: str | None) -> ZoneInfo:
         raise ValueError(f"unknown time zone {tz!r} (use an IANA name such as Europe/Berlin)") from exc
 
 
-def validate_cron(expression: str, tz: str | None) -> None:
+def validate_cron(expression: str, tz: str | None, *, now: int | None = None) -> None:
+    """ValueError unless expression is a cron expression in a known zone; with `now`, also unless it
+    fires at least once after now ('0 9 31 2 *' never does; a seventh field limits the years)."""
     _zone(tz)
     if not croniter.is_valid(expression):
         raise ValueError(f"invalid cron expression {expression!r}")
+    if now is not None:
+        cron_next(expression, tz, now)
 
 
 def _is_repeat(moment: datetime, zone: ZoneInfo) -> bool:
@@ -77,26 +84,34 @@ def cron_occurrences(expression: str, tz: str | None, after: int) -> Iterator[in
     except (CroniterBadCronError, ValueError) as exc:
         raise ValueError(f"invalid cron expression {expression!r}: {exc}") from exc
     while True:
-        moment = walker.get_next(datetime)
+        try:
+            moment = walker.get_next(datetime)
+        except CroniterBadDateError:  # no date matches any more (Feb 31, or a year field in the past)
+            return
         if not (skip_repeats and _is_repeat(moment, zone)):
             yield int(moment.timestamp())
 
 
 def cron_next(expression: str, tz: str | None, after: int) -> int:
-    return next(cron_occurrences(expression, tz, after))
+    """The first occurrence after `after`; ValueError if there is none."""
+    for moment in cron_occurrences(expression, tz, after):
+        return moment
+    when = datetime.fromtimestamp(after, _zone(tz)).isoformat(sep=" ", timespec="minutes")
+    raise ValueError(f"cron expression {expression!r} never fires after {when}")
 
 
-def _walk_cron(cron: str, tz: str | None, at: int, now: int) -> tuple[list[int], int]:
-    """The occurrences from `at` (a due occurrence) up to now, and the first one after now."""
+def _walk_cron(cron: str, tz: str | None, at: int, now: int) -> tuple[list[int], int | None]:
+    """The occurrences from `at` (a due occurrence) up to now, and the first one after now (None when
+    the expression fires no more: a year field that has run out)."""
     occurrences = [at]
     walker = cron_occurrences(cron, tz, at)
-    upcoming = next(walker)
-    while upcoming <= now and len(occurrences) < _MAX_CRON_WALK:
+    upcoming = next(walker, None)
+    while upcoming is not None and upcoming <= now and len(occurrences) < _MAX_CRON_WALK:
         occurrences.append(upcoming)
-        upcoming = next(walker)
-    if upcoming <= now:  # an outage longer than the walk: jump to the present
+        upcoming = next(walker, None)
+    if upcoming is not None and upcoming <= now:  # an outage longer than the walk: jump to the present
         occurrences.append(upcoming)
-        upcoming = cron_next(cron, tz, now)
+        upcoming = next(cron_occurrences(cron, tz, now), None)
     return occurrences, upcoming
 
 
@@ -178,8 +193,10 @@ class TimersMixin(StoreBase):
         check_due(first_due)
         if cron is not None:
             validate_cron(cron, tz)
-            first_due = cron_next(cron, tz, first_due - 1)
-        text = dumps(dict(payload or {}))
+            first_due = cron_next(cron, tz, first_due - 1)  # ValueError when it never fires after due
+        body = dict(payload or {})
+        check_payload_shape(body, "timer payload")
+        text = dumps(body)
         created = int(now if now is not None else due)
         return (timer_id, first_due, every, cron, tz, text, *(key or (None, None)), catch_up, each_cap, created)
 
@@ -251,9 +268,13 @@ class TimersMixin(StoreBase):
                         walk = _walk_cron(cron, tz, at, now)
                     occurrences, upcoming = walk
                     self._emit(timer_id, body, occurrences[-each_cap:], len(occurrences), now, catch_up)
-                    self._conn.execute(
-                        "UPDATE timers SET due = ?, last_fired_at = ? WHERE id = ?", (upcoming, now, timer_id)
-                    )
+                    if upcoming is None:  # its last occurrence: done, like a one-off that fired
+                        self._conn.execute("UPDATE timers SET done = 1, last_fired_at = ? WHERE id = ?",
+                                           (now, timer_id))
+                    else:
+                        self._conn.execute(
+                            "UPDATE timers SET due = ?, last_fired_at = ? WHERE id = ?", (upcoming, now, timer_id)
+                        )
                 else:
                     body.update(scheduled_for=at, late_by=now - at, skipped=0)
                     source, source_id = (ev_source, ev_id) if ev_source else ("timer", f"{timer_id}@{at}")

@@ -13,6 +13,7 @@
     tolerance = 300                 # seconds, for stripe / standard / slack timestamps
     header = "X-Signature"          # hmac only: the signature header
     id_header = "X-Delivery-Id"     # hmac only: the header holding the delivery's unique id
+    replay_window = 604800          # github / hmac: seconds a byte-identical body is refused (0: off)
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from console.config import ConfigError
+from console.config import DEFAULT_WEBHOOK_MAX_CONNECTIONS, DEFAULT_WEBHOOK_READ_TIMEOUT, ConfigError
 from console.edges.secretfile import Secret, load_secrets_file, resolve_secret
 from console.edges.verifiers import DEFAULT_TOLERANCE, VERIFIERS, HmacVerifier, Verifier
 
@@ -39,7 +40,11 @@ _SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOP_KEYS = {"enabled", "host", "port", "max_body_bytes", "secrets_file", "sources"}
-_SOURCE_KEYS = {"verifier", "secret_env", "tolerance", "header", "id_header"}
+_SOURCE_KEYS = {"verifier", "secret_env", "tolerance", "header", "id_header", "replay_window"}
+# A week: GitHub lets its user redeliver a delivery for three days (under its own id, which the inbox
+# refuses anyway); the window bounds the ledger, not the redeliveries.
+DEFAULT_REPLAY_WINDOW = 7 * 86_400
+MAX_REPLAY_WINDOW = 366 * 86_400
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,7 @@ class SourceConfig:
     tolerance: int = DEFAULT_TOLERANCE
     header: str = "X-Signature"
     id_header: str = "X-Delivery-Id"
+    replay_window: int = 0  # seconds; only for verifiers whose signature covers the body alone
 
 
 @dataclass(frozen=True)
@@ -60,6 +66,10 @@ class WebhookConfig:
     max_body_bytes: int = DEFAULT_MAX_BODY
     secrets_file: Path | None = None
     sources: dict[str, SourceConfig] = field(default_factory=dict)
+    # The top-level settings webhook_read_timeout and webhook_max_connections (so that, like every
+    # top-level setting, they take an AGENT_CONSOLE_<SETTING> override).
+    read_timeout: int = DEFAULT_WEBHOOK_READ_TIMEOUT
+    max_connections: int = DEFAULT_WEBHOOK_MAX_CONNECTIONS
 
 
 def _unknown(keys: Mapping[str, Any], allowed: set[str], where: str) -> None:
@@ -101,7 +111,15 @@ def parse_source(name: str, raw: Any) -> SourceConfig:
     header = _text(raw.get("header", "X-Signature"), f"{where}.header", _HEADER_NAME, "an HTTP header name")
     id_header = _text(raw.get("id_header", "X-Delivery-Id"), f"{where}.id_header", _HEADER_NAME,
                       "an HTTP header name")
-    return SourceConfig(name, str(verifier), secret_env, tolerance, header, id_header)
+    body_only = VERIFIERS[str(verifier)].body_only
+    if "replay_window" in raw and not body_only:
+        raise ConfigError(
+            f"{where}.replay_window: applies to the github and hmac verifiers only (the others sign a "
+            "timestamp, which refuses an old body, and an id, which the inbox refuses twice)"
+        )
+    replay_window = _integer(raw.get("replay_window", DEFAULT_REPLAY_WINDOW if body_only else 0),
+                             f"{where}.replay_window", 0, MAX_REPLAY_WINDOW)
+    return SourceConfig(name, str(verifier), secret_env, tolerance, header, id_header, replay_window)
 
 
 def parse_webhooks(raw: Mapping[str, Any] | None) -> WebhookConfig:
@@ -130,8 +148,9 @@ def build_verifier(source: SourceConfig, secret: Secret) -> Verifier:
     cls = VERIFIERS[source.verifier]
     try:
         if cls is HmacVerifier:
-            return HmacVerifier(secret, tolerance=source.tolerance, header=source.header, id_header=source.id_header)
-        return cls(secret, tolerance=source.tolerance)
+            return HmacVerifier(secret, tolerance=source.tolerance, header=source.header, id_header=source.id_header,
+                                replay_window=source.replay_window)
+        return cls(secret, tolerance=source.tolerance, replay_window=source.replay_window)
     except ValueError as exc:  # the message describes the format, never the value
         raise ConfigError(f"webhooks.sources.{source.name}.secret_env: {source.secret_env}: {exc}") from None
 

@@ -1,9 +1,12 @@
 """The webhook receiver: POST /hooks/{source}, GET /healthz, on 127.0.0.1:8765 by default.
 
-Order of work for a delivery, cheapest refusal first: unknown source (404), declared or actual size
-over the limit (413, before any HMAC work), signature on the raw bytes (401), JSON and the event's
-key (400), then the durable insert through the group-commit writer: 200 {"stored": true|false}
-only after the transaction holding the event has committed, 503 if it could not commit.
+Order of work for a delivery, cheapest refusal first: a connection over webhook_max_connections
+(503, before aiohttp sees it), a request head not whole within webhook_read_timeout (connection
+closed), unknown source (404), declared or actual size over the limit (413, before any HMAC work), a
+body not whole within webhook_read_timeout of the head (408), signature on the raw bytes (401), JSON
+and the event's key (400), then the durable insert through the group-commit writer: 200 {"stored":
+true|false} only after the transaction holding the event has committed, 503 if it could not commit.
+A client that hangs up mid-body is one log line, never a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import os
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -25,12 +28,15 @@ from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import StoreError
 from console.edges.config import WebhookConfig, build_verifiers, parse_webhooks
+from console.edges.connections import BACKLOG, ConnectionGate, connection_cap
 from console.edges.verifiers import BadDelivery, Rejected, Verifier
 from console.edges.writer import IngestWriter
 
 log = logging.getLogger("agent_console.webhooks")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
-VERDICTS = ("stored", "duplicate", "challenge", "unauthorized", "not_found", "too_large", "bad_request", "unavailable")
+VERDICTS = ("stored", "duplicate", "replay", "challenge", "unauthorized", "not_found", "too_large", "bad_request",
+            "timeout", "hung_up", "unavailable")
 _READ_CHUNK = 64 * 1024
 
 
@@ -61,12 +67,14 @@ class WebhookReceiver:
         self._verifiers = dict(verifiers)
         self._on_stored = on_stored
         self._runner: web.AppRunner | None = None
+        self._server: asyncio.Server | None = None
+        self.gate: ConnectionGate | None = None
         self.host = config.host
         self.port = config.port
 
     # --- life cycle ---------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes)
+        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[self._head_arrived])
         app.router.add_post("/hooks/{source}", self._hook)
         app.router.add_get("/healthz", self._health)
         return app
@@ -74,25 +82,37 @@ class WebhookReceiver:
     async def start(self) -> None:
         """Open the inbox on the writer thread, then listen. Raises StoreError or ConfigError."""
         await asyncio.to_thread(self.writer.start)
-        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False)
+        # keepalive_timeout closes a kept-alive connection whose next request head does not arrive in
+        # time; the gate does the same for the first head, and the handler times the body.
+        runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
+                               keepalive_timeout=self.config.read_timeout)
         await runner.setup()
+        assert runner.server is not None
+        gate = ConnectionGate(runner.server, cap=connection_cap(self.config.max_connections),
+                              head_timeout=self.config.read_timeout)
         try:
-            await web.TCPSite(runner, self.config.host, self.config.port, reuse_address=True).start()
+            server = await asyncio.get_running_loop().create_server(
+                gate, self.config.host, self.config.port, reuse_address=True, backlog=BACKLOG)
         except OSError as exc:
             await runner.cleanup()
             await asyncio.to_thread(self.writer.stop)
             raise ConfigError(
                 f"webhooks.port: cannot listen on {self.config.host}:{self.config.port}: {exc.strerror or exc}"
             ) from None
-        self._runner = runner
-        host, port = runner.addresses[0][:2]
+        self._runner, self._server, self.gate = runner, server, gate
+        host, port = server.sockets[0].getsockname()[:2]
         self.host, self.port = str(host), int(port)
         log.info("listening on %s (sources: %s)", self.url, ", ".join(sorted(self._verifiers)) or "none")
 
     async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()  # no new connections; the runner's cleanup ends the open ones
+            self._server = None
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
+        if self.gate is not None:
+            self.gate.close()
         await asyncio.to_thread(self.writer.stop)
 
     @property
@@ -102,14 +122,22 @@ class WebhookReceiver:
 
     def snapshot(self) -> dict[str, Any]:
         """What the console shows: the address, the verdict counts and the commit counter."""
+        gate = self.gate
+        connections = {"open": gate.open, "refused": gate.refused, "timed_out": gate.timed_out} if gate else {}
         return {"url": self.url, "sources": sorted(self._verifiers), "counts": dict(self.counts),
-                "writer": self.writer.stats.as_dict()}
+                "connections": connections, "writer": self.writer.stats.as_dict()}
 
     # --- requests -----------------------------------------------------------------------------
+    @web.middleware
+    async def _head_arrived(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if self.gate is not None:
+            self.gate.head_received(request.transport)
+        return await handler(request)
+
     async def _health(self, request: web.Request) -> web.Response:
         return web.json_response({"ok": True, **self.snapshot()})
 
-    async def _hook(self, request: web.Request) -> web.Response:
+    async def _hook(self, request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         source = request.match_info["source"]
         verifier = self._verifiers.get(source)
@@ -119,7 +147,16 @@ class WebhookReceiver:
         if request.content_length is not None and request.content_length > limit:
             return self._answer(413, "too_large", source, None, started,
                                 f"Content-Length {request.content_length} is over {limit} bytes")
-        body = await self._read_capped(request, limit)
+        try:
+            async with asyncio.timeout(self.config.read_timeout):
+                body = await self._read_capped(request, limit)
+        except TimeoutError:
+            return await self._cut_off(request, source, started)
+        except (ConnectionError, web.RequestPayloadError) as exc:
+            # Nobody is left to answer; the one line says so (aiohttp would log a traceback).
+            self._log(0, "hung_up", source, None, started,
+                      f"the client closed the connection before its body was whole ({exc or type(exc).__name__})")
+            return web.Response(status=400)
         if body is None:
             return self._answer(413, "too_large", source, None, started, f"body is over {limit} bytes")
         try:
@@ -136,13 +173,16 @@ class WebhookReceiver:
         except ValueError as exc:
             return self._answer(400, "bad_request", source, delivery.source_id, started, str(exc))
         try:
-            stored = await self.writer.ingest(source, delivery.source_id, delivery.payload)
+            verdict = await self.writer.ingest(source, delivery.source_id, delivery.payload,
+                                               verifier.replay_guard(body))
         except StoreError as exc:
             return self._answer(503, "unavailable", source, delivery.source_id, started, str(exc))
+        stored = verdict == "stored"
         if stored and self._on_stored is not None:
             self._on_stored(source, delivery.source_id)
-        verdict = "stored" if stored else "duplicate"
-        return self._answer(200, verdict, source, delivery.source_id, started, None, {"stored": stored})
+        # A replay is answered as a duplicate: the sender (or the replayer) learns nothing more.
+        detail = "the same signed body was seen within the replay window" if verdict == "replay" else None
+        return self._answer(200, verdict, source, delivery.source_id, started, detail, {"stored": stored})
 
     @staticmethod
     async def _read_capped(request: web.Request, limit: int) -> bytes | None:
@@ -158,18 +198,37 @@ class WebhookReceiver:
                 return None
             chunks.append(chunk)
 
-    def _answer(
-        self, status: int, verdict: str, source: str, source_id: str | None, started: float, detail: str | None,
-        body: dict[str, Any] | None = None,
-    ) -> web.Response:
+    async def _cut_off(self, request: web.Request, source: str, started: float) -> web.StreamResponse:
+        """408 for a body not whole in time, and the connection closed: the rest of it is not waited for."""
+        response = self._answer(408, "timeout", source, None, started,
+                                f"the body was not whole within {self.config.read_timeout} s (webhook_read_timeout)")
+        response.force_close()
+        try:
+            await response.prepare(request)
+            await response.write_eof()
+        except ConnectionError:
+            pass
+        if request.transport is not None:
+            request.transport.close()
+        return response
+
+    def _log(self, status: int, verdict: str, source: str, source_id: str | None, started: float,
+             detail: str | None) -> None:
+        """One line per request (status 0: no answer could be sent)."""
         self.counts[verdict] += 1
         latency_ms = (time.perf_counter() - started) * 1000
         if log.isEnabledFor(logging.INFO):
             log.info(
-                "source=%s source_id=%s verdict=%s status=%d latency_ms=%.1f%s",
-                printable(source, 64), printable(source_id) if source_id else "-", verdict, status, latency_ms,
-                f" detail={printable(detail, 200)}" if detail else "",
+                "source=%s source_id=%s verdict=%s status=%s latency_ms=%.1f%s",
+                printable(source, 64), printable(source_id) if source_id else "-", verdict, status or "-",
+                latency_ms, f" detail={printable(detail, 200)}" if detail else "",
             )
+
+    def _answer(
+        self, status: int, verdict: str, source: str, source_id: str | None, started: float, detail: str | None,
+        body: dict[str, Any] | None = None,
+    ) -> web.Response:
+        self._log(status, verdict, source, source_id, started, detail)
         if body is None:
             body = {"error": detail or verdict} if status != 401 else {"error": "unauthorized"}
         return web.json_response(body, status=status)
@@ -187,7 +246,10 @@ def build_receiver(
     on_stored: Callable[[str, str], None] | None = None,
 ) -> WebhookReceiver:
     """A receiver from the settings; ConfigError (naming the setting) for a bad or missing one."""
-    config = parse_webhooks(settings.webhooks)
+    config = dataclasses.replace(
+        parse_webhooks(settings.webhooks),
+        read_timeout=settings.webhook_read_timeout, max_connections=settings.webhook_max_connections,
+    )
     if host is not None or port is not None:
         config = dataclasses.replace(
             config, host=host if host is not None else config.host, port=port if port is not None else config.port

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from multidict import CIMultiDict
 
+from console.core import MAX_PAYLOAD_DEPTH, ReplayGuard
 from console.edges.secretfile import Secret
 
 DEFAULT_TOLERANCE = 300
@@ -84,10 +85,21 @@ def _kind(parsed: Any, field: str = "type") -> str | None:
 
 class Verifier(ABC):
     kind: ClassVar[str]
+    # True when the signature covers the body alone: no signed timestamp refuses an old delivery and no
+    # signed id ties it to one key, so a captured body re-sent under a new id verifies. Such sources
+    # keep a replay ledger of body digests (console.core.replays).
+    body_only: ClassVar[bool] = False
 
-    def __init__(self, secret: Secret, *, tolerance: int = DEFAULT_TOLERANCE) -> None:
+    def __init__(self, secret: Secret, *, tolerance: int = DEFAULT_TOLERANCE, replay_window: int = 0) -> None:
         self._key = self._derive_key(secret)
         self.tolerance = tolerance
+        self.replay_window = replay_window if self.body_only else 0
+
+    def replay_guard(self, body: bytes) -> ReplayGuard | None:
+        """What the inbox needs to refuse this body again within the window, or None (no ledger)."""
+        if self.replay_window <= 0:
+            return None
+        return ReplayGuard(hashlib.sha256(body).digest(), self.replay_window)
 
     def _derive_key(self, secret: Secret) -> bytes:
         return secret.reveal().encode("utf-8")
@@ -121,8 +133,10 @@ def parse_json(body: bytes) -> Any:
         return json.loads(body.decode("utf-8"))
     except UnicodeDecodeError:
         raise BadDelivery("the body is not UTF-8 text") from None
-    except (ValueError, RecursionError):
+    except ValueError:
         raise BadDelivery("the body is not JSON") from None
+    except RecursionError:  # json's decoder recurses: far past what the inbox takes anyway
+        raise BadDelivery(f"the body is nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
 
 
 def _required(headers: CIMultiDict[str], name: str) -> str:
@@ -133,9 +147,11 @@ def _required(headers: CIMultiDict[str], name: str) -> str:
 
 
 class GitHubVerifier(Verifier):
-    """X-Hub-Signature-256: sha256=<hex HMAC of the body>. No timestamp: redeliveries are refused by id."""
+    """X-Hub-Signature-256: sha256=<hex HMAC of the body>. No timestamp, and the id is not signed:
+    redeliveries are refused by id, replays under a new id by the body's digest."""
 
     kind = "github"
+    body_only = True
 
     def verify(self, body: bytes, headers: CIMultiDict[str], *, now: int) -> None:
         signature = _required(headers, "X-Hub-Signature-256")
@@ -253,12 +269,13 @@ class HmacVerifier(Verifier):
     """Home-made senders: an HMAC-SHA256 of the body in one header, as hex or sha256=<hex>."""
 
     kind = "hmac"
+    body_only = True
 
     def __init__(
         self, secret: Secret, *, tolerance: int = DEFAULT_TOLERANCE, header: str = "X-Signature",
-        id_header: str = "X-Delivery-Id",
+        id_header: str = "X-Delivery-Id", replay_window: int = 0,
     ) -> None:
-        super().__init__(secret, tolerance=tolerance)
+        super().__init__(secret, tolerance=tolerance, replay_window=replay_window)
         self.header = header
         self.id_header = id_header
 

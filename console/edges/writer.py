@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import apsw
 
 from console.clock import Clock, WallClock
-from console.core import Store, StoreError, StoreUnavailable
+from console.core import ReplayGuard, Store, StoreError, StoreUnavailable
 from console.runtime.dbthread import settle_future
 
 T = TypeVar("T")
@@ -35,7 +35,8 @@ class _Ingest:
     source: str
     source_id: str
     payload: Any
-    future: asyncio.Future[bool]
+    guard: ReplayGuard | None
+    future: asyncio.Future[str]
 
 
 @dataclass
@@ -49,7 +50,7 @@ class WriterStats:
     transactions: int = 0       # write transactions begun for ingests (one per group, or per event)
     commits: int = 0            # of those, committed: each is one fsync of the WAL under synchronous=FULL
     failed: int = 0             # rolled back because the database could not take them
-    events: int = 0             # events committed (new or duplicate)
+    events: int = 0             # deliveries committed (new, duplicate or replay)
     largest_group: int = 0
 
     def as_dict(self) -> dict[str, int]:
@@ -121,10 +122,10 @@ class IngestWriter:
         assert self._store is not None, "the writer is not started"
         self._store.encode_event(source, source_id, payload)
 
-    async def ingest(self, source: str, source_id: str, payload: Any) -> bool:
-        """True for a new event, False for a duplicate; StoreUnavailable when it is not durable."""
-        future: asyncio.Future[bool] = asyncio.get_running_loop().create_future()
-        self._queue.put(_Ingest(source, source_id, payload, future))
+    async def ingest(self, source: str, source_id: str, payload: Any, guard: ReplayGuard | None = None) -> str:
+        """"stored", "duplicate" or "replay" (Store.ingest_deliveries); StoreUnavailable when not durable."""
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._queue.put(_Ingest(source, source_id, payload, guard, future))
         return await future
 
     async def call(self, fn: Callable[[Store], T]) -> T:
@@ -182,7 +183,8 @@ class IngestWriter:
     def _commit(self, store: Store, group: list[_Ingest]) -> None:
         results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
         try:
-            stored = store.ingest_many([(i.source, i.source_id, i.payload) for i in group], now=self._clock.now())
+            outcomes = store.ingest_deliveries([(i.source, i.source_id, i.payload, i.guard) for i in group],
+                                               now=self._clock.now())
         except ValueError:
             # Each event was validated before it queued; should one slip through anyway it must not
             # take the rest of its group down with it.
@@ -202,7 +204,7 @@ class IngestWriter:
             self.stats.commits += 1
             self.stats.events += len(group)
             self.stats.largest_group = max(self.stats.largest_group, len(group))
-            results = [(item.future, new, None) for item, new in zip(group, stored, strict=True)]
+            results = [(item.future, outcome, None) for item, outcome in zip(group, outcomes, strict=True)]
         self._deliver_all(results)
 
     def _run_call(self, store: Store, item: _Call) -> None:

@@ -25,6 +25,7 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.message import Message
+from textual.notifications import SeverityLevel
 from textual.widgets import Footer, HelpPanel
 
 from console.clock import Clock, WallClock
@@ -32,6 +33,7 @@ from console.config import ConfigError, Settings
 from console.core import STATUSES, Store, StoreError
 from console.demo import demo_settings, run_demo
 from console.runtime.notices import Notice
+from console.textsafe import terminal_safe, terminal_safe_lines
 from console.tui.backend import EngineLike
 from console.tui.commands import ConsoleCommands
 from console.tui.detail import read_detail
@@ -275,6 +277,13 @@ class ConsoleApp(App[None]):
         if self.started:
             self.started = False
             await self.engine.stop()
+
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None:
+        """Every toast as plain text with control characters escaped: toasts quote source ids, approval
+        actions and errors, which a sender wrote (markup from them would be read as styles and links)."""
+        super().notify(terminal_safe_lines(message), title=terminal_safe(title), severity=severity,
+                       timeout=timeout, markup=False)
 
     async def action_quit(self) -> None:
         await self.shutdown_engine()  # releases the lease before the screen goes away

@@ -75,6 +75,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_CLAUDE_BASE_URL": "http://127.0.0.1:8080", "AGENT_CONSOLE_RETAIN_DAYS": "90",
         "AGENT_CONSOLE_CLAUDE_MAX_TURNS": "4", "AGENT_CONSOLE_CLAUDE_TIMEOUT": "7.5",
         "AGENT_CONSOLE_CLAUDE_BATCH_TOKENS": "20000",
+        "AGENT_CONSOLE_WEBHOOK_READ_TIMEOUT": "30", "AGENT_CONSOLE_WEBHOOK_MAX_CONNECTIONS": "20",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -83,6 +84,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.digest_cron, s.timezone, s.theme) == ("30 8 * * 1-5", "Europe/Berlin", "paper")
     assert s.keys == {"quit": "ctrl+q"}
     assert s.webhooks == {"enabled": False}
+    assert (s.webhook_read_timeout, s.webhook_max_connections) == (30, 20)
     assert s.channels == [{"kind": "file", "path": "/tmp/out"}]
     assert (s.claude_model, s.claude_max_tokens, s.claude_base_url) == (
         "claude-opus-5-5", 4096, "http://127.0.0.1:8080")
@@ -157,6 +159,8 @@ def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
         ('agent = "gpt-9"', "agent", "unknown agent 'gpt-9'"),
         ('timezone = "Mars/Olympus"', "timezone", "unknown time zone"),
         ('digest_cron = "61 * * * *"', "digest_cron", "invalid cron"),
+        ('digest_cron = "0 9 31 2 *"', "digest_cron", "'0 9 31 2 *' never fires"),
+        ('digest_cron = "0 0 1 1 * 0 2020"', "digest_cron", "never fires"),  # its last year is past
         ("keys = 3", "keys", "expected a table"),
         ("channels = [1, 2]", "channels", "list of tables"),
         ("claude_max_turns = 0", "claude_max_turns", "must be at least 1, got 0"),
@@ -185,6 +189,7 @@ def test_bad_value_in_the_file_names_setting_and_file(tmp_path: Path, line: str,
         ("AGENT_CONSOLE_AGENT", "nobody", "unknown agent"),
         ("AGENT_CONSOLE_TIMEZONE", "Nowhere/City", "unknown time zone"),
         ("AGENT_CONSOLE_DIGEST_CRON", "every day", "invalid cron"),
+        ("AGENT_CONSOLE_DIGEST_CRON", "0 9 30 2 *", "never fires"),
         ("AGENT_CONSOLE_WEBHOOKS", "{not json", "written as JSON"),
         ("AGENT_CONSOLE_DB", "  ", "non-empty"),
         # Past SQLite's 64-bit integers the engine would start and fail every step with OverflowError.

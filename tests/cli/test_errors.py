@@ -89,6 +89,8 @@ def test_empty_message(db: Path) -> None:
         (["t"], "exactly one of --every, --cron or --at"),
         (["t", "--every", "60", "--tz", "UTC"], "--tz goes with --cron"),
         (["t", "--cron", "not a cron"], "invalid cron expression"),
+        (["t", "--cron", "0 9 31 2 *"], "--cron: cron expression '0 9 31 2 *' never fires"),
+        (["t", "--cron", "0 9 31 4,6,9,11 *", "--tz", "Europe/Berlin"], "--cron: cron expression"),
         (["t", "--cron", "0 9 * * *", "--tz", "Mars/Base"], "unknown time zone"),
         (["t", "--at", "next tuesday"], "--at takes epoch seconds or an ISO 8601 time"),
         (["t", "--every", "0"], "--every"),

@@ -168,3 +168,12 @@ def test_run_with_a_webhook_receiver_it_cannot_start_does_no_work(
         event = store.find_event("chat", "m1")
         assert event is not None and event.status == "pending" and event.attempts == 0  # nothing was run
         assert store.lease() is None  # the engine never started
+
+
+def test_run_with_a_digest_cron_that_never_fires_is_a_one_line_error(tmp_path: Path,
+                                                                     isolated: dict[str, str]) -> None:
+    db = tmp_path / "inbox.db"
+    done = run_process(["--db", str(db), "run"], dict(isolated, AGENT_CONSOLE_DIGEST_CRON="0 9 31 2 *"))
+    assert_user_error(done.returncode, done.stdout, done.stderr, "digest_cron", "AGENT_CONSOLE_DIGEST_CRON",
+                      "'0 9 31 2 *' never fires")
+    assert not db.exists()  # refused before the inbox was opened

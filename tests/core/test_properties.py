@@ -171,7 +171,7 @@ def test_deep_nesting_is_refused_cleanly(tmp_path: Path) -> None:
     for _ in range(100_000):
         deep = [deep]
     with Store.open(tmp_path / "inbox.db") as store:
-        with pytest.raises(ValueError, match="nested too deeply"):
+        with pytest.raises(ValueError, match="nested deeper than 100 levels"):
             store.ingest("chat", "deep", deep, now=1)
         assert stored_nothing(store)
 

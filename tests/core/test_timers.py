@@ -12,6 +12,7 @@ import pytest
 
 import console.core.timers as timers_module
 from console.core import Store
+from console.core.timers import validate_cron
 
 T = 1_000_000
 HOUR = 3_600
@@ -170,6 +171,8 @@ def test_a_removed_timer_never_fires(store: Store) -> None:
         ({"every": 10**20}, "at most"),
         ({"cron": "every day at nine"}, "invalid cron"),
         ({"cron": "61 * * * *"}, "invalid cron"),
+        ({"cron": "0 9 31 2 *"}, r"cron expression '0 9 31 2 \*' never fires"),
+        ({"cron": "0 9 31 4,6,9,11 *", "tz": "Europe/Berlin"}, "never fires"),
         ({"cron": "0 9 * * *", "tz": "Mars/Olympus"}, "unknown time zone"),
         ({"tz": "Europe/Berlin"}, "cron timers only"),
         ({"every": 60, "key": ("followup", "x")}, "fixed event key"),
@@ -240,3 +243,26 @@ def test_a_long_cron_outage_is_walked_without_holding_the_write_lock(
     assert stored_during_walk == [True]
     [payload] = timer_events(store, "minutely")
     assert (payload["skipped"], payload["late_by"], payload["scheduled_for"]) == (2 * 24 * 60, 30, start + 2 * DAY)
+
+
+def test_a_cron_whose_last_year_is_past_is_refused(store: Store) -> None:
+    now = 1_800_000_000  # 2027
+    with pytest.raises(ValueError, match="never fires after"):
+        store.add_timer("old", now, {}, cron="0 0 1 1 * 0 2020", now=now)  # the 7th field is the year
+    with pytest.raises(ValueError, match="never fires"):
+        validate_cron("0 0 1 1 * 0 2020", "UTC", now=now)
+    validate_cron("0 0 1 1 * 0 2020", "UTC", now=1_500_000_000)  # from 2017 it still fires once
+
+
+def test_a_cron_that_stops_firing_fires_its_last_occurrence_and_is_done(store: Store) -> None:
+    start = 1_800_000_000  # 2027-01-15
+    store.add_timer("once-in-2028", start, {"task": "new year"}, cron="0 0 1 1 * 0 2028", tz="UTC", now=start)
+    timer = store.timer("once-in-2028")
+    assert timer is not None and timer.due == 1_830_297_600  # 2028-01-01T00:00:00Z
+    assert store.run_scheduler(now=timer.due + 60) == 1
+    event = store.find_event("timer", f"once-in-2028@{timer.due}")
+    assert event is not None and event.payload["task"] == "new year"
+    after = store.timer("once-in-2028")
+    assert after is not None and after.done  # no occurrence left: like a one-off that fired
+    assert store.run_scheduler(now=timer.due + 10 * 86_400) == 0
+    assert store.next_timer() is None

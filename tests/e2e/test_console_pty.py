@@ -28,6 +28,7 @@ class Terminal:
         env.pop("TEXTUAL", None)
         self.screen = pyte.Screen(COLS, ROWS)
         self.stream = pyte.ByteStream(self.screen)
+        self.raw = bytearray()  # every byte the console wrote to the terminal
         self.child = pexpect.spawn(sys.executable, ["-m", "console", "--db", str(db)], cwd=str(ROOT), env=env,
                                    dimensions=(ROWS, COLS))
 
@@ -42,6 +43,7 @@ class Terminal:
                 return
             except pexpect.EOF:
                 return
+            self.raw += chunk
             self.stream.feed(chunk)
 
     def wait_for(self, condition: Callable[[str], bool], what: str, timeout: float = 30.0) -> None:
@@ -102,3 +104,35 @@ def test_a_closed_terminal_releases_the_lease_at_once(tmp_path: Path, signum: si
         lease = store.lease()
         assert lease is not None and lease.until < int(time.time())  # the next console need not wait a TTL
         assert store.lease_log(1)[0][1] == "release"
+
+
+HOSTILE_ID = "evil\x1b]0;PWNED\x07\x1b[2J\x9b31m"  # set the title, ring, clear the screen, an 8-bit CSI
+HOSTILE_TEXT = "hi\x1b[8m\u202egnp.exe\x7f"
+
+
+def test_control_characters_from_outside_never_reach_the_terminal(tmp_path: Path) -> None:
+    db = tmp_path / "inbox.db"
+    with Store.open(db) as store:
+        # A signed webhook can carry any id and any text: the console shows them, escaped.
+        store.ingest("github", HOSTILE_ID, {"type": "push", "body": {"note": HOSTILE_TEXT}}, now=int(time.time()))
+        store.queue_message(f"reply about {HOSTILE_TEXT}", now=int(time.time()))
+        store.request_approval("ask-1", f"pay {HOSTILE_TEXT}", now=int(time.time()), expires_in=3600)
+    term = Terminal(db, tmp_path)
+    try:
+        term.wait_for(lambda s: "Events" in s and "evil" in s and "pay hi" in s, "the event and the approval")
+        term.send("\r")  # the detail: the whole source id and the payload
+        term.wait_for(lambda s: "Event #1" in s, "the detail screen")
+        term.wait_for(lambda s: "PWNED" in s and "gnp.exe" in s, "the id and the payload text, escaped")
+        screen = term.text()
+        assert "\\x1b]0;PWNED\\x07" in screen and "\\u202egnp.exe" in screen, screen
+        term.send("\x1b")
+        term.wait_for(lambda s: "Event #1" not in s, "the detail to close")
+        term.send("\x11")  # ctrl+q
+        term.child.expect(pexpect.EOF, timeout=30)
+    finally:
+        term.child.close(force=True)
+    raw = bytes(term.raw)
+    # Textual writes its own escapes (and a BEL ending one), so the sender's are looked for in their context.
+    for hostile in ("\x1b]0;PWNED", "PWNED\x07", "\x07\x1b[2J", "\x9b31m", "hi\x1b[8m", "\u202egnp", "exe\x7f"):
+        at = raw.find(hostile.encode())
+        assert at < 0, f"{hostile!r} reached the terminal: {raw[max(0, at - 80):at + 40]!r}"

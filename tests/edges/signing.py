@@ -65,10 +65,14 @@ def sign(kind: str, body: bytes, *, now: int, delivery_id: str = "d-1", secret: 
 
 
 def body_for(kind: str, delivery_id: str = "d-1", text: str = "héllo") -> bytes:
-    """A JSON body in each provider's shape whose key is delivery_id (where the key lives in the body)."""
+    """A JSON body in each provider's shape whose key is delivery_id (where the key lives in the body).
+
+    Every body names its delivery, as real ones do (a GitHub push carries its commits, a home-made
+    sender a time or a counter): two different deliveries are never byte-identical, which for github and
+    hmac would be a replay."""
     if kind == "stripe":
         return f'{{"id": "{delivery_id}", "type": "charge.succeeded", "data": {{"text": "{text}"}}}}'.encode()
     if kind == "slack":
         return (f'{{"type": "event_callback", "event_id": "{delivery_id}", '
                 f'"event": {{"type": "message", "text": "{text}"}}}}').encode()
-    return f'{{"type": "note", "text": "{text}", "n": 1}}'.encode()
+    return f'{{"type": "note", "text": "{text}", "n": 1, "ref": "{delivery_id}"}}'.encode()

@@ -13,7 +13,7 @@ import pytest
 
 from console.clock import ManualClock
 from console.config import ConfigError, Settings
-from console.core import Store, StoreError
+from console.core import MAX_PAYLOAD_DEPTH, Store, StoreError
 from console.edges.receiver import WebhookReceiver, build_receiver, serve
 from tests.edges.conftest import MAX_BODY, NOW, SOURCES, rows, secrets_env, webhook_settings
 from tests.edges.signing import SECRETS, WRONG, body_for, sign
@@ -224,3 +224,19 @@ async def test_serve_runs_until_stopped(db_path: Path, http: aiohttp.ClientSessi
     with pytest.raises(aiohttp.ClientConnectionError):
         await deliver(http, server, "github", "after-stop")
     assert rows(db_path) == [("github", "served")]
+
+
+async def test_nesting_is_stored_up_to_the_limit_and_refused_past_it(
+    receiver: WebhookReceiver, http: aiohttp.ClientSession, db_path: Path
+) -> None:
+    def nested(depth: int) -> bytes:  # an object `depth` deep; the inbox stores it one level down, in "body"
+        return ('{"k": ' * depth + '"leaf"' + "}" * depth).encode()
+
+    answers = {}
+    for name, depth in (("fits", MAX_PAYLOAD_DEPTH - 1), ("over", MAX_PAYLOAD_DEPTH), ("far-over", 5000)):
+        body = nested(depth)
+        answers[name] = await post(http, receiver, "home", body, sign("hmac", body, now=NOW, delivery_id=name))
+    assert answers["fits"] == (200, {"stored": True})
+    assert answers["over"] == (400, {"error": f"payload is nested deeper than {MAX_PAYLOAD_DEPTH} levels"})
+    assert answers["far-over"] == (400, {"error": f"the body is nested deeper than {MAX_PAYLOAD_DEPTH} levels"})
+    assert rows(db_path) == [("home", "fits")]

@@ -8,7 +8,7 @@ from pathlib import Path
 from textual.widgets import Input, Label, TextArea
 
 from console.clock import ManualClock
-from console.core import Store
+from console.core import MAX_PAYLOAD_DEPTH, Store
 from console.tui.app import ConsoleApp
 from console.tui.detail import why_not_run
 from console.tui.screens.confirm import ConfirmScreen
@@ -379,3 +379,32 @@ async def test_the_detail_of_a_pruned_event_says_so(db_path: Path, clock: Manual
         payload = text_of(app, "#detail-payload")
         assert payload.startswith("pruned ") and "(1m00s ago)" in payload
         assert "secret" not in payload
+
+
+def nested_text(depth: int) -> str:
+    return '{"k": ' * depth + '"leaf"' + "}" * depth
+
+
+async def test_nesting_past_the_limit_is_refused_by_inject_and_the_deepest_payload_shows(
+    filled: Path, clock: ManualClock
+) -> None:
+    with reopen(filled) as store:
+        assert store.ingest("hook", "deepest", json.loads(nested_text(MAX_PAYLOAD_DEPTH)), now=clock.now())
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        for depth in (5000, MAX_PAYLOAD_DEPTH + 1):  # past json's own recursion, and just past the limit
+            await pilot.press("i")
+            await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen), what="inject modal")
+            app.screen.query_one("#inject-payload", TextArea).text = nested_text(depth)
+            await pilot.press("ctrl+s")
+            await wait_until(pilot, lambda: f"nested deeper than {MAX_PAYLOAD_DEPTH} levels" in text_of(
+                app, "#inject-error"), what="inline error")
+            await pilot.press("escape")
+            await wait_until(pilot, lambda: not isinstance(app.screen, InjectScreen), what="modal closed")
+        await wait_until(pilot, lambda: shown_ids(app)[0] == 8, what="the deepest event on top")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        assert text_of(app, "#detail-payload").count('"k": {') == MAX_PAYLOAD_DEPTH - 1
+    with reopen(filled) as store:
+        assert store.max_event_id() == 8

@@ -8,8 +8,11 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Label
+
+from console.textsafe import terminal_safe
 
 
 class ConfirmScreen(ModalScreen[bool]):
@@ -26,7 +29,7 @@ class ConfirmScreen(ModalScreen[bool]):
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)  # this dialog's keys, over the main screen's footer
         with Vertical(id="confirm-dialog", classes="dialog"):
-            yield Label(self.question, id="confirm-question")
+            yield Label(Content(terminal_safe(self.question)), id="confirm-question")  # it may name a source
             with Horizontal(classes="buttons"):
                 yield Button(self.yes_label, variant="warning", id="confirm-yes", compact=True)
                 yield Button("Cancel", id="confirm-no", compact=True)

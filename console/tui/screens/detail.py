@@ -14,6 +14,7 @@ from textual.highlight import highlight
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from console.textsafe import json_terminal_safe, terminal_safe
 from console.tui.detail import DetailView, clock_text
 
 Part = str | tuple[str, str]
@@ -22,7 +23,8 @@ STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": 
 
 
 def payload_json(payload: object) -> str:
-    return json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True)
+    """The payload as indented JSON, with what a terminal would take for a command escaped."""
+    return json_terminal_safe(json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True))
 
 
 class DetailScreen(ModalScreen[None]):
@@ -42,13 +44,13 @@ class DetailScreen(ModalScreen[None]):
         with Vertical(id="detail-dialog", classes="dialog") as dialog:
             if event is None:
                 dialog.border_title = "Event"
-                yield Static(self.view.reasons[0], id="detail-missing")
+                yield Static(Content(terminal_safe(self.view.reasons[0])), id="detail-missing")
                 return
             dialog.border_title = f"Event #{event.id}"
             dialog.border_subtitle = "esc close"
             with VerticalScroll(id="detail-body"):
                 yield Static(Content.assemble(
-                    (event.source, "bold"), " / ", event.source_id, "  ",
+                    (terminal_safe(event.source), "bold"), " / ", terminal_safe(event.source_id), "  ",
                     (event.status, f"bold {STATUS_STYLE.get(event.status, '')}"),
                     (f"  attempts {event.attempts}", "dim"),
                     (f"  gen {event.claim_gen}" if event.claim_gen is not None else "", "dim"),
@@ -73,8 +75,8 @@ class DetailScreen(ModalScreen[None]):
         event = self.view.event
         title = "Why hasn't this run?" if event is not None and event.status == "pending" else "State"
         parts: list[Part] = [(title, "bold")]
-        for reason in self.view.reasons:
-            parts += ["\n• ", reason]
+        for reason in self.view.reasons:  # they quote errors and approvals, which quote the sender
+            parts += ["\n• ", terminal_safe(reason)]
         return Content.assemble(*parts)
 
     def _history(self) -> Content:
@@ -86,8 +88,8 @@ class DetailScreen(ModalScreen[None]):
                      "lost": "$text-warning", "finish": "$text-success"}.get(line.kind, "")
             parts += [(f"{line.kind:<8}", f"bold {style}"),
                       (f" {clock_text(line.at, self.now, self.zone)}", "dim"),
-                      f"  {line.holder or '-'} gen {line.gen if line.gen is not None else '-'}",
-                      f"  {line.detail}" if line.detail else "", "\n"]
+                      terminal_safe(f"  {line.holder or '-'} gen {line.gen if line.gen is not None else '-'}"),
+                      terminal_safe(f"  {line.detail}") if line.detail else "", "\n"]
         return Content.assemble(*parts[:-1])
 
     def _steps(self) -> Content:
@@ -95,7 +97,7 @@ class DetailScreen(ModalScreen[None]):
             return Content.styled("no journalled steps", "dim")
         parts: list[Part] = []
         for step in self.view.steps:
-            parts += [(f"{step.state:<9}", "bold"), step.idem_key,
+            parts += [(f"{step.state:<9}", "bold"), terminal_safe(step.idem_key),
                       (f"  gen {step.gen} · ran {step.executions}× · "
                        f"{clock_text(step.claimed_at, self.now, self.zone)}", "dim"),
                       "\n"]
@@ -104,7 +106,7 @@ class DetailScreen(ModalScreen[None]):
     def _replies(self) -> Content:
         parts: list[Part] = []
         for message in self.view.replies:
-            parts += [(f"{message.status:<8}", "bold"), " ".join(message.body.split())[:200], "\n"]
+            parts += [(f"{message.status:<8}", "bold"), terminal_safe(" ".join(message.body.split())[:200]), "\n"]
         return Content.assemble(*parts[:-1])
 
     def action_close(self) -> None:

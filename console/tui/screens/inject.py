@@ -10,8 +10,12 @@ from textual import on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
+from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Button, Footer, Input, Label, Select, TextArea
+
+from console.core import MAX_PAYLOAD_DEPTH
+from console.textsafe import terminal_safe
 
 # (source, source_id, payload) -> None when stored, else the message to show inline
 Submit = Callable[[str, str, Any], Awaitable[str | None]]
@@ -63,7 +67,7 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
 
     def show_error(self, message: str) -> None:
         label = self.query_one("#inject-error", Label)
-        label.update(message)
+        label.update(Content(terminal_safe(message)))  # it may quote the source id: plain text, escaped
         label.set_class(bool(message), "-error")
 
     @on(Button.Pressed, "#inject-ok")
@@ -78,6 +82,9 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
             payload = json.loads(text)
         except json.JSONDecodeError as exc:
             self.show_error(f"payload: not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})")
+            return
+        except RecursionError:  # json's decoder recurses: far past what the inbox takes anyway
+            self.show_error(f"payload: nested deeper than {MAX_PAYLOAD_DEPTH} levels")
             return
         problem = await self.submit(source, source_id, payload)
         if problem is not None:

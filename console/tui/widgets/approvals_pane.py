@@ -11,6 +11,7 @@ from textual.events import Resize
 from textual.widgets import DataTable, Static
 
 from console.core import Approval
+from console.textsafe import terminal_safe
 from console.tui.detail import human_span
 from console.tui.reads import ApprovalsView
 
@@ -34,10 +35,11 @@ def approval_cell(approval: Approval, now: int, width: int) -> tuple[Text, int]:
     it a line of its own instead of cutting it after a few letters.
     """
     bar = countdown_bar(approval, now)
-    one_line = f"{bar:<{BAR_CELLS + 6}}{GAP}{approval.action}"
+    action = terminal_safe(approval.action)  # an agent words it from the event, which the sender wrote
+    one_line = f"{bar:<{BAR_CELLS + 6}}{GAP}{action}"
     if len(one_line) <= width:
         return Text(one_line), 1
-    action = approval.action if len(approval.action) <= width else approval.action[: max(1, width - 1)] + "…"
+    action = action if len(action) <= width else action[: max(1, width - 1)] + "…"
     return Text.assemble(action, "\n", (bar, "dim")), 2
 
 
@@ -78,7 +80,8 @@ one; unanswered, it expires. The first outcome stands.
         self.border_subtitle = f"{len(view.pending)} waiting"
         lines: list[str | tuple[str, str]] = [("recent", "dim") if view.resolved else ("nothing resolved yet", "dim")]
         for approval in view.resolved[:4]:
-            lines += ["\n", (f"{approval.outcome:<8}", OUTCOME_STYLE.get(approval.outcome or "", "")), approval.action]
+            lines += ["\n", (f"{approval.outcome:<8}", OUTCOME_STYLE.get(approval.outcome or "", "")),
+                      terminal_safe(approval.action)]
         self.query_one("#approvals-resolved", Static).update(Content.assemble(*lines))
         if previous is None:
             return []

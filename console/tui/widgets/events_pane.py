@@ -10,11 +10,13 @@ from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
+from textual.content import Content
 from textual.events import Resize
 from textual.widgets import Static
 
 from console.clock import Clock
 from console.core import Event, Store
+from console.textsafe import terminal_safe
 from console.tui.detail import human_span
 from console.tui.reads import (
     EventFilter,
@@ -107,12 +109,12 @@ The inbox, newest first: **enter** shows why an event has (not) run. The keys be
             table.add_row(*self._cells(event, now, variables), key=str(event.id))
         total = sum(page.counts.values())
         counts = " ".join(f"{s} {page.counts.get(s, 0):,}" for s in ("pending", "running", "done", "dead"))
-        self.border_title = f"Events · {self.filter.describe()}"
+        self.border_title = Content(f"Events · {terminal_safe(self.filter.describe())}")  # plain: no markup
         self.border_subtitle = f"{'live' if self.top_id is None else 'paused'} · {total:,} · {counts}"
         hint = self.query_one("#events-empty", Static)
         hint.display = not page.events
         if not page.events:
-            hint.update(empty_hint(self.filter, total))
+            hint.update(Content(terminal_safe(empty_hint(self.filter, total))))
         if page.events:
             index = next((i for i, e in enumerate(page.events) if e.id == keep), None)
             if index is None:
@@ -123,11 +125,12 @@ The inbox, newest first: **enter** shows why an event has (not) run. The keys be
     @staticmethod
     def _cells(event: Event, now: int, variables: dict[str, str]) -> list[Text]:
         # The att column already says how many attempts failed: the table shows the reason itself.
-        error = DEAD_PREFIX.sub("", " ".join((event.error or "").split()))
-        source_id = event.source_id if len(event.source_id) <= 16 else event.source_id[:15] + "…"
+        error = terminal_safe(DEAD_PREFIX.sub("", " ".join((event.error or "").split())))
+        source_id = terminal_safe(event.source_id)  # escaped first, so the cut counts what is shown
+        source_id = source_id if len(source_id) <= 16 else source_id[:15] + "…"
         return [
             Text(str(event.id), justify="right"),
-            Text(event.source),
+            Text(terminal_safe(event.source)),
             Text(source_id),
             Text(event.status, style=status_colour(variables, event.status)),
             Text(str(event.attempts), justify="right"),

@@ -9,6 +9,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import Label, ProgressBar, Static
 
+from console.textsafe import terminal_safe
 from console.timefmt import agent_in_words
 from console.tui.detail import human_span
 from console.tui.reads import LeaseView
@@ -44,7 +45,7 @@ class LeasePane(Vertical):
         if lease is None:
             who += [("\nholder ", "dim"), "nobody yet"]
         else:
-            who += [(" gen ", "dim"), (str(lease.gen), "bold"), ("\nholder ", "dim"), lease.holder]
+            who += [(" gen ", "dim"), (str(lease.gen), "bold"), ("\nholder ", "dim"), terminal_safe(lease.holder)]
             if lease.is_live(view.now):
                 who.append((" (you)" if lease.holder == holder else " (other)", "dim"))
             left = max(0, lease.until - view.now)
@@ -57,8 +58,9 @@ class LeasePane(Vertical):
             ("\nrefused finishes ", "dim"), (str(view.refused), "$text-error bold" if view.refused else "bold"),
         ]
         for refusal in view.recent_refusals[:1]:
-            fencing.append((f"\n↳ {refusal.holder} gen {refusal.gen}, {human_span(view.now - refusal.at)} ago: "
-                            f"{refusal.reason}", "dim"))
+            ago = human_span(view.now - refusal.at)
+            fencing.append(("\n↳ " + terminal_safe(f"{refusal.holder} gen {refusal.gen}, {ago} ago: {refusal.reason}"),
+                            "dim"))
         self.query_one("#lease-fencing", Static).update(Content.assemble(*fencing))
         agent = view.agent
         words = "ready" if agent is None else agent_in_words(agent.state, agent.reason, agent.until, view.now, sep="")

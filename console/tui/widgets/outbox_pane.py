@@ -7,6 +7,7 @@ from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.widgets import Label, ProgressBar, Static
 
+from console.textsafe import terminal_safe
 from console.tui.detail import human_span
 from console.tui.reads import OutboxView
 
@@ -15,7 +16,7 @@ NBSP = "\u00a0"
 
 
 def one_line(text: str, width: int = 60) -> str:
-    flat = " ".join(text.split())
+    flat = terminal_safe(" ".join(text.split()))  # a reply may quote the sender's text
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 

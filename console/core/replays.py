@@ -1,0 +1,72 @@
+"""The replay ledger: webhook bodies whose signature proves nothing about when or under which id they
+were sent (GitHub, home-made HMAC) are remembered by digest for a window, and a byte-identical body
+arriving again within it is refused as a replay, whatever id came with it.
+
+A refusal is answered like a duplicate and counted on the event the body was first stored as. Every
+sighting, refused or not, restarts the body's window, so a replayer who keeps trying inside it never
+gets through. Deliveries sweep rows whose window has passed, a little more than they add, so the
+ledger holds about one window's worth of bodies and no more.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from console.core.db import transaction, translate_errors
+from console.core.inbox import InboxMixin
+from console.core.models import ReplayGuard
+
+# Rows swept per transaction: a constant plus twice what the transaction may add, so the sweep always
+# outpaces the growth, while one transaction never deletes a whole backlog at once.
+_SWEEP_BASE = 256
+_SWEEP = """DELETE FROM replay_ledger WHERE (source, digest) IN (
+                SELECT source, digest FROM replay_ledger INDEXED BY replay_ledger_expiry
+                WHERE expires_at < ? ORDER BY expires_at LIMIT ?)"""
+_EARLIER = """SELECT source_id FROM replay_ledger WHERE source = ? AND digest = ? AND expires_at >= ?"""
+_SIGHTED = """INSERT INTO replay_ledger (source, digest, source_id, seen_at, expires_at) VALUES (?, ?, ?, ?, ?)
+              ON CONFLICT (source, digest) DO UPDATE
+                 SET source_id = excluded.source_id, seen_at = excluded.seen_at, expires_at = excluded.expires_at"""
+_RESIGHTED = "UPDATE replay_ledger SET seen_at = ?, expires_at = ? WHERE source = ? AND digest = ?"
+
+Delivery = tuple[str, str, Any, ReplayGuard | None]
+
+
+class ReplayMixin(InboxMixin):
+    def ingest_deliveries(self, items: Iterable[Delivery], *, now: int) -> list[str]:
+        """Store webhook deliveries (source, source_id, payload, guard) in one transaction.
+
+        Each answer is "stored", "duplicate" (its key was stored before) or "replay" (no guard is None
+        and its body was seen from its source within the guard's window: nothing is stored, the event
+        the body was stored as counts one more duplicate). All are validated before any is written.
+        """
+        encoded = [(source, source_id, self.encode_event(source, source_id, payload), guard)
+                   for source, source_id, payload, guard in items]
+        if not encoded:
+            return []
+        with translate_errors(), transaction(self._conn):
+            if any(guard is not None for *_, guard in encoded):
+                self._conn.execute(_SWEEP, (now, _SWEEP_BASE + 2 * len(encoded)))
+            return [self._deliver(source, source_id, text, guard, now) for source, source_id, text, guard in encoded]
+
+    def _deliver(self, source: str, source_id: str, text: str, guard: ReplayGuard | None, now: int) -> str:
+        if guard is None or guard.window <= 0:
+            return "stored" if self._insert_event(source, source_id, text, now) else "duplicate"
+        expires_at = now + guard.window
+        if not self._scalar("SELECT 1 FROM inbox WHERE source = ? AND source_id = ?", (source, source_id)):
+            earlier = self._scalar(_EARLIER, (source, guard.digest, now))
+            if earlier is not None:
+                self._conn.execute(_RESIGHTED, (now, expires_at, source, guard.digest))
+                self._conn.execute(
+                    """UPDATE inbox SET duplicates = duplicates + 1, last_duplicate_at = ?
+                       WHERE source = ? AND source_id = ?""",
+                    (now, source, earlier),
+                )
+                return "replay"
+        new = self._insert_event(source, source_id, text, now)
+        self._conn.execute(_SIGHTED, (source, guard.digest, source_id, now, expires_at))
+        return "stored" if new else "duplicate"
+
+    def replay_ledger_size(self) -> int:
+        """Bodies the ledger remembers now (expired rows not yet swept included)."""
+        return int(self._scalar("SELECT COUNT(*) FROM replay_ledger"))
