@@ -27,6 +27,11 @@ BUSY_TIMEOUT_MS = 5000
 # rows (docs/performance.md). Only a new file takes it; an existing one keeps its size.
 NEW_FILE_PAGE_SIZE = 1024
 
+# The size the WAL is cut back to once a checkpoint has emptied it (PRAGMA journal_size_limit). A long
+# reader makes the WAL grow without bound while it reads (its snapshot keeps every later frame); without
+# a limit the file keeps that size for ever. Four times what the 1000-page autocheckpoint fills.
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 
@@ -204,6 +209,7 @@ def _prepare(conn: apsw.Connection, target: Path, check: bool, upto: int, migrat
         raise StoreError(f"cannot open inbox {target}: WAL mode was refused (got {mode})")
     conn.execute("PRAGMA synchronous=FULL")
     conn.execute("PRAGMA foreign_keys=ON")
+    conn.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
     if check:
         _refuse_damage(conn, target)
     if migrate:
@@ -265,6 +271,24 @@ def _open_error(target: Path, exc: apsw.Error) -> StoreError:
     if isinstance(exc, apsw.BusyError):
         return StoreUnavailable(f"cannot open inbox {target}: another process kept it busy for {BUSY_TIMEOUT_MS} ms")
     return StoreError(f"cannot open inbox {target}: {exc}")
+
+
+def wal_path(path: str | os.PathLike[str]) -> Path:
+    return Path(f"{os.fspath(path)}-wal")
+
+
+def shrink_wal(conn: apsw.Connection) -> bool:
+    """Checkpoint every frame of the WAL into the file and truncate the WAL to nothing, unless a reader
+    still needs its frames. Never waits: a reader or writer in the way makes it return False at once
+    (try again later) instead of holding the write lock while it waits for the reader."""
+    conn.set_busy_timeout(0)
+    try:
+        busy, _log_frames, _checkpointed = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
+    except apsw.BusyError:
+        return False
+    finally:
+        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+    return not busy
 
 
 def user_version(conn: apsw.Connection) -> int:

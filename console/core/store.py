@@ -13,7 +13,7 @@ import apsw
 
 from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
-from console.core.db import connect, integrity_problems, schema_dump, user_version
+from console.core.db import connect, integrity_problems, schema_dump, shrink_wal, user_version, wal_path
 from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
@@ -129,6 +129,18 @@ class Store(
     def integrity_problems(self) -> list[str]:
         """A full integrity check of the file (it reads every page): what is wrong, one line each."""
         return integrity_problems(self._conn)
+
+    def wal_bytes(self) -> int:
+        """The size of the file's WAL now (0 when there is none)."""
+        try:
+            return wal_path(self.path).stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def shrink_wal(self) -> bool:
+        """Checkpoint the WAL into the file and truncate it, if no reader holds it (never waits).
+        True when the WAL is now empty."""
+        return shrink_wal(self._conn)
 
     def page_count(self) -> int:
         return int(self._scalar("PRAGMA page_count"))

@@ -1,10 +1,12 @@
-"""Maintenance: when `retain_days` is set, prune old finished work once a day (see Store.prune)."""
+"""Maintenance: keep the WAL small once readers let go, and, when `retain_days` is set, prune old
+finished work once a day (see Store.prune)."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
+from console.core.db import WAL_SIZE_LIMIT
 from console.core.retention import PruneReport
 
 if TYPE_CHECKING:
@@ -34,6 +36,18 @@ class Maintenance:
             await engine.sleep(wake, engine.idle_cap)
 
     async def _tick(self) -> None:
+        await self._shrink_wal()
+        await self._prune()
+
+    async def _shrink_wal(self) -> None:
+        """A long reader makes the WAL grow while it reads; the next commits cut it back to the limit
+        (journal_size_limit), but a quiet inbox may see none for hours. Any engine, active or standby,
+        truncates it once the readers have let go (a try never waits for them)."""
+        engine = self.engine
+        if await engine.on("maintenance", lambda store: store.wal_bytes() > WAL_SIZE_LIMIT and store.shrink_wal()):
+            log.info("truncated the WAL, which a long reader had left above %s MiB", WAL_SIZE_LIMIT // 2**20)
+
+    async def _prune(self) -> None:
         engine = self.engine
         days = engine.settings.retain_days
         # Only the lease holder prunes, so two engines on one file do not both walk it.

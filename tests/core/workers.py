@@ -192,7 +192,21 @@ def dispatch_hang(db: str, now: str) -> None:
     store.dispatch(send, now=int(now))
 
 
+def long_reader(db: str) -> None:
+    """A reader that holds one snapshot open (as a scan of the whole file does) until told to let go."""
+    store = Store.open(db, read_only=True)
+    conn = store.connection
+    conn.execute("BEGIN")
+    conn.execute("SELECT COUNT(*) FROM inbox").fetchall()  # the snapshot is taken at the first read
+    print("reading", flush=True)
+    sys.stdin.readline()
+    conn.execute("COMMIT")
+    store.close()
+    print("let go", flush=True)
+
+
 ROLES: dict[str, Callable[..., None]] = {
+    "long-reader": long_reader,
     "journal-crash": journal_crash,
     "ask-then-die": ask_then_die,
     "lease-race": lease_race,

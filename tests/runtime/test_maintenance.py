@@ -92,3 +92,38 @@ async def test_a_standby_engine_does_not_prune(tmp_path: Path) -> None:
         assert engine.maintenance.last_report is None
     finally:
         await engine.stop()
+
+
+async def test_the_engine_truncates_a_wal_a_long_reader_left_large(tmp_path: Path) -> None:
+    import subprocess
+
+    from console.core.db import WAL_SIZE_LIMIT
+    from tests.core.workers import spawn
+
+    clock = ManualClock(START)
+    settings = make_settings(tmp_path)
+    with Store.open(settings.db) as other:  # another engine holds the lease: this one is on standby and
+        other.acquire("elsewhere", now=START)  # writes nothing itself, so only its maintenance can help
+    engine = Engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
+    await engine.start()
+    wal = Path(f"{settings.db}-wal")
+    try:
+        writer = Store.open(settings.db)
+        reader = spawn("long-reader", settings.db, stdin=subprocess.PIPE)
+        try:
+            assert reader.stdout is not None and reader.stdin is not None
+            assert reader.stdout.readline().strip() == "reading"
+            batch = 0
+            while wal.stat().st_size <= 2 * WAL_SIZE_LIMIT:
+                writer.ingest_many([("bulk", f"{batch}-{n}", {"text": "x" * 2_000}) for n in range(200)], now=START)
+                batch += 1
+            await asyncio.to_thread(reader.communicate, "let go\n", 30)
+        finally:
+            if reader.poll() is None:
+                reader.kill()
+            writer.close()
+        assert wal.stat().st_size > 2 * WAL_SIZE_LIMIT  # nothing has been written since the reader let go
+        await wait_for(lambda: wal.stat().st_size <= WAL_SIZE_LIMIT, "the engine's maintenance to shrink the WAL")
+        assert engine.mode == "standby"
+    finally:
+        await engine.stop()
