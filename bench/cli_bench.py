@@ -229,7 +229,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, help="write the figures to this file")
     parser.add_argument("--markdown", action="store_true", help="print the tables for docs/performance.md")
     options = parser.parse_args()
-    size_mb, grow_mb, runs = (2, 6, 2) if options.quick else (100, 130, 9)
+    size_mb, grow_mb, runs = (2, 6, 1) if options.quick else (100, 130, 9)
     cache = Cache(allow_drop=not options.quick)
     with tempfile.TemporaryDirectory(dir=options.dir, prefix="cli-bench-") as scratch:
         folder = Path(scratch)
