@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import sys
 import tempfile
 from collections.abc import Callable
 from functools import partial
@@ -24,6 +25,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
+from textual.driver import Driver
 from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.widgets import Footer, HelpPanel
@@ -174,6 +176,18 @@ class ConsoleApp(App[None]):
                 break
         if settings.keys:
             self.set_keymap(dict(settings.keys))
+
+    def get_driver_class(self) -> type[Driver]:
+        """Textual's own driver, except that on Linux and macOS a closed terminal cannot wedge it."""
+        driver = super().get_driver_class()
+        if sys.platform != "win32":
+            from textual.drivers.linux_driver import LinuxDriver
+
+            from console.tui.terminal import HangupSafeDriver
+
+            if driver is LinuxDriver:
+                return HangupSafeDriver
+        return driver
 
     # --- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
