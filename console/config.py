@@ -79,6 +79,11 @@ class Settings:
     # The estimated tokens of the events handed to one model call: what does not fit waits for the next run,
     # with no attempt spent. Well under any model's context window, leaving room for the turns that follow.
     claude_batch_tokens: int = 40_000
+    # Tools: MCP servers ([mcp_servers.NAME]), who may run what ([permissions]), the owner's instructions.
+    mcp_servers: dict[str, Any] | None = None  # None: the example shop server for the offline agent, none for claude
+    permissions: dict[str, Any] | None = None  # None: the defaults (console/agents/policy.py)
+    instructions: Path = field(default_factory=lambda: default_config_path().parent / "instructions.md")
+    memory_chars: int = 4000        # of the agent's notes shown at the start of each run
     max_payload_bytes: int = 1024 * 1024
     retain_days: int = 0            # prune finished work older than this, once a day (0 keeps everything)
     digest_cron: str = "0 9 * * *"  # the daily digest timer installed on first start
@@ -244,6 +249,10 @@ CHECKS: dict[str, Checker] = {
     "claude_max_turns": _seconds_or_count(1, 1000),
     "claude_timeout": _seconds_between(1, 3600),
     "claude_batch_tokens": _seconds_or_count(1000, 10_000_000),
+    "mcp_servers": _structured(dict, "a table of [mcp_servers.NAME] tables"),
+    "permissions": _structured(dict, "a table with allow / ask / deny lists"),
+    "instructions": _path,
+    "memory_chars": _seconds_or_count(0, 100_000),
     "max_payload_bytes": _seconds_or_count(1),
     "retain_days": _seconds_or_count(0),
     "digest_cron": _cron,
@@ -308,7 +317,7 @@ def load_settings(
                 f"unknown setting {name!r} in config file {path} (known settings: {', '.join(SETTING_NAMES)})"
             )
         checked = _check(name, value, f"config file {path}")
-        if name == "db":
+        if name in ("db", "instructions"):
             checked = (path.parent / checked).absolute()  # relative to the file, not to where it is run
         values[name] = checked
 

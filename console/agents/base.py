@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from console.config import ConfigError
-from console.core import ApprovalDraft, Event, StaleGeneration, Store, TimerDraft, approval_id
+from console.core import (
+    ApprovalDraft,
+    Event,
+    MemoryWrite,
+    StaleGeneration,
+    Store,
+    TimerDraft,
+    ToolCallRecord,
+    approval_id,
+)
+from console.core.memory import check_memory
 
 T = TypeVar("T")
 
@@ -46,6 +56,9 @@ class Resumed:
     state: Any
     details: Any = None
     event_id: int | None = None  # the event that asked
+    tool: str | None = None      # the exact call bound to the approval (None: a plain question)
+    arguments: Any = None
+    sources: Any = None          # what started the run that asked
 
 
 @dataclass
@@ -72,6 +85,8 @@ class RunContext:
     clock: Callable[[], int] | None = None  # the wall clock for fencing checks; None: the run's start, `now`
     notes: dict[int, str] = field(default_factory=dict)  # event id -> how this run ended for it
     deferred: dict[int, str] = field(default_factory=dict)  # event id -> why it was handed back unrun
+    memory_writes: list[MemoryWrite] = field(default_factory=list)
+    tool_log: list[ToolCallRecord] = field(default_factory=list)
 
     def say(self, text: str, urgent: bool = False) -> None:
         """Queue a message; it enters the outbox only when this run's finish commits."""
@@ -87,19 +102,26 @@ class RunContext:
         event: Event | None = None,
         expires_in: int | None = None,
         state: Any = None,
+        tool: str | None = None,
+        arguments: dict[str, Any] | None = None,
+        sources: list[dict[str, Any]] | None = None,
     ) -> ApprovalRequest:
         """A deferred tool call: request an approval of `action` for `event` (the run's first event if
         not given), saving `state` to resume from, and let the run end.
 
-        The request id is anchored on the event and the action (approval_id), so a retried run, however
-        its batch was cut, asks the same question under the same id. The request, its session and its
+        With `tool`, the approval is bound to that exact call: its name and canonical `arguments` are
+        stored on the approvals row and are what runs on yes; the same call asked again is the same
+        request, other arguments are another. `sources` (default: this run's events) tells the owner what
+        started the run. The request id is anchored on the event and what is asked (approval_id), so a
+        retried run, however its batch was cut, asks under the same id. The request, its session and its
         expiry are written by the run's finish.
         """
         self.check_fence()
         anchor = event if event is not None else (self.events[0] if self.events else None)
         if anchor is None:
             raise ValueError("a run with no events cannot ask for an approval")
-        rid = approval_id(anchor.id, action)
+        asked_for: Any = action if tool is None else {"tool": tool, "arguments": arguments or {}}
+        rid = approval_id(anchor.id, asked_for)
         for asked in self.approvals:
             if asked.request_id == rid:
                 return asked  # asked twice in one run: one request
@@ -108,7 +130,9 @@ class RunContext:
             raise ValueError("expires_in must be a positive number of seconds")
         standing = self.store.approval(rid)
         session = {"action": action, "details": details or {}, "state": state}
-        self.drafts.append(ApprovalDraft(rid, action, window, dict(details or {}), session, anchor.id))
+        origin = sources if sources is not None else self.sources()
+        self.drafts.append(ApprovalDraft(rid, action, window, dict(details or {}), session, anchor.id, tool,
+                                         None if tool is None else dict(arguments or {}), origin))
         request = ApprovalRequest(rid, action, dict(details or {}),
                                   window if standing is None else max(0, standing.expires_at - self.now),
                                   standing is None)
@@ -130,6 +154,39 @@ class RunContext:
         self.check_fence()
         self.store.check_timer(timer_id, due, payload or {}, **options)
         self.timers.append(TimerDraft(timer_id, due, dict(payload or {}), dict(options)))
+
+    def remember(self, key: str, value: str, *, event: Event | None = None) -> None:
+        """Keep a note across runs; written by the run's finish (ValueError for a bad one, at once)."""
+        self.check_fence()
+        check_memory(key, value)
+        anchor = event if event is not None else (self.events[0] if self.events else None)
+        self.memory_writes.append(MemoryWrite(key.strip(), value, None if anchor is None else anchor.id))
+
+    def forget(self, key: str) -> bool:
+        """Drop a note (at the run's finish). False when there is no such note."""
+        self.check_fence()
+        known = key in self.recall()
+        self.memory_writes.append(MemoryWrite(key, None))
+        return known
+
+    def recall(self) -> dict[str, str]:
+        """The notes as this run sees them: what is stored, with this run's own remembers and forgets."""
+        notes = {entry.key: entry.value for entry in self.store.memory()}
+        for write in self.memory_writes:
+            if write.value is None:
+                notes.pop(write.key, None)
+            else:
+                notes[write.key] = write.value
+        return notes
+
+    def log_tool_call(self, record: ToolCallRecord) -> None:
+        """The transcript's record of one tool call (written by the run's finish)."""
+        self.tool_log.append(record)
+
+    def sources(self, events: Iterable[Event] | None = None) -> list[dict[str, Any]]:
+        """Where the run's events (or the given ones) came from, for an approval's owner to see."""
+        return [{"event_id": e.id, "source": e.source, "source_id": e.source_id}
+                for e in (self.events if events is None else events)]
 
     def note(self, text: str, event_ids: Iterable[int] | None = None) -> None:
         """Say in the events' history how this run ended for them (the model declined, say): the note is
@@ -154,7 +211,7 @@ class RunContext:
             return Resumed(request_id, "unknown", "", None)
         saved = self.store.load_session(approval.session_id) if approval.session_id else None
         return Resumed(request_id, approval.outcome or "unknown", approval.action, saved, approval.details,
-                       approval.event_id)
+                       approval.event_id, approval.tool, approval.arguments, approval.sources)
 
     def time(self) -> int:
         return self.now if self.clock is None else self.clock()
@@ -173,7 +230,7 @@ class RunContext:
     def staged(self) -> dict[str, Any]:
         """finish()'s keywords for what this run produced for the inbox."""
         return {"messages": list(self.messages), "approvals": list(self.drafts), "timers": list(self.timers),
-                "notes": dict(self.notes)}
+                "notes": dict(self.notes), "memory": list(self.memory_writes), "tool_calls": list(self.tool_log)}
 
 
 def expires_in_words(seconds: int) -> str:

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from console.agents.base import RunContext, expires_in_words
+from console.agents.tools import ToolCall, ToolGateway, summary
 from console.core import Event
 
 DIGEST_TIMER_ID = "daily-digest"
@@ -31,8 +32,24 @@ class PoisonEventError(RuntimeError):
     """The payload asks the agent to fail: the run fails on every attempt."""
 
 
+# What a chat message asks for, mapped onto a tool call through the same policy-checked gateway the Claude
+# agent uses: (pattern, the tool's own name, the argument the pattern's group fills). The tool is the first
+# one of that name the gateway has: `mcp__<any server>__refund` or a Python tool called `refund`.
+_INTENTS: tuple[tuple[re.Pattern[str], str, str], ...] = (
+    (re.compile(r"\brefund\b.*?\border\s+#?(\w+)", re.IGNORECASE), "refund", "order"),
+    (re.compile(r"\b(?:look\s*up|status of|where is|check)\b.*?\border\s+#?(\w+)", re.IGNORECASE),
+     "lookup_order", "order"),
+)
+
+
 class OfflineAgent:
     name = "offline"
+
+    def __init__(self, tools: ToolGateway | None = None) -> None:
+        self.tools = tools or ToolGateway()
+
+    def close(self) -> None:
+        self.tools.close()
 
     def run(self, ctx: RunContext) -> None:
         for event in ctx.events:
@@ -43,10 +60,9 @@ class OfflineAgent:
         for event in ctx.events:
             if event.source == "chat":
                 text = _chat_text(event)
-                if _RISKY.search(text):
-                    request = ctx.ask(text, {"event": event.id, "text": text}, event=event)
-                    lines.append(f"Approval needed [{request.request_id}]: {text} "
-                                 f"({expires_in_words(request.expires_in)})")
+                call = self._intent(event, text)
+                if call is not None:
+                    lines.append(self._act(ctx, event, call))
                 else:
                     chats.append(text)
             elif isinstance(event.payload, dict) and "long_task" in event.payload:
@@ -65,6 +81,28 @@ class OfflineAgent:
         if lines:
             ctx.say("\n".join(lines), urgent=urgent)
 
+    def _intent(self, event: Event, text: str) -> ToolCall | None:
+        """The tool call a chat message asks for: a known intent whose tool exists, else a risky request
+        as a question to the owner, else None (just a message)."""
+        catalogue, _unavailable = self.tools.catalogue()
+        for pattern, tool, argument in _INTENTS:
+            found = pattern.search(text)
+            name = next((n for n in catalogue if n == tool or n.endswith(f"__{tool}")), None)
+            if found and name is not None:
+                return ToolCall(f"chat-{event.id}", name, {argument: found.group(1)})
+        if _RISKY.search(text):
+            return ToolCall(f"chat-{event.id}", "ask_owner", {"question": text})
+        return None
+
+    def _act(self, ctx: RunContext, event: Event, call: ToolCall) -> str:
+        outcome = self.tools.call(ctx, call, event=event, sources=ctx.sources([event]))
+        if outcome.outcome == "deferred":
+            request = next(a for a in ctx.approvals if a.request_id == outcome.request_id)
+            return f"Approval needed [{request.request_id}]: {request.action} ({expires_in_words(request.expires_in)})"
+        if outcome.outcome == "done":
+            return f"{summary(call.name, call.arguments)}: {outcome.text}"
+        return f"Could not {summary(call.name, call.arguments)}: {outcome.text}"
+
     def _long_task(self, ctx: RunContext, event: Event, chunks: Any) -> str:
         if not isinstance(chunks, int) or not 0 < chunks <= MAX_LONG_TASK:
             return f"Long task of event {event.id} refused: long_task must be 1..{MAX_LONG_TASK} chunks"
@@ -76,17 +114,22 @@ class OfflineAgent:
         resumed = ctx.resumed(event)
         if resumed is None or resumed.answer == "unknown":
             return f"Nothing done: approval event {event.source_id} has no settled request behind it"
-        if resumed.answer == "yes":
-            # The action comes from the approvals row: exactly what the owner saw is what runs.
-            done = ctx.step(
-                f"perform:{resumed.request_id}",
-                lambda: {"performed": resumed.action, "at": ctx.now, "by": ctx.holder, "gen": ctx.gen},
-                event=event,
-            )
-            return f"Done: {done['performed']} (approved, {resumed.request_id})"
+        # The call comes from the approvals row: exactly what the owner saw is what runs, once.
+        outcome = self.tools.execute_approved(ctx, resumed, event=event)
+        if resumed.tool is None:  # a question without a tool behind it
+            if resumed.answer == "yes":
+                return f"You said yes to '{resumed.action}', but no tool can do that, so nothing was done " \
+                       f"({resumed.request_id})"
+            if resumed.answer == "expired":
+                return f"Nothing done: the question '{resumed.action}' expired unanswered ({resumed.request_id})"
+            return f"Nothing done: '{resumed.action}' was declined ({resumed.request_id})"
         if resumed.answer == "expired":
-            return f"Nothing done: the approval for '{resumed.action}' expired unanswered ({resumed.request_id})"
-        return f"Nothing done: '{resumed.action}' was declined ({resumed.request_id})"
+            return f"Nothing done: the approval for {resumed.action} expired unanswered ({resumed.request_id})"
+        if resumed.answer != "yes":
+            return f"Nothing done: {resumed.action} was declined ({resumed.request_id})"
+        if outcome.outcome == "done":
+            return f"Done: {resumed.action} (approved, {resumed.request_id}): {outcome.text}"
+        return f"Failed: {resumed.action} (approved, {resumed.request_id}): {outcome.text}"
 
     def _timer(self, ctx: RunContext, event: Event) -> str | None:
         payload: dict[str, Any] = event.payload if isinstance(event.payload, dict) else {}

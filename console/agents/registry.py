@@ -10,13 +10,32 @@ from collections.abc import Callable
 
 from console.agents.base import Agent, AgentSetupError
 from console.agents.offline import OfflineAgent
+from console.agents.policy import Policy
+from console.agents.tools import ToolGateway, load_python_tools
 from console.config import Settings
 
 CLAUDE_EXTRA_MISSING = "the claude agent needs the 'claude' extra: pip install 'agent-console[claude]'"
 
 
+def build_tools(settings: Settings) -> ToolGateway:
+    """The policy-checked gateway the agent's tools come through: the owner's [permissions], the Python tools
+    installed under the `agent_console.tools` entry points, and the [mcp_servers] (started here)."""
+    policy = Policy.from_settings(settings.permissions)
+    return ToolGateway(policy, python_tools=load_python_tools(), timezone=settings.timezone)
+
+
+def read_instructions(settings: Settings) -> str | None:
+    """The owner's own instructions to the agent (setting `instructions`, a Markdown file); None if absent."""
+    try:
+        return settings.instructions.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AgentSetupError(f"cannot read the instructions file {settings.instructions}: {exc}") from None
+
+
 def _offline(settings: Settings) -> Agent:
-    return OfflineAgent()
+    return OfflineAgent(build_tools(settings))
 
 
 def _claude(settings: Settings) -> Agent:
@@ -28,7 +47,7 @@ def _claude(settings: Settings) -> Agent:
         raise AgentSetupError(CLAUDE_EXTRA_MISSING) from None
     from console.agents.claude import ClaudeAgent
 
-    return ClaudeAgent.from_settings(settings)
+    return ClaudeAgent.from_settings(settings, tools=build_tools(settings), instructions=read_instructions(settings))
 
 
 AGENTS: dict[str, Callable[[Settings], Agent]] = {"offline": _offline, "claude": _claude}

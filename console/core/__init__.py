@@ -14,11 +14,14 @@ from console.core.models import (
     Event,
     JournalStep,
     Lease,
+    MemoryEntry,
+    MemoryWrite,
     OutboxMessage,
     RefusedFinish,
     ReplayGuard,
     Timer,
     TimerDraft,
+    ToolCallRecord,
 )
 from console.core.outbox import OutboxChannel
 from console.core.retention import PruneReport
@@ -36,6 +39,8 @@ __all__ = [
     "Event",
     "JournalStep",
     "Lease",
+    "MemoryEntry",
+    "MemoryWrite",
     "OutboxChannel",
     "OutboxMessage",
     "PruneReport",
@@ -48,5 +53,6 @@ __all__ = [
     "StoreUnavailable",
     "Timer",
     "TimerDraft",
+    "ToolCallRecord",
     "approval_id",
 ]

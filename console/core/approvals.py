@@ -8,22 +8,25 @@ own transaction rather than trusting that the scheduler has already run.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 from typing import Any
 
 from console.core.base import dumps, loads
 from console.core.db import transaction, translate_errors
-from console.core.models import Approval, ApprovalDraft, TimerDraft
+from console.core.memory import MemoryMixin
+from console.core.models import Approval, ApprovalDraft, MemoryWrite, TimerDraft, ToolCallRecord
 from console.core.timers import APPROVAL_EXPIRY_PREFIX, TimersMixin
 
 ANSWERS = ("yes", "no")
-_COLUMNS = "request_id, action, details, session_id, requested_at, expires_at, outcome, resolved_at, event_id"
+_COLUMNS = ("request_id, action, details, session_id, requested_at, expires_at, outcome, resolved_at, event_id, "
+            "tool, arguments, sources")
 
 
 def _approval(row: tuple[Any, ...]) -> Approval:
-    rid, action, details, session_id, requested_at, expires_at, outcome, resolved_at, event_id = row
-    return Approval(rid, action, loads(details), session_id, requested_at, expires_at, outcome, resolved_at,
-                    event_id)
+    rid, action, details, session, requested_at, expires_at, outcome, resolved_at, event_id, tool, args, sources = row
+    return Approval(rid, action, loads(details), session, requested_at, expires_at, outcome, resolved_at,
+                    event_id, tool, loads(args), loads(sources))
 
 
 def approval_id(event_id: int, action: Any) -> str:
@@ -32,7 +35,8 @@ def approval_id(event_id: int, action: Any) -> str:
     Anchored on the event and on what is asked (the action, later a tool with its canonical arguments),
     never on a position in a batch, so the same request for the same event is the same row however the
     batch was cut, and a retry asks again under the id it had; asking something else gets its own id."""
-    digest = hashlib.sha256(dumps(action).encode("utf-8")).hexdigest()[:8]
+    canonical = json.dumps(action, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:8]
     return f"apr-{int(event_id)}-{digest}"
 
 
@@ -52,7 +56,7 @@ def _check_request(request_id: str, expires_in: int) -> None:
         raise ValueError("expires_in must be a positive number of seconds")
 
 
-class ApprovalsMixin(TimersMixin):
+class ApprovalsMixin(TimersMixin, MemoryMixin):
     def request_approval(
         self,
         request_id: str,
@@ -70,20 +74,20 @@ class ApprovalsMixin(TimersMixin):
         A run does not call this: it stages its requests (RunContext.ask), and they are written by its
         fenced finish (see InboxMixin.finish)."""
         _check_request(request_id, expires_in)
+        draft = ApprovalDraft(request_id, action, expires_in, details, event_id=event_id)
         with translate_errors(), transaction(self._conn):
-            return self._insert_approval(request_id, action, now, expires_in, details, session_id, event_id)
+            return self._insert_approval(draft, now, session_id)
 
-    def _insert_approval(
-        self, request_id: str, action: str, now: int, expires_in: int, details: Any, session_id: str | None,
-        event_id: int | None,
-    ) -> bool:
+    def _insert_approval(self, draft: ApprovalDraft, now: int, session_id: str | None) -> bool:
         """The request row and its expiry timer (inside the caller's transaction); False if it exists."""
-        expires_at = now + int(expires_in)
+        request_id, action = draft.request_id, draft.action
+        expires_at = now + int(draft.expires_in)
         made = self._conn.execute(
-            f"""INSERT INTO approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, ?)
+            f"""INSERT INTO approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?)
                 ON CONFLICT (request_id) DO NOTHING RETURNING request_id""",
-            (request_id, action, dumps(details if details is not None else {}), session_id, now, expires_at,
-             event_id),
+            (request_id, action, dumps(draft.details if draft.details is not None else {}), session_id, now,
+             expires_at, draft.event_id, draft.tool, None if draft.tool is None else dumps(draft.arguments),
+             None if draft.sources is None else dumps(draft.sources)),
         ).fetchall()
         if not made:
             return False
@@ -94,10 +98,12 @@ class ApprovalsMixin(TimersMixin):
         )
         return True
 
-    def _commit_staged(self, approvals: Sequence[ApprovalDraft], timers: Sequence[TimerDraft], now: int) -> None:
+    def _commit_staged(
+        self, approvals: Sequence[ApprovalDraft], timers: Sequence[TimerDraft], memory: Sequence[MemoryWrite],
+        tool_calls: Sequence[ToolCallRecord], now: int,
+    ) -> None:
         for draft in approvals:
-            made = self._insert_approval(draft.request_id, draft.action, now, draft.expires_in, draft.details,
-                                         draft.request_id, draft.event_id)
+            made = self._insert_approval(draft, now, draft.request_id)
             if made:  # a request that already stands keeps the session it was asked with
                 self._conn.execute(
                     """INSERT INTO sessions (session_id, state, updated_at) VALUES (?, ?, ?)
@@ -107,6 +113,15 @@ class ApprovalsMixin(TimersMixin):
                 )
         for timer in timers:
             self._write_timer(self._timer_values(timer.timer_id, timer.due, timer.payload, now=now, **timer.options))
+        for write in memory:
+            self._write_memory(write, now)
+        for call in tool_calls:
+            self._conn.execute(
+                """INSERT INTO tool_calls (event_id, use_id, tool, arguments, decision, outcome, result, request_id, at)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                (call.event_id, call.use_id, call.tool, dumps(call.arguments), call.decision, call.outcome,
+                 call.result, call.request_id, now),
+            )
 
     def answer_approval(self, request_id: str, answer: str, *, now: int) -> str:
         """Store the user's answer unless the deadline passed. Returns the outcome that stands:

@@ -10,7 +10,7 @@ from typing import Any
 import apsw
 
 from console.core.db import one
-from console.core.models import ApprovalDraft, Lease, TimerDraft
+from console.core.models import ApprovalDraft, Lease, MemoryWrite, TimerDraft, ToolCallRecord
 
 # Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
 # (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick.
@@ -96,7 +96,10 @@ class StoreBase:
             self._log_attempt(event_id, now, "refused", holder, gen, said)
         return reason
 
-    def _commit_staged(self, approvals: Sequence[ApprovalDraft], timers: Sequence[TimerDraft], now: int) -> None:
+    def _commit_staged(
+        self, approvals: Sequence[ApprovalDraft], timers: Sequence[TimerDraft], memory: Sequence[MemoryWrite],
+        tool_calls: Sequence[ToolCallRecord], now: int,
+    ) -> None:
         """Write what a run staged, inside its finish's transaction (ApprovalsMixin does it)."""
         raise NotImplementedError
 

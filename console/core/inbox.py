@@ -7,7 +7,7 @@ from typing import Any
 
 from console.core.base import RESERVED_SOURCES, StoreBase, dumps, loads
 from console.core.db import relaxed_durability, transaction, translate_errors
-from console.core.models import STATUSES, ApprovalDraft, Attempt, Event, TimerDraft
+from console.core.models import STATUSES, ApprovalDraft, Attempt, Event, MemoryWrite, TimerDraft, ToolCallRecord
 
 MAX_KEY_CHARS = 512
 _EVENT_COLUMNS = (
@@ -234,11 +234,14 @@ class InboxMixin(StoreBase):
         approvals: Sequence[ApprovalDraft] = (),
         timers: Sequence[TimerDraft] = (),
         notes: Mapping[int, str] | None = None,
+        memory: Sequence[MemoryWrite] = (),
+        tool_calls: Sequence[ToolCallRecord] = (),
     ) -> bool:
         """Record a run's outcome and queue its messages, in one fenced transaction.
 
         Everything else the run produced for the inbox commits here too, or not at all: the approvals it
-        asked for (with their saved sessions and expiry timers) and the timers it set. A run that fails,
+        asked for (with their saved sessions and expiry timers), the timers it set, what it remembered or forgot,
+        and the record of its tool calls. A run that fails,
         crashes or is fenced leaves nothing half-asked; its retry asks again under the same ids.
 
         notes (event id -> text) become the detail of those events' finish in their history: how the run
@@ -298,7 +301,7 @@ class InboxMixin(StoreBase):
                         "INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, ?, ?, ?)",
                         (body, int(urgent), now, source_event),
                     )
-                self._commit_staged(approvals, timers, now)
+                self._commit_staged(approvals, timers, memory, tool_calls, now)
             return True
 
     def explain_claim(self) -> dict[str, list[str]]:

@@ -95,6 +95,9 @@ class Approval:
     outcome: str | None
     resolved_at: int | None
     event_id: int | None = None  # the event the request belongs to (its id is anchored on it)
+    tool: str | None = None      # a tool call bound to this approval: exactly this runs on yes
+    arguments: Any = None        # its canonical arguments
+    sources: Any = None          # [{"event_id", "source", "source_id"}]: what started the run that asked
 
     def seconds_left(self, now: int) -> int:
         return max(0, self.expires_at - now)
@@ -154,6 +157,9 @@ class ApprovalDraft:
     details: Any = None
     session: Any = None  # saved under the request id; what a resumed run continues from
     event_id: int | None = None
+    tool: str | None = None      # the exact tool call that runs on yes (None: a plain question)
+    arguments: Any = None
+    sources: Any = None          # what started the run that asks, for the owner to see
 
 
 @dataclass(frozen=True)
@@ -203,3 +209,35 @@ class ReplayGuard:
 
     digest: bytes  # SHA-256 of the raw body bytes
     window: int    # seconds
+
+
+@dataclass(frozen=True)
+class MemoryWrite:
+    """A remember (value) or forget (value None) a run staged; written by its fenced finish."""
+
+    key: str
+    value: str | None
+    event_id: int | None = None
+
+
+@dataclass(frozen=True)
+class MemoryEntry:
+    key: str
+    value: str
+    updated_at: int
+    event_id: int | None  # the event whose run wrote it; None when the owner did
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    """One tool call of a run, for the event's transcript: what the policy decided and what came back."""
+
+    event_id: int
+    use_id: str
+    tool: str
+    arguments: Any
+    decision: str  # allowed | asked | denied | unknown | approved | declined | expired
+    outcome: str   # done | error | deferred | refused
+    result: str | None = None
+    request_id: str | None = None
+    at: int = 0

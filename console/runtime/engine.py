@@ -135,6 +135,9 @@ class Engine:
         for name, thread in self._threads.items():
             await thread.close(wait=name != "runner" or not self.worker.busy)
         self._threads = {}
+        closer = getattr(self.agent, "close", None)  # an agent with tools holds MCP sessions and processes
+        if callable(closer):
+            closer()
         self._mode = "stopped"
         self.publish("lease", "stopped")
         log.info("engine stopped")

@@ -76,6 +76,9 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_CLAUDE_MAX_TURNS": "4", "AGENT_CONSOLE_CLAUDE_TIMEOUT": "7.5",
         "AGENT_CONSOLE_CLAUDE_BATCH_TOKENS": "20000",
         "AGENT_CONSOLE_WEBHOOK_READ_TIMEOUT": "30", "AGENT_CONSOLE_WEBHOOK_MAX_CONNECTIONS": "20",
+        "AGENT_CONSOLE_MCP_SERVERS": '{"shop": {"command": "shop-server"}}',
+        "AGENT_CONSOLE_PERMISSIONS": '{"allow": ["recall"]}', "AGENT_CONSOLE_INSTRUCTIONS": "/tmp/mine.md",
+        "AGENT_CONSOLE_MEMORY_CHARS": "100",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -89,6 +92,8 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.claude_model, s.claude_max_tokens, s.claude_base_url) == (
         "claude-opus-5-5", 4096, "http://127.0.0.1:8080")
     assert (s.claude_max_turns, s.claude_timeout, s.claude_batch_tokens) == (4, 7.5, 20000)
+    assert (s.mcp_servers, s.permissions) == ({"shop": {"command": "shop-server"}}, {"allow": ["recall"]})
+    assert (s.instructions, s.memory_chars) == (Path("/tmp/mine.md"), 100)
     assert set(env) == {env_var(f.name) for f in fields(Settings)} - {"AGENT_CONSOLE_DB"}
 
 

@@ -23,9 +23,12 @@ from console.core import Batch, Store
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def spawn(role: str, *args: object, stdin: int | None = None) -> subprocess.Popen[str]:
+def spawn(
+    role: str, *args: object, stdin: int | None = None, env: dict[str, str] | None = None
+) -> subprocess.Popen[str]:
     """Start one worker process from the repository root (works in any checkout)."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(env if env is not None else os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), *filter(None, [env.get("PYTHONPATH")])])
     return subprocess.Popen(
         [sys.executable, "-m", "tests.core.workers", role, *map(str, args)],
         cwd=ROOT, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -74,6 +77,8 @@ def ask_then_die(db: str, holder: str, ttl: str) -> None:
     before the finish: a crash between a run's asks and its fenced finish."""
     from console.agents.base import RunContext
     from console.agents.offline import OfflineAgent
+    from console.agents.registry import build_tools
+    from console.config import load_settings
 
     store = Store.open(db, lease_ttl=int(ttl), check=False)
     now = int(time.time())
@@ -81,7 +86,7 @@ def ask_then_die(db: str, holder: str, ttl: str) -> None:
     assert gen is not None
     events = store.claim_batch(holder, gen, now=now)
     ctx = RunContext(store, events, now, holder, gen, approval_expiry=3600)
-    OfflineAgent().run(ctx)
+    OfflineAgent(build_tools(load_settings(None))).run(ctx)  # the tools and policy the engine would have
     print(json.dumps({"claimed": [e.id for e in events], "asked": [a.request_id for a in ctx.approvals]}),
           flush=True)
     os.kill(os.getpid(), signal.SIGKILL)

@@ -105,10 +105,15 @@ def held_claude() -> Iterator[HeldClaude]:
         loop.close()
 
 
+FIXTURE_TOOLS = ROOT / "tests" / "fixtures" / "tools"  # a dist-info whose entry points are Python tools
+
+
 def engine_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(PYTHONPATH=str(ROOT), XDG_CONFIG_HOME=str(tmp_path / "config"), AGENT_CONSOLE_LEASE_TTL=str(TTL),
-               AGENT_CONSOLE_BACKOFF_BASE="0", AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *")
+    env.update(PYTHONPATH=f"{ROOT}{os.pathsep}{FIXTURE_TOOLS}", XDG_CONFIG_HOME=str(tmp_path / "config"),
+               AGENT_CONSOLE_LEASE_TTL=str(TTL), AGENT_CONSOLE_BACKOFF_BASE="0",
+               AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *", TEST_SHOP_LOG=str(tmp_path / "tool-calls.log"),
+               AGENT_CONSOLE_PERMISSIONS='{"ask": ["refund", "delete_branch"]}')
     env.update(extra)
     return env
 
@@ -153,15 +158,16 @@ def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
     tmp_path: Path, held_claude: HeldClaude, engines: Callable[[dict[str, str]], subprocess.Popen[bytes]]
 ) -> None:
     """The review's repro: engine A is frozen while its model call is in flight; B takes over, asks the same
-    turn and gets 'delete branch old-ui', which the owner is shown; A wakes and its call returns 'refund order
-    881'. A's late reply must never count: the owner's yes performs exactly the action the owner saw."""
+    turn and gets a call to delete branch old-ui, which the owner is shown; A wakes and its call returns a
+    refund of order 881. A's late reply must never count: the owner's yes runs exactly the call the owner saw,
+    once (the tools are real Python tools installed through entry points; each call that reaches one is a
+    line in a log file)."""
     db = tmp_path / "inbox.db"
     env = engine_env(tmp_path, AGENT_CONSOLE_AGENT="claude", AGENT_CONSOLE_CLAUDE_BASE_URL=held_claude.url,
                      ANTHROPIC_API_KEY=FAKE_KEY)
-    held_claude.script(1, tool("a1", "request_approval", action="refund order 881"), hold=True)  # A's call
-    held_claude.script(2, tool("b1", "request_approval", action="delete branch old-ui"))       # B's call
-    held_claude.script(3, tool("b2", "perform_action", action="delete branch old-ui"))        # resumed on yes
-    held_claude.script(4, text("Done."))
+    held_claude.script(1, tool("a1", "refund", order="881"), hold=True)  # A's call, held in flight
+    held_claude.script(2, tool("b1", "delete_branch", branch="old-ui"))  # B's call of the same turn
+    held_claude.script(3, text("Done."))                                 # resumed on yes, with the result
     assert cli(db, env, "ingest", "chat", "m-1", '{"text": "tidy up the repo"}').stdout.strip() == "stored"
 
     first = engines(env)
@@ -169,7 +175,7 @@ def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
     first.send_signal(signal.SIGSTOP)  # the closed lid, with the model call in flight
     engines(env)
     (approval,) = wait_for(db, lambda s: s.pending_approvals(), what="B's approval")
-    assert approval.action == "delete branch old-ui"
+    assert (approval.tool, approval.arguments) == ("delete_branch", {"branch": "old-ui"})
     event = wait_for(db, lambda s: (e := s.find_event("chat", "m-1")) and e.status == "done" and e, what="B's finish")
 
     held_claude.release(1)
@@ -179,20 +185,22 @@ def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
     assert refused[0].detail == f"claude:{event.id}:turn:1" and refused[0].gen == 1
     wait_for(db, lambda s: [r for r in s.refused_finishes() if r.kind == "finish"], what="A's refused finish")
     with Store.open(db, check=False) as store:
-        assert [a.action for a in store.pending_approvals()] == ["delete branch old-ui"]
+        assert [a.tool for a in store.pending_approvals()] == ["delete_branch"]
         turn = store.journal_step(f"claude:{event.id}:turn:1")
-        assert turn is not None and turn.gen == 2 and "delete branch" in str(turn.result)
+        assert turn is not None and turn.gen == 2 and "delete_branch" in str(turn.result)
         session = store.load_session(approval.request_id)
         assert "refund" not in str(session)
 
     answered = cli(db, env, "approve", approval.request_id, "yes")
     assert answered.stdout.strip() == "yes", answered.stderr
-    performed = wait_for(db, lambda s: (p := s.journal_step(f"perform:{approval.request_id}"))
-                         and p.state == "committed" and p, what="the approved action")
-    assert performed.result["performed"] == "delete branch old-ui" and performed.executions == 1
+    performed = wait_for(db, lambda s: (p := s.journal_step(f"tool:{approval.request_id}"))
+                         and p.state == "committed" and p, what="the approved call")
+    assert performed.result == "deleted old-ui" and performed.executions == 1
+    wait_for(db, lambda s: s.counts()["done"] == 2, what="the resumed run's finish")
+    assert (tmp_path / "tool-calls.log").read_text().splitlines() == ["delete_branch old-ui"]
     with Store.open(db, check=False) as store:
         steps = store.connection.execute("SELECT idem_key, result FROM journal").fetchall()
-        assert "refund order 881" not in str(steps)
+        assert "881" not in str(steps)
         bodies = [m.body for m in store.outbox_messages()]
         assert not any("refund" in body for body in bodies)
         assert sum(body.startswith(f"Approval needed [{approval.request_id}]") for body in bodies) == 1
@@ -240,7 +248,7 @@ def test_a_batch_killed_after_asking_asks_once_per_event_and_each_yes_performs_o
     env = engine_env(tmp_path)
     for n in (1, 2):
         assert cli(db, env, "ingest", "chat", f"r-{n}", f'{{"text": "refund order {n}"}}').stdout.strip() == "stored"
-    crasher = spawn("ask-then-die", db, "crasher", TTL)
+    crasher = spawn("ask-then-die", db, "crasher", TTL, env=env)
     out, err = crasher.communicate(timeout=60)
     assert crasher.returncode == -signal.SIGKILL, err
     killed = json.loads(out)
@@ -257,7 +265,8 @@ def test_a_batch_killed_after_asking_asks_once_per_event_and_each_yes_performs_o
         assert sorted(a.request_id for a in approvals) == sorted(killed["asked"])  # the same ids as before
         for approval in approvals:
             assert approval.event_id in events
-            assert approval.action == f"refund order {events[approval.event_id].source_id[-1]}"
+            order = events[approval.event_id].source_id[-1]
+            assert (approval.tool, approval.arguments) == ("refund", {"order": order})
         bodies = [m.body for m in store.outbox_messages()]
         for approval in approvals:
             assert sum(f"[{approval.request_id}]" in body for body in bodies) == 1
@@ -267,10 +276,10 @@ def test_a_batch_killed_after_asking_asks_once_per_event_and_each_yes_performs_o
         assert cli(db, env, "approve", approval.request_id, "yes").stdout.strip() == "yes"
     wait_for(db, lambda s: s.counts()["done"] == 4, what="both answers run")
     with Store.open(db, check=False) as store:
-        performed = [store.journal_step(f"perform:{a.request_id}") for a in approvals]
-        assert sorted(p.result["performed"] for p in performed if p) == ["refund order 1", "refund order 2"]
-        assert all(p is not None and p.executions == 1 for p in performed)
+        performed = [store.journal_step(f"tool:{a.request_id}") for a in approvals]
+        assert all(p is not None and p.state == "committed" and p.executions == 1 for p in performed)
         assert store.pending_approvals() == []
+    assert sorted((tmp_path / "tool-calls.log").read_text().splitlines()) == ["refund 1 None", "refund 2 None"]
 
 
 @pytest.mark.parametrize("seed", [11])
@@ -327,15 +336,22 @@ def test_random_kills_and_freezes_never_ask_twice_perform_twice_or_commit_stale_
         chats = {e.id: e for e in store.events(source="chat", limit=1000)}
         assert all(e.status == "done" for e in chats.values())
         approvals = store.connection.execute("SELECT request_id, action, event_id, outcome FROM approvals").fetchall()
-        asked = sorted((event_id, action) for _, action, event_id, _ in approvals)
-        assert asked == sorted((e.id, e.payload["text"]) for e in chats.values())  # each asked once
+        assert sorted(event_id for _, _, event_id, _ in approvals) == sorted(chats)  # each asked once
+        assert len({(event_id, action) for _, action, event_id, _ in approvals}) == len(approvals)
         bodies = [m.body for m in store.outbox_messages(limit=10_000)]
+        log = tmp_path / "tool-calls.log"
+        calls = log.read_text().splitlines() if log.exists() else []
         for request_id, action, _, outcome in approvals:
             assert sum(f"Approval needed [{request_id}]" in body for body in bodies) == 1
             assert outcome == "yes"
-            performed = store.journal_step(f"perform:{request_id}")
+            if not action.startswith("refund("):
+                continue  # a plain question: the answer went back, nothing ran
+            performed = store.journal_step(f"tool:{request_id}")
             assert performed is not None and performed.state == "committed"
-            assert performed.result["performed"] == action
+            # The tool ran as often as the journal says it was claimed: once, or again only when a kill fell
+            # between its effect and its commit (at-least-once; an MCP server gets the key to dedupe on).
+            order = action.split('"')[1]
+            assert calls.count(f"refund {order} None") == performed.executions
         started = {gen: at for at, kind, _, gen, _ in store.lease_log(limit=1000) if kind in ("acquire", "takeover")}
         for idem_key, gen, committed_at in store.connection.execute(
                 "SELECT idem_key, gen, committed_at FROM journal WHERE state = 'committed'"):

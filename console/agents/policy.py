@@ -1,0 +1,91 @@
+"""Who may run what: the owner's allow / ask / deny rules for tools, in Claude Code's shape.
+
+    [permissions]                 # checked deny -> ask -> allow; the first match wins; anything unmatched asks
+    allow = ["send_message", "recall", "mcp__shop__lookup_*"]
+    ask   = ["mcp__shop__*"]
+    deny  = ["mcp__shop__delete_*"]
+    [permissions.untrusted]       # a run that holds any event from outside: only these run without asking
+    allow = ["recall", "mcp__shop__lookup_*"]
+
+Rules are shell-style globs (fnmatch, case-sensitive) over tool names. The policy decides; the core only
+stores what was decided (an approval bound to the exact call), and the gateway (agents/tools.py) enforces it.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from console.config import ConfigError
+
+Decision = Literal["allow", "ask", "deny"]
+DECISIONS: tuple[Decision, ...] = ("allow", "ask", "deny")
+
+# Sources whose events the owner or the engine wrote: a run holding only these is trusted. Anything else came
+# from outside (a webhook, a feed) and may carry text written by someone else: such a run is untrusted.
+TRUSTED_SOURCES = frozenset({"chat", "timer", "approval"})
+
+# What a trusted run may do without asking when the config names no rules: talk, keep its memory, ask.
+DEFAULT_ALLOW = ("send_message", "recall", "remember", "forget", "ask_owner")
+DEFAULT_UNTRUSTED_ALLOW = ("recall",)
+_KEYS = {"allow", "ask", "deny", "untrusted"}
+
+
+def _patterns(value: Any, setting: str) -> tuple[str, ...]:
+    if not isinstance(value, list) or not all(isinstance(item, str) and item.strip() for item in value):
+        raise ConfigError(f"{setting}: expected a list of tool names or globs, got {value!r}")
+    return tuple(item.strip() for item in value)
+
+
+@dataclass(frozen=True)
+class Policy:
+    allow: tuple[str, ...] = DEFAULT_ALLOW
+    ask: tuple[str, ...] = ()
+    deny: tuple[str, ...] = ()
+    untrusted_allow: tuple[str, ...] = DEFAULT_UNTRUSTED_ALLOW
+
+    @classmethod
+    def from_settings(cls, raw: Mapping[str, Any] | None) -> Policy:
+        """The [permissions] table; ConfigError naming the key at fault. Lists not given keep their defaults."""
+        raw = dict(raw or {})
+        extra = sorted(set(raw) - _KEYS)
+        if extra:
+            raise ConfigError(f"permissions.{extra[0]}: unknown setting (expected allow, ask, deny or untrusted)")
+        untrusted = raw.get("untrusted", {})
+        if not isinstance(untrusted, dict) or set(untrusted) - {"allow"}:
+            raise ConfigError("permissions.untrusted: expected a table with only `allow`")
+        return cls(
+            allow=_patterns(raw["allow"], "permissions.allow") if "allow" in raw else DEFAULT_ALLOW,
+            ask=_patterns(raw["ask"], "permissions.ask") if "ask" in raw else (),
+            deny=_patterns(raw["deny"], "permissions.deny") if "deny" in raw else (),
+            untrusted_allow=(_patterns(untrusted["allow"], "permissions.untrusted.allow")
+                             if "allow" in untrusted else DEFAULT_UNTRUSTED_ALLOW),
+        )
+
+    def decide(self, tool: str, *, untrusted: bool) -> Decision:
+        """deny -> ask -> allow, the first match wins; unmatched asks. In an untrusted run only the
+        untrusted allow list runs without asking (deny still denies)."""
+        if _matches(tool, self.deny):
+            return "deny"
+        if untrusted:
+            return "allow" if _matches(tool, self.untrusted_allow) else "ask"
+        if _matches(tool, self.ask):
+            return "ask"
+        if _matches(tool, self.allow):
+            return "allow"
+        return "ask"
+
+
+def _matches(tool: str, patterns: Sequence[str]) -> bool:
+    return any(fnmatch.fnmatchcase(tool, pattern) for pattern in patterns)
+
+
+def untrusted_sources(sources: Iterable[str]) -> list[str]:
+    """The sources in a run that make it untrusted (came from outside), in order, once each."""
+    seen: list[str] = []
+    for source in sources:
+        if source not in TRUSTED_SOURCES and source not in seen:
+            seen.append(source)
+    return seen

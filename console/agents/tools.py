@@ -1,0 +1,458 @@
+"""The one gateway through which an agent uses tools: every call is checked by the owner's policy.
+
+Tools come from three places, all under the same policy: the built-ins (send_message, set_timer, remember,
+recall, forget, ask_owner), Python functions exposed through the entry-point group `agent_console.tools`,
+and MCP servers (`mcp__<server>__<tool>`, console/agents/mcp.py).
+
+For each call the policy decides:
+- allow: it runs now. A call with effects in the world (an MCP or Python tool) is a journal step keyed by
+  the event and the tool-use id, and that key travels to an MCP server as its idempotency key; a built-in's
+  effect is staged with the run and commits with its finish.
+- ask: nothing runs; the call becomes an approval bound to the exact tool and its canonical arguments. On
+  yes, exactly the call on the approvals row runs once (a journal step keyed by the request id) and its
+  result goes back to the resumed conversation; no and expiry come back as a refusal.
+- deny, or an unknown tool: an error result; nothing runs, nothing reaches a server.
+Every call is recorded for the event's transcript with the decision and what came back.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from importlib.metadata import entry_points
+from typing import Any, Literal, Protocol
+
+from console.agents.base import Resumed, RunContext
+from console.agents.policy import Decision, Policy, untrusted_sources
+from console.config import ConfigError
+from console.core import Event, ToolCallRecord
+
+
+class ListedTool(Protocol):
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def input_schema(self) -> dict[str, Any]: ...
+
+
+class ToolHub(Protocol):
+    """What the gateway needs of the MCP side (console.agents.mcp.McpHub)."""
+
+    def tools(self) -> tuple[list[ListedTool], dict[str, str]]: ...
+
+    def call(self, name: str, arguments: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]: ...
+
+log = logging.getLogger("agent_console.tools")
+
+ENTRY_POINT_GROUP = "agent_console.tools"
+MAX_RESULT_CHARS = 8000      # of one tool result handed back to the model
+MAX_RECORD_CHARS = 2000      # of one result kept in the transcript
+TOOL_NAME_CHARS = 64         # the Messages API's limit on a tool's name
+
+Outcome = Literal["done", "error", "deferred", "refused"]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    kind: str  # builtin | python | mcp
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One call the model made (or the offline agent), with the id the conversation knows it by."""
+
+    use_id: str
+    name: str
+    arguments: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    outcome: Outcome
+    text: str                       # what goes back to the model as the tool's result
+    decision: str                   # allowed | asked | denied | unknown | approved | declined | expired
+    request_id: str | None = None   # the approval it asked for (deferred) or ran under (approved)
+    result: Any = None              # the tool's own result, when it ran
+
+
+def canonical(arguments: Mapping[str, Any]) -> str:
+    """Arguments as one canonical JSON text: what an approval is bound to."""
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def summary(name: str, arguments: Mapping[str, Any], limit: int = 160) -> str:
+    """`tool(key=value, ...)` on one line, cut to `limit` characters: what the owner is asked about."""
+    if name == "ask_owner" and isinstance(arguments.get("question"), str):
+        text = str(arguments["question"])
+    else:
+        shown = ", ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in sorted(arguments.items()))
+        text = f"{name}({shown})"
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- built-in tools ---------------------------------------------------------------------------------------
+
+def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
+
+
+BUILTINS: dict[str, ToolSpec] = {spec.name: spec for spec in (
+    ToolSpec("send_message", "Queue a message to the owner. Leave it out when nothing is worth saying.", _schema({
+        "text": {"type": "string", "description": "The message, plain text."},
+        "urgent": {"type": "boolean", "description": "Skip the outbox's pacing. Rarely.", "default": False},
+    }, ["text"]), "builtin"),
+    ToolSpec("set_timer", "Wake yourself later: once at a time, or on a cron schedule. The timer's text comes "
+             "back to you as an event when it fires.", _schema({
+                 "text": {"type": "string", "description": "What to do when it fires."},
+                 "at": {"type": "string", "description": "Once, at this ISO 8601 time (with an offset), e.g. "
+                                                         "2026-12-01T09:00:00+01:00."},
+                 "cron": {"type": "string", "description": "Or on this cron schedule, e.g. '0 9 * * 1'."},
+                 "tz": {"type": "string", "description": "The IANA time zone of a cron schedule."},
+                 "timer_id": {"type": "string", "description": "A name, to replace a timer set before."},
+             }, ["text"]), "builtin"),
+    ToolSpec("remember", "Keep a short note for later runs (replaces a note of the same key).", _schema({
+        "key": {"type": "string"}, "value": {"type": "string"}}, ["key", "value"]), "builtin"),
+    ToolSpec("recall", "Read your notes (all of them, or those whose key contains `query`).", _schema({
+        "query": {"type": "string"}}, []), "builtin"),
+    ToolSpec("forget", "Drop a note.", _schema({"key": {"type": "string"}}, ["key"]), "builtin"),
+    ToolSpec("ask_owner", "Ask the owner a yes/no question and stop; you are resumed with the answer.", _schema({
+        "question": {"type": "string", "description": "The question, complete on its own."}}, ["question"]),
+        "builtin"),
+)}
+
+
+class ToolInputError(ValueError):
+    """The model's arguments do not fit the tool: it gets the reason back and may correct itself."""
+
+
+def _text(arguments: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
+    value = arguments.get(name)
+    if value is None and not required:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise ToolInputError(f"needs a non-empty text {name!r}")
+    return value.strip()
+
+
+# --- Python tools through entry points -------------------------------------------------------------------
+
+@dataclass
+class PythonTool:
+    """A function exposed through the entry-point group `agent_console.tools`; its schema comes from its type
+    hints and docstring (pydantic), and its arguments are validated the same way before it runs."""
+
+    name: str
+    function: Callable[..., Any]
+    spec: ToolSpec = field(init=False)
+    _model: Any = field(init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        import pydantic
+
+        signature = inspect.signature(self.function)
+        fields_: dict[str, Any] = {}
+        for parameter in signature.parameters.values():
+            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+                raise ConfigError(f"tool {self.name!r}: *args and **kwargs cannot be described to a model")
+            annotation = parameter.annotation if parameter.annotation is not parameter.empty else Any
+            default = parameter.default if parameter.default is not parameter.empty else ...
+            fields_[parameter.name] = (annotation, default)
+        self._model = pydantic.create_model(f"{self.name}_arguments", **fields_)
+        schema = self._model.model_json_schema()
+        schema.pop("title", None)
+        doc = inspect.getdoc(self.function) or f"The {self.name} tool."
+        self.spec = ToolSpec(self.name, doc.split("\n\n")[0].strip(), schema, "python")
+
+    def call(self, arguments: Mapping[str, Any]) -> Any:
+        import pydantic
+
+        try:
+            checked = self._model.model_validate(dict(arguments))
+        except pydantic.ValidationError as exc:
+            raise ToolInputError(str(exc).replace("\n", "; ")) from None
+        return self.function(**{name: getattr(checked, name) for name in type(checked).model_fields})
+
+
+def load_python_tools(group: str = ENTRY_POINT_GROUP) -> dict[str, PythonTool]:
+    """Every function installed under the entry-point group. A tool that fails to load is left out with a
+    warning naming it (one broken package must not stop the agent)."""
+    found: dict[str, PythonTool] = {}
+    for point in entry_points(group=group):
+        name = point.name
+        if not name.replace("_", "").replace("-", "").isalnum() or len(name) > TOOL_NAME_CHARS or name in BUILTINS \
+                or name.startswith("mcp__"):
+            log.warning("python tool %r left out: a tool name is letters, digits, _ and - (not a built-in's "
+                        "name, not mcp__...)", name)
+            continue
+        try:
+            function = point.load()
+            if not callable(function):
+                raise TypeError(f"{point.value} is not callable")
+            found[name] = PythonTool(name, function)
+        except Exception as exc:  # a third-party package's import error: leave the tool out, say why
+            log.warning("python tool %r (%s) left out: %s: %s", name, point.value, type(exc).__name__, exc)
+    return found
+
+
+# --- the gateway -----------------------------------------------------------------------------------------
+
+class ToolGateway:
+    def __init__(
+        self,
+        policy: Policy | None = None,
+        *,
+        mcp: ToolHub | None = None,
+        python_tools: Mapping[str, PythonTool] | None = None,
+        timezone: str = "UTC",
+    ) -> None:
+        self.policy = policy or Policy()
+        self.mcp = mcp
+        self.python_tools = dict(python_tools or {})
+        self.timezone = timezone
+
+    def close(self) -> None:
+        """Stop the MCP servers' sessions (and their processes)."""
+        if self.mcp is not None:
+            closer = getattr(self.mcp, "close", None)
+            if callable(closer):
+                closer()
+
+    # What the model is offered ---------------------------------------------------------------------------
+    def catalogue(self) -> tuple[dict[str, ToolSpec], dict[str, str]]:
+        """Every tool there is now, by name, and {server: why unavailable} for MCP servers that are down."""
+        tools: dict[str, ToolSpec] = dict(BUILTINS)
+        tools.update({name: tool.spec for name, tool in self.python_tools.items()})
+        unavailable: dict[str, str] = {}
+        if self.mcp is not None:
+            listed, unavailable = self.mcp.tools()
+            tools.update({t.name: ToolSpec(t.name, t.description, t.input_schema, "mcp") for t in listed})
+        return tools, unavailable
+
+    def offered(self, *, untrusted: bool) -> tuple[list[ToolSpec], dict[str, str]]:
+        """The tools a run may use or ask for (denied ones are not offered), and the unavailable servers."""
+        tools, unavailable = self.catalogue()
+        return [spec for name, spec in tools.items() if self.policy.decide(name, untrusted=untrusted) != "deny"], \
+            unavailable
+
+    # One call ------------------------------------------------------------------------------------------
+    def call(
+        self, ctx: RunContext, call: ToolCall, *, event: Event, sources: list[dict[str, Any]], session: Any = None,
+        may_ask: bool = True,
+    ) -> ToolOutcome:
+        """Decide and act on one call the model made in a conversation about `event` (the anchor), started
+        by `sources`. `session` is what a resumed run continues from if the call has to ask. With may_ask
+        False (a call has already asked in this turn) a call that would ask is answered with an error."""
+        untrusted = bool(untrusted_sources(s.get("source", "") for s in sources))
+        tools, unavailable = self.catalogue()
+        spec = tools.get(call.name)
+        if spec is None:
+            server = call.name.split("__")[1] if call.name.startswith("mcp__") and call.name.count("__") >= 2 else None
+            why = f" (server {server!r} is unavailable: {unavailable[server]})" if server in unavailable else ""
+            return self._record(ctx, event, call, ToolOutcome("error", f"there is no tool {call.name!r}{why}",
+                                                              "unknown"))
+        decision: Decision = self.policy.decide(call.name, untrusted=untrusted)
+        if decision == "deny":
+            return self._record(ctx, event, call, ToolOutcome(
+                "error", f"{call.name} is denied by the owner's policy; it was not run", "denied"))
+        try:
+            self._check(call, spec)
+        except ToolInputError as exc:
+            word = "allowed" if decision == "allow" else "asked"
+            return self._record(ctx, event, call, ToolOutcome("error", f"{call.name}: {exc}", word))
+        if call.name == "ask_owner" or decision == "ask":
+            if not may_ask:
+                return self._record(ctx, event, call, ToolOutcome(
+                    "error", "only one approval can be pending at a time; ask again once it is answered", "asked"))
+            return self._ask(ctx, call, event, sources, session, untrusted)
+        key = f"tool:{event.id}:{call.use_id}"
+        return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, key, event, "allowed"))
+
+    def execute_approved(self, ctx: RunContext, resumed: Resumed, *, event: Event) -> ToolOutcome:
+        """An approval's answer came back: on yes, run exactly the call on the approvals row, once (a journal
+        step keyed by the request id); no and expiry are a refusal. ask_owner just reports the answer."""
+        tool = resumed.tool or "ask_owner"
+        arguments = dict(resumed.arguments or {})
+        call = ToolCall(f"approval:{resumed.request_id}", tool, arguments)
+        if tool == "ask_owner":
+            words = {"yes": "yes", "no": "no", "expired": "nothing: the question expired unanswered"}
+            answer = words.get(resumed.answer, "nothing that can be read")
+            outcome = ToolOutcome("done", f"The owner answered {answer} to: {resumed.action}",
+                                  "approved" if resumed.answer == "yes" else _refusal(resumed.answer),
+                                  resumed.request_id, resumed.answer)
+            return self._record(ctx, event, call, outcome)
+        if resumed.answer != "yes":
+            why = "it expired unanswered" if resumed.answer == "expired" else "the owner declined"
+            return self._record(ctx, event, call, ToolOutcome(
+                "refused", f"{summary(tool, arguments)} was not run: {why} (request {resumed.request_id})",
+                _refusal(resumed.answer), resumed.request_id))
+        outcome = self._run(ctx, tool, arguments, f"tool:{resumed.request_id}", event, "approved")
+        return self._record(ctx, event, call, ToolOutcome(outcome.outcome, outcome.text, "approved",
+                                                          resumed.request_id, outcome.result))
+
+    # ---------------------------------------------------------------------------------------------------
+    def _ask(
+        self, ctx: RunContext, call: ToolCall, event: Event, sources: list[dict[str, Any]], session: Any,
+        untrusted: bool,
+    ) -> ToolOutcome:
+        question = call.name == "ask_owner"
+        action = summary(call.name, call.arguments)
+        details: dict[str, Any] = {"tool": call.name, "arguments": call.arguments}
+        if untrusted:
+            details["untrusted"] = untrusted_sources(s.get("source", "") for s in sources)
+        request = ctx.ask(action, details, event=event, state=session, tool=None if question else call.name,
+                          arguments=None if question else call.arguments, sources=sources)
+        text = (f"Asked the owner (request {request.request_id}); you are resumed with the answer. Stop here."
+                if request.created else
+                f"This was asked before (request {request.request_id}); you are resumed with its answer. Stop here.")
+        return self._record(ctx, event, call, ToolOutcome("deferred", text, "asked", request.request_id))
+
+    def _check(self, call: ToolCall, spec: ToolSpec) -> None:
+        """A call's arguments are checked before it runs or asks: an approval must never be bound to a call
+        that cannot run. Built-ins by their own rules; the others against their input schema."""
+        arguments = call.arguments
+        if not isinstance(arguments, dict):
+            raise ToolInputError("arguments must be an object")
+        if spec.kind != "builtin":
+            import jsonschema
+
+            try:
+                jsonschema.validate(arguments, spec.input_schema)
+            except jsonschema.ValidationError as exc:
+                where = "/".join(str(part) for part in exc.absolute_path)
+                raise ToolInputError(f"arguments do not fit: {exc.message}" + (f" (at {where})" if where else "")) \
+                    from None
+            except jsonschema.SchemaError:
+                pass  # the server's schema is broken: let the server judge the call
+            return
+        if call.name == "send_message":
+            _text(arguments, "text")
+        elif call.name == "set_timer":
+            _text(arguments, "text")
+            if ("at" in arguments) == ("cron" in arguments):
+                raise ToolInputError("give either `at` (once) or `cron` (repeating), not both or neither")
+            if "at" in arguments:
+                _moment(_text(arguments, "at") or "")
+            else:
+                self._cron(arguments)
+        elif call.name == "remember":
+            _text(arguments, "key"), _text(arguments, "value")
+        elif call.name == "forget":
+            _text(arguments, "key")
+        elif call.name == "ask_owner":
+            _text(arguments, "question")
+
+    def _cron(self, arguments: Mapping[str, Any]) -> tuple[str, str]:
+        from console.core.timers import validate_cron
+
+        cron = _text(arguments, "cron") or ""
+        zone = _text(arguments, "tz", required=False) or self.timezone
+        try:
+            validate_cron(cron, zone)
+        except ValueError as exc:
+            raise ToolInputError(str(exc)) from None
+        return cron, zone
+
+    def _run(self, ctx: RunContext, name: str, arguments: dict[str, Any], key: str, event: Event,
+             decision: str) -> ToolOutcome:
+        """Run one call whose decision is made (allowed, or approved)."""
+        try:
+            if name in BUILTINS:
+                text = self._builtin(ctx, name, arguments, key, event)
+                return ToolOutcome("done", text, decision)
+            if name in self.python_tools:
+                tool = self.python_tools[name]
+                result = ctx.step(key, lambda: _jsonable(tool.call(arguments)), event=event)
+                return ToolOutcome("done", _result_text(result), decision, result=result)
+            if name.startswith("mcp__") and self.mcp is not None:
+                hub = self.mcp
+                result = ctx.step(key, lambda: hub.call(name, arguments, idempotency_key=key), event=event)
+                text = str(result.get("text") or "") if isinstance(result, dict) else _result_text(result)
+                failed = isinstance(result, dict) and bool(result.get("is_error"))
+                return ToolOutcome("error" if failed else "done", _cut(text or "(no output)", MAX_RESULT_CHARS),
+                                   decision, result=result)
+            return ToolOutcome("error", f"there is no tool {name!r} any more", "unknown")
+        except ToolInputError as exc:
+            return ToolOutcome("error", f"{name}: {exc}", decision)
+        except Exception as exc:
+            if type(exc).__name__ == "StaleGeneration":
+                raise  # the run lost its lease: it stops, the tool's outcome does not count
+            if type(exc).__name__ == "McpToolError":
+                return ToolOutcome("error", f"{name} failed: {exc}", decision)
+            log.warning("tool %s failed: %s: %s", name, type(exc).__name__, exc)
+            return ToolOutcome("error", f"{name} failed: {type(exc).__name__}: {exc}", decision)
+
+    def _builtin(self, ctx: RunContext, name: str, arguments: dict[str, Any], key: str, event: Event) -> str:
+        if name == "send_message":
+            ctx.say(_text(arguments, "text") or "", urgent=arguments.get("urgent") is True)
+            return "Queued; it is delivered when this run finishes."
+        if name == "remember":
+            ctx.remember(_text(arguments, "key") or "", _text(arguments, "value") or "", event=event)
+            return "Remembered."
+        if name == "forget":
+            return "Forgotten." if ctx.forget(_text(arguments, "key") or "") else "There was no such note."
+        if name == "recall":
+            query = (arguments.get("query") or "").strip().lower() if isinstance(arguments.get("query"), str) else ""
+            notes = {k: v for k, v in ctx.recall().items() if query in k.lower()}
+            return json.dumps(notes, ensure_ascii=False) if notes else "No notes."
+        if name == "set_timer":
+            text = _text(arguments, "text") or ""
+            timer_id = _text(arguments, "timer_id", required=False) or \
+                f"agent-{event.id}-{hashlib.sha256(canonical(arguments).encode()).hexdigest()[:8]}"
+            payload = {"text": text, "set_by_event": event.id}
+            if "at" in arguments:
+                due = _moment(_text(arguments, "at") or "")
+                ctx.set_timer(timer_id, due, payload)
+                return f"Timer {timer_id!r} set for {datetime.fromtimestamp(due).astimezone().isoformat()}."
+            cron, zone = self._cron(arguments)
+            ctx.set_timer(timer_id, ctx.now, payload, cron=cron, tz=zone)
+            return f"Timer {timer_id!r} set: {cron} ({zone})."
+        raise ToolInputError(f"{name} cannot run here")
+
+    def _record(self, ctx: RunContext, event: Event, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
+        ctx.log_tool_call(ToolCallRecord(event.id, call.use_id, call.name, call.arguments, outcome.decision,
+                                         outcome.outcome, _cut(outcome.text, MAX_RECORD_CHARS), outcome.request_id))
+        return outcome
+
+
+def _refusal(answer: str) -> str:
+    return {"no": "declined", "expired": "expired"}.get(answer, "declined")
+
+
+def _moment(text: str) -> int:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ToolInputError(f"`at` must be an ISO 8601 time with an offset, not {text!r}") from None
+    if moment.tzinfo is None:
+        raise ToolInputError(f"`at` needs an offset or Z (whose nine o'clock?), got {text!r}")
+    return int(moment.timestamp())
+
+
+def _jsonable(value: Any) -> Any:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+def _result_text(result: Any) -> str:
+    return _cut(result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=repr),
+                MAX_RESULT_CHARS)
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

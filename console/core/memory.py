@@ -1,0 +1,70 @@
+"""The agent's memory across runs: a few keyed notes it keeps (remember / recall / forget).
+
+A run's writes are staged and committed by its fenced finish (a run that lost its lease remembers nothing);
+the owner reads and edits the same table with `agent-console memory`.
+"""
+
+from __future__ import annotations
+
+from console.core.base import StoreBase, loads
+from console.core.db import transaction, translate_errors
+from console.core.models import MemoryEntry, MemoryWrite, ToolCallRecord
+
+MAX_KEY_CHARS = 200
+MAX_VALUE_CHARS = 4000
+
+
+def check_memory(key: str, value: str | None) -> None:
+    """ValueError saying what is wrong with a memory write."""
+    if not isinstance(key, str) or not key.strip():
+        raise ValueError("a memory key must be non-empty text")
+    if len(key) > MAX_KEY_CHARS:
+        raise ValueError(f"a memory key is at most {MAX_KEY_CHARS} characters")
+    if value is not None:
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError("a memory value must be non-empty text")
+        if len(value) > MAX_VALUE_CHARS:
+            raise ValueError(f"a memory value is at most {MAX_VALUE_CHARS} characters, not {len(value)}")
+
+
+class MemoryMixin(StoreBase):
+    def memory(self) -> list[MemoryEntry]:
+        """Every note, most recently written first."""
+        return [
+            MemoryEntry(key, value, updated_at, event_id)
+            for key, value, updated_at, event_id in self._conn.execute(
+                "SELECT key, value, updated_at, event_id FROM memory ORDER BY updated_at DESC, key"
+            )
+        ]
+
+    def set_memory(self, key: str, value: str, *, now: int) -> None:
+        """The owner writes a note by hand."""
+        check_memory(key, value)
+        with translate_errors(), transaction(self._conn):
+            self._write_memory(MemoryWrite(key.strip(), value), now)
+
+    def delete_memory(self, key: str) -> bool:
+        with translate_errors(), transaction(self._conn):
+            return bool(self._conn.execute("DELETE FROM memory WHERE key = ? RETURNING key", (key,)).fetchall())
+
+    def _write_memory(self, write: MemoryWrite, now: int) -> None:
+        if write.value is None:
+            self._conn.execute("DELETE FROM memory WHERE key = ?", (write.key,))
+        else:
+            self._conn.execute(
+                """INSERT INTO memory (key, value, updated_at, event_id) VALUES (?, ?, ?, ?)
+                   ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at,
+                                                   event_id = excluded.event_id""",
+                (write.key, write.value, now, write.event_id),
+            )
+
+    def tool_calls(self, event_id: int) -> list[ToolCallRecord]:
+        """The tool calls of an event's finished runs, in order: its transcript's actions."""
+        return [
+            ToolCallRecord(event_id, use_id, tool, loads(arguments), decision, outcome, result, request_id, at)
+            for use_id, tool, arguments, decision, outcome, result, request_id, at in self._conn.execute(
+                """SELECT use_id, tool, arguments, decision, outcome, result, request_id, at FROM tool_calls
+                   WHERE event_id = ? ORDER BY id""",
+                (event_id,),
+            )
+        ]
