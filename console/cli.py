@@ -407,7 +407,9 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     for approval in pending:
         left = f"{span(approval['expires_in'])} left" if approval["expires_in"] > 0 else "expired, not yet swept"
         asker = f"event {approval['event_id']}, " if approval.get("event_id") is not None else ""
-        lines.append(f"           {approval['request_id']}  {approval['action']}  ({asker}{left})")
+        origin = ", ".join(sorted({str(s.get("source")) for s in approval.get("sources") or []}))
+        started = f"from {origin}, " if origin else ""
+        lines.append(f"           {approval['request_id']}  {approval['action']}  ({asker}{started}{left})")
     outbox = info["outbox"]
     next_send = info["next_send_at"]
     send = "nothing to send" if next_send is None else f"next send {relative(next_send, now)}"
@@ -459,9 +461,11 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
             raise UserError(f"no event with id {event_id}")
         history = store.history(event_id)
         steps = store.journal_steps(event_id)
+        calls = store.tool_calls(event_id)
     if as_json:
         _print_json({"event": _event_record(event), "history": [dataclasses.asdict(a) for a in history],
-                     "journal": [dataclasses.asdict(s) for s in steps]})
+                     "journal": [dataclasses.asdict(s) for s in steps],
+                     "tool_calls": [dataclasses.asdict(c) for c in calls]})
         return
     zone = state.zone()
     generation = "" if event.claim_gen is None else f", generation {event.claim_gen}"
@@ -480,6 +484,12 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         who = "" if attempt.holder is None else f"  {attempt.holder} gen {attempt.gen}"
         detail = f"  {attempt.detail}" if attempt.detail else ""
         _say(f"  {_clock_time(attempt.at, zone)}  {attempt.kind:<8}{who}{detail}")
+    if calls:
+        click.echo("tool calls:")
+    for call in calls:
+        under = f"  (request {call.request_id})" if call.request_id else ""
+        _say(f"  {call.tool} {json.dumps(call.arguments, ensure_ascii=False)}  {call.decision}, {call.outcome}"
+             f"{under}: {call.result or ''}")
     click.echo("journal:" if steps else "journal: no steps")
     for step in steps:
         _say(f"  {step.idem_key}  {step.state}  gen {step.gen}  executed {step.executions}x  "
@@ -567,6 +577,59 @@ def prune(state: CliState, days: int, dry_run: bool) -> None:
     if report.open_conversations:
         click.echo(f"kept every journal step and saved session: {report.open_conversations} approvals are not "
                    "settled yet (a conversation resumes from them)")
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+@main.group(cls=ConsoleGroup, invoke_without_command=True)
+@click.pass_context
+def memory(ctx: click.Context) -> None:
+    """List and edit the agent's memory: the short notes it keeps across runs (remember / forget).
+
+    The agent sees them at the start of every run. With no command, lists them."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(memory_list)
+
+
+@memory.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {key, value, updated_at, event_id}.")
+@click.pass_obj
+def memory_list(state: CliState, as_json: bool) -> None:
+    """The notes, most recently written first."""
+    with state.reader() as store:
+        notes = store.memory()
+    if as_json:
+        _print_json([dataclasses.asdict(note) for note in notes])
+        return
+    if not notes:
+        click.echo("no notes")
+        return
+    zone = state.zone()
+    for note in notes:
+        by = "you" if note.event_id is None else f"event {note.event_id}"
+        _say(f"{note.key}: {note.value}  ({by}, {_clock_time(note.updated_at, zone)})")
+
+
+@memory.command("set")
+@click.argument("key")
+@click.argument("value")
+@click.pass_obj
+def memory_set(state: CliState, key: str, value: str) -> None:
+    """Write a note (replacing one with the same key)."""
+    with state.store() as store, rejecting_bad_input():
+        store.set_memory(key, value, now=_now())
+    _say(f"remembered {key}")
+
+
+@memory.command("delete")
+@click.argument("key")
+@click.pass_obj
+def memory_delete(state: CliState, key: str) -> None:
+    """Drop a note."""
+    with state.store() as store:
+        if not store.delete_memory(key):
+            raise UserError(f"there is no note {key!r}")
+    _say(f"forgot {key}")
 
 
 # --- timers ------------------------------------------------------------------------------------

@@ -168,7 +168,8 @@ class Store(
             "refused_finishes": self.refused_finish_count(),
             "approvals_pending": [
                 {"request_id": a.request_id, "action": a.action, "expires_at": a.expires_at,
-                 "expires_in": a.expires_at - now, "event_id": a.event_id}
+                 "expires_in": a.expires_at - now, "event_id": a.event_id, "tool": a.tool,
+                 "arguments": a.arguments, "sources": a.sources or []}
                 for a in approvals
             ],
             "outbox": self.outbox_counts(),

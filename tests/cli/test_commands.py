@@ -432,3 +432,40 @@ def test_an_answered_approval_is_gone_from_timers_and_status(db: Path) -> None:
     assert ok(db, "timers") == "no timers\n"
     assert "timers     none due" in ok(db, "status")
     assert json.loads(ok(db, "status", "--json"))["next_timer"] is None
+
+
+def test_a_tool_approval_is_listed_with_its_tool_arguments_and_sources_and_show_has_the_calls(db: Path) -> None:
+    from console.core import ApprovalDraft, ToolCallRecord
+
+    now = wall()
+    with open_store(db) as store:
+        store.ingest("github", "d-1", {"action": "opened"}, now=now)
+        gen = store.acquire("w", now=now)
+        assert gen is not None
+        (event,) = store.claim_batch("w", gen, now=now)
+        sources = [{"event_id": event.id, "source": "github", "source_id": "d-1"}]
+        assert store.finish("w", gen, [event.id], now=now, approvals=[ApprovalDraft(
+            "apr-1-abc", 'refund(order="881")', 600, {}, {"state": None}, event.id, "refund", {"order": "881"},
+            sources)], tool_calls=[ToolCallRecord(event.id, "t1", "refund", {"order": "881"}, "asked", "deferred",
+                                                  "Asked the owner", "apr-1-abc")])
+    (pending,) = json.loads(ok(db, "status", "--json"))["approvals_pending"]
+    assert (pending["tool"], pending["arguments"], pending["sources"]) == ("refund", {"order": "881"}, sources)
+    assert f"(event {event.id}, from github, " in ok(db, "status")
+    shown = json.loads(ok(db, "show", str(event.id), "--json"))
+    assert [(c["tool"], c["decision"], c["request_id"]) for c in shown["tool_calls"]] == [
+        ("refund", "asked", "apr-1-abc")]
+    assert 'refund {"order": "881"}  asked, deferred  (request apr-1-abc): Asked the owner' in ok(
+        db, "show", str(event.id))
+
+
+def test_memory_is_listed_written_and_deleted_by_the_owner(db: Path) -> None:
+    assert ok(db, "memory", "set", "dentist", "Dr Who").strip() == "remembered dentist"
+    assert ok(db, "memory").startswith("dentist: Dr Who  (you, ")
+    (note,) = json.loads(ok(db, "memory", "list", "--json"))
+    assert (note["key"], note["value"], note["event_id"]) == ("dentist", "Dr Who", None)
+    assert ok(db, "memory", "delete", "dentist").strip() == "forgot dentist"
+    assert ok(db, "memory").strip() == "no notes"
+    missing = cli(db, "memory", "delete", "dentist")
+    assert missing.exit_code == 2 and "there is no note 'dentist'" in missing.stderr
+    empty = cli(db, "memory", "set", "k", "   ")
+    assert empty.exit_code == 2 and "a memory value must be non-empty text" in empty.stderr
