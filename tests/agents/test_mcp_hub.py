@@ -121,7 +121,8 @@ def test_a_header_secret_reaches_the_http_server_and_nothing_else(
 
     status = hub.status()
     assert status["remote"] == "up"
-    assert status["leaky"].startswith("down: the server process ended before it was ready (its stderr: my token is ***)")
+    assert status["leaky"].startswith(
+        "down: the server process ended before it was ready (its stderr: my token is ***)")
     _tools, unavailable = hub.tools()
     with pytest.raises(McpToolError) as refused:
         hub.call("mcp__leaky__anything", {}, idempotency_key="k2")
