@@ -300,6 +300,7 @@ class _Server:
         self.lost_reason = ""
         self.failures = 0                     # attempts that failed since it last stayed up for a while
         self.up_since: float | None = None
+        self.marked_down = False              # in the current attempt
         self.first_attempt = threading.Event()
         self.stderr: deque[str] = deque(maxlen=_SHOWN_STDERR_LINES)
         self.scrub = _Scrubber()
@@ -440,7 +441,8 @@ class McpHub:
     # --- queries from other threads ---------------------------------------------------------------------
 
     def status(self) -> dict[str, str]:
-        """server -> "up" | "connecting" | "down: <reason>; retrying in N s" ("down: not started" / "down: closed")"""
+        """server -> "up" | "down: <reason>; retrying in N s", "connecting" during its very first attempt, and
+        "down: not started" / "down: closed" around the hub's life."""
         now = time.monotonic()
         with self._lock:
             return {name: self._status_text(server, now) for name, server in self._servers.items()}
@@ -483,8 +485,10 @@ class McpHub:
         down, no answer within call_timeout, or a protocol error."""
         parts = split_mcp_tool_name(name)
         server = self._servers.get(parts[0]) if parts else None
-        if parts is None or server is None:
-            raise McpToolError(f"unknown tool {name}: no MCP server of that name is configured")
+        if parts is None:
+            raise McpToolError(f"unknown tool {name}: not an MCP tool (mcp__<server>__<tool>)")
+        if server is None:
+            raise McpToolError(f"unknown tool {name}: no MCP server {parts[0]} is configured")
         if not isinstance(arguments, dict):
             raise McpToolError(f"{name}: the arguments must be an object")
         try:
@@ -506,7 +510,12 @@ class McpHub:
             if asyncio.iscoroutine(work):
                 work.close()
             raise McpToolError("the MCP hub is closed" if self._closed else "the MCP hub is not started")
-        future = asyncio.run_coroutine_threadsafe(cast(Any, work), loop)
+        try:
+            future = asyncio.run_coroutine_threadsafe(cast(Any, work), loop)
+        except RuntimeError:  # the loop has ended (it failed, or close() is under way)
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise McpToolError("the MCP hub is not running") from None
         with self._lock:
             self._pending.add(future)
         try:
@@ -582,20 +591,21 @@ class McpHub:
         return _result(result)
 
     async def _supervise(self, server: _Server) -> None:
-        """Connects the server, keeps its session until it is lost, then reconnects after a backoff."""
+        """Connects the server, keeps its session until it is lost, then reconnects after a backoff. While it
+        reconnects it stays down with the last reason ("retrying in 0 s"): only the first attempt is "connecting"."""
         while True:
+            server.marked_down = False
             try:
                 await self._connect_and_serve(server)
             except Exception as exc:
-                if server.state != "down":  # else it was marked down with the reason before the teardown failed
+                if not server.marked_down:  # else it was marked down with the reason before the teardown failed
                     self._mark_down(server, self._connect_failure(server, exc))
             finally:
                 server.client = None
-            if server.state != "down":  # the session ended without anyone noticing why
+            if not server.marked_down:
                 self._mark_down(server, "the session ended")
             server.first_attempt.set()
             await anyio.sleep(max(0.0, server.retry_at - time.monotonic()))
-            self._set(server, state="connecting")
 
     def _mark_down(self, server: _Server, reason: str) -> None:
         now = time.monotonic()
@@ -604,6 +614,7 @@ class McpHub:
         delay = min(self._backoff_max, self._backoff_base * 2 ** server.failures)
         server.failures += 1
         server.up_since = None
+        server.marked_down = True
         self._set(server, state="down", reason=reason, retry_at=now + delay, tools={})
         logger.warning("MCP server %s is down: %s; retrying in %g s", server.config.name, reason, delay)
 

@@ -94,11 +94,11 @@ def read_calls(call_log: Path) -> list[dict[str, Any]]:
 
 
 class HttpServer:
-    def __init__(self, name: str) -> None:
+    def __init__(self, name: str, port: int = 0) -> None:
         self.calls: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         app = build(name, self._record).streamable_http_app()
-        self._uvicorn = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_level="warning"))
+        self._uvicorn = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         self._thread = threading.Thread(target=self._uvicorn.run, name=f"mcp-http-{name}", daemon=True)
         self.url = ""
 
@@ -126,8 +126,8 @@ class HttpServer:
 
 
 @contextmanager
-def serve_http(name: str) -> Iterator[HttpServer]:
-    server = HttpServer(name)
+def serve_http(name: str, port: int = 0) -> Iterator[HttpServer]:
+    server = HttpServer(name, port)
     server.start()
     try:
         yield server

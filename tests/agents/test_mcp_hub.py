@@ -193,6 +193,38 @@ def test_a_slow_call_times_out_without_holding_up_another_servers_call(
     assert hub.status()["local"] == "up"
 
 
+def test_a_frozen_server_is_left_out_of_the_listing_within_its_timeout(
+    tmp_path: Path, http_server: HttpServer, hubs: Callable[..., McpHub]
+) -> None:
+    hub = hubs(local(tmp_path, list_timeout=1.0), McpServerConfig("remote", url=http_server.url))
+    pid = hub.call("mcp__local__pid", {}, idempotency_key="k")["structured"]["result"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        tools, unavailable = hub.tools()
+
+        assert {tool.server for tool in tools} == {"remote"}
+        assert unavailable == {"local": "no tool list within 1 s"}
+        assert hub.call("mcp__remote__echo", {"text": "meanwhile"}, idempotency_key="k")["text"] == "meanwhile"
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    # Frozen for a while is not dead: once it runs again, its tools are back on the same session.
+    tools, unavailable = hub.tools()
+    assert unavailable == {} and {tool.server for tool in tools} == {"local", "remote"}
+    assert hub.call("mcp__local__pid", {}, idempotency_key="k")["structured"]["result"] == pid
+
+
+def test_a_server_that_never_answers_the_handshake_is_down_after_the_connect_timeout(
+    hubs: Callable[..., McpHub]
+) -> None:
+    marker = "never-answers-the-handshake"
+    mute = McpServerConfig("mute", command=sys.executable, args=("-c", f"import time; time.sleep(60)  # {marker}"),
+                           connect_timeout=0.5)
+    hub = hubs(mute, backoff_base=30.0)
+
+    assert hub.status()["mute"] == "down: did not connect within 0.5 s; retrying in 30 s"
+    assert not [p for p in psutil.Process().children(recursive=True) if marker in " ".join(p.cmdline())]
+
+
 def test_a_killed_server_is_restarted_with_backoff_and_works_again(
     tmp_path: Path, hubs: Callable[..., McpHub]
 ) -> None:
@@ -209,6 +241,24 @@ def test_a_killed_server_is_restarted_with_backoff_and_works_again(
     second = hub.call("mcp__local__pid", {}, idempotency_key="k3")["structured"]["result"]
     assert second != first
     assert not psutil.pid_exists(first)
+
+
+def test_an_http_server_that_goes_away_is_reconnected_when_it_is_back(hubs: Callable[..., McpHub]) -> None:
+    first = HttpServer("remote")
+    first.start()
+    hub = hubs(McpServerConfig("remote", url=first.url), backoff_base=0.2, backoff_max=0.5)
+    assert hub.call("mcp__remote__echo", {"text": "one"}, idempotency_key="k1")["text"] == "one"
+
+    first.stop()
+
+    with pytest.raises(McpToolError, match="mcp__remote__echo"):
+        hub.call("mcp__remote__echo", {"text": "two"}, idempotency_key="k2")
+    wait_until(lambda: hub.status()["remote"].startswith("down:"), "the hub to see the server gone")
+    port = int(first.url.rsplit(":", 1)[1].split("/")[0])
+    with serve_http("remote", port) as second:
+        wait_until(lambda: hub.status()["remote"] == "up", "the hub to reconnect")
+        assert hub.call("mcp__remote__echo", {"text": "three"}, idempotency_key="k3")["text"] == "three"
+        assert [call["key"] for call in second.recorded()] == ["k3"]
 
 
 def test_backoff_doubles_up_to_its_cap_while_a_server_keeps_failing(
