@@ -23,7 +23,6 @@ import re
 import threading
 import time
 import urllib.parse
-from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypeVar, cast
@@ -54,9 +53,9 @@ _TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_NAME = _VARIABLE
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
-_SERVER_KEYS = ("command", "args", "env", "url", "headers", "connect_timeout", "list_timeout", "call_timeout")
+_TIMEOUT_KEYS = ("connect_timeout", "list_timeout", "call_timeout")
+_SERVER_KEYS = ("command", "args", "env", "url", "headers", *_TIMEOUT_KEYS)
 _LIST_PAGE_CAP = 100  # a server whose listing never ends cannot hang a connect
-_SHOWN_STDERR_LINES = 5
 _REASON_CAP = 300
 _SCRUB_MIN_LENGTH = 4  # shorter values are not secrets worth mangling every message for
 _CLOSE_GRACE = 15.0  # the SDK's stdio shutdown: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL, 2 s
@@ -123,7 +122,7 @@ def _parse_server(name: Any, table: Any) -> McpServerConfig:
     args = _text_list(table.get("args", []), f"{where}.args")
     env = _templates(table.get("env", {}), f"{where}.env", _ENV_NAME, "an environment variable name")
     headers = _templates(table.get("headers", {}), f"{where}.headers", _HEADER_NAME, "an HTTP header name")
-    timeouts = {key: _seconds(table[key], f"{where}.{key}") for key in _SERVER_KEYS[5:] if key in table}
+    timeouts = {key: _seconds(table[key], f"{where}.{key}") for key in _TIMEOUT_KEYS if key in table}
     return McpServerConfig(name=name, command=command, args=args, env=env, url=url, headers=headers, **timeouts)
 
 
@@ -302,7 +301,7 @@ class _Server:
         self.up_since: float | None = None
         self.marked_down = False              # in the current attempt
         self.first_attempt = threading.Event()
-        self.stderr: deque[str] = deque(maxlen=_SHOWN_STDERR_LINES)
+        self.last_stderr = ""                 # shown with a failed connect: often the server's own complaint
         self.scrub = _Scrubber()
 
     def mark_lost(self, reason: str) -> None:
@@ -622,7 +621,7 @@ class McpHub:
         config = server.config
         server.lost = anyio.Event()
         server.lost_reason = ""
-        server.stderr.clear()
+        server.last_stderr = ""
         transport = self._stdio_transport(server) if config.transport == "stdio" else self._http_transport(server)
         client = Client(
             transport,
@@ -714,7 +713,7 @@ class McpHub:
     def _stderr_line(self, server: _Server, raw: bytes) -> None:
         line = server.scrub(raw.decode("utf-8", "replace").rstrip())
         if line:
-            server.stderr.append(line[:_REASON_CAP])
+            server.last_stderr = line[:_REASON_CAP]
             logger.debug("MCP server %s stderr: %s", server.config.name, line)
 
     @contextlib.asynccontextmanager
@@ -750,10 +749,10 @@ class McpHub:
 
     def _connect_failure(self, server: _Server, exc: BaseException) -> str:
         reason = self._reason(server, exc)
-        if server.config.transport == "stdio" and _is_closed_connection(exc):
+        if server.config.transport == "stdio" and server.up_since is None and _is_closed_connection(exc):
             reason = "the server process ended before it was ready"
-        if server.config.transport == "stdio" and server.stderr:
-            reason = f"{reason} (its stderr: {server.stderr[-1]})"
+        if server.config.transport == "stdio" and server.last_stderr:
+            reason = f"{reason} (its stderr: {server.last_stderr})"
         return _one_line(reason)
 
     def _reason(self, server: _Server, exc: BaseException) -> str:

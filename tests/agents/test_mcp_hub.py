@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -169,7 +170,7 @@ def test_servers_that_are_down_make_only_their_own_tools_unavailable(
 def test_a_slow_call_times_out_without_holding_up_another_servers_call(
     tmp_path: Path, http_server: HttpServer, hubs: Callable[..., McpHub]
 ) -> None:
-    hub = hubs(local(tmp_path, call_timeout=2.0), McpServerConfig("remote", url=http_server.url))
+    hub = hubs(local(tmp_path, call_timeout=3.0), McpServerConfig("remote", url=http_server.url))
     outcome: dict[str, Any] = {}
 
     def slow_call() -> None:
@@ -187,7 +188,7 @@ def test_a_slow_call_times_out_without_holding_up_another_servers_call(
     assert caller.is_alive(), "the other server answered while the slow call was still waiting"
 
     caller.join(timeout=LIMIT)
-    assert outcome["error"] == "mcp__local__slow: no answer from MCP server local within 2 s"
+    assert outcome["error"] == "mcp__local__slow: no answer from MCP server local within 3 s"
     # A slow call is not a dead server: the same session answers the next call.
     assert hub.call("mcp__local__echo", {"text": "after"}, idempotency_key="k")["text"] == "after"
     assert hub.status()["local"] == "up"
@@ -234,7 +235,7 @@ def test_a_killed_server_is_restarted_with_backoff_and_works_again(
     os.kill(first, signal.SIGKILL)
 
     down = wait_until(lambda: (s := hub.status()["local"]).startswith("down:") and s, "the hub to see it die")
-    assert down == "down: the server closed the connection; retrying in 1 s"
+    assert re.fullmatch(r"down: the server closed the connection; retrying in [01] s", down)
     with pytest.raises(McpToolError, match="MCP server local is unavailable"):
         hub.call("mcp__local__echo", {"text": "x"}, idempotency_key="k2")
     wait_until(lambda: hub.status()["local"] == "up", "the server to be restarted")
