@@ -1,0 +1,801 @@
+"""MCP servers as tools: the `[mcp_servers]` config, and a hub that keeps one session per server.
+
+The hub runs its own asyncio loop on a background thread, so the engine's threads call it synchronously and
+wait only as long as a timeout says. Each server has its own session and its own supervisor task: a server that
+is down, slow or dying makes only its own tools unavailable, and is reconnected in the background with capped
+exponential backoff. The protocol itself is the `mcp` SDK's (2.x); this module only decides when to connect,
+what to wait for, and what to tell the model.
+
+Secrets: `${VAR}` in `env` and `headers` is read from the environment each time a server is connected and never
+kept in the config. The values substituted are scrubbed from every reason, error and log line the hub writes,
+because a library's error message may quote a header or the server's stderr may echo its token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import logging
+import math
+import os
+import re
+import threading
+import time
+import urllib.parse
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, TypeVar, cast
+
+import anyio
+import httpx2
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CONNECTION_CLOSED, CallToolResult, Implementation, RequestParamsMeta, TextContent
+
+import console
+from console.config import ConfigError
+from console.redact import HIDDEN, redact_url, redact_urls
+
+logger = logging.getLogger(__name__)
+
+MCP_PREFIX = "mcp__"
+IDEMPOTENCY_META_KEY = "agent-console/idempotency-key"
+# Server names become part of tool names `mcp__<server>__<tool>`; no "__" inside and none at the end keeps the
+# split unambiguous.
+_SERVER_NAME = re.compile(r"[a-z0-9-]+(?:_[a-z0-9-]+)*")
+# What the model providers accept as a tool name (Anthropic: ^[a-zA-Z0-9_-]{1,64}$). Tools whose full name does
+# not fit are left out with a warning rather than renamed, so a name always means one tool.
+_TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+_VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_ENV_NAME = _VARIABLE
+_HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
+_TIMEOUT_KEYS = ("connect_timeout", "list_timeout", "call_timeout")
+_SERVER_KEYS = ("command", "args", "env", "url", "headers", *_TIMEOUT_KEYS)
+_LIST_PAGE_CAP = 100  # a server whose listing never ends cannot hang a connect
+_REASON_CAP = 300
+_SCRUB_MIN_LENGTH = 4  # shorter values are not secrets worth mangling every message for
+_CLOSE_GRACE = 15.0  # the SDK's stdio shutdown: stdin closed, 2 s, SIGTERM, 2 s, SIGKILL, 2 s
+
+
+# --- configuration ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class McpServerConfig:
+    """One `[mcp_servers.NAME]` table. env and headers hold the text as written (`${VAR}` unexpanded)."""
+
+    name: str
+    command: str | None = None            # stdio
+    args: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict, repr=False)      # values may hold ${VAR}
+    url: str | None = None                # streamable HTTP
+    headers: dict[str, str] = field(default_factory=dict, repr=False)  # values may hold ${VAR}
+    connect_timeout: float = 10.0
+    list_timeout: float = 10.0
+    call_timeout: float = 60.0
+
+    @property
+    def transport(self) -> Literal["stdio", "http"]:
+        return "stdio" if self.command is not None else "http"
+
+
+def parse_mcp_servers(raw: Mapping[str, Any]) -> dict[str, McpServerConfig]:
+    """The `[mcp_servers]` table of the config, checked. Every mistake is a ConfigError naming the key."""
+    if not isinstance(raw, Mapping):
+        raise ConfigError("mcp_servers: expected a table of servers, one [mcp_servers.NAME] each")
+    servers: dict[str, McpServerConfig] = {}
+    for name, table in raw.items():
+        servers[name] = _parse_server(name, table)
+    return servers
+
+
+def _parse_server(name: Any, table: Any) -> McpServerConfig:
+    where = f"mcp_servers.{name}"
+    if not isinstance(name, str) or not _SERVER_NAME.fullmatch(name):
+        raise ConfigError(
+            f"{where}: a server name is lowercase letters, digits and '-', with single '_' between them "
+            f"(it becomes part of the tool names mcp__<server>__<tool>)"
+        )
+    if not isinstance(table, Mapping):
+        raise ConfigError(f"{where}: expected a table with command (a stdio server) or url (an HTTP server)")
+    for key in table:
+        if key not in _SERVER_KEYS:
+            raise ConfigError(f"{where}.{key}: unknown setting (expected one of {', '.join(_SERVER_KEYS)})")
+    has_command, has_url = "command" in table, "url" in table
+    if has_command == has_url:
+        raise ConfigError(
+            f"{where}: set exactly one of command (a stdio server) or url (a streamable HTTP server)"
+            + ("; both are set" if has_command else "")
+        )
+    stdio_only, http_only = ("args", "env"), ("headers",)
+    for key in http_only if has_command else stdio_only:
+        if key in table:
+            kind = "an HTTP server (url)" if key in http_only else "a stdio server (command)"
+            raise ConfigError(f"{where}.{key}: only for {kind}")
+
+    command = _text(table, "command", where) if has_command else None
+    url = _url(table, where) if has_url else None
+    args = _text_list(table.get("args", []), f"{where}.args")
+    env = _templates(table.get("env", {}), f"{where}.env", _ENV_NAME, "an environment variable name")
+    headers = _templates(table.get("headers", {}), f"{where}.headers", _HEADER_NAME, "an HTTP header name")
+    timeouts = {key: _seconds(table[key], f"{where}.{key}") for key in _TIMEOUT_KEYS if key in table}
+    return McpServerConfig(name=name, command=command, args=args, env=env, url=url, headers=headers, **timeouts)
+
+
+def _text(table: Mapping[str, Any], key: str, where: str) -> str:
+    value = table[key]
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"{where}.{key}: expected text")
+    if "\0" in value:
+        raise ConfigError(f"{where}.{key}: must not contain a NUL character")
+    return value
+
+
+def _url(table: Mapping[str, Any], where: str) -> str:
+    value = _text(table, "url", where)
+    try:
+        parts = urllib.parse.urlsplit(value)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigError(f"{where}.url: expected an http:// or https:// URL, got {redact_url(value)!r}")
+    return value
+
+
+def _text_list(value: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(value, list | tuple):
+        raise ConfigError(f"{where}: expected a list of text")
+    for index, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ConfigError(f"{where}[{index}]: expected text")
+        if "\0" in item:
+            raise ConfigError(f"{where}[{index}]: must not contain a NUL character")
+    return tuple(value)
+
+
+def _templates(value: Any, where: str, name_pattern: re.Pattern[str], what: str) -> dict[str, str]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{where}: expected a table of name = \"text\"")
+    checked: dict[str, str] = {}
+    for name, text in value.items():
+        if not isinstance(name, str) or not name_pattern.fullmatch(name):
+            raise ConfigError(f"{where}: {name!r} is not {what}")
+        if not isinstance(text, str):
+            raise ConfigError(f"{where}.{name}: expected text")
+        _template_parts(text, setting=f"{where}.{name}")  # the syntax now; the values at connect time
+        checked[name] = text
+    return checked
+
+
+def _seconds(value: Any, where: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(f"{where}: expected a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def _template_parts(value: str, *, setting: str) -> list[tuple[bool, str]]:
+    """The text split into (is_variable, literal-or-name) parts; a $ that is neither ${NAME} nor $$ is an error,
+    so a forgotten brace is not silently sent as the literal text "$TOKEN"."""
+    parts: list[tuple[bool, str]] = []
+    literal: list[str] = []
+    index = 0
+    while index < len(value):
+        char = value[index]
+        if char != "$":
+            literal.append(char)
+            index += 1
+            continue
+        following = value[index + 1:index + 2]
+        if following == "$":
+            literal.append("$")
+            index += 2
+            continue
+        end = value.find("}", index + 2) if following == "{" else -1
+        name = value[index + 2:end] if end != -1 else ""
+        if not _VARIABLE.fullmatch(name):
+            raise ConfigError(f"{setting}: write ${{NAME}} for an environment variable, or $$ for a dollar sign")
+        if literal:
+            parts.append((False, "".join(literal)))
+            literal = []
+        parts.append((True, name))
+        index = end + 1
+    if literal:
+        parts.append((False, "".join(literal)))
+    return parts
+
+
+def expand_env(value: str, env: Mapping[str, str], *, setting: str) -> str:
+    """`${VAR}` replaced by the variable's value from env, `$$` by a dollar sign. A variable that is not set is a
+    ConfigError naming the variable and the setting, never any value."""
+    return _expand(value, env, setting=setting)[0]
+
+
+def _expand(value: str, env: Mapping[str, str], *, setting: str) -> tuple[str, list[str]]:
+    """The expanded text, and the values that came from the environment (to scrub from messages)."""
+    pieces: list[str] = []
+    secrets: list[str] = []
+    for is_variable, text in _template_parts(value, setting=setting):
+        if not is_variable:
+            pieces.append(text)
+            continue
+        found = env.get(text)
+        if found is None:
+            raise ConfigError(f"{setting}: the environment variable {text} is not set")
+        pieces.append(found)
+        secrets.append(found)
+    return "".join(pieces), secrets
+
+
+# --- tools and errors ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class McpTool:
+    name: str                    # mcp__<server>__<tool>
+    server: str
+    tool: str                    # the server's own tool name
+    description: str
+    input_schema: dict[str, Any]
+
+
+class McpToolError(Exception):
+    """A call that failed, or a server that is unavailable. str() is safe to show the model: no secrets."""
+
+
+def mcp_tool_name(server: str, tool: str) -> str:
+    return f"{MCP_PREFIX}{server}__{tool}"
+
+
+def split_mcp_tool_name(name: str) -> tuple[str, str] | None:
+    """(server, tool) of `mcp__<server>__<tool>`, or None when the name is not of that shape."""
+    if not name.startswith(MCP_PREFIX):
+        return None
+    server, separator, tool = name[len(MCP_PREFIX):].partition("__")
+    if not separator or not server or not tool:
+        return None
+    return server, tool
+
+
+# --- the hub ------------------------------------------------------------------------------------------------
+
+_T = TypeVar("_T")
+_State = Literal["connecting", "up", "down"]
+
+
+class _Scrubber:
+    """Hides the values substituted from ${VAR} in any text that leaves the hub."""
+
+    def __init__(self) -> None:
+        self._secrets: tuple[str, ...] = ()
+
+    def remember(self, values: Iterable[str]) -> None:
+        longest_first = sorted({v for v in values if len(v) >= _SCRUB_MIN_LENGTH} | set(self._secrets), key=len)
+        self._secrets = tuple(reversed(longest_first))
+
+    def __call__(self, text: str) -> str:
+        for secret in self._secrets:
+            text = text.replace(secret, HIDDEN)
+        return redact_urls(text)
+
+    def __repr__(self) -> str:
+        return f"<_Scrubber of {len(self._secrets)} values>"
+
+
+class _Server:
+    """One server's runtime state. Written on the hub's loop; read by other threads under the hub's lock."""
+
+    def __init__(self, config: McpServerConfig) -> None:
+        self.config = config
+        self.state: _State = "connecting"
+        self.reason = ""
+        self.retry_at = 0.0          # time.monotonic() of the next attempt while down
+        self.client: Client | None = None
+        self.tools: dict[str, McpTool] = {}   # by the server's own tool name
+        self.lost: anyio.Event | None = None  # set when the live session is found dead
+        self.lost_reason = ""
+        self.failures = 0                     # attempts that failed since it last stayed up for a while
+        self.up_since: float | None = None
+        self.marked_down = False              # in the current attempt
+        self.first_attempt = threading.Event()
+        self.last_stderr = ""                 # shown with a failed connect: often the server's own complaint
+        self.scrub = _Scrubber()
+
+    def mark_lost(self, reason: str) -> None:
+        if self.lost is not None and not self.lost.is_set():
+            self.lost_reason = reason
+            self.lost.set()
+
+
+class _WatchedReadStream:
+    """The transport's read stream, telling the supervisor when it ends: for stdio, the server process is gone."""
+
+    def __init__(self, inner: Any, server: _Server) -> None:
+        self._inner = inner
+        self._server = server
+
+    @property
+    def last_context(self) -> Any:  # the dispatcher reads it from the HTTP transport's context-aware stream
+        return getattr(self._inner, "last_context", None)
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError):
+            self._server.mark_lost("the server closed the connection")
+            raise
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    def __aiter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        try:
+            return await self.receive()
+        except anyio.EndOfStream:
+            raise StopAsyncIteration from None
+
+    async def __aenter__(self) -> _WatchedReadStream:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+
+class McpHub:
+    """Sessions with the configured MCP servers, on a background thread with its own asyncio loop.
+
+    tools() and call() are safe from any thread and block only up to their timeouts."""
+
+    def __init__(
+        self,
+        servers: Mapping[str, McpServerConfig],
+        *,
+        env: Mapping[str, str] | None = None,
+        backoff_base: float = 1.0,
+        backoff_max: float = 60.0,
+    ) -> None:
+        for key, config in servers.items():
+            if key != config.name:
+                raise ValueError(f"mcp server {key!r} is configured under the name {config.name!r}")
+        self._servers = {name: _Server(config) for name, config in servers.items()}
+        # The live environment by default, read at connect time: a variable set after start-up is seen.
+        self._env: Mapping[str, str] = env if env is not None else os.environ
+        self._backoff_base = backoff_base
+        self._backoff_max = backoff_max
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: Callable[[], None] | None = None
+        self._ready = threading.Event()
+        self._closed = False
+        self._pending: set[concurrent.futures.Future[Any]] = set()
+
+    def __repr__(self) -> str:
+        return f"<McpHub servers={sorted(self._servers)}>"
+
+    # --- lifecycle --------------------------------------------------------------------------------------
+
+    def start(self, *, wait: bool = True) -> None:
+        """Starts the hub's thread and connects every server. With wait, returns once each server's first
+        attempt has ended (up or down), bounded by the servers' connect and list timeouts."""
+        with self._lock:
+            if self._thread is not None or self._closed:
+                return
+            self._thread = threading.Thread(target=self._run_loop, name="mcp-hub", daemon=True)
+            self._thread.start()
+        self._ready.wait(timeout=_CLOSE_GRACE)
+        if wait:
+            deadline = time.monotonic() + max(
+                (s.config.connect_timeout + s.config.list_timeout for s in self._servers.values()), default=0.0
+            ) + 1.0
+            for server in self._servers.values():
+                server.first_attempt.wait(timeout=max(0.0, deadline - time.monotonic()))
+
+    def close(self) -> None:
+        """Ends every session and server process, then the thread (bounded)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            thread, loop, stop = self._thread, self._loop, self._stop
+            pending = list(self._pending)
+        for future in pending:
+            future.cancel()
+        if thread is None:
+            return
+        if loop is not None and stop is not None:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                loop.call_soon_threadsafe(stop)
+        thread.join(timeout=_CLOSE_GRACE)
+        if thread.is_alive():
+            logger.warning("the MCP hub did not stop within %g s", _CLOSE_GRACE)
+
+    def _run_loop(self) -> None:
+        try:
+            asyncio.run(self._main())
+        except Exception:
+            logger.exception("the MCP hub's loop failed")
+        finally:
+            self._ready.set()
+            for server in self._servers.values():
+                server.first_attempt.set()
+
+    async def _main(self) -> None:
+        async with anyio.create_task_group() as group:
+            with self._lock:
+                self._loop = asyncio.get_running_loop()
+                self._stop = group.cancel_scope.cancel
+                if self._closed:
+                    group.cancel_scope.cancel()
+            for server in self._servers.values():
+                group.start_soon(self._supervise, server)
+            self._ready.set()
+
+    # --- queries from other threads ---------------------------------------------------------------------
+
+    def status(self) -> dict[str, str]:
+        """server -> "up" | "down: <reason>; retrying in N s", "connecting" during its very first attempt, and
+        "down: not started" / "down: closed" around the hub's life."""
+        now = time.monotonic()
+        with self._lock:
+            return {name: self._status_text(server, now) for name, server in self._servers.items()}
+
+    def _status_text(self, server: _Server, now: float) -> str:
+        if self._closed:
+            return "down: closed"
+        if self._thread is None:
+            return "down: not started"
+        if server.state == "up":
+            return "up"
+        if server.state == "connecting":
+            return "connecting"
+        return f"down: {server.reason}; retrying in {max(0, math.ceil(server.retry_at - now))} s"
+
+    def tools(self) -> tuple[list[McpTool], dict[str, str]]:
+        """The tools of the servers that are up (listed afresh), and why each other server is unavailable."""
+        bound = max((s.config.list_timeout for s in self._servers.values()), default=0.0) + 1.0
+        try:
+            listed = self._submit(self._list_everything(), timeout=bound)
+        except McpToolError as exc:
+            return [], {name: str(exc) for name in self._servers}
+        except concurrent.futures.TimeoutError:
+            listed = {}
+        tools: list[McpTool] = []
+        unavailable: dict[str, str] = {}
+        statuses = self.status()
+        for name in self._servers:
+            found = listed.get(name)
+            if isinstance(found, list):
+                tools.extend(found)
+            else:
+                unavailable[name] = found or statuses[name].removeprefix("down: ")
+        return tools, unavailable
+
+    def call(self, name: str, arguments: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]:
+        """Calls mcp__<server>__<tool> with the idempotency key in the request's _meta.
+
+        Returns {"is_error", "text", "structured"}; raises McpToolError for an unknown tool, a server that is
+        down, no answer within call_timeout, or a protocol error."""
+        parts = split_mcp_tool_name(name)
+        server = self._servers.get(parts[0]) if parts else None
+        if parts is None:
+            raise McpToolError(f"unknown tool {name}: not an MCP tool (mcp__<server>__<tool>)")
+        if server is None:
+            raise McpToolError(f"unknown tool {name}: no MCP server {parts[0]} is configured")
+        if not isinstance(arguments, dict):
+            raise McpToolError(f"{name}: the arguments must be an object")
+        try:
+            return self._submit(
+                self._call(server, parts[1], name, arguments, idempotency_key),
+                timeout=server.config.call_timeout + 1.0,
+            )
+        except concurrent.futures.TimeoutError:
+            raise McpToolError(
+                f"{name}: no answer from MCP server {server.config.name} within {server.config.call_timeout:g} s"
+            ) from None
+
+    def _submit(self, work: Awaitable[_T], *, timeout: float) -> _T:
+        """Runs a coroutine on the hub's loop and waits for it, at most timeout seconds."""
+        with self._lock:
+            loop = self._loop
+            usable = loop is not None and not self._closed and threading.current_thread() is not self._thread
+        if not usable or loop is None:
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise McpToolError("the MCP hub is closed" if self._closed else "the MCP hub is not started")
+        try:
+            future = asyncio.run_coroutine_threadsafe(cast(Any, work), loop)
+        except RuntimeError:  # the loop has ended (it failed, or close() is under way)
+            if asyncio.iscoroutine(work):
+                work.close()
+            raise McpToolError("the MCP hub is not running") from None
+        with self._lock:
+            self._pending.add(future)
+        try:
+            return cast(_T, future.result(timeout=timeout))
+        except concurrent.futures.CancelledError:
+            raise McpToolError("the MCP hub is closed") from None
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+        finally:
+            with self._lock:
+                self._pending.discard(future)
+
+    # --- on the hub's loop ------------------------------------------------------------------------------
+
+    async def _list_everything(self) -> dict[str, list[McpTool] | str]:
+        results: dict[str, list[McpTool] | str] = {}
+
+        async def one(server: _Server) -> None:
+            client = server.client
+            if server.state != "up" or client is None:
+                return
+            try:
+                with anyio.fail_after(server.config.list_timeout):
+                    tools = await self._list_tools(server, client)
+            except TimeoutError:
+                results[server.config.name] = f"no tool list within {server.config.list_timeout:g} s"
+                return
+            except Exception as exc:
+                reason = self._reason(server, exc)
+                if _is_connection_loss(exc):
+                    server.mark_lost(reason)
+                results[server.config.name] = f"listing its tools failed: {reason}"
+                return
+            self._set(server, tools={tool.tool: tool for tool in tools})
+            results[server.config.name] = tools
+
+        async with anyio.create_task_group() as group:
+            for server in self._servers.values():
+                group.start_soon(one, server)
+        return results
+
+    async def _call(
+        self, server: _Server, tool: str, name: str, arguments: dict[str, Any], key: str
+    ) -> dict[str, Any]:
+        config = server.config
+        client = server.client
+        if server.state != "up" or client is None:
+            with self._lock:
+                why = self._status_text(server, time.monotonic()).removeprefix("down: ")
+            raise McpToolError(f"{name}: MCP server {config.name} is unavailable ({why})")
+        if tool not in server.tools:
+            raise McpToolError(f"unknown tool {name}: server {config.name} does not offer a tool {tool!r}")
+        meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: key})
+        try:
+            with anyio.fail_after(config.call_timeout):
+                result = await client.call_tool(tool, arguments, meta=meta)
+        except TimeoutError:
+            raise McpToolError(
+                f"{name}: no answer from MCP server {config.name} within {config.call_timeout:g} s"
+            ) from None
+        except MCPError as exc:
+            reason = self._reason(server, exc)
+            if exc.code == CONNECTION_CLOSED:
+                server.mark_lost(reason)
+                raise McpToolError(f"{name}: MCP server {config.name} closed the connection during the call") from None
+            raise McpToolError(f"{name}: MCP server {config.name} refused the call: {reason}") from None
+        except Exception as exc:
+            reason = self._reason(server, exc)
+            if _is_connection_loss(exc):
+                server.mark_lost(reason)
+            raise McpToolError(f"{name}: the call to MCP server {config.name} failed: {reason}") from None
+        return _result(result)
+
+    async def _supervise(self, server: _Server) -> None:
+        """Connects the server, keeps its session until it is lost, then reconnects after a backoff. While it
+        reconnects it stays down with the last reason ("retrying in 0 s"): only the first attempt is "connecting"."""
+        while True:
+            server.marked_down = False
+            try:
+                await self._connect_and_serve(server)
+            except Exception as exc:
+                if not server.marked_down:  # else it was marked down with the reason before the teardown failed
+                    self._mark_down(server, self._connect_failure(server, exc))
+            finally:
+                server.client = None
+            if not server.marked_down:
+                self._mark_down(server, "the session ended")
+            server.first_attempt.set()
+            await anyio.sleep(max(0.0, server.retry_at - time.monotonic()))
+
+    def _mark_down(self, server: _Server, reason: str) -> None:
+        now = time.monotonic()
+        if server.up_since is not None and now - server.up_since >= self._backoff_max:
+            server.failures = 0  # it ran for a good while: a new trouble, not the same one again
+        delay = min(self._backoff_max, self._backoff_base * 2 ** server.failures)
+        server.failures += 1
+        server.up_since = None
+        server.marked_down = True
+        self._set(server, state="down", reason=reason, retry_at=now + delay, tools={})
+        logger.warning("MCP server %s is down: %s; retrying in %g s", server.config.name, reason, delay)
+
+    async def _connect_and_serve(self, server: _Server) -> None:
+        config = server.config
+        server.lost = anyio.Event()
+        server.lost_reason = ""
+        server.last_stderr = ""
+        transport = self._stdio_transport(server) if config.transport == "stdio" else self._http_transport(server)
+        client = Client(
+            transport,
+            cache=None,  # every listing fresh: a server's tools may change while it runs
+            client_info=Implementation(name="agent-console", version=console.__version__),
+        )
+        phase = "connect"
+        with anyio.CancelScope(deadline=anyio.current_time() + config.connect_timeout) as deadline:
+            async with client:
+                phase = "list its tools"
+                deadline.deadline = anyio.current_time() + config.list_timeout
+                tools = await self._list_tools(server, client)
+                deadline.deadline = math.inf
+                server.client = client
+                server.up_since = time.monotonic()
+                self._set(server, state="up", reason="", tools={tool.tool: tool for tool in tools})
+                server.first_attempt.set()
+                logger.info("MCP server %s is up with %d tools", config.name, len(tools))
+                await server.lost.wait()
+                # Down before the session is torn down (a stdio server gets seconds to exit): calls meanwhile
+                # are refused with the reason at once.
+                server.client = None
+                self._mark_down(server, server.lost_reason or "the session ended")
+        if deadline.cancelled_caught:
+            timeout = config.connect_timeout if phase == "connect" else config.list_timeout
+            raise TimeoutError(f"did not {phase} within {timeout:g} s")
+
+    async def _list_tools(self, server: _Server, client: Client) -> list[McpTool]:
+        tools: list[McpTool] = []
+        cursor: str | None = None
+        for _ in range(_LIST_PAGE_CAP):
+            page = await client.list_tools(cursor=cursor)
+            for tool in page.tools:
+                full = mcp_tool_name(server.config.name, tool.name)
+                if not _TOOL_NAME.fullmatch(full):
+                    logger.warning("MCP server %s: tool %r left out: %s is not a valid tool name "
+                                   "(letters, digits, _ and -, at most 64)", server.config.name, tool.name, full)
+                    continue
+                tools.append(McpTool(
+                    name=full, server=server.config.name, tool=tool.name,
+                    description=tool.description or "", input_schema=dict(tool.input_schema),
+                ))
+            cursor = page.next_cursor
+            if cursor is None:
+                break
+        return tools
+
+    @contextlib.asynccontextmanager
+    async def _stdio_transport(self, server: _Server) -> AsyncIterator[Any]:
+        config = server.config
+        assert config.command is not None
+        env = self._expanded(server, config.env, f"mcp_servers.{config.name}.env")
+        params = StdioServerParameters(command=config.command, args=list(config.args), env=env)
+        read_fd, write_fd = os.pipe()
+        errlog = open(write_fd, "w", encoding="utf-8", errors="replace", closefd=True)  # noqa: SIM115
+        pump = asyncio.get_running_loop().create_task(self._pump_stderr(server, read_fd))
+        try:
+            async with stdio_client(params, errlog=errlog) as (read_stream, write_stream):
+                errlog.close()  # the child has its own copy: its end closing is the pipe's end of file
+                yield _WatchedReadStream(read_stream, server), write_stream
+        finally:
+            errlog.close()
+            # The last lines, for the reason; bounded, as a grandchild may hold the pipe open. Shielded: this also
+            # runs while the hub is being closed.
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait({pump}, timeout=1.0)
+            pump.cancel()
+
+    async def _pump_stderr(self, server: _Server, read_fd: int) -> None:
+        """The child's stderr, line by line, into our log at debug level (not the terminal)."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader()
+        with open(read_fd, "rb", buffering=0) as pipe:
+            transport, _protocol = await loop.connect_read_pipe(
+                lambda: asyncio.StreamReaderProtocol(reader), pipe
+            )
+            try:
+                pending = b""
+                while chunk := await reader.read(4096):
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    pending = pending[-4096:]  # a line without end cannot grow without bound
+                    for line in lines:
+                        self._stderr_line(server, line)
+                if pending:
+                    self._stderr_line(server, pending)
+            finally:
+                transport.close()
+
+    def _stderr_line(self, server: _Server, raw: bytes) -> None:
+        line = server.scrub(raw.decode("utf-8", "replace").rstrip())
+        if line:
+            server.last_stderr = line[:_REASON_CAP]
+            logger.debug("MCP server %s stderr: %s", server.config.name, line)
+
+    @contextlib.asynccontextmanager
+    async def _http_transport(self, server: _Server) -> AsyncIterator[Any]:
+        config = server.config
+        assert config.url is not None
+        headers = self._expanded(server, config.headers, f"mcp_servers.{config.name}.headers")
+        for header, value in headers.items():
+            if "\r" in value or "\n" in value or "\0" in value:
+                raise ConfigError(f"mcp_servers.{config.name}.headers.{header}: the value holds a line break")
+        timeout = httpx2.Timeout(30.0, connect=config.connect_timeout, read=300.0)
+        async with (
+            create_mcp_http_client(headers=headers, timeout=timeout) as http,
+            streamable_http_client(config.url, http_client=http) as (read_stream, write_stream),
+        ):
+            yield _WatchedReadStream(read_stream, server), write_stream
+
+    def _expanded(self, server: _Server, templates: Mapping[str, str], where: str) -> dict[str, str]:
+        expanded: dict[str, str] = {}
+        secrets: list[str] = []
+        for key, template in templates.items():
+            expanded[key], found = _expand(template, self._env, setting=f"{where}.{key}")
+            secrets.extend(found)
+        server.scrub.remember(secrets)
+        return expanded
+
+    # --- state and messages -----------------------------------------------------------------------------
+
+    def _set(self, server: _Server, **changes: Any) -> None:
+        with self._lock:
+            for key, value in changes.items():
+                setattr(server, key, value)
+
+    def _connect_failure(self, server: _Server, exc: BaseException) -> str:
+        reason = self._reason(server, exc)
+        if server.config.transport == "stdio" and server.up_since is None and _is_closed_connection(exc):
+            reason = "the server process ended before it was ready"
+        if server.config.transport == "stdio" and server.last_stderr:
+            reason = f"{reason} (its stderr: {server.last_stderr})"
+        return _one_line(reason)
+
+    def _reason(self, server: _Server, exc: BaseException) -> str:
+        return _one_line(server.scrub(_describe(exc)))
+
+
+def _describe(exc: BaseException) -> str:
+    """One readable cause from an exception, unwrapping the task groups' exception groups."""
+    while isinstance(exc, BaseExceptionGroup):
+        inner = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
+        exc = inner[0] if inner else exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return exc.message or f"MCP error {exc.code}"
+    if isinstance(exc, ConfigError | TimeoutError | OSError):
+        return str(exc) or type(exc).__name__
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+def _is_closed_connection(exc: BaseException) -> bool:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    return isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
+
+
+def _is_connection_loss(exc: BaseException) -> bool:
+    while isinstance(exc, BaseExceptionGroup):
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError):
+        return exc.code == CONNECTION_CLOSED
+    return isinstance(exc, anyio.ClosedResourceError | anyio.BrokenResourceError | httpx2.TransportError | OSError)
+
+
+def _one_line(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= _REASON_CAP else flat[:_REASON_CAP - 1] + "…"
+
+
+def _result(result: CallToolResult) -> dict[str, Any]:
+    texts = []
+    for block in result.content:
+        if isinstance(block, TextContent):
+            texts.append(block.text)
+        else:  # images, audio, resources: the model is told they were there
+            texts.append(f"[{getattr(block, 'type', 'non-text')} content not shown]")
+    return {"is_error": bool(result.is_error), "text": "\n".join(texts), "structured": result.structured_content}

@@ -1,0 +1,150 @@
+"""Real MCP servers for the hub's tests, written with the `mcp` SDK.
+
+- over stdio: this file run as a program (`python tests/agents/mcp_servers.py NAME`), recording every call it
+  receives as a JSON line in $CALL_LOG, so a test sees what reached the server, from another process;
+- over streamable HTTP: `serve_http(NAME)`, the SDK's app under uvicorn on 127.0.0.1 with a free port, in a
+  thread of the test process, recording calls in memory.
+
+Both offer the same tools: echo, add (structured), whoami (the idempotency key and the Authorization header it
+was sent), slow (sleeps), pid (the server's process id), fail (an error result).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import uvicorn
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+
+THIS_FILE = Path(__file__).resolve()
+IDEMPOTENCY_META_KEY = "agent-console/idempotency-key"
+STDERR_MARKER = "stderr line from the echo tool"
+
+
+def build(name: str, record: Callable[[dict[str, Any]], None]) -> MCPServer:
+    server = MCPServer(name, log_level="WARNING")
+
+    def seen(tool: str, ctx: Context, **details: Any) -> None:
+        meta = ctx.request_context.meta or {}
+        headers = ctx.headers or {}
+        record({"tool": tool, "key": meta.get(IDEMPOTENCY_META_KEY),
+                "authorization": headers.get("authorization"), **details})
+
+    @server.tool()
+    def echo(text: str, ctx: Context) -> str:
+        """Says the text back."""
+        seen("echo", ctx, text=text)
+        print(STDERR_MARKER, file=sys.stderr, flush=True)
+        return text
+
+    @server.tool()
+    def add(a: int, b: int, ctx: Context) -> int:
+        """Adds two numbers."""
+        seen("add", ctx)
+        return a + b
+
+    @server.tool()
+    def whoami(ctx: Context) -> str:
+        """Reports that the call arrived."""
+        seen("whoami", ctx)
+        return "seen"
+
+    @server.tool()
+    async def slow(seconds: float, ctx: Context) -> str:
+        """Answers after the given seconds."""
+        seen("slow", ctx, seconds=seconds)
+        await anyio.sleep(seconds)
+        return "done"
+
+    @server.tool()
+    def pid(ctx: Context) -> int:
+        """The server's process id."""
+        seen("pid", ctx)
+        return os.getpid()
+
+    @server.tool()
+    def fail(ctx: Context) -> str:
+        """Always fails."""
+        seen("fail", ctx)
+        raise ToolError("this tool always fails")
+
+    return server
+
+
+def stdio_command(name: str, call_log: Path) -> dict[str, Any]:
+    """McpServerConfig keyword arguments for this file as a stdio server writing its calls to call_log."""
+    return {"name": name, "command": sys.executable, "args": (str(THIS_FILE), name),
+            "env": {"CALL_LOG": str(call_log)}}
+
+
+def read_calls(call_log: Path) -> list[dict[str, Any]]:
+    if not call_log.exists():
+        return []
+    return [json.loads(line) for line in call_log.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+class HttpServer:
+    def __init__(self, name: str, port: int = 0) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        app = build(name, self._record).streamable_http_app()
+        self._uvicorn = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+        self._thread = threading.Thread(target=self._uvicorn.run, name=f"mcp-http-{name}", daemon=True)
+        self.url = ""
+
+    def _record(self, call: dict[str, Any]) -> None:
+        with self._lock:
+            self.calls.append(call)
+
+    def recorded(self) -> list[dict[str, Any]]:
+        with self._lock:
+            return list(self.calls)
+
+    def start(self) -> None:
+        self._thread.start()
+        deadline = time.monotonic() + 30
+        while not self._uvicorn.started:
+            assert self._thread.is_alive(), "the HTTP MCP server did not start"
+            assert time.monotonic() < deadline, "the HTTP MCP server did not start within 30 s"
+            time.sleep(0.02)  # polling interval of a condition
+        port = self._uvicorn.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/mcp"
+
+    def stop(self) -> None:
+        self._uvicorn.should_exit = True
+        self._thread.join(timeout=30)
+
+
+@contextmanager
+def serve_http(name: str, port: int = 0) -> Iterator[HttpServer]:
+    server = HttpServer(name, port)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def main() -> None:
+    name = sys.argv[1]
+    call_log = Path(os.environ["CALL_LOG"])
+
+    def record(call: dict[str, Any]) -> None:
+        with call_log.open("a", encoding="utf-8") as handle:
+            handle.write(json.dumps(call) + "\n")
+
+    build(name, record).run(transport="stdio")
+
+
+if __name__ == "__main__":
+    main()
