@@ -84,11 +84,13 @@ class OfflineAgent:
     def _intent(self, event: Event, text: str) -> ToolCall | None:
         """The tool call a chat message asks for: a known intent whose tool exists, else a risky request
         as a question to the owner, else None (just a message)."""
-        catalogue, _unavailable = self.tools.catalogue()
         for pattern, tool, argument in _INTENTS:
             found = pattern.search(text)
+            if found is None:
+                continue  # only a message that asks for something needs the tools (and starts the servers)
+            catalogue, _unavailable = self.tools.catalogue()
             name = next((n for n in catalogue if n == tool or n.endswith(f"__{tool}")), None)
-            if found and name is not None:
+            if name is not None:
                 return ToolCall(f"chat-{event.id}", name, {argument: found.group(1)})
         if _RISKY.search(text):
             return ToolCall(f"chat-{event.id}", "ask_owner", {"question": text})

@@ -6,22 +6,51 @@ the default agent works without any extra installed and naming the agent in the 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
+from pathlib import Path
 
 from console.agents.base import Agent, AgentSetupError
+from console.agents.mcp import McpHub, McpServerConfig, parse_mcp_servers
 from console.agents.offline import OfflineAgent
-from console.agents.policy import Policy
+from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.tools import ToolGateway, load_python_tools
 from console.config import Settings
 
 CLAUDE_EXTRA_MISSING = "the claude agent needs the 'claude' extra: pip install 'agent-console[claude]'"
 
 
-def build_tools(settings: Settings) -> ToolGateway:
+# With no [mcp_servers], the built-in agent uses the example shop server that ships with agent-console, its
+# orders kept beside the inbox; with no [permissions] too, lookups run, deletions are denied and the rest
+# (refunds) asks, as anything unmatched does. (No broad "mcp__shop__*" ask rule: ask is checked before allow.)
+DEMO_SERVER = "shop"
+DEMO_PERMISSIONS = {
+    "allow": [*DEFAULT_ALLOW, "mcp__shop__lookup_*", "mcp__shop__list_*"],
+    "deny": ["mcp__shop__delete_*"],
+}
+
+
+def demo_servers(settings: Settings) -> dict[str, McpServerConfig]:
+    state = Path(settings.db).parent / "shop.json"
+    return {DEMO_SERVER: McpServerConfig(DEMO_SERVER, command=sys.executable,
+                                         args=("-m", "console.examples.shop_server"),
+                                         env={"SHOP_STATE": str(state)})}
+
+
+def build_tools(settings: Settings, *, demo: bool = False) -> ToolGateway:
     """The policy-checked gateway the agent's tools come through: the owner's [permissions], the Python tools
-    installed under the `agent_console.tools` entry points, and the [mcp_servers] (started here)."""
-    policy = Policy.from_settings(settings.permissions)
-    return ToolGateway(policy, python_tools=load_python_tools(), timezone=settings.timezone)
+    installed under the `agent_console.tools` entry points, and the [mcp_servers] (started on first use).
+    demo: with no [mcp_servers] configured, use the example shop server (the built-in agent's default)."""
+    if settings.mcp_servers is not None:
+        servers = parse_mcp_servers(settings.mcp_servers)
+    else:
+        servers = demo_servers(settings) if demo else {}
+    permissions = settings.permissions
+    if permissions is None and settings.mcp_servers is None and demo:
+        permissions = DEMO_PERMISSIONS
+    policy = Policy.from_settings(permissions)
+    hub = McpHub(servers) if servers else None
+    return ToolGateway(policy, mcp=hub, python_tools=load_python_tools(), timezone=settings.timezone)
 
 
 def read_instructions(settings: Settings) -> str | None:
@@ -35,7 +64,7 @@ def read_instructions(settings: Settings) -> str | None:
 
 
 def _offline(settings: Settings) -> Agent:
-    return OfflineAgent(build_tools(settings))
+    return OfflineAgent(build_tools(settings, demo=True))
 
 
 def _claude(settings: Settings) -> Agent:

@@ -21,7 +21,8 @@ import hashlib
 import inspect
 import json
 import logging
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.metadata import entry_points
@@ -47,7 +48,11 @@ class ListedTool(Protocol):
 class ToolHub(Protocol):
     """What the gateway needs of the MCP side (console.agents.mcp.McpHub)."""
 
-    def tools(self) -> tuple[list[ListedTool], dict[str, str]]: ...
+    def start(self, *, wait: bool = True) -> None: ...
+
+    def close(self) -> None: ...
+
+    def tools(self) -> tuple[Sequence[ListedTool], dict[str, str]]: ...
 
     def call(self, name: str, arguments: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]: ...
 
@@ -220,15 +225,29 @@ class ToolGateway:
     ) -> None:
         self.policy = policy or Policy()
         self.mcp = mcp
+        self._mcp_started = False
+        self._mcp_lock = threading.Lock()
         self.python_tools = dict(python_tools or {})
         self.timezone = timezone
 
     def close(self) -> None:
         """Stop the MCP servers' sessions (and their processes)."""
-        if self.mcp is not None:
-            closer = getattr(self.mcp, "close", None)
-            if callable(closer):
-                closer()
+        with self._mcp_lock:
+            if self.mcp is not None and self._mcp_started:
+                self.mcp.close()
+                self._mcp_started = False
+
+    def _hub(self) -> ToolHub | None:
+        """The MCP hub, started on first use: the servers' processes cost nothing until a run needs a tool
+        (an engine that only ever answers chat never starts them). The first start waits for every server's
+        first connection attempt (bounded by its timeouts), so that first run sees the tools that are up."""
+        if self.mcp is None:
+            return None
+        with self._mcp_lock:
+            if not self._mcp_started:
+                self.mcp.start(wait=True)
+                self._mcp_started = True
+        return self.mcp
 
     # What the model is offered ---------------------------------------------------------------------------
     def catalogue(self) -> tuple[dict[str, ToolSpec], dict[str, str]]:
@@ -236,8 +255,9 @@ class ToolGateway:
         tools: dict[str, ToolSpec] = dict(BUILTINS)
         tools.update({name: tool.spec for name, tool in self.python_tools.items()})
         unavailable: dict[str, str] = {}
-        if self.mcp is not None:
-            listed, unavailable = self.mcp.tools()
+        hub = self._hub()
+        if hub is not None:
+            listed, unavailable = hub.tools()
             tools.update({t.name: ToolSpec(t.name, t.description, t.input_schema, "mcp") for t in listed})
         return tools, unavailable
 
@@ -376,8 +396,8 @@ class ToolGateway:
                 tool = self.python_tools[name]
                 result = ctx.step(key, lambda: _jsonable(tool.call(arguments)), event=event)
                 return ToolOutcome("done", _result_text(result), decision, result=result)
-            if name.startswith("mcp__") and self.mcp is not None:
-                hub = self.mcp
+            hub = self._hub() if name.startswith("mcp__") else None
+            if hub is not None:
                 result = ctx.step(key, lambda: hub.call(name, arguments, idempotency_key=key), event=event)
                 text = str(result.get("text") or "") if isinstance(result, dict) else _result_text(result)
                 failed = isinstance(result, dict) and bool(result.get("is_error"))

@@ -92,6 +92,34 @@ def ask_then_die(db: str, holder: str, ttl: str) -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def resume_call_then_die(db: str, holder: str, ttl: str) -> None:
+    """Claim the approval event that is due and resume it with the engine's own agent and tools; the real MCP
+    call reaches the server and answers, and the process is killed before the journal commits its result
+    (the crash point is the one line wrapped here: everything before and inside the call is the real path)."""
+    from console.agents.base import RunContext
+    from console.agents.registry import build_agent
+    from console.config import load_settings
+
+    store = Store.open(db, lease_ttl=int(ttl), check=False)
+    now = int(time.time())
+    gen = store.acquire(holder, now=now)
+    assert gen is not None
+    events = store.claim_batch(holder, gen, now=now)
+    assert [e.source for e in events] == ["approval"], events
+    agent = build_agent("offline", load_settings(None))
+    hub = agent.tools._hub()  # type: ignore[attr-defined]
+    real_call = hub.call
+
+    def call_then_die(*args: Any, **kwargs: Any) -> Any:
+        result = real_call(*args, **kwargs)
+        print(json.dumps({"answered": result}), flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)  # after the server's answer, before the journal's commit
+
+    hub.call = call_then_die
+    agent.run(RunContext(store, events, now, holder, gen, approval_expiry=3600))
+    raise AssertionError("unreachable: the process was killed inside the call")
+
+
 def lease_race(db: str, counter: str, log: str, holder: str, rounds: str, ttl: str, seed: str) -> None:
     """Ask for the lease at shared ticks, writing every outcome to this process's log.
 
@@ -214,6 +242,7 @@ ROLES: dict[str, Callable[..., None]] = {
     "long-reader": long_reader,
     "journal-crash": journal_crash,
     "ask-then-die": ask_then_die,
+    "resume-call-then-die": resume_call_then_die,
     "lease-race": lease_race,
     "worker": worker,
     "dispatch-hang": dispatch_hang,

@@ -83,7 +83,8 @@ def test_inject_approve_quit_in_a_real_terminal(tmp_path: Path) -> None:
         assert {"text": "hello"} in [e.payload for e in chats]
         assert {"text": "refund order 881"} in [e.payload for e in chats]
         resolved = store.resolved_approvals()
-        assert [a.outcome for a in resolved] == ["yes"] and "refund order 881" in resolved[0].action
+        assert [a.outcome for a in resolved] == ["yes"]
+        assert (resolved[0].tool, resolved[0].arguments) == ("mcp__shop__refund", {"order": "881"})
         lease = store.lease()
         assert lease is not None and lease.until < int(time.time())  # released on quit
         assert store.lease_log(1)[0][1] == "release"

@@ -74,23 +74,25 @@ async def test_chat_burst_is_one_run_and_one_reply_sent_after_the_gap(engine: En
     assert bodies[1].startswith("Noted your 3 messages") and "message 2" in bodies[1]
 
 
-async def test_approval_yes_performs_the_action_once_and_reports(engine: Engine, clock: ManualClock) -> None:
+async def test_approval_yes_runs_the_approved_call_once_and_reports(engine: Engine, clock: ManualClock) -> None:
+    """The built-in agent's refund through the example shop server: asked, then run once on yes."""
     await engine.ingest("chat", "c1", {"text": "refund order 881"})
     pending = await wait_until(engine, lambda s: s.pending_approvals())
     request_id = pending[0].request_id
+    assert (pending[0].tool, pending[0].arguments) == ("mcp__shop__refund", {"order": "881"})
     # The question is urgent: it bypasses the outbox gap.
     await wait_until(engine, lambda s: any("Approval needed" in b for b in sent_bodies(s)))
     clock.advance(30)
     assert await engine.answer(request_id, "yes") == "yes"
     await wait_until(engine, lambda s: s.counts()["done"] == 2)
-    step = await engine.read(lambda s: s.journal_step(f"perform:{request_id}"))
+    step = await engine.read(lambda s: s.journal_step(f"tool:{request_id}"))
     assert step is not None and step.state == "committed" and step.executions == 1
-    assert step.result["performed"] == "refund order 881"
+    assert step.result["is_error"] is False and '"refunded_now": 42.5' in step.result["text"]
     messages = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
-    assert sum(body.startswith("Done: refund order 881") for body in messages) == 1
+    assert sum(body.startswith('Done: mcp__shop__refund(order="881")') for body in messages) == 1
     # A second tap cannot change the outcome, and nothing runs twice.
     assert await engine.answer(request_id, "no") == "yes"
-    assert await engine.read(lambda s: s.journal_step(f"perform:{request_id}").executions) == 1
+    assert await engine.read(lambda s: s.journal_step(f"tool:{request_id}").executions) == 1
 
 
 async def test_approval_left_to_expire_reports_nothing_done(engine: Engine, clock: ManualClock) -> None:
