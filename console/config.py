@@ -24,6 +24,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import platformdirs
 import tzlocal
 
+from console.agents.pricing import parse_prices
+from console.core.models import BudgetDefaults
+from console.core.spend import check_budget_usd
 from console.core.timers import validate_cron
 from console.redact import redact_url
 
@@ -79,6 +82,10 @@ class Settings:
     # The estimated tokens of the events handed to one model call: what does not fit waits for the next run,
     # with no attempt spent. Well under any model's context window, leaving room for the turns that follow.
     claude_batch_tokens: int = 40_000
+    claude_prompt_cache: bool = True  # cache breakpoints on the tools, the system prompt and the conversation
+    daily_budget_usd: float = 0.0   # US dollars of model calls per day in `timezone` (0 = no limit)
+    monthly_budget_usd: float = 0.0  # per calendar month in `timezone` (0 = no limit)
+    prices: dict[str, Any] = field(default_factory=dict)  # [prices."model-id"] over the shipped price table
     max_payload_bytes: int = 1024 * 1024
     retain_days: int = 0            # prune finished work older than this, once a day (0 keeps everything)
     digest_cron: str = "0 9 * * *"  # the daily digest timer installed on first start
@@ -90,6 +97,9 @@ class Settings:
     webhook_max_connections: int = DEFAULT_WEBHOOK_MAX_CONNECTIONS  # more at once are refused with a 503
     channels: list[dict[str, Any]] = field(default_factory=list)
     keys: dict[str, str] = field(default_factory=dict)  # binding id -> key, remaps the console's keys
+    # Where each setting given by the user came from ("config file PATH", "environment variable NAME", "the
+    # command line"); a setting missing here has its default. Not a setting itself.
+    origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def store_options(self) -> dict[str, Any]:
         """The keyword arguments for Store.open."""
@@ -102,6 +112,13 @@ class Settings:
             "backoff_max": self.backoff_max,
             "max_payload_bytes": self.max_payload_bytes,
         }
+
+    def budget_defaults(self) -> BudgetDefaults:
+        """The budgets these settings give, where each came from, and the owner's time zone. A budget
+        stored in the inbox (`agent-console budget`) wins over these."""
+        return BudgetDefaults(self.daily_budget_usd, self.monthly_budget_usd,
+                              self.origins.get("daily_budget_usd", "default"),
+                              self.origins.get("monthly_budget_usd", "default"), self.timezone)
 
 
 # --- one checker per kind of setting -----------------------------------------------------------
@@ -152,6 +169,38 @@ def _seconds_between(minimum: float, maximum: float) -> Checker:
         return float(value)
 
     return check
+
+
+def _usd(value: Any, from_text: bool) -> float:
+    """An amount of US dollars, 0 or more (a budget: 0 means no limit)."""
+    given = value
+    if from_text:
+        try:
+            value = float(str(value).strip())
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"expected a number of US dollars, got {given!r}")
+    return check_budget_usd(float(value), "the budget")
+
+
+def _flag(value: Any, from_text: bool) -> bool:
+    if from_text:
+        word = str(value).strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected true or false, got {value!r}")
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _prices(value: Any, from_text: bool) -> dict[str, Any]:
+    found = _structured(dict, 'a table of [prices."model-id"] tables')(value, from_text)
+    parse_prices(found)  # refuses a bad entry now, with the model and field named
+    return dict(found)
 
 
 def _text(value: Any, from_text: bool) -> str:
@@ -244,6 +293,10 @@ CHECKS: dict[str, Checker] = {
     "claude_max_turns": _seconds_or_count(1, 1000),
     "claude_timeout": _seconds_between(1, 3600),
     "claude_batch_tokens": _seconds_or_count(1000, 10_000_000),
+    "claude_prompt_cache": _flag,
+    "daily_budget_usd": _usd,
+    "monthly_budget_usd": _usd,
+    "prices": _prices,
     "max_payload_bytes": _seconds_or_count(1),
     "retain_days": _seconds_or_count(0),
     "digest_cron": _cron,
@@ -255,7 +308,7 @@ CHECKS: dict[str, Checker] = {
     "channels": _channels,
     "keys": _keys,
 }
-SETTING_NAMES = tuple(f.name for f in fields(Settings))
+SETTING_NAMES = tuple(f.name for f in fields(Settings) if f.name != "origins")
 
 
 def env_var(name: str) -> str:
@@ -301,6 +354,7 @@ def load_settings(
     explicit = config_path is not None
     path = Path(config_path).expanduser() if config_path is not None else default_config_path()
     values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
 
     for name, value in _read_file(path, explicit=explicit).items():
         if name not in CHECKS:
@@ -311,11 +365,13 @@ def load_settings(
         if name == "db":
             checked = (path.parent / checked).absolute()  # relative to the file, not to where it is run
         values[name] = checked
+        origins[name] = f"config file {path}"
 
     for name in SETTING_NAMES:
         variable = env_var(name)
         if variable in environment:
             values[name] = _check(name, environment[variable], f"environment variable {variable}", from_text=True)
+            origins[name] = f"environment variable {variable}"
 
     for name, value in (overrides or {}).items():
         if value is None:
@@ -325,10 +381,11 @@ def load_settings(
         if name == "db" and isinstance(value, Path):
             value = str(value)
         values[name] = _check(name, value, f"the command-line option --{name.replace('_', '-')}")
+        origins[name] = f"the command-line option --{name.replace('_', '-')}"
 
     if "db" in values:
         values["db"] = Path(values["db"]).absolute()
-    return Settings(**values)
+    return Settings(**values, origins=origins)
 
 
 def ensure_default_db_folder(settings: Settings) -> None:

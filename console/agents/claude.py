@@ -54,6 +54,8 @@ from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 
 from console.agents.base import AgentSetupError, Resumed, RunContext, expires_in_words
 from console.agents.errors import AgentPaused, ProviderBusy
+from console.agents.pricing import Usage, money
+from console.agents.spending import Meter, SpendGuard
 from console.config import Settings
 from console.core import Event
 from console.redact import install_log_redaction, redact_url, redact_urls
@@ -75,6 +77,10 @@ MAX_TOKENS_CEILING = 16_384
 # The stop reasons a committed turn may carry; any other fails the run with its name, never guessed at.
 # max_tokens is not among them: a cut-off reply is asked again, never used.
 HANDLED_STOP_REASONS = ("end_turn", "tool_use", "stop_sequence", "pause_turn", "refusal")
+# The system prompt the API adds when tools are offered (a few hundred tokens on current models), counted
+# in a call's worst case on top of the request's own estimate.
+TOOL_USE_PROMPT_TOKENS = 1_000
+CACHE_BREAKPOINT: dict[str, str] = {"type": "ephemeral"}
 
 SYSTEM_PROMPT = """\
 You are an always-on personal agent working for one person, the owner. You sleep most of the time and \
@@ -171,8 +177,12 @@ class ClaudeAgent:
         timeout: float = REQUEST_TIMEOUT,
         max_tokens_ceiling: int = MAX_TOKENS_CEILING,
         batch_tokens: int = BATCH_TOKENS,
+        spend: SpendGuard | None = None,
+        prompt_cache: bool = True,
     ) -> None:
         self.model = model
+        self.spend = spend or SpendGuard()
+        self.prompt_cache = prompt_cache
         self.max_tokens = max_tokens
         self.max_turns = max_turns
         self.max_tokens_ceiling = max(max_tokens, max_tokens_ceiling)
@@ -192,7 +202,8 @@ class ClaudeAgent:
             raise AgentSetupError(f"the claude agent needs an API key: set {API_KEY_ENV} in the environment")
         return cls(api_key=api_key, model=settings.claude_model, max_tokens=settings.claude_max_tokens,
                    base_url=settings.claude_base_url, max_turns=settings.claude_max_turns,
-                   timeout=settings.claude_timeout, batch_tokens=settings.claude_batch_tokens)
+                   timeout=settings.claude_timeout, batch_tokens=settings.claude_batch_tokens,
+                   spend=SpendGuard.from_settings(settings), prompt_cache=settings.claude_prompt_cache)
 
     def __repr__(self) -> str:  # the client holds the key: never let a repr show it
         return f"ClaudeAgent(model={self.model!r}, max_tokens={self.max_tokens})"
@@ -255,9 +266,10 @@ class ClaudeAgent:
 
     def _converse(self, ctx: RunContext, conversation: Conversation) -> None:
         for turn in range(1, self.max_turns + 1):
-            call = functools.partial(self._call, list(conversation.messages))
-            reply: dict[str, Any] = ctx.step(f"{conversation.key}:turn:{turn}", call,
-                                             event=_anchor(ctx, conversation))
+            key = f"{conversation.key}:turn:{turn}"
+            anchor = _anchor(ctx, conversation)
+            call = functools.partial(self._call, list(conversation.messages), Meter.for_turn(ctx, anchor, key))
+            reply: dict[str, Any] = ctx.step(key, call, event=anchor)
             content = _continue_turn(conversation, reply["content"])
             stop = reply.get("stop_reason")
             if stop == "pause_turn":
@@ -338,17 +350,19 @@ class ClaudeAgent:
         ctx.say(f"Approval needed [{request.request_id}]: {action}{why} ({expires_in_words(request.expires_in)})",
                 urgent=True)
 
-    def _call(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    def _call(self, messages: list[dict[str, Any]], meter: Meter) -> dict[str, Any]:
         """One model turn, as the JSON the journal stores: the reply's blocks in request form.
 
         Only a whole reply leaves here, so only a whole reply is journalled and acted on. One cut off at
         max_tokens may end in a tool call with half its input ("Your refund ... was proc"): it is asked
         again with twice the room, up to max_tokens_ceiling, and never run; still cut off there, the run
-        fails saying so. A stop reason this agent does not handle fails the run with its name.
+        fails saying so. A stop reason this agent does not handle fails the run with its name. Every
+        request, a cut-off one too, is reserved against the budgets before it is made and settled after
+        (meter says what it is charged to); a replayed turn never gets here, so it costs nothing.
         """
         limit = self.max_tokens
         while True:
-            reply = self._request(messages, limit)
+            reply = self._request(messages, limit, meter)
             if reply["stop_reason"] != "max_tokens":
                 break
             cut = next((block for block in reversed(reply["content"]) if block["type"] == "tool_use"), None)
@@ -367,19 +381,36 @@ class ClaudeAgent:
             raise ClaudeError(f"the model stopped with stop reason {stop!r}, which this agent does not handle{hint}")
         return reply
 
-    def _request(self, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+    def _build_request(self, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
+        """The Messages API request for one turn; with prompt caching, its cache breakpoints."""
+        if self.prompt_cache:
+            system, tools, messages = with_cache_breakpoints(SYSTEM_PROMPT, TOOLS, messages)
+            return {"model": self.model, "max_tokens": max_tokens, "system": system, "tools": tools,
+                    "messages": messages}
+        return {"model": self.model, "max_tokens": max_tokens, "system": SYSTEM_PROMPT, "tools": TOOLS,
+                "messages": messages}
+
+    def _request(self, messages: list[dict[str, Any]], max_tokens: int, meter: Meter) -> dict[str, Any]:
+        request = self._build_request(messages, max_tokens)
+        reservation = self.spend.reserve(meter, self.model, estimate_request_tokens(request), max_tokens)
         try:
             reply = self._client.messages.create(
-                model=self.model, max_tokens=max_tokens, system=SYSTEM_PROMPT, tools=TOOLS,
-                messages=cast("list[MessageParam]", messages),
+                model=self.model, max_tokens=max_tokens, system=request["system"], tools=request["tools"],
+                messages=cast("list[MessageParam]", request["messages"]),
             )
         except anthropic.APIStatusError as exc:
+            self.spend.release(meter, reservation)  # the API answered with an error: nothing was billed
             raise self._classify(exc) from exc
         except anthropic.APITimeoutError as exc:
             # The events' failure, not back-pressure: a request that always takes too long (a huge
-            # conversation) would otherwise hold the whole agent in a wait for ever.
+            # conversation) would otherwise hold the whole agent in a wait for ever. The API may have
+            # billed a request it got: its worst case stays counted, unless it never left this machine.
+            if _never_sent(exc):
+                self.spend.release(meter, reservation)
             raise ClaudeError(f"no reply from {self._where} within {self.timeout:g} s (claude_timeout)") from exc
         except anthropic.APIConnectionError as exc:
+            if _never_sent(exc):
+                self.spend.release(meter, reservation)
             raise ClaudeBusy(redact_urls(f"could not reach {self._where}: {exc}")) from exc
         content: list[dict[str, Any]] = []
         for block in reply.content:
@@ -387,9 +418,15 @@ class ClaudeAgent:
                 content.append({"type": "text", "text": block.text})
             elif isinstance(block, ToolUseBlock):
                 content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
-        usage = {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
-        log.info("model turn: %s, stop %s, %s in / %s out tokens", reply.model, reply.stop_reason,
-                 usage["input_tokens"], usage["output_tokens"])
+        billed = Usage(reply.usage.input_tokens, reply.usage.output_tokens,
+                       reply.usage.cache_creation_input_tokens or 0, reply.usage.cache_read_input_tokens or 0)
+        cost = self.spend.settle(meter, reservation, reply.model, billed)
+        usage = {"input_tokens": billed.input_tokens, "output_tokens": billed.output_tokens,
+                 "cache_creation_input_tokens": billed.cache_write_tokens,
+                 "cache_read_input_tokens": billed.cache_read_tokens}
+        log.info("model turn: %s, stop %s, %s in (%s cache write, %s cache read) / %s out tokens, %s",
+                 reply.model, reply.stop_reason, billed.input_tokens, billed.cache_write_tokens,
+                 billed.cache_read_tokens, billed.output_tokens, money(cost, unknown="cost unknown"))
         details = reply.stop_details
         return {"id": reply.id, "model": reply.model, "stop_reason": reply.stop_reason, "content": content,
                 "usage": usage, "stop_details": None if details is None else {
@@ -491,6 +528,52 @@ def _render_event(event: Event, payload_chars: int) -> str:
 def estimate_tokens(text: str) -> int:
     """A count the model's tokens are unlikely to exceed (see BYTES_PER_TOKEN)."""
     return -(-len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN)
+
+
+def estimate_request_tokens(request: Mapping[str, Any]) -> int:
+    """The prompt tokens of a request, estimated as the batch budget estimates its events (its system prompt,
+    tools and messages as JSON, which only adds bytes), plus the API's own tool-use prompt."""
+    prompt = json.dumps({name: request[name] for name in ("system", "tools", "messages")}, ensure_ascii=False)
+    return estimate_tokens(prompt) + TOOL_USE_PROMPT_TOKENS
+
+
+def with_cache_breakpoints(
+    system: str, tools: list[ToolParam], messages: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The request's parts with prompt-cache breakpoints (the API caches the prefix tools, system, messages up
+    to each marked block): the last tool, the system prompt, the conversation's last block (so the next
+    turn reads all of this one from the cache), and the last block of the user turn before it (the previous
+    request's breakpoint, found exactly however many blocks the last turn added; the API looks back only
+    20 blocks from a breakpoint). Four, the most the API takes. The conversation itself is not changed:
+    its journal and saved session stay as they were."""
+    marked_tools: list[dict[str, Any]] = [dict(tool) for tool in tools]
+    if marked_tools:
+        marked_tools[-1]["cache_control"] = CACHE_BREAKPOINT
+    marked_system = [{"type": "text", "text": system, "cache_control": CACHE_BREAKPOINT}]
+    marked = list(messages)
+    if marked:
+        marked[-1] = _mark_last_block(marked[-1])
+        earlier = next((n for n in range(len(marked) - 2, -1, -1) if marked[n]["role"] == "user"), None)
+        if earlier is not None:
+            marked[earlier] = _mark_last_block(marked[earlier])
+    return marked_system, marked_tools, marked
+
+
+def _mark_last_block(message: dict[str, Any]) -> dict[str, Any]:
+    content = message["content"]
+    blocks: list[dict[str, Any]] = (
+        [{"type": "text", "text": content}] if isinstance(content, str) else [dict(b) for b in content])
+    if not blocks:
+        return message
+    blocks[-1]["cache_control"] = CACHE_BREAKPOINT
+    return {**message, "content": blocks}
+
+
+def _never_sent(exc: anthropic.APIConnectionError) -> bool:
+    """The connection was never made (refused, no route, its own timeout): the request did not leave. Told
+    by the name of the HTTP library's exception (ConnectError, ConnectTimeout in httpx and its successors),
+    so that a change of library under the SDK does not break it; anything else keeps the worst case."""
+    return type(exc.__cause__).__name__ in ("ConnectError", "ConnectTimeout")
 
 
 def _continue_turn(conversation: Conversation, content: list[dict[str, Any]]) -> list[dict[str, Any]]:

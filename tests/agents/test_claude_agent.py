@@ -26,7 +26,7 @@ from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings
 from console.core import Event, Store
 from console.runtime.engine import Engine
-from tests.agents.stand_in import FakeClaude, text, tool
+from tests.agents.stand_in import FakeClaude, as_blocks, text, text_of, tool
 
 NOW = 1_790_000_000
 ROOT = Path(__file__).resolve().parents[2]
@@ -86,11 +86,11 @@ def test_a_chat_message_gets_one_message_through_send_message(
     assert [m.body for m in store.outbox_messages()] == ["Nothing until 3 pm."]
     first, second = claude.requests
     assert first["model"] == "claude-sonnet-5-5" and first["max_tokens"] == 512
-    assert "always-on personal agent" in first["system"]
+    assert "always-on personal agent" in text_of(first["system"])
     assert [t["name"] for t in first["tools"]] == ["send_message", "request_approval", "perform_action"]
     (turn,) = first["messages"]
-    assert turn["role"] == "user" and "source 'chat', source id 'm1'" in turn["content"]
-    assert '{"text": "what\'s on today?"}' in turn["content"]
+    assert turn["role"] == "user" and "source 'chat', source id 'm1'" in text_of(turn["content"])
+    assert '{"text": "what\'s on today?"}' in text_of(turn["content"])
     assert second["messages"][1] == {"role": "assistant", "content": [
         text("Let me answer."), tool("t1", "send_message", text="Nothing until 3 pm.")]}
     assert tool_results(second) == [{"type": "tool_result", "tool_use_id": "t1",
@@ -104,7 +104,7 @@ def test_a_run_without_send_message_says_nothing(agent: ClaudeAgent, claude: Fak
     claude.reply(text("The build is unchanged; nothing to say."))
     ctx = run(agent, store, now=NOW + 120)
     assert ctx.messages == [] and store.outbox_messages() == []
-    prompt = claude.requests[0]["messages"][0]["content"]
+    prompt = text_of(claude.requests[0]["messages"][0]["content"])
     assert "source 'timer'" in prompt and "late by 120 s" in prompt and "3 missed occurrence(s)" in prompt
     assert store.counts()["done"] == 1
 
@@ -131,7 +131,7 @@ def test_approval_defers_then_resumes_with_the_saved_conversation(
     resumed = run(agent, store, "w1", NOW + 60, finish=False)
     assert resumed.messages == [("Refunded order 881.", False)]
     first = claude.requests[1]
-    assert first["messages"][:2] == saved["messages"]
+    assert first["messages"][:2] == as_blocks(saved["messages"])
     (answer,) = tool_results(first)
     assert answer["tool_use_id"] == "t1" and "approved 'refund order 881'" in answer["content"]
     assert "Done: refund order 881" in tool_results(claude.requests[2])[0]["content"]
@@ -184,8 +184,8 @@ def test_a_batch_with_an_answer_and_a_new_message_holds_two_conversations(
     assert [e.source for e in ctx.events] == ["approval", "chat"] and ctx.messages == [("Lunch is at noon.", False)]
     resumed, fresh = claude.requests[1:3]
     assert resumed["messages"][-1]["content"][0]["tool_use_id"] == "t1"
-    assert len(fresh["messages"]) == 1 and "and what about lunch?" in fresh["messages"][0]["content"]
-    assert "pay the invoice" not in fresh["messages"][0]["content"]
+    assert len(fresh["messages"]) == 1 and "and what about lunch?" in text_of(fresh["messages"][0]["content"])
+    assert "pay the invoice" not in text_of(fresh["messages"][0]["content"])
     # Each conversation's steps are filed under its own event, not under the batch's first one.
     answer, chat = ctx.events
     assert {step.idem_key for step in store.journal_steps(answer.id)} == {f"claude:resume:{answer.id}:turn:1"}
