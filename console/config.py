@@ -116,9 +116,12 @@ class Settings:
     def budget_defaults(self) -> BudgetDefaults:
         """The budgets these settings give, where each came from, and the owner's time zone. A budget
         stored in the inbox (`agent-console budget`) wins over these."""
+        def origin(name: str, value: float) -> str:
+            return self.origins.get(name) or ("default" if value == 0 else "settings")
+
         return BudgetDefaults(self.daily_budget_usd, self.monthly_budget_usd,
-                              self.origins.get("daily_budget_usd", "default"),
-                              self.origins.get("monthly_budget_usd", "default"), self.timezone)
+                              origin("daily_budget_usd", self.daily_budget_usd),
+                              origin("monthly_budget_usd", self.monthly_budget_usd), self.timezone)
 
 
 # --- one checker per kind of setting -----------------------------------------------------------

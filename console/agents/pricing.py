@@ -163,10 +163,14 @@ def usd(nanos: int | None) -> float | None:
 
 
 def money(nanos: int | None, *, unknown: str = "unknown") -> str:
-    """$0.0123 for small sums, $12.34 for larger ones; `unknown` when the cost is not known."""
+    """$0.0123 or $0.03 for sums under a dollar (to a hundredth of a cent), $12.34 for larger ones; `unknown`
+    when the cost is not known."""
     if nanos is None:
         return unknown
     dollars = nanos / NANOS_PER_USD
-    if dollars == 0:
-        return "$0.00"
-    return f"${dollars:,.4f}" if abs(dollars) < 1 else f"${dollars:,.2f}"
+    if abs(dollars) >= 1:
+        return f"${dollars:,.2f}"
+    if 0 < dollars < 0.0001:
+        return "<$0.0001"  # not $0.00: it did cost something
+    cents = f"{dollars:.4f}".rstrip("0")
+    return "$" + (cents + "0" * (2 - len(cents.split(".")[1])))

@@ -28,7 +28,7 @@ class PromptCache:
     """Prompt caching as the Messages API documents it, for the stand-in's `usage`.
 
     The prompt is the sequence tools, system, messages (in that order), cut into blocks: each tool, each
-    system block (a string is one), each content block of each message (a string content is one). A block
+    system block, each content block of each message (a string is one text block). A block
     with cache_control is a breakpoint (at most four). A request reads the longest prefix already cached,
     looking at each breakpoint and up to `lookback` blocks before it; it writes the prefix at each later
     breakpoint whose prefix is at least `minimum` tokens long (a shorter one is not cached at all). A cache
@@ -95,12 +95,12 @@ def prompt_blocks(request: dict[str, Any]) -> tuple[list[Any], list[int]]:
     for tool_definition in request.get("tools") or []:
         add(tool_definition)
     system = request.get("system")
-    for block in [system] if isinstance(system, str) else (system or []):
+    for block in [{"type": "text", "text": system}] if isinstance(system, str) else (system or []):
         add(block)
     for message in request.get("messages") or []:
-        content = message.get("content")
-        for block in [content] if isinstance(content, str) else (content or []):
-            add({"role": message.get("role"), "block": block} if not isinstance(block, dict) else block)
+        content = message.get("content")  # a string is one text block, to the API as here
+        for block in [{"type": "text", "text": content}] if isinstance(content, str) else (content or []):
+            add(block)
     return blocks, breakpoints
 
 
