@@ -54,11 +54,12 @@ from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 
 from console.agents.base import AgentSetupError, Resumed, RunContext, expires_in_words
 from console.agents.errors import AgentPaused, ProviderBusy
-from console.agents.pricing import Usage, money
+from console.agents.pricing import Usage
 from console.agents.spending import Meter, SpendGuard
 from console.config import Settings
 from console.core import Event
 from console.redact import install_log_redaction, redact_url, redact_urls
+from console.spendfmt import money
 
 log = logging.getLogger("agent_console.claude")
 

@@ -155,22 +155,3 @@ def parse_prices(table: Mapping[str, Any]) -> dict[str, Price]:
         parsed[model.strip()] = _flat(values["input"], values["output"], values.get("cache_write"),
                                       values.get("cache_read"))
     return parsed
-
-
-def usd(nanos: int | None) -> float | None:
-    """Nano-dollars as dollars (None stays None: unknown)."""
-    return None if nanos is None else nanos / NANOS_PER_USD
-
-
-def money(nanos: int | None, *, unknown: str = "unknown") -> str:
-    """$0.0123 or $0.03 for sums under a dollar (to a hundredth of a cent), $12.34 for larger ones; `unknown`
-    when the cost is not known."""
-    if nanos is None:
-        return unknown
-    dollars = nanos / NANOS_PER_USD
-    if abs(dollars) >= 1:
-        return f"${dollars:,.2f}"
-    if 0 < dollars < 0.0001:
-        return "<$0.0001"  # not $0.00: it did cost something
-    cents = f"{dollars:.4f}".rstrip("0")
-    return "$" + (cents + "0" * (2 - len(cents.split(".")[1])))

@@ -20,10 +20,11 @@ from zoneinfo import ZoneInfo
 
 from console.agents.base import RunContext
 from console.agents.errors import AgentPaused, BudgetReached
-from console.agents.pricing import Price, PriceTable, Usage, money
+from console.agents.pricing import Price, PriceTable, Usage
 from console.config import Settings
 from console.core import Event, Store
 from console.core.models import BudgetDefaults, SpendDecision
+from console.spendfmt import money
 from console.timefmt import span
 
 log = logging.getLogger("agent_console.spend")

@@ -9,6 +9,9 @@ month rolls over when the test moves it.
 from __future__ import annotations
 
 import asyncio
+import signal
+import subprocess
+import sys
 import threading
 from datetime import datetime
 from pathlib import Path
@@ -26,8 +29,17 @@ from console.clock import ManualClock
 from console.core import Store
 from console.core.models import BudgetDefaults
 from tests.agents.stand_in import FakeClaude, text, tool
-from tests.agents.test_claude_agent import FAKE_KEY, NOW, claim, wait_until
-from tests.agents.test_claude_provider import closed_port, running_engine, wait_for, worker_holds_off
+from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, claim, wait_until
+from tests.agents.test_claude_provider import (
+    closed_port,
+    read,
+    running_engine,
+    status_of,
+    wait_for,
+    wait_in_process,
+    worker_holds_off,
+)
+from tests.cli.helpers import isolated_env, run_process
 
 # claude-sonnet-5-5's list prices, USD per million tokens, written out here rather than read from the table
 # under test.
@@ -310,3 +322,45 @@ async def test_the_wait_for_a_raised_budget_is_not_a_sleep(
         await wait_for(lambda: len(claude.requests) == 2, "the second call after the budget was raised")
         assert asyncio.get_running_loop().time() - started < engine.idle_cap / 2
         engine.idle_cap = 0.05  # so that stopping does not wait out a long idle period
+
+
+def test_a_real_engine_pauses_at_its_budget_and_a_budget_raised_from_another_process_resumes_it(
+    tmp_path: Path, claude: FakeClaude
+) -> None:
+    """`agent-console run` in its own process; `status --json` and `budget` from others, as the owner runs them."""
+    claude.reply(tool("t1", "send_message", text="Deploy finished."), output_tokens=2000)
+    claude.reply(text("Done."))
+    db = tmp_path / "inbox.db"
+    env = isolated_env(tmp_path / "home", AGENT_CONSOLE_AGENT="claude", AGENT_CONSOLE_CLAUDE_BASE_URL=claude.url,
+                       AGENT_CONSOLE_DAILY_BUDGET_USD="0.03", AGENT_CONSOLE_CLAUDE_MAX_TOKENS=str(MAX_TOKENS),
+                       AGENT_CONSOLE_TIMEZONE="Europe/Berlin", ANTHROPIC_API_KEY=FAKE_KEY)
+    log = tmp_path / "run.log"
+    with log.open("w") as stderr:
+        engine = subprocess.Popen([sys.executable, "-m", "console", "--db", str(db), "run"],
+                                  cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=stderr)
+    try:
+        assert run_process(["--db", str(db), "ingest", "ci", "deploy-7", '{"state": "finished"}'], env).returncode == 0
+        wait_in_process(lambda: read(db, lambda s: s.agent_state().state == "paused"), "the budget pause")
+        status = status_of(db, env)
+        assert status["agent"]["state"] == "paused" and status["agent"]["reason"] == "daily budget reached"
+        assert status["spend"]["today_usd"] == pytest.approx(billed_usd(claude.usages[0]))
+        assert (status["spend"]["daily_budget_usd"], status["spend"]["daily_budget_from"]) == (
+            0.03, "environment variable AGENT_CONSOLE_DAILY_BUDGET_USD")
+        words = run_process(["--db", str(db), "status"], env).stdout
+        assert "agent      paused (" in words and "or until the budget is raised): daily budget reached" in words
+        assert len(claude.requests) == 1
+
+        raised = run_process(["--db", str(db), "budget", "--daily", "1"], env)
+        assert raised.returncode == 0, raised.stderr
+        wait_in_process(lambda: read(db, lambda s: s.counts()["done"] == 1), "the event done after the raise")
+        assert len(claude.requests) == 2  # the first turn came from the journal
+        status = status_of(db, env)
+        assert status["agent"]["state"] == "ready"
+        assert (status["spend"]["daily_budget_usd"], status["spend"]["daily_budget_from"]) == (1.0, "inbox")
+        engine.send_signal(signal.SIGTERM)
+        assert engine.wait(timeout=30) == 0
+        assert "daily budget reached; 1 event(s) back to pending unrun" in log.read_text()
+    finally:
+        if engine.poll() is None:
+            engine.kill()
+            engine.wait(timeout=30)
