@@ -29,7 +29,8 @@ def call(store: Store, event_id: int, *, holder: str, gen: int, run_at: int, cos
     assert store.settle_spend(decision.reservation_id, model=model, cost_nanos=cost, input_tokens=given,
                               output_tokens=output, cache_write_tokens=written, cache_read_tokens=read, now=run_at)
     # The rows say which run made them: holder and generation as the agent records them.
-    store.connection.execute("UPDATE spend SET holder = ?, gen = ? WHERE id = ?", (holder, gen, decision.reservation_id))
+    store.connection.execute("UPDATE spend SET holder = ?, gen = ? WHERE id = ?",
+                             (holder, gen, decision.reservation_id))
 
 
 def spent_inbox(db: Path) -> None:
