@@ -33,6 +33,13 @@ waits or pauses. Anything else (a 500, a timeout) fails the run: the engine retr
 parks it dead after max_attempts with the reason. The client does not retry on its own (max_retries=0), so
 there is one retry policy and it is visible in the console. The key comes from ANTHROPIC_API_KEY and
 lives only in the client; it is never logged, journalled or saved.
+
+Every request is paid for, so every request is metered (console/agents/spending.py): before it is made its
+worst case is reserved against the daily and monthly budgets, and a request that would pass one is not
+made (BudgetReached: the agent pauses until the period rolls over or the budget changes); after the reply
+its usage is settled at the model's price. A replayed turn never reaches the request, so it costs nothing
+and is counted once. Requests carry prompt-cache breakpoints (with_cache_breakpoints), so each turn of a
+conversation reads the one before it from the cache instead of paying for it again.
 """
 
 from __future__ import annotations

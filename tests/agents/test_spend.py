@@ -364,3 +364,25 @@ def test_a_real_engine_pauses_at_its_budget_and_a_budget_raised_from_another_pro
         if engine.poll() is None:
             engine.kill()
             engine.wait(timeout=30)
+
+
+async def test_the_worst_case_covers_what_a_call_cost_and_stays_within_the_batch_token_budget(
+    tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The reservation estimates a call's prompt the way the batch budget measures its events (3 bytes a token,
+    more than the stand-in's 4), so a batch cut to claude_batch_tokens has a bounded worst case, and the worst
+    case is never less than what the call was billed."""
+    for _ in range(3):
+        claude.reply(text("Noted."))
+    async with running_engine(tmp_path, claude.url, monkeypatch, claude_batch_tokens=20_000) as engine:
+        await engine.write(lambda s: s.ingest_many(
+            [("github", f"d-{n}", {"log": f"{n}" * 30_000}) for n in range(5)], now=NOW))
+        await wait_until(engine, lambda s: s.counts()["done"] == 5)
+        rows = await engine.read(lambda s: s.connection.execute(
+            "SELECT reserved_nanos, cost_nanos FROM spend ORDER BY id").fetchall())
+    assert len(rows) == 3
+    # 20,000 tokens of events, under 4,000 of system prompt, tools and the API's tool prompt, all at the
+    # cache-write price, plus 1,024 tokens of output.
+    bound = round(((20_000 + 4_000) * 2.5 + 1024 * 10.0) * 1000)
+    for reserved, cost in rows:
+        assert cost <= reserved <= bound
