@@ -391,12 +391,11 @@ class ClaudeAgent:
 
     def _build_request(self, messages: list[dict[str, Any]], max_tokens: int) -> dict[str, Any]:
         """The Messages API request for one turn; with prompt caching, its cache breakpoints."""
+        parts: tuple[Any, Any, list[dict[str, Any]]] = (SYSTEM_PROMPT, TOOLS, messages)
         if self.prompt_cache:
-            system, tools, messages = with_cache_breakpoints(SYSTEM_PROMPT, TOOLS, messages)
-            return {"model": self.model, "max_tokens": max_tokens, "system": system, "tools": tools,
-                    "messages": messages}
-        return {"model": self.model, "max_tokens": max_tokens, "system": SYSTEM_PROMPT, "tools": TOOLS,
-                "messages": messages}
+            parts = with_cache_breakpoints(SYSTEM_PROMPT, TOOLS, messages)
+        system, tools, sent = parts
+        return {"model": self.model, "max_tokens": max_tokens, "system": system, "tools": tools, "messages": sent}
 
     def _request(self, messages: list[dict[str, Any]], max_tokens: int, meter: Meter) -> dict[str, Any]:
         request = self._build_request(messages, max_tokens)

@@ -22,7 +22,7 @@ from console.agents.base import RunContext
 from console.agents.errors import AgentPaused, BudgetReached
 from console.agents.pricing import Price, PriceTable, Usage
 from console.config import Settings
-from console.core import Event, Store
+from console.core import Event, Store, StoreUnavailable
 from console.core.models import BudgetDefaults, SpendDecision
 from console.spendfmt import money
 from console.timefmt import span
@@ -111,12 +111,20 @@ class SpendGuard:
         if cost is not None and reservation.worst_nanos is not None and cost > reservation.worst_nanos:
             log.warning("a model call cost %s, more than the %s reserved for it: the estimate was short",
                         money(cost), money(reservation.worst_nanos))
-        meter.store.settle_spend(
-            reservation.id, model=model, cost_nanos=cost, input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens, cache_write_tokens=usage.cache_write_tokens,
-            cache_read_tokens=usage.cache_read_tokens, now=meter.clock())
+        try:
+            meter.store.settle_spend(
+                reservation.id, model=model, cost_nanos=cost, input_tokens=usage.input_tokens,
+                output_tokens=usage.output_tokens, cache_write_tokens=usage.cache_write_tokens,
+                cache_read_tokens=usage.cache_read_tokens, now=meter.clock())
+        except StoreUnavailable as exc:  # the reply is paid for: failing the run now would only pay again
+            log.warning("could not settle a model call (%s); it stays counted at its worst case, %s", exc,
+                        money(reservation.worst_nanos))
         return cost
 
     def release(self, meter: Meter, reservation: Reservation) -> None:
         """The call cost nothing (the provider refused it, or it never left this machine)."""
-        meter.store.release_spend(reservation.id)
+        try:
+            meter.store.release_spend(reservation.id)
+        except StoreUnavailable as exc:  # the run fails of its own error; the budget errs on the safe side
+            log.warning("could not release a model call's reservation (%s); it stays counted at its worst case",
+                        exc)

@@ -26,7 +26,7 @@ from console.agents.errors import AgentPaused, BudgetReached, ProviderBusy
 from console.agents.pricing import PriceTable, parse_prices
 from console.agents.spending import SpendGuard
 from console.clock import ManualClock
-from console.core import Store
+from console.core import Store, StoreUnavailable
 from console.core.models import BudgetDefaults
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, claim, wait_until
@@ -386,3 +386,22 @@ async def test_the_worst_case_covers_what_a_call_cost_and_stays_within_the_batch
     bound = round(((20_000 + 4_000) * 2.5 + 1024 * 10.0) * 1000)
     for reserved, cost in rows:
         assert cost <= reserved <= bound
+
+
+def test_a_reply_that_cannot_be_settled_is_still_used_and_stays_counted_at_its_worst_case(
+    claude: FakeClaude, store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = ClaudeAgent(api_key=FAKE_KEY, model="claude-sonnet-5-5", max_tokens=64, base_url=claude.url)
+    store.ingest("chat", "m1", {"text": "hi"}, now=NOW)
+    claude.reply(text("Hello."))
+
+    def busy(*args: Any, **kwargs: Any) -> bool:
+        raise StoreUnavailable("the inbox is busy")
+
+    monkeypatch.setattr(Store, "settle_spend", busy)
+    gen, events, now = claim(store, "w1", NOW)
+    ctx = RunContext(store, events, now, "w1", gen, approval_expiry=600)
+    agent.run(ctx)  # the reply is paid for: the run goes on with it rather than paying for it again
+    assert ctx.finish() and len(claude.requests) == 1
+    ((state, worst),) = ledger(store)
+    assert state == "reserved" and worst is not None and worst >= billed_usd(claude.usages[0]) * 1e9
