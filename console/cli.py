@@ -26,8 +26,10 @@ from console.config import ConfigError, Settings, ensure_default_db_folder, load
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.db import reporting_damage
+from console.core.models import SpendRow
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.redact import install_log_redaction
+from console.spendfmt import NANOS_PER_USD, dollars, runs_of
 from console.textsafe import TerminalSafeFormatter, json_terminal_safe, terminal_safe
 from console.timefmt import agent_in_words, relative, span
 
@@ -356,10 +358,12 @@ def ingest(state: CliState, source: str, source_id: str, payload: str | None) ->
 def status(state: CliState, as_json: bool) -> None:
     """Show the inbox at a glance.
 
-    Counts by state, the lease, pending approvals, the outbox, the next timer and fencing counts."""
+    Counts by state, the lease, pending approvals, the outbox, the next timer, fencing counts, the agent's
+    state, and today's and this month's spend on model calls against the budgets (and where each budget
+    came from)."""
     now = _now()
     with state.reader() as store:
-        info = store.status(now=now)
+        info = store.status(now=now, budgets=state.settings().budget_defaults())
     if as_json:
         _print_json(dict(info, now=now))
         return
@@ -421,11 +425,34 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     lines.append(f"fencing    {info['takeovers']} takeovers · {info['refused_finishes']} refused late finishes")
     agent = info["agent"]
     lines.append(f"agent      {agent_in_words(agent['state'], agent['reason'], agent['until'], now)}")
+    spend = info["spend"]
+    today = _against(spend["today_usd"], spend["daily_budget_usd"], spend["daily_budget_from"])
+    month = _against(spend["month_usd"], spend["monthly_budget_usd"], spend["monthly_budget_from"])
+    lines.append(f"spend      today {today} · this month {month}")
     return lines
+
+
+def _against(spent: float | None, budget: float | None, source: str) -> str:
+    """'$0.42 of $5.00 (budget from the inbox)' or '$0.42 (no budget)'; an unknown spend says so."""
+    shown = dollars(spent) if spent is not None else "unknown (a model without a price was used)"
+    if budget is None:
+        return f"{shown} (no budget{'' if source == 'default' else ', set in ' + _source_words(source)})"
+    return f"{shown} of {dollars(budget)} (budget from {_source_words(source)})"
+
+
+def _source_words(source: str) -> str:
+    return "the inbox: agent-console budget" if source == "inbox" else source
 
 
 def _event_record(event: Event) -> dict[str, Any]:
     return dataclasses.asdict(event)
+
+
+def _call_record(call: SpendRow) -> dict[str, Any]:
+    record = dataclasses.asdict(call)
+    cost = record.pop("cost_nanos")
+    record["cost_usd"] = None if cost is None else cost / NANOS_PER_USD
+    return record
 
 
 @main.command()
@@ -462,10 +489,12 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         history = store.history(event_id)
         steps = store.journal_steps(event_id)
         calls = store.tool_calls(event_id)
+        model_calls = store.event_spend(event_id)
     if as_json:
         _print_json({"event": _event_record(event), "history": [dataclasses.asdict(a) for a in history],
                      "journal": [dataclasses.asdict(s) for s in steps],
-                     "tool_calls": [dataclasses.asdict(c) for c in calls]})
+                     "tool_calls": [dataclasses.asdict(c) for c in calls],
+                     "model_calls": [_call_record(call) for call in model_calls]})
         return
     zone = state.zone()
     generation = "" if event.claim_gen is None else f", generation {event.claim_gen}"
@@ -494,6 +523,10 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
     for step in steps:
         _say(f"  {step.idem_key}  {step.state}  gen {step.gen}  executed {step.executions}x  "
                    f"result {json.dumps(step.result, ensure_ascii=False)}")
+    click.echo("model calls:" if model_calls else "model calls: none filed under this event")
+    for run in runs_of(model_calls):
+        who = "" if run.holder is None else f"  {run.holder} gen {run.gen}"
+        _say(f"  run {_clock_time(run.started, zone)}{who}  {run.describe()}")
 
 
 @main.command()
@@ -554,6 +587,89 @@ def say(state: CliState, text: str, urgent: bool) -> None:
     with state.store() as store, rejecting_bad_input():
         message_id = store.queue_message(text, now=_now(), urgent=urgent)
     click.echo(f"queued message {message_id}{' (urgent)' if urgent else ''}")
+
+
+@main.command()
+@click.option("--daily", type=float, metavar="USD", help="Store a daily budget (0 = no daily limit).")
+@click.option("--monthly", type=float, metavar="USD", help="Store a monthly budget (0 = no monthly limit).")
+@click.option("--clear", is_flag=True, help="Forget the stored budgets: the config file's and environment's apply.")
+@click.option("--json", "as_json", is_flag=True, help="Print the budgets in force and the spend as JSON.")
+@click.pass_obj
+def budget(state: CliState, daily: float | None, monthly: float | None, clear: bool, as_json: bool) -> None:
+    """Show or set the budgets for model calls, in US dollars per day and per month (the `timezone`
+    setting's days and months).
+
+    A budget set here is stored in the inbox: it wins over daily_budget_usd / monthly_budget_usd in the
+    config file and the environment until `--clear`, and a running engine obeys it at its next model call
+    (a pause for a budget reached lifts at once when that budget is raised). With no option, shows the
+    budgets in force, where each came from, and what was spent."""
+    if clear and (daily is not None or monthly is not None):
+        raise UserError("give --clear alone, or --daily and/or --monthly")
+    settings = state.settings()
+    now = _now()
+    if clear or daily is not None or monthly is not None:
+        with state.store() as store, rejecting_bad_input():
+            if clear:
+                cleared = store.clear_budgets()
+            for kind, usd in (("daily", daily), ("monthly", monthly)):
+                if usd is not None:
+                    store.set_budget(kind, usd, now=now)
+            spend = store.spend_summary(settings.budget_defaults(), now=now)
+        if not as_json:
+            if clear:
+                click.echo(f"cleared {cleared} stored budget{'s' if cleared != 1 else ''}: the settings' apply again")
+            else:
+                click.echo("stored in the inbox; a running engine obeys it at its next model call")
+    else:
+        with state.reader() as store:
+            spend = store.spend_summary(settings.budget_defaults(), now=now)
+    if as_json:
+        _print_json(dict(spend, now=now))
+        return
+    for kind, spent, period in (("daily", "today_usd", "today"), ("monthly", "month_usd", "this month")):
+        limit = spend[f"{kind}_budget_usd"]
+        shown = "no limit" if limit is None else dollars(limit)
+        _say(f"{kind:<8} {shown:<10} from {_source_words(spend[f'{kind}_budget_from'])}; spent {period} "
+             f"{dollars(spend[spent], unknown='unknown (a model without a price was used)')}")
+
+
+@main.command()
+@click.option("--days", type=click.IntRange(min=1, max=3660), default=7, show_default=True,
+              help="The last N days of the `timezone` setting, today included.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as a JSON object.")
+@click.pass_obj
+def usage(state: CliState, days: int, as_json: bool) -> None:
+    """Tokens and cost of model calls per day, per source, and the most expensive events.
+
+    A cost is `unknown` (null in JSON) where a call's model has no price: set one under [prices."MODEL"]
+    in the config. A call never settled (its worker died mid-call) counts at its worst case."""
+    settings = state.settings()
+    with state.reader() as store:
+        report = store.usage_report(days=days, zone=settings.timezone, now=_now())
+    if as_json:
+        _print_json(report)
+        return
+    header = f"{'':<12}{'calls':>7}{'input':>11}{'cache write':>13}{'cache read':>12}{'output':>10}  cost"
+    click.echo(f"model calls over the last {days} day{'s' if days != 1 else ''} ({settings.timezone})")
+    click.echo(header)
+    for row in [*report["days"], dict(report["total"], date="total")]:
+        _say(_usage_line(str(row["date"]), row))
+    if report["sources"]:
+        click.echo("by source")
+        for row in report["sources"]:
+            _say(_usage_line(str(row["source"]), row))
+    if report["top_events"]:
+        click.echo("most expensive events")
+        for row in report["top_events"]:
+            _say(_usage_line(f"#{row['event_id']}", row) + f"  {row['source']}/{row['source_id']}")
+
+
+def _usage_line(label: str, row: dict[str, Any]) -> str:
+    cost = dollars(row["cost_usd"])
+    if row["unpriced_calls"]:
+        cost += f" ({row['unpriced_calls']} without a price)"
+    return (f"{label:<12}{row['calls']:>7,}{row['input_tokens']:>11,}{row['cache_write_tokens']:>13,}"
+            f"{row['cache_read_tokens']:>12,}{row['output_tokens']:>10,}  {cost}")
 
 
 @main.command()

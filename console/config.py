@@ -24,6 +24,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import platformdirs
 import tzlocal
 
+from console.agents.pricing import parse_prices
+from console.core.models import BudgetDefaults
+from console.core.spend import check_budget_usd
 from console.core.timers import validate_cron
 from console.redact import redact_url
 
@@ -84,6 +87,10 @@ class Settings:
     permissions: dict[str, Any] | None = None  # None: the defaults (console/agents/policy.py)
     instructions: Path = field(default_factory=lambda: default_config_path().parent / "instructions.md")
     memory_chars: int = 4000        # of the agent's notes shown at the start of each run
+    claude_prompt_cache: bool = True  # cache breakpoints on the tools, the system prompt and the conversation
+    daily_budget_usd: float = 0.0   # US dollars of model calls per day in `timezone` (0 = no limit)
+    monthly_budget_usd: float = 0.0  # per calendar month in `timezone` (0 = no limit)
+    prices: dict[str, Any] = field(default_factory=dict)  # [prices."model-id"] over the shipped price table
     max_payload_bytes: int = 1024 * 1024
     retain_days: int = 0            # prune finished work older than this, once a day (0 keeps everything)
     digest_cron: str = "0 9 * * *"  # the daily digest timer installed on first start
@@ -95,6 +102,9 @@ class Settings:
     webhook_max_connections: int = DEFAULT_WEBHOOK_MAX_CONNECTIONS  # more at once are refused with a 503
     channels: list[dict[str, Any]] = field(default_factory=list)
     keys: dict[str, str] = field(default_factory=dict)  # binding id -> key, remaps the console's keys
+    # Where each setting given by the user came from ("config file PATH", "environment variable NAME", "the
+    # command line"); a setting missing here has its default. Not a setting itself.
+    origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
     def store_options(self) -> dict[str, Any]:
         """The keyword arguments for Store.open."""
@@ -107,6 +117,16 @@ class Settings:
             "backoff_max": self.backoff_max,
             "max_payload_bytes": self.max_payload_bytes,
         }
+
+    def budget_defaults(self) -> BudgetDefaults:
+        """The budgets these settings give, where each came from, and the owner's time zone. A budget
+        stored in the inbox (`agent-console budget`) wins over these."""
+        def origin(name: str, value: float) -> str:
+            return self.origins.get(name) or ("default" if value == 0 else "settings")
+
+        return BudgetDefaults(self.daily_budget_usd, self.monthly_budget_usd,
+                              origin("daily_budget_usd", self.daily_budget_usd),
+                              origin("monthly_budget_usd", self.monthly_budget_usd), self.timezone)
 
 
 # --- one checker per kind of setting -----------------------------------------------------------
@@ -157,6 +177,38 @@ def _seconds_between(minimum: float, maximum: float) -> Checker:
         return float(value)
 
     return check
+
+
+def _usd(value: Any, from_text: bool) -> float:
+    """An amount of US dollars, 0 or more (a budget: 0 means no limit)."""
+    given = value
+    if from_text:
+        try:
+            value = float(str(value).strip())
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"expected a number of US dollars, got {given!r}")
+    return check_budget_usd(float(value), "the budget")
+
+
+def _flag(value: Any, from_text: bool) -> bool:
+    if from_text:
+        word = str(value).strip().lower()
+        if word in ("1", "true", "yes", "on"):
+            return True
+        if word in ("0", "false", "no", "off"):
+            return False
+        raise ValueError(f"expected true or false, got {value!r}")
+    if not isinstance(value, bool):
+        raise ValueError(f"expected true or false, got {value!r}")
+    return value
+
+
+def _prices(value: Any, from_text: bool) -> dict[str, Any]:
+    found = _structured(dict, 'a table of [prices."model-id"] tables')(value, from_text)
+    parse_prices(found)  # refuses a bad entry now, with the model and field named
+    return dict(found)
 
 
 def _text(value: Any, from_text: bool) -> str:
@@ -253,6 +305,10 @@ CHECKS: dict[str, Checker] = {
     "permissions": _structured(dict, "a table with allow / ask / deny lists"),
     "instructions": _path,
     "memory_chars": _seconds_or_count(0, 100_000),
+    "claude_prompt_cache": _flag,
+    "daily_budget_usd": _usd,
+    "monthly_budget_usd": _usd,
+    "prices": _prices,
     "max_payload_bytes": _seconds_or_count(1),
     "retain_days": _seconds_or_count(0),
     "digest_cron": _cron,
@@ -264,7 +320,7 @@ CHECKS: dict[str, Checker] = {
     "channels": _channels,
     "keys": _keys,
 }
-SETTING_NAMES = tuple(f.name for f in fields(Settings))
+SETTING_NAMES = tuple(f.name for f in fields(Settings) if f.name != "origins")
 
 
 def env_var(name: str) -> str:
@@ -310,6 +366,7 @@ def load_settings(
     explicit = config_path is not None
     path = Path(config_path).expanduser() if config_path is not None else default_config_path()
     values: dict[str, Any] = {}
+    origins: dict[str, str] = {}
 
     for name, value in _read_file(path, explicit=explicit).items():
         if name not in CHECKS:
@@ -320,11 +377,13 @@ def load_settings(
         if name in ("db", "instructions"):
             checked = (path.parent / checked).absolute()  # relative to the file, not to where it is run
         values[name] = checked
+        origins[name] = f"config file {path}"
 
     for name in SETTING_NAMES:
         variable = env_var(name)
         if variable in environment:
             values[name] = _check(name, environment[variable], f"environment variable {variable}", from_text=True)
+            origins[name] = f"environment variable {variable}"
 
     for name, value in (overrides or {}).items():
         if value is None:
@@ -334,10 +393,11 @@ def load_settings(
         if name == "db" and isinstance(value, Path):
             value = str(value)
         values[name] = _check(name, value, f"the command-line option --{name.replace('_', '-')}")
+        origins[name] = f"the command-line option --{name.replace('_', '-')}"
 
     if "db" in values:
         values["db"] = Path(values["db"]).absolute()
-    return Settings(**values)
+    return Settings(**values, origins=origins)
 
 
 def ensure_default_db_folder(settings: Settings) -> None:

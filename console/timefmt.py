@@ -22,10 +22,13 @@ def relative(when: int, now: int, *, sep: str = " ") -> str:
 
 
 def agent_in_words(state: str, reason: str | None, until: int | None, now: int, *, sep: str = " ") -> str:
-    """'ready', 'waiting (45s left): <reason>' or 'paused until the engine restarts: <reason>'."""
+    """'ready', 'waiting (45s left): <reason>', 'paused until the engine restarts: <reason>', or for a pause that
+    lifts on its own (a budget reached) 'paused (3h 05m left, or until the budget is raised): <reason>'."""
     why = f": {reason}" if reason else ""
     if state == "waiting" and until is not None:
         return f"waiting ({span(max(0, until - now), sep=sep)} left){why}"
+    if state == "paused" and until is not None:
+        return f"paused ({span(max(0, until - now), sep=sep)} left, or until the budget is raised){why}"
     if state == "paused":
         return f"paused until the engine restarts{why}"
     return state

@@ -34,6 +34,13 @@ waits or pauses. Anything else (a 500, a timeout) fails the run: the engine retr
 parks it dead after max_attempts with the reason. The client does not retry on its own (max_retries=0), so
 there is one retry policy and it is visible in the console. The key comes from ANTHROPIC_API_KEY and
 lives only in the client; it is never logged, journalled or saved.
+
+Every request is paid for, so every request is metered (console/agents/spending.py): before it is made its
+worst case is reserved against the daily and monthly budgets, and a request that would pass one is not
+made (BudgetReached: the agent pauses until the period rolls over or the budget changes); after the reply
+its usage is settled at the model's price. A replayed turn never reaches the request, so it costs nothing
+and is counted once. Requests carry prompt-cache breakpoints (with_cache_breakpoints), so each turn of a
+conversation reads the one before it from the cache instead of paying for it again.
 """
 
 from __future__ import annotations
@@ -56,10 +63,13 @@ from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 from console.agents.base import AgentSetupError, Resumed, RunContext, expires_in_words
 from console.agents.errors import AgentPaused, ProviderBusy
 from console.agents.policy import untrusted_sources
+from console.agents.pricing import Usage
+from console.agents.spending import Meter, SpendGuard
 from console.agents.tools import ToolCall, ToolGateway
 from console.config import Settings
 from console.core import Event
 from console.redact import install_log_redaction, redact_url, redact_urls
+from console.spendfmt import money
 
 log = logging.getLogger("agent_console.claude")
 
@@ -79,6 +89,10 @@ MAX_TOKENS_CEILING = 16_384
 # The stop reasons a committed turn may carry; any other fails the run with its name, never guessed at.
 # max_tokens is not among them: a cut-off reply is asked again, never used.
 HANDLED_STOP_REASONS = ("end_turn", "tool_use", "stop_sequence", "pause_turn", "refusal")
+# The system prompt the API adds when tools are offered (a few hundred tokens on current models), counted
+# in a call's worst case on top of the request's own estimate.
+TOOL_USE_PROMPT_TOKENS = 1_000
+CACHE_BREAKPOINT: dict[str, str] = {"type": "ephemeral"}
 
 SYSTEM_PROMPT = """\
 You are an always-on personal agent working for one person, the owner. You sleep most of the time and \
@@ -139,12 +153,16 @@ class ClaudeAgent:
         tools: ToolGateway | None = None,
         instructions: str | None = None,
         memory_chars: int = MEMORY_CHARS,
+        spend: SpendGuard | None = None,
+        prompt_cache: bool = True,
     ) -> None:
         self.tools = tools or ToolGateway()
         self.system = SYSTEM_PROMPT + (f"\n\nThe owner's own instructions to you:\n{instructions.strip()}"
                                        if instructions and instructions.strip() else "")
         self.memory_chars = memory_chars
         self.model = model
+        self.spend = spend or SpendGuard()
+        self.prompt_cache = prompt_cache
         self.max_tokens = max_tokens
         self.max_turns = max_turns
         self.max_tokens_ceiling = max(max_tokens, max_tokens_ceiling)
@@ -168,7 +186,8 @@ class ClaudeAgent:
         return cls(api_key=api_key, model=settings.claude_model, max_tokens=settings.claude_max_tokens,
                    base_url=settings.claude_base_url, max_turns=settings.claude_max_turns,
                    timeout=settings.claude_timeout, batch_tokens=settings.claude_batch_tokens, tools=tools,
-                   instructions=instructions, memory_chars=settings.memory_chars)
+                   instructions=instructions, memory_chars=settings.memory_chars,
+                   spend=SpendGuard.from_settings(settings), prompt_cache=settings.claude_prompt_cache)
 
     def close(self) -> None:
         self.tools.close()
@@ -237,8 +256,10 @@ class ClaudeAgent:
         system = self.system + _unavailable_note(unavailable)
         anchor = _anchor(ctx, conversation)
         for turn in range(1, self.max_turns + 1):
-            call = functools.partial(self._call, list(conversation.messages), system=system, tools=tools)
-            reply: dict[str, Any] = ctx.step(f"{conversation.key}:turn:{turn}", call, event=anchor)
+            key = f"{conversation.key}:turn:{turn}"
+            call = functools.partial(self._call, list(conversation.messages), Meter.for_turn(ctx, anchor, key),
+                                     system=system, tools=tools)
+            reply: dict[str, Any] = ctx.step(key, call, event=anchor)
             content = _continue_turn(conversation, reply["content"])
             stop = reply.get("stop_reason")
             if stop == "pause_turn":
@@ -289,18 +310,21 @@ class ClaudeAgent:
         ctx.note(f"the model declined ({why})" if why else "the model declined (no reason given)", event_ids)
 
     def _call(
-        self, messages: list[dict[str, Any]], *, system: str = SYSTEM_PROMPT, tools: list[ToolParam] | None = None,
+        self, messages: list[dict[str, Any]], meter: Meter, *, system: str = SYSTEM_PROMPT,
+        tools: list[ToolParam] | None = None,
     ) -> dict[str, Any]:
         """One model turn, as the JSON the journal stores: the reply's blocks in request form.
 
         Only a whole reply leaves here, so only a whole reply is journalled and acted on. One cut off at
         max_tokens may end in a tool call with half its input ("Your refund ... was proc"): it is asked
         again with twice the room, up to max_tokens_ceiling, and never run; still cut off there, the run
-        fails saying so. A stop reason this agent does not handle fails the run with its name.
+        fails saying so. A stop reason this agent does not handle fails the run with its name. Every
+        request, a cut-off one too, is reserved against the budgets before it is made and settled after
+        (meter says what it is charged to); a replayed turn never gets here, so it costs nothing.
         """
         limit = self.max_tokens
         while True:
-            reply = self._request(messages, limit, system=system, tools=tools or [])
+            reply = self._request(messages, limit, meter, system=system, tools=tools or [])
             if reply["stop_reason"] != "max_tokens":
                 break
             cut = next((block for block in reversed(reply["content"]) if block["type"] == "tool_use"), None)
@@ -319,21 +343,40 @@ class ClaudeAgent:
             raise ClaudeError(f"the model stopped with stop reason {stop!r}, which this agent does not handle{hint}")
         return reply
 
-    def _request(
-        self, messages: list[dict[str, Any]], max_tokens: int, *, system: str, tools: list[ToolParam],
+    def _build_request(
+        self, messages: list[dict[str, Any]], max_tokens: int, system: str, tools: list[ToolParam],
     ) -> dict[str, Any]:
+        """The Messages API request for one turn; with prompt caching, its cache breakpoints."""
+        parts: tuple[Any, Any, list[dict[str, Any]]] = (system, tools, messages)
+        if self.prompt_cache:
+            parts = with_cache_breakpoints(system, tools, messages)
+        cached_system, cached_tools, sent = parts
+        return {"model": self.model, "max_tokens": max_tokens, "system": cached_system, "tools": cached_tools,
+                "messages": sent}
+
+    def _request(
+        self, messages: list[dict[str, Any]], max_tokens: int, meter: Meter, *, system: str, tools: list[ToolParam],
+    ) -> dict[str, Any]:
+        request = self._build_request(messages, max_tokens, system, tools)
+        reservation = self.spend.reserve(meter, self.model, estimate_request_tokens(request), max_tokens)
         try:
             reply = self._client.messages.create(
-                model=self.model, max_tokens=max_tokens, system=system, tools=tools,
-                messages=cast("list[MessageParam]", messages),
+                model=self.model, max_tokens=max_tokens, system=request["system"], tools=request["tools"],
+                messages=cast("list[MessageParam]", request["messages"]),
             )
         except anthropic.APIStatusError as exc:
+            self.spend.release(meter, reservation)  # the API answered with an error: nothing was billed
             raise self._classify(exc) from exc
         except anthropic.APITimeoutError as exc:
             # The events' failure, not back-pressure: a request that always takes too long (a huge
-            # conversation) would otherwise hold the whole agent in a wait for ever.
+            # conversation) would otherwise hold the whole agent in a wait for ever. The API may have
+            # billed a request it got: its worst case stays counted, unless it never left this machine.
+            if _never_sent(exc):
+                self.spend.release(meter, reservation)
             raise ClaudeError(f"no reply from {self._where} within {self.timeout:g} s (claude_timeout)") from exc
         except anthropic.APIConnectionError as exc:
+            if _never_sent(exc):
+                self.spend.release(meter, reservation)
             raise ClaudeBusy(redact_urls(f"could not reach {self._where}: {exc}")) from exc
         content: list[dict[str, Any]] = []
         for block in reply.content:
@@ -341,9 +384,15 @@ class ClaudeAgent:
                 content.append({"type": "text", "text": block.text})
             elif isinstance(block, ToolUseBlock):
                 content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
-        usage = {"input_tokens": reply.usage.input_tokens, "output_tokens": reply.usage.output_tokens}
-        log.info("model turn: %s, stop %s, %s in / %s out tokens", reply.model, reply.stop_reason,
-                 usage["input_tokens"], usage["output_tokens"])
+        billed = Usage(reply.usage.input_tokens, reply.usage.output_tokens,
+                       reply.usage.cache_creation_input_tokens or 0, reply.usage.cache_read_input_tokens or 0)
+        cost = self.spend.settle(meter, reservation, reply.model, billed)
+        usage = {"input_tokens": billed.input_tokens, "output_tokens": billed.output_tokens,
+                 "cache_creation_input_tokens": billed.cache_write_tokens,
+                 "cache_read_input_tokens": billed.cache_read_tokens}
+        log.info("model turn: %s, stop %s, %s in (%s cache write, %s cache read) / %s out tokens, %s",
+                 reply.model, reply.stop_reason, billed.input_tokens, billed.cache_write_tokens,
+                 billed.cache_read_tokens, billed.output_tokens, money(cost, unknown="cost unknown"))
         details = reply.stop_details
         return {"id": reply.id, "model": reply.model, "stop_reason": reply.stop_reason, "content": content,
                 "usage": usage, "stop_details": None if details is None else {
@@ -445,6 +494,52 @@ def _render_event(event: Event, payload_chars: int) -> str:
 def estimate_tokens(text: str) -> int:
     """A count the model's tokens are unlikely to exceed (see BYTES_PER_TOKEN)."""
     return -(-len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN)
+
+
+def estimate_request_tokens(request: Mapping[str, Any]) -> int:
+    """The prompt tokens of a request, estimated as the batch budget estimates its events (its system prompt,
+    tools and messages as JSON, which only adds bytes), plus the API's own tool-use prompt."""
+    prompt = json.dumps({name: request[name] for name in ("system", "tools", "messages")}, ensure_ascii=False)
+    return estimate_tokens(prompt) + TOOL_USE_PROMPT_TOKENS
+
+
+def with_cache_breakpoints(
+    system: str, tools: list[ToolParam], messages: list[dict[str, Any]]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The request's parts with prompt-cache breakpoints (the API caches the prefix tools, system, messages up
+    to each marked block): the last tool, the system prompt, the conversation's last block (so the next
+    turn reads all of this one from the cache), and the last block of the user turn before it (the previous
+    request's breakpoint, found exactly however many blocks the last turn added; the API looks back only
+    20 blocks from a breakpoint). Four, the most the API takes. The conversation itself is not changed:
+    its journal and saved session stay as they were."""
+    marked_tools: list[dict[str, Any]] = [dict(tool) for tool in tools]
+    if marked_tools:
+        marked_tools[-1]["cache_control"] = CACHE_BREAKPOINT
+    marked_system = [{"type": "text", "text": system, "cache_control": CACHE_BREAKPOINT}]
+    marked = list(messages)
+    if marked:
+        marked[-1] = _mark_last_block(marked[-1])
+        earlier = next((n for n in range(len(marked) - 2, -1, -1) if marked[n]["role"] == "user"), None)
+        if earlier is not None:
+            marked[earlier] = _mark_last_block(marked[earlier])
+    return marked_system, marked_tools, marked
+
+
+def _mark_last_block(message: dict[str, Any]) -> dict[str, Any]:
+    content = message["content"]
+    blocks: list[dict[str, Any]] = (
+        [{"type": "text", "text": content}] if isinstance(content, str) else [dict(b) for b in content])
+    if not blocks:
+        return message
+    blocks[-1]["cache_control"] = CACHE_BREAKPOINT
+    return {**message, "content": blocks}
+
+
+def _never_sent(exc: anthropic.APIConnectionError) -> bool:
+    """The connection was never made (refused, no route, its own timeout): the request did not leave. Told
+    by the name of the HTTP library's exception (ConnectError, ConnectTimeout in httpx and its successors),
+    so that a change of library under the SDK does not break it; anything else keeps the worst case."""
+    return type(exc.__cause__).__name__ in ("ConnectError", "ConnectTimeout")
 
 
 def _continue_turn(conversation: Conversation, content: list[dict[str, Any]]) -> list[dict[str, Any]]:

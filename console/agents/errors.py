@@ -8,6 +8,8 @@ they do not have.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class AgentUnavailable(Exception):
     """The agent cannot run anything right now. The message is the reason shown to the owner."""
@@ -27,8 +29,25 @@ class AgentPaused(AgentUnavailable):
     """The provider refuses the agent's configuration (a bad key, a model it does not know, no budget left):
     nothing will work until someone changes it, so nothing runs until the engine restarts.
 
-    notice_key names the failing configuration and what is wrong with it, so the owner is told once."""
+    notice_key names the failing configuration and what is wrong with it, so the owner is told once. A pause
+    that lifts on its own says when (`until`) and what else lifts it (`cause`, see AgentState.cause), and
+    brings its own `notice` for the owner."""
 
-    def __init__(self, reason: str, *, notice_key: str) -> None:
+    def __init__(self, reason: str, *, notice_key: str, until: int | None = None, notice: str | None = None,
+                 cause: dict[str, Any] | None = None) -> None:
         super().__init__(reason)
         self.notice_key = notice_key
+        self.until = until
+        self.notice = notice
+        self.cause = cause
+
+
+class BudgetReached(AgentPaused):
+    """The next model call's worst case would pass the daily or monthly budget, so it was not made. The agent
+    pauses until the period rolls over in the owner's time zone (`until`) or the owner changes that budget."""
+
+    def __init__(self, kind: str, limit_usd: float, *, until: int, notice: str, notice_key: str) -> None:
+        super().__init__(f"{kind} budget reached", notice_key=notice_key, until=until, notice=notice,
+                         cause={"budget": kind, "limit_usd": limit_usd})
+        self.kind = kind
+        self.limit_usd = limit_usd

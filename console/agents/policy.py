@@ -29,7 +29,9 @@ TRUSTED_SOURCES = frozenset({"chat", "timer", "approval"})
 
 # What a trusted run may do without asking when the config names no rules: talk, keep its memory, ask.
 DEFAULT_ALLOW = ("send_message", "recall", "remember", "forget", "ask_owner")
-DEFAULT_UNTRUSTED_ALLOW = ("recall",)
+# A run that holds text from outside may still talk to the owner and ask: a message or a question reaches only
+# the owner. Changing the agent's memory, setting timers or using any other tool asks first.
+DEFAULT_UNTRUSTED_ALLOW = ("send_message", "recall", "ask_owner")
 _KEYS = {"allow", "ask", "deny", "untrusted"}
 
 

@@ -9,8 +9,9 @@ handed back the same way.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
-from console.core.base import StoreBase, dumps
+from console.core.base import StoreBase, dumps, loads
 from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import AGENT_STATES, AgentState
 
@@ -62,10 +63,10 @@ class AgentStateMixin(StoreBase):
 
     def agent_state(self) -> AgentState:
         """As stored; AgentState.at(now) is what it means now."""
-        for row in self._conn.execute(
-            "SELECT state, reason, until, since, holder, gen, waits, notified FROM agent_state WHERE one = 1"
+        for state, reason, until, since, holder, gen, waits, notified, cause in self._conn.execute(
+            "SELECT state, reason, until, since, holder, gen, waits, notified, cause FROM agent_state WHERE one = 1"
         ):
-            return AgentState(*row)
+            return AgentState(state, reason, until, since, holder, gen, waits, notified, loads(cause))
         return AgentState("ready", None, None, 0)
 
     def set_agent_state(
@@ -80,6 +81,7 @@ class AgentStateMixin(StoreBase):
         notice: str | None = None,
         notice_key: str | None = None,
         worked: bool = False,
+        cause: Any = None,
     ) -> bool:
         """Set the agent's state, if holder holds the lease in generation gen (False otherwise).
 
@@ -87,6 +89,9 @@ class AgentStateMixin(StoreBase):
         the owner was already told about the same notice_key (the same failing configuration): a restart
         that fails again the same way does not tell twice. `worked` (the provider took a request) forgets
         that, so the same configuration failing later, a revoked key say, is news again.
+
+        `until` is when a wait ends, or when a pause lifts on its own (a budget's period rolls over; None:
+        not before a restart). `cause` (JSON) says what else lifts a pause: see AgentState.cause.
         """
         if state not in AGENT_STATES:
             raise ValueError(f"unknown agent state {state!r}; expected one of {', '.join(AGENT_STATES)}")
@@ -105,7 +110,8 @@ class AgentStateMixin(StoreBase):
             since = before.since if state == before.state else now
             self._conn.execute(
                 """UPDATE agent_state SET state = ?, reason = ?, until = ?, since = ?, holder = ?, gen = ?, waits = ?,
-                   notified = ? WHERE one = 1""",
-                (state, reason, until if state == "waiting" else None, since, holder, gen, waits, notified),
+                   notified = ?, cause = ? WHERE one = 1""",
+                (state, reason, until if state in ("waiting", "paused") else None, since, holder, gen, waits, notified,
+                 None if cause is None or state != "paused" else dumps(cause)),
             )
             return True

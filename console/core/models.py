@@ -188,13 +188,23 @@ class AgentState:
     gen: int | None = None
     waits: int = 0
     notified: str | None = None
+    # What lifts a pause besides a restart: a budget pause is {"budget": "daily"|"monthly", "limit_usd": float}
+    # and lifts at `until` (the period rolls over) or as soon as that budget changes.
+    cause: Any = None
 
     def at(self, now: int) -> AgentState:
-        """As it stands at `now`: a wait that is over reads as ready, whether or not an engine is left to
-        say so."""
-        if self.state == "waiting" and self.until is not None and self.until <= now:
+        """As it stands at `now`: a wait that is over, or a pause whose period has rolled over, reads as
+        ready, whether or not an engine is left to say so."""
+        if self.state in ("waiting", "paused") and self.until is not None and self.until <= now:
             return AgentState("ready", None, None, self.until, self.holder, self.gen, self.waits, self.notified)
         return self
+
+    @property
+    def budget(self) -> str | None:
+        """The budget a budget pause waits on ('daily' or 'monthly'), else None."""
+        cause = self.cause if isinstance(self.cause, dict) else {}
+        kind = cause.get("budget")
+        return kind if self.state == "paused" and isinstance(kind, str) else None
 
     def public(self, now: int) -> dict[str, Any]:
         """The `status --json` contract: {"state", "reason", "until"}."""
@@ -241,3 +251,66 @@ class ToolCallRecord:
     result: str | None = None
     request_id: str | None = None
     at: int = 0
+
+
+@dataclass(frozen=True)
+class SpendRow:
+    """One model call as the spend ledger holds it. cost_nanos is what it cost once settled, else the worst
+    case still held for it (reserved: the call is in flight, or never came back); None when its model has
+    no price."""
+
+    id: int
+    at: int
+    state: str  # reserved | settled
+    event_id: int | None
+    step_key: str | None
+    holder: str | None
+    gen: int | None
+    run_at: int | None
+    model: str
+    cost_nanos: int | None
+    input_tokens: int
+    output_tokens: int
+    cache_write_tokens: int
+    cache_read_tokens: int
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A budget in force: usd 0 means no limit. source says where it came from (the inbox, where
+    `agent-console budget` stores it, the config file, an environment variable, or the default)."""
+
+    kind: str  # daily | monthly
+    usd: float
+    source: str
+    set_at: int | None = None
+
+    @property
+    def limited(self) -> bool:
+        return self.usd > 0
+
+
+@dataclass(frozen=True)
+class BudgetDefaults:
+    """What the settings say: the budgets from the config file or the environment (with where each came
+    from), and the owner's time zone, in which days and months roll over."""
+
+    daily_usd: float = 0.0
+    monthly_usd: float = 0.0
+    daily_from: str = "default"
+    monthly_from: str = "default"
+    zone: str = "UTC"
+
+
+@dataclass(frozen=True)
+class SpendDecision:
+    """The answer to a reservation: reservation_id when the call may be made; otherwise refused names the
+    budget it would pass ('daily' or 'monthly'), with what is spent in that period (None: unknown, some
+    call in it has no price) and when the period rolls over; or unpriced, when a budget is in force and
+    the call's own worst case is unknown."""
+
+    reservation_id: int | None
+    refused: Budget | None = None
+    spent_nanos: int | None = None
+    until: int | None = None
+    unpriced: bool = False

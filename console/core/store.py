@@ -18,16 +18,18 @@ from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
+from console.core.models import BudgetDefaults
 from console.core.outbox import OutboxMixin
 from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
+from console.core.spend import SpendMixin
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 
 
 class Store(
     RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin,
-    AgentStateMixin,
+    AgentStateMixin, SpendMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
         self._conn = conn
@@ -145,8 +147,9 @@ class Store(
     def page_count(self) -> int:
         return int(self._scalar("PRAGMA page_count"))
 
-    def status(self, *, now: int) -> dict[str, Any]:
-        """Everything a glance needs, read in short queries (no full scans)."""
+    def status(self, *, now: int, budgets: BudgetDefaults | None = None) -> dict[str, Any]:
+        """Everything a glance needs, read in short queries (no full scans). budgets: the settings' budgets
+        and time zone, for the spend (without them: no budget from the settings, days in UTC)."""
         lease = self.lease()
         nxt = self.next_timer()
         if lease is None:
@@ -176,4 +179,5 @@ class Store(
             "next_send_at": self.next_send_at(now=now),
             "next_timer": None if nxt is None else {"id": nxt.id, "due": nxt.due, "due_in": nxt.due - now},
             "agent": self.agent_state().public(now),
+            "spend": self.spend_summary(budgets or BudgetDefaults(), now=now),
         }

@@ -14,6 +14,7 @@ from console.agents.base import RunContext
 from console.agents.errors import AgentPaused, AgentUnavailable, ProviderBusy
 from console.core import AgentState, Event, StaleGeneration, Store, StoreUnavailable
 from console.redact import redact_urls
+from console.timefmt import span
 
 if TYPE_CHECKING:
     from console.runtime.engine import Engine
@@ -229,22 +230,34 @@ class Worker:
         Read from the inbox every pass, so what the console and `status` show is what the worker obeys. A
         pause set by another engine or an earlier generation (this engine restarted, or lost the lease and
         took it back) is lifted: the configuration may have changed, and if not the first run pauses again
-        without telling the owner twice."""
+        without telling the owner twice. A budget pause lifts on its own when its day or month rolls over in
+        the owner's time zone, or as soon as that budget changes (`agent-console budget` from anywhere
+        commits to the inbox, which wakes this pass), whoever set it."""
         engine = self.engine
         state = await engine.read(lambda store: store.agent_state())
         self._agent = state
+        if state.budget is not None:
+            defaults = engine.settings.budget_defaults()
+            if not await engine.read(lambda store: store.budget_pause_lifted(state, defaults, now=now)):
+                return engine.seconds_until(state.until)  # woken sooner by any commit, a raised budget's too
+            await self._lift_pause(gen, now, f"the {state.budget} budget changed or its period rolled over")
+            return None
         if state.state == "paused":
             if (state.holder, state.gen) == (engine.holder, gen):
                 return engine.idle_cap
-            holder = engine.holder
-            if await engine.on("writer", lambda store: store.set_agent_state(holder, gen, "ready", now=now)):
-                log.info("the agent was paused (%s); trying again under generation %s", state.reason, gen)
-                engine.publish("lease", "agent ready")
-                self._agent = await engine.read(lambda store: store.agent_state())
+            await self._lift_pause(gen, now, f"it was paused ({state.reason}) by an earlier generation")
             return None
         if state.state == "waiting" and state.until is not None and state.until > now:
             return engine.seconds_until(state.until)
         return None
+
+    async def _lift_pause(self, gen: int, now: int, why: str) -> None:
+        engine = self.engine
+        holder = engine.holder
+        if await engine.on("writer", lambda store: store.set_agent_state(holder, gen, "ready", now=now)):
+            log.info("the agent is ready again under generation %s: %s", gen, why)
+            engine.publish("lease", "agent ready")
+            self._agent = await engine.read(lambda store: store.agent_state())
 
     async def _hold_back(self, gen: int, ids: list[int], unavailable: AgentUnavailable) -> None:
         """The provider cannot take the run: its events go back to pending unrun (no attempt spent) and the
@@ -266,17 +279,22 @@ class Worker:
             held = await self._write_until_stored(wait, "that the agent waits")
             what = f"the agent waits {seconds} s"
         else:
-            notice = (f"The agent is paused: {reason}. Nothing runs, and no event loses an attempt, until the "
+            paused = unavailable if isinstance(unavailable, AgentPaused) else None
+            notice = (paused.notice if paused is not None and paused.notice else
+                      f"The agent is paused: {reason}. Nothing runs, and no event loses an attempt, until the "
                       f"configuration is fixed and the engine restarted.")
-            key = unavailable.notice_key if isinstance(unavailable, AgentPaused) else reason
+            key = paused.notice_key if paused is not None else reason
+            lifts_at = paused.until if paused is not None else None
+            cause = paused.cause if paused is not None else None
 
             def pause(store: Store) -> bool:
                 store.unclaim(holder, gen, ids, now=now, reason=f"not run: {reason}")
                 return store.set_agent_state(holder, gen, "paused", now=now, reason=reason, notice=notice,
-                                             notice_key=key)
+                                             notice_key=key, until=lifts_at, cause=cause)
 
             held = await self._write_until_stored(pause, "that the agent is paused")
-            what = "the agent is paused until the engine restarts"
+            what = ("the agent is paused until the engine restarts" if lifts_at is None else
+                    f"the agent is paused for {span(lifts_at - now)}, or until the budget is raised")
         if held:
             engine.note_error(f"run {self.runs}: {reason}; {len(ids)} event(s) back to pending unrun, {what}")
         engine.publish("lease", "agent waiting" if isinstance(unavailable, ProviderBusy) else "agent paused")

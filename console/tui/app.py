@@ -46,7 +46,9 @@ from console.tui.reads import (
     read_approvals,
     read_lease,
     read_outbox,
+    read_spend,
 )
+from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
@@ -68,7 +70,7 @@ log = logging.getLogger("agent_console.tui")
 PANES = ("events", "lease", "approvals", "outbox", "header")
 NOTICE_PANES: dict[str, tuple[str, ...]] = {
     "events": ("events", "header", "approvals"),
-    "run": ("events", "lease", "outbox"),
+    "run": ("events", "lease", "outbox", "header"),
     "lease": ("lease", "header", "events"),
     "approvals": ("approvals", "events"),
     "outbox": ("outbox",),
@@ -111,6 +113,8 @@ class ConsoleApp(App[None]):
         Binding("f", "cycle_status", "Filter", id="console.filter_status", tooltip="cycle the status filter"),
         Binding("s", "cycle_source", "Source", id="console.filter_source", show=False,
                 tooltip="cycle the source filter"),
+        Binding("b", "budget", "Budget", id="console.budget", show=False,
+                tooltip="set the daily and monthly budgets for model calls"),
         Binding("x", "stall", "Stall", id="console.stall",
                 tooltip="stop (or resume) renewing the lease: another console takes over"),
         Binding("c", "quick_chat", "Chat", id="console.quick_chat", show=False, tooltip="inject a chat message"),
@@ -372,7 +376,8 @@ class ConsoleApp(App[None]):
         elif pane == "outbox":
             self.query_one(OutboxPane).show(await self.read(read_outbox(now)))
         elif pane == "header":
-            self.query_one(ConsoleHeader).show(self.engine.mode, self.activity, self.receiver_summary())
+            spend = await self.read(read_spend(now, self.settings.budget_defaults()))
+            self.query_one(ConsoleHeader).show(self.engine.mode, self.activity, self.receiver_summary(), spend)
 
     @work(group="activity", exclusive=True)
     async def _refresh_activity(self) -> None:
@@ -521,6 +526,34 @@ class ConsoleApp(App[None]):
         retried = await self.engine.write(lambda store: store.retry_dead_matching(source=source, now=now))
         self._mark("events", "header")
         self.notify(f"{retried} dead event{'s' if retried != 1 else ''} back to pending", title="Retry")
+
+    async def action_budget(self) -> None:
+        spend = await self.read(read_spend(self.clock.now(), self.settings.budget_defaults()))
+        budgets = {"daily": spend.daily_budget_usd, "monthly": spend.monthly_budget_usd}
+        sources = {"daily": spend.daily_from, "monthly": spend.monthly_from}
+        await self.push_screen(BudgetScreen(self._save_budgets, budgets, sources))
+
+    async def _save_budgets(self, changed: dict[str, float] | None) -> str | None:
+        """Store budgets in the inbox (None: clear the stored ones), as `agent-console budget` does."""
+        now = self.clock.now()
+
+        def write(store: Store) -> None:
+            if changed is None:
+                store.clear_budgets()
+            for kind, usd in (changed or {}).items():
+                store.set_budget(kind, usd, now=now)
+
+        try:
+            await self.engine.write(write)
+        except (ValueError, StoreError) as exc:
+            return f"not stored: {exc}"
+        self._mark("header", "lease")
+        if changed is None:
+            self.notify("The stored budgets are cleared: the config file's and environment's apply", title="Budget")
+        else:
+            said = ", ".join(f"{kind} ${usd:g}" if usd else f"{kind} no limit" for kind, usd in changed.items())
+            self.notify(f"Stored in the inbox: {said}", title="Budget")
+        return None
 
     def action_stall(self) -> None:
         self._stalled = not self._stalled

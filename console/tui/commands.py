@@ -21,6 +21,8 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Decline the selected approval", "Answer no to the approval highlighted in the approvals pane", "answer('no')"),
     ("Retry the selected dead event", "Return it to pending with a fresh attempt budget", "retry"),
     ("Retry all dead events matching the filter", "Asks for confirmation with the exact count", "retry_all"),
+    ("Set the budgets", "Daily and monthly US dollars for model calls, stored in the inbox (agent-console budget)",
+     "budget"),
     ("Stall or resume the worker", "Stop renewing the lease so another console takes over", "stall"),
     ("Inject a chat message", "A chat event with a unique source id", "quick_chat"),
     ("Inject a poison event", 'A {"poison": true} event: it fails every attempt and goes dead', "quick_poison"),

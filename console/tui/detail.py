@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
 
 from console.core import Approval, Attempt, Event, JournalStep, OutboxMessage, Store
+from console.spendfmt import RunSpend, runs_of
 from console.timefmt import agent_in_words, relative, span
 
 AHEAD_LIMIT = 100
@@ -19,6 +20,7 @@ class DetailView:
     steps: list[JournalStep]
     replies: list[OutboxMessage]
     reasons: list[str]
+    runs: list[RunSpend] = field(default_factory=list)  # the model calls filed under it, per run
 
 
 def clock_text(at: int | None, now: int, zone: tzinfo | None = None) -> str:
@@ -48,6 +50,7 @@ def read_detail(
             event, store.history(event_id), store.journal_steps(event_id), replies,
             why_not_run(store, event, now=now, holder=holder, mode=mode, approvals=approvals, replies=replies,
                         zone=zone),
+            runs_of(store.event_spend(event_id)),
         )
 
     return read

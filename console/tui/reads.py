@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from console.core import AgentState, Approval, Event, Lease, OutboxMessage, RefusedFinish, Store
+from console.core.models import BudgetDefaults
 
 SPARK_MINUTES = 30
 RECENT = 8
@@ -156,5 +157,28 @@ def read_activity(now: int, minutes: int = SPARK_MINUTES) -> Callable[[Store], A
         starts = [this_minute - 60 * back for back in range(minutes - 1, -1, -1)] + [this_minute + 60]
         *bounds, rolling_start = store.first_ids_at([*starts, now - 59])
         return Activity([b - a for a, b in itertools.pairwise(bounds)], store.counts(), bounds[-1] - rolling_start)
+
+    return read
+
+
+@dataclass(frozen=True)
+class SpendView:
+    """Today's spend on model calls (None: unknown, a model without a price) against the budgets in force
+    (None: no limit) and where each came from; paused when the agent waits for a budget."""
+
+    today_usd: float | None
+    daily_budget_usd: float | None
+    monthly_budget_usd: float | None = None
+    daily_from: str = "default"
+    monthly_from: str = "default"
+    paused: bool = False
+
+
+def read_spend(now: int, defaults: BudgetDefaults) -> Callable[[Store], SpendView]:
+    def read(store: Store) -> SpendView:
+        summary = store.spend_summary(defaults, now=now)
+        return SpendView(summary["today_usd"], summary["daily_budget_usd"], summary["monthly_budget_usd"],
+                         summary["daily_budget_from"], summary["monthly_budget_from"],
+                         store.agent_state().at(now).budget is not None)
 
     return read

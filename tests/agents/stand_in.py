@@ -1,19 +1,129 @@
 """The stand-in Messages API: a real HTTP server on 127.0.0.1 that plays POST /v1/messages from a script.
 
 No internet: an agent's client is pointed at it with claude_base_url and a fake key. The `claude` fixture
-(tests/agents/conftest.py) serves one for a test.
+(tests/agents/conftest.py) serves one for a test. It bills every reply's `usage` as the Messages API
+documents it, prompt caching included (PromptCache below), unless a test scripts the usage itself.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import json
+import math
 import socket
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from aiohttp import web
+
+BYTES_PER_TOKEN = 4  # the stand-in's tokenizer: a token per 4 bytes of a block's JSON
+MAX_BREAKPOINTS = 4
+
+
+class PromptCache:
+    """Prompt caching as the Messages API documents it, for the stand-in's `usage`.
+
+    The prompt is the sequence tools, system, messages (in that order), cut into blocks: each tool, each
+    system block, each content block of each message (a string is one text block). A block
+    with cache_control is a breakpoint (at most four). A request reads the longest prefix already cached,
+    looking at each breakpoint and up to `lookback` blocks before it; it writes the prefix at each later
+    breakpoint whose prefix is at least `minimum` tokens long (a shorter one is not cached at all). A cache
+    entry lives `ttl` seconds from its last use. The usage then splits the prompt: cache_read_input_tokens
+    (the prefix read), cache_creation_input_tokens (from there to the last prefix written) and input_tokens
+    (everything after: "the tokens after the last cache breakpoint"). Entries are per model."""
+
+    def __init__(self, *, minimum: int = 1024, lookback: int = 20, ttl: float = 300.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.minimum = minimum
+        self.lookback = lookback
+        self.ttl = ttl
+        self.clock = clock
+        self.entries: dict[tuple[str, str], float] = {}  # (model, prefix digest) -> expiry
+
+    def account(self, request: dict[str, Any]) -> dict[str, int]:
+        blocks, breakpoints = prompt_blocks(request)
+        if len(breakpoints) > MAX_BREAKPOINTS:
+            raise ValueError(f"A maximum of {MAX_BREAKPOINTS} blocks with cache_control may be provided. "
+                             f"Found {len(breakpoints)}.")
+        model = str(request.get("model"))
+        ends: list[int] = []  # tokens up to and including block i
+        digests: list[str] = []
+        running = hashlib.sha256()
+        total = 0
+        for block in blocks:
+            text = json.dumps(block, sort_keys=True, ensure_ascii=False)
+            total += math.ceil(len(text.encode()) / BYTES_PER_TOKEN)
+            running.update(text.encode() + b"\0")
+            ends.append(total)
+            digests.append(running.hexdigest())
+        now = self.clock()
+        hit = -1
+        for point in breakpoints:
+            for index in range(point, max(-1, point - self.lookback - 1), -1):
+                key = (model, digests[index])
+                if self.entries.get(key, -math.inf) > now:
+                    if index > hit:
+                        hit = index
+                    self.entries[key] = now + self.ttl  # a hit refreshes the entry
+                    break
+        read = ends[hit] if hit >= 0 else 0
+        written_to = hit
+        for point in breakpoints:
+            if point > hit and ends[point] >= self.minimum:
+                self.entries[(model, digests[point])] = now + self.ttl
+                written_to = max(written_to, point)
+        written = (ends[written_to] if written_to >= 0 else 0) - read
+        return {"input_tokens": total - read - written, "cache_creation_input_tokens": written,
+                "cache_read_input_tokens": read}
+
+
+def prompt_blocks(request: dict[str, Any]) -> tuple[list[Any], list[int]]:
+    """The prompt's blocks in cache order (without their cache_control), and the breakpoints' indices."""
+    blocks: list[Any] = []
+    breakpoints: list[int] = []
+
+    def add(block: Any) -> None:
+        if isinstance(block, dict) and "cache_control" in block:
+            breakpoints.append(len(blocks))
+            block = {name: value for name, value in block.items() if name != "cache_control"}
+        blocks.append(block)
+
+    for tool_definition in request.get("tools") or []:
+        add(tool_definition)
+    system = request.get("system")
+    for block in [{"type": "text", "text": system}] if isinstance(system, str) else (system or []):
+        add(block)
+    for message in request.get("messages") or []:
+        content = message.get("content")  # a string is one text block, to the API as here
+        for block in [{"type": "text", "text": content}] if isinstance(content, str) else (content or []):
+            add(block)
+    return blocks, breakpoints
+
+
+def without_breakpoints(value: Any) -> Any:
+    """A request as the model reads it: every cache_control taken out."""
+    if isinstance(value, dict):
+        return {name: without_breakpoints(item) for name, item in value.items() if name != "cache_control"}
+    if isinstance(value, list):
+        return [without_breakpoints(item) for item in value]
+    return value
+
+
+def text_of(content: Any) -> str:
+    """The text of a message content or system prompt, a string or a list of blocks."""
+    if isinstance(content, str):
+        return content
+    return "".join(str(block.get("text") or block.get("content") or "") for block in content)
+
+
+def as_blocks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages with every string content written as its one text block (the same turn to the model)."""
+    return [{**message, "content": [{"type": "text", "text": message["content"]}]}
+            if isinstance(message["content"], str) else message for message in without_breakpoints(messages)]
 
 
 class FakeClaude:
@@ -25,7 +135,11 @@ class FakeClaude:
 
     def __init__(self) -> None:
         self.script: list[tuple[int, dict[str, Any], dict[str, str]]] = []
-        self.requests: list[dict[str, Any]] = []
+        self.requests: list[dict[str, Any]] = []  # as the model reads them: without cache breakpoints
+        self.sent: list[dict[str, Any]] = []      # exactly as they came, breakpoints and all
+        self.usages: list[dict[str, int]] = []    # what each reply billed
+        self.cache = PromptCache()
+        self.on_request: Callable[[dict[str, Any]], None] | None = None  # called as each request arrives
         self.keys: list[str] = []
         self.url = ""
         self.unstall = threading.Event()  # set at teardown: a stalled request then ends
@@ -35,14 +149,18 @@ class FakeClaude:
         self.script.append((0, {}, {}))
 
     def reply(self, *blocks: dict[str, Any], stop: str | None = None,
-              stop_details: dict[str, Any] | None = None) -> None:
+              stop_details: dict[str, Any] | None = None, output_tokens: int | None = None,
+              usage: dict[str, int] | None = None, model: str | None = None) -> None:
+        """A scripted reply. Its usage is billed from the request (PromptCache) with output_tokens of output
+        (10 + its number if not given), unless `usage` scripts it whole. Its model is the one asked for,
+        unless `model` says otherwise."""
         if stop is None:
             stop = "tool_use" if any(block["type"] == "tool_use" for block in blocks) else "end_turn"
         n = len(self.script) + 1
         body: dict[str, Any] = {
-            "id": f"msg_{n}", "type": "message", "role": "assistant", "model": "claude-test",
+            "id": f"msg_{n}", "type": "message", "role": "assistant", "model": model,
             "content": list(blocks), "stop_reason": stop, "stop_sequence": None,
-            "usage": {"input_tokens": 100 + n, "output_tokens": 10 + n},
+            "usage": usage or {"output_tokens": 10 + n if output_tokens is None else output_tokens},
         }
         if stop_details is not None:
             body["stop_details"] = stop_details
@@ -56,7 +174,11 @@ class FakeClaude:
         self.script.append((status, {"type": "error", "error": error, "request_id": "req_test"}, headers or {}))
 
     async def handle(self, request: web.Request) -> web.Response:
-        self.requests.append(await request.json())
+        sent = await request.json()
+        self.sent.append(sent)
+        self.requests.append(without_breakpoints(sent))
+        if self.on_request is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self.on_request, sent)
         # Older clients send the key as x-api-key, newer ones as a bearer token.
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
         self.keys.append(request.headers.get("x-api-key") or bearer)
@@ -67,7 +189,21 @@ class FakeClaude:
         if status == 0:
             await asyncio.get_running_loop().run_in_executor(None, self.unstall.wait, 30)
             status, body = 500, {"type": "error", "error": {"type": "api_error", "message": "stalled"}}
+        if status == 200:
+            status, body = self._billed(sent, body)
         return web.json_response(body, status=status, headers=headers)
+
+    def _billed(self, sent: dict[str, Any], body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        try:
+            cached = self.cache.account(sent)
+        except ValueError as exc:  # as the API refuses it: a 400
+            return 400, {"type": "error", "error": {"type": "invalid_request_error", "message": str(exc)}}
+        usage = dict(body["usage"])
+        if "input_tokens" not in usage:
+            usage.update(cached, cache_creation={"ephemeral_5m_input_tokens": cached["cache_creation_input_tokens"],
+                                                 "ephemeral_1h_input_tokens": 0})
+        self.usages.append({name: value for name, value in usage.items() if isinstance(value, int)})
+        return 200, {**body, "model": body["model"] or sent.get("model"), "usage": usage}
 
 
 def text(value: str) -> dict[str, Any]:

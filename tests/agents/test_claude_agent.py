@@ -28,7 +28,7 @@ from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings
 from console.core import Event, Store, approval_id
 from console.runtime.engine import Engine
-from tests.agents.stand_in import FakeClaude, text, tool
+from tests.agents.stand_in import FakeClaude, as_blocks, text, text_of, tool
 
 NOW = 1_790_000_000
 ROOT = Path(__file__).resolve().parents[2]
@@ -122,14 +122,14 @@ def test_a_chat_message_gets_one_message_through_send_message(
     assert [m.body for m in store.outbox_messages()] == ["Nothing until 3 pm."]
     first, second = claude.requests
     assert first["model"] == "claude-sonnet-5-5" and first["max_tokens"] == 512
-    assert "always-on personal agent" in first["system"]
+    assert "always-on personal agent" in text_of(first["system"])
     # Denied tools are not offered; the others are, each with its schema.
     assert [t["name"] for t in first["tools"]] == [
         "send_message", "set_timer", "remember", "recall", "forget", "ask_owner", "lookup_order", "refund"]
     assert first["tools"][7]["input_schema"]["required"] == ["order"]
     (turn,) = first["messages"]
-    assert turn["role"] == "user" and "source 'chat', source id 'm1'" in turn["content"]
-    assert '{"text": "what\'s on today?"}' in turn["content"]
+    assert turn["role"] == "user" and "source 'chat', source id 'm1'" in text_of(turn["content"])
+    assert '{"text": "what\'s on today?"}' in text_of(turn["content"])
     assert second["messages"][1] == {"role": "assistant", "content": [
         text("Let me answer."), tool("t1", "send_message", text="Nothing until 3 pm.")]}
     assert tool_results(second) == [{"type": "tool_result", "tool_use_id": "t1",
@@ -143,7 +143,7 @@ def test_a_run_without_send_message_says_nothing(agent: ClaudeAgent, claude: Fak
     claude.reply(text("The build is unchanged; nothing to say."))
     ctx = run(agent, store, now=NOW + 120)
     assert ctx.messages == [] and store.outbox_messages() == []
-    prompt = claude.requests[0]["messages"][0]["content"]
+    prompt = text_of(claude.requests[0]["messages"][0]["content"])
     assert "source 'timer'" in prompt and "late by 120 s" in prompt and "3 missed occurrence(s)" in prompt
     assert store.counts()["done"] == 1
 
@@ -172,7 +172,7 @@ def test_a_call_that_asks_defers_then_runs_exactly_once_on_yes(
     assert resumed.messages == [("Refunded order 881.", False)]
     assert shop.calls == [("refund", "881")]
     first = claude.requests[1]
-    assert first["messages"][:2] == saved["messages"]
+    assert first["messages"][:2] == as_blocks(saved["messages"])
     (answer,) = tool_results(first)
     assert answer["tool_use_id"] == "t1" and '"refunded": true' in answer["content"] and "is_error" not in answer
     step = store.journal_step(f"tool:{request.request_id}")
@@ -249,12 +249,13 @@ def test_a_run_started_by_a_webhook_asks_before_anything_not_allowed_for_untrust
     assert ctx.messages and ctx.messages[0][1] is True
 
     store.answer_approval(approval.request_id, "yes", now=NOW + 5)
-    claude.reply(tool("t2", "send_message", text="Order 9 is paid."))
-    claude.reply(text("Done."))
+    claude.reply(tool("t2", "send_message", text="Order 9 is paid."), tool("t3", "lookup_order", order="10"))
     resumed = run(agent, store, now=NOW + 5)
     assert shop.calls == [("lookup_order", "9")]
-    # The resumed conversation is still untrusted: its send_message asks too.
-    assert resumed.messages[0][0].startswith("Approval needed") and len(store.pending_approvals()) == 1
+    # A message only reaches the owner: it runs. The resumed conversation is still untrusted: its next
+    # lookup asks again.
+    assert resumed.messages[0] == ("Order 9 is paid.", False)
+    assert resumed.messages[1][0].startswith("Approval needed") and len(store.pending_approvals()) == 1
 
 
 def test_memory_is_kept_across_runs_and_shown_at_the_start(
@@ -269,7 +270,7 @@ def test_memory_is_kept_across_runs_and_shown_at_the_start(
     claude.reply(tool("t2", "recall", query="dent"), tool("t3", "forget", key="dentist"))
     claude.reply(text("Dr Who."))
     run(agent, store, now=NOW + 1)
-    opening = claude.requests[2]["messages"][0]["content"]
+    opening = text_of(claude.requests[2]["messages"][0]["content"])
     assert opening.startswith("Your notes") and "- dentist: Dr Who" in opening
     recalled, forgotten = tool_results(claude.requests[3])
     assert recalled["content"] == '{"dentist": "Dr Who"}' and forgotten["content"] == "Forgotten."
@@ -291,8 +292,8 @@ def test_a_batch_with_an_answer_and_a_new_message_holds_two_conversations(
     assert [e.source for e in ctx.events] == ["approval", "chat"] and ctx.messages == [("Lunch is at noon.", False)]
     resumed, fresh = claude.requests[1:3]
     assert resumed["messages"][-1]["content"][0]["tool_use_id"] == "t1"
-    assert len(fresh["messages"]) == 1 and "and what about lunch?" in fresh["messages"][0]["content"]
-    assert "pay the invoice" not in fresh["messages"][0]["content"]
+    assert len(fresh["messages"]) == 1 and "and what about lunch?" in text_of(fresh["messages"][0]["content"])
+    assert "pay the invoice" not in text_of(fresh["messages"][0]["content"])
     # Each conversation's steps are filed under its own event, not under the batch's first one.
     answer, chat = ctx.events
     assert {step.idem_key for step in store.journal_steps(answer.id)} == {f"claude:resume:{answer.id}:turn:1"}

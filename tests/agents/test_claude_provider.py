@@ -27,7 +27,7 @@ from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
 from console.runtime.engine import Engine
-from tests.agents.stand_in import FakeClaude, text, tool
+from tests.agents.stand_in import FakeClaude, text, text_of, tool
 from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, run, wait_until
 from tests.cli.helpers import isolated_env, run_process
 
@@ -302,7 +302,7 @@ def test_status_in_another_process_shows_what_the_running_engine_obeys(
 # --- the batch handed to one model call fits a token budget --------------------------------------
 
 def user_turn(request: dict[str, Any]) -> str:
-    return str(request["messages"][0]["content"])
+    return text_of(request["messages"][0]["content"])
 
 
 async def test_a_batch_too_big_for_one_call_is_split_without_spending_attempts(

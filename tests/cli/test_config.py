@@ -13,6 +13,7 @@ import tzlocal
 
 from console.config import (
     CHECKS,
+    SETTING_NAMES,
     ConfigError,
     Settings,
     default_config_path,
@@ -31,7 +32,8 @@ def write(path: Path, text: str) -> Path:
 
 
 def test_every_setting_has_a_checker() -> None:
-    assert set(CHECKS) == {f.name for f in fields(Settings)}
+    # `origins` records where the others came from; it is not a setting itself.
+    assert set(CHECKS) == set(SETTING_NAMES) == {f.name for f in fields(Settings)} - {"origins"}
 
 
 def test_defaults_when_the_default_config_file_is_missing() -> None:
@@ -74,7 +76,9 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_CLAUDE_MODEL": "claude-opus-5-5", "AGENT_CONSOLE_CLAUDE_MAX_TOKENS": "4096",
         "AGENT_CONSOLE_CLAUDE_BASE_URL": "http://127.0.0.1:8080", "AGENT_CONSOLE_RETAIN_DAYS": "90",
         "AGENT_CONSOLE_CLAUDE_MAX_TURNS": "4", "AGENT_CONSOLE_CLAUDE_TIMEOUT": "7.5",
-        "AGENT_CONSOLE_CLAUDE_BATCH_TOKENS": "20000",
+        "AGENT_CONSOLE_CLAUDE_BATCH_TOKENS": "20000", "AGENT_CONSOLE_CLAUDE_PROMPT_CACHE": "false",
+        "AGENT_CONSOLE_DAILY_BUDGET_USD": "2.5", "AGENT_CONSOLE_MONTHLY_BUDGET_USD": "40",
+        "AGENT_CONSOLE_PRICES": '{"claude-x": {"input": 1, "output": 5}}',
         "AGENT_CONSOLE_WEBHOOK_READ_TIMEOUT": "30", "AGENT_CONSOLE_WEBHOOK_MAX_CONNECTIONS": "20",
         "AGENT_CONSOLE_MCP_SERVERS": '{"shop": {"command": "shop-server"}}',
         "AGENT_CONSOLE_PERMISSIONS": '{"allow": ["recall"]}', "AGENT_CONSOLE_INSTRUCTIONS": "/tmp/mine.md",
@@ -94,7 +98,10 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.claude_max_turns, s.claude_timeout, s.claude_batch_tokens) == (4, 7.5, 20000)
     assert (s.mcp_servers, s.permissions) == ({"shop": {"command": "shop-server"}}, {"allow": ["recall"]})
     assert (s.instructions, s.memory_chars) == (Path("/tmp/mine.md"), 100)
-    assert set(env) == {env_var(f.name) for f in fields(Settings)} - {"AGENT_CONSOLE_DB"}
+    assert (s.claude_prompt_cache, s.daily_budget_usd, s.monthly_budget_usd) == (False, 2.5, 40.0)
+    assert s.prices == {"claude-x": {"input": 1, "output": 5}}
+    assert s.origins["daily_budget_usd"] == "environment variable AGENT_CONSOLE_DAILY_BUDGET_USD"
+    assert set(env) == {env_var(name) for name in SETTING_NAMES} - {"AGENT_CONSOLE_DB"}
 
 
 def test_unrelated_prefixed_environment_variables_are_ignored() -> None:

@@ -216,7 +216,7 @@ def test_the_console_is_not_opened_with_bad_settings(monkeypatch: pytest.MonkeyP
 # --- bugs are not hidden -----------------------------------------------------------------------
 
 def test_an_internal_error_keeps_its_traceback(db: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: Store, *, now: int) -> dict[str, Any]:
+    def broken(self: Store, *, now: int, budgets: object = None) -> dict[str, Any]:
         raise ValueError("an internal bug, not the user's input")
 
     monkeypatch.setattr(Store, "status", broken)

@@ -67,6 +67,8 @@ class DetailScreen(ModalScreen[None]):
                 yield Static(self._history(), id="detail-history")
                 yield Static("Journal steps", classes="heading")
                 yield Static(self._steps(), id="detail-steps")
+                yield Static("Model calls", classes="heading")
+                yield Static(self._runs(), id="detail-spend")
                 if self.view.replies:
                     yield Static("Replies", classes="heading")
                     yield Static(self._replies(), id="detail-replies")
@@ -101,6 +103,17 @@ class DetailScreen(ModalScreen[None]):
                       (f"  gen {step.gen} · ran {step.executions}× · "
                        f"{clock_text(step.claimed_at, self.now, self.zone)}", "dim"),
                       "\n"]
+        return Content.assemble(*parts[:-1])
+
+    def _runs(self) -> Content:
+        """Each run's tokens and cost (a batch's calls are filed under its first event, as its journal is)."""
+        if not self.view.runs:
+            return Content.styled("no model calls filed under this event", "dim")
+        parts: list[Part] = []
+        for run in self.view.runs:
+            who = f"{run.holder or '-'} gen {run.gen if run.gen is not None else '-'}"
+            parts += [(f"run {clock_text(run.started, self.now, self.zone)}", "bold"),
+                      (terminal_safe(f"  {who}"), "dim"), "\n  ", terminal_safe(run.describe()), "\n"]
         return Content.assemble(*parts[:-1])
 
     def _replies(self) -> Content:
