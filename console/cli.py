@@ -501,7 +501,7 @@ def approve(ctx: click.Context, request_id: str, answer: str) -> None:
         raise UserError(f"an approval answer is 'yes' or 'no', not {answer!r}")
     state: CliState = ctx.obj
     with state.store() as store:
-        outcome = store.answer_approval(request_id, word, now=_now())
+        outcome = store.answer_approval(request_id, word, now=_now(), via="cli")
     click.echo(outcome)
     if outcome == "unknown":
         ctx.exit(UNKNOWN_REQUEST)

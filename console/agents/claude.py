@@ -336,7 +336,7 @@ class ClaudeAgent:
                           event=_anchor(ctx, conversation))
         why = f" ({details})" if details else ""
         ctx.say(f"Approval needed [{request.request_id}]: {action}{why} ({expires_in_words(request.expires_in)})",
-                urgent=True)
+                announces=request)
 
     def _call(self, messages: list[dict[str, Any]]) -> dict[str, Any]:
         """One model turn, as the JSON the journal stores: the reply's blocks in request form.

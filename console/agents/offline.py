@@ -19,7 +19,7 @@ import re
 import time
 from typing import Any
 
-from console.agents.base import RunContext, expires_in_words
+from console.agents.base import ApprovalRequest, RunContext, expires_in_words
 from console.core import Event
 
 DIGEST_TIMER_ID = "daily-digest"
@@ -40,13 +40,14 @@ class OfflineAgent:
                 raise PoisonEventError(f"event {event.id} ({event.source}/{event.source_id}) is marked as poison")
         chats: list[str] = []
         lines: list[str] = []
+        asked: list[tuple[str, ApprovalRequest]] = []
         for event in ctx.events:
             if event.source == "chat":
                 text = _chat_text(event)
                 if _RISKY.search(text):
                     request = ctx.ask(text, {"event": event.id, "text": text}, event=event)
-                    lines.append(f"Approval needed [{request.request_id}]: {text} "
-                                 f"({expires_in_words(request.expires_in)})")
+                    asked.append((f"Approval needed [{request.request_id}]: {text} "
+                                  f"({expires_in_words(request.expires_in)})", request))
                 else:
                     chats.append(text)
             elif isinstance(event.payload, dict) and "long_task" in event.payload:
@@ -61,9 +62,10 @@ class OfflineAgent:
                 lines.append(summarise_webhook(event))
         if chats:
             lines.insert(0, _reply(chats))
-        urgent = any(line.startswith("Approval needed") for line in lines)
-        if lines:
-            ctx.say("\n".join(lines), urgent=urgent)
+        if lines:  # said with the questions of the same run, if any: they go out at once, in the urgent lane
+            ctx.say("\n".join(lines), urgent=bool(asked))
+        for announcement, request in asked:  # each question its own message, a card with its own buttons
+            ctx.say(announcement, announces=request)
 
     def _long_task(self, ctx: RunContext, event: Event, chunks: Any) -> str:
         if not isinstance(chunks, int) or not 0 < chunks <= MAX_LONG_TASK:

@@ -95,6 +95,7 @@ class Approval:
     outcome: str | None
     resolved_at: int | None
     event_id: int | None = None  # the event the request belongs to (its id is anchored on it)
+    answered_via: str | None = None  # console | cli | ntfy | telegram | api | expiry, once settled
 
     def seconds_left(self, now: int) -> int:
         return max(0, self.expires_at - now)
@@ -109,6 +110,11 @@ class Batch:
     urgent: bool = False
     attempt: int = 1
     message_ids: list[int] = field(default_factory=list)
+    # Beside bodies: the approval each message announces, or None (empty when the batch was built by hand).
+    approval_ids: list[str | None] = field(default_factory=list)
+
+    def approval_of(self, index: int) -> str | None:
+        return self.approval_ids[index] if index < len(self.approval_ids) else None
 
     @property
     def text(self) -> str:
@@ -128,6 +134,7 @@ class OutboxMessage:
     channel: str | None
     error: str | None
     next_try_at: int | None
+    approval_id: str | None = None  # the approval this message announces
 
 
 @dataclass(frozen=True)

@@ -23,6 +23,7 @@ from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
+RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
 
 class Store(
@@ -170,6 +171,11 @@ class Store(
                 {"request_id": a.request_id, "action": a.action, "expires_at": a.expires_at,
                  "expires_in": a.expires_at - now, "event_id": a.event_id}
                 for a in approvals
+            ],
+            "approvals_recent": [
+                {"request_id": a.request_id, "action": a.action, "outcome": a.outcome,
+                 "answered_via": a.answered_via, "answered_at": a.resolved_at}
+                for a in self.resolved_approvals(RECENT_APPROVALS)
             ],
             "outbox": self.outbox_counts(),
             "next_send_at": self.next_send_at(now=now),

@@ -191,9 +191,9 @@ class Engine:
         self.publish("events", f"{source}/{source_id}")
         return stored
 
-    async def answer(self, request_id: str, answer: str) -> str:
+    async def answer(self, request_id: str, answer: str, *, via: str = "console") -> str:
         now = self.clock.now()
-        outcome = await self.write(lambda store: store.answer_approval(request_id, answer, now=now))
+        outcome = await self.write(lambda store: store.answer_approval(request_id, answer, now=now, via=via))
         self.publish("approvals", f"{request_id}: {outcome}")
         return outcome
 

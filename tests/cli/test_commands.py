@@ -246,6 +246,8 @@ def test_approve_prints_the_outcome_that_stands(db: Path) -> None:
     with open_store(db) as store:
         approval = store.approval("refund-881")
     assert approval is not None and approval.outcome == "yes"
+    [recent] = json.loads(ok(db, "status", "--json"))["approvals_recent"]
+    assert (recent["request_id"], recent["outcome"], recent["answered_via"]) == ("refund-881", "yes", "cli")
 
 
 def test_approve_after_the_deadline_prints_expired(db: Path) -> None:
