@@ -210,3 +210,36 @@ class ReplayGuard:
 
     digest: bytes  # SHA-256 of the raw body bytes
     window: int    # seconds
+
+
+# What became of an answer from a phone. settled: it settled the approval; late: it came after the deadline
+# and settled it as expired; already_answered: an outcome already stood (a second tap, a replayed body).
+# The rest are ignored and change nothing: forged (no valid MAC), unknown (no such request), other_inbox
+# (signed for another inbox on a shared topic), wrong_chat (a Telegram tap from a chat not the owner's),
+# duplicate (the same service message or update id again).
+PHONE_VERDICTS = ("settled", "late", "already_answered", "forged", "unknown", "other_inbox", "wrong_chat",
+                  "duplicate")
+PHONE_IGNORED = ("forged", "unknown", "other_inbox", "wrong_chat", "duplicate")
+
+
+@dataclass(frozen=True)
+class PhoneAnswer:
+    verdict: str          # one of PHONE_VERDICTS
+    outcome: str | None   # the outcome that stands (yes | no | expired), None when ignored
+
+
+@dataclass(frozen=True)
+class PhoneCard:
+    """An approval card a phone channel sent, due to be replaced: it shows `shown` and should show `wanted`
+    (an outcome, or 'again:<outcome>' after a tap on a settled approval)."""
+
+    channel: str
+    outbox_id: int
+    ref: str              # the service's handle: Telegram "chat:message", ntfy sequence id
+    request_id: str
+    body: str             # the announcement as first sent
+    action: str
+    wanted: str
+    shown: str | None
+    answered_via: str | None
+    tries: int

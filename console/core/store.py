@@ -19,6 +19,7 @@ from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
 from console.core.outbox import OutboxMixin
+from console.core.phone import PhoneMixin
 from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
 
@@ -27,7 +28,7 @@ RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
 
 class Store(
-    RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin,
+    RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin,
     AgentStateMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
@@ -177,6 +178,7 @@ class Store(
                  "answered_via": a.answered_via, "answered_at": a.resolved_at}
                 for a in self.resolved_approvals(RECENT_APPROVALS)
             ],
+            "phone_answers": self.phone_answer_counts(),
             "outbox": self.outbox_counts(),
             "next_send_at": self.next_send_at(now=now),
             "next_timer": None if nxt is None else {"id": nxt.id, "due": nxt.due, "due_in": nxt.due - now},

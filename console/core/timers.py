@@ -324,7 +324,7 @@ class TimersMixin(StoreBase):
         if settled:
             self._conn.execute(
                 """UPDATE phone_messages SET wanted = ?, tries = 0, next_try_at = NULL, updated_at = ?
-                   WHERE request_id = ? AND wanted IS NULL""",
+                   WHERE request_id = ? AND wanted = 'ask'""",
                 (answer, now, request_id),
             )
         # Only the approval's own timer: a timer of the user's under that name (a hand edit) is not ours.

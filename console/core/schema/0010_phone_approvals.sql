@@ -17,8 +17,9 @@ INSERT INTO inbox_identity (one, tag) VALUES (1, lower(hex(randomblob(8))));
 
 -- Each outbox message a phone channel delivered, with the service's handle for it (a Telegram chat:message,
 -- an ntfy sequence id), so a retried batch is not sent twice and a card can be replaced. For an approval
--- card, `wanted` is the state it should show (NULL while the question is open; an outcome, or
--- 'again:<outcome>' after a tap on a settled one) and `shown` the state the phone was last given.
+-- card, `wanted` is the state it should show ('ask' while the question is open; then the outcome, or
+-- 'again:<outcome>' after a tap on a settled one) and `shown` the state the phone was last given; both
+-- are NULL for a plain message. A card whose two differ is due for an update.
 CREATE TABLE phone_messages (
     channel     TEXT    NOT NULL,
     outbox_id   INTEGER NOT NULL,
@@ -34,6 +35,7 @@ CREATE TABLE phone_messages (
     PRIMARY KEY (channel, outbox_id)
 ) WITHOUT ROWID;
 CREATE INDEX phone_cards_request ON phone_messages (request_id) WHERE request_id IS NOT NULL;
+CREATE INDEX phone_messages_outbox ON phone_messages (outbox_id);  -- pruned with their outbox rows
 CREATE INDEX phone_cards_due ON phone_messages (channel, next_try_at) WHERE wanted IS NOT shown;
 
 -- Where each phone channel's listener resumes: the last ntfy message id it took, the next Telegram update
@@ -54,6 +56,7 @@ CREATE TABLE phone_answers (
     answer     TEXT,
     verdict    TEXT    NOT NULL,
     at         INTEGER NOT NULL,
+    repeats    INTEGER NOT NULL DEFAULT 0,   -- the same service id delivered again (counted as duplicates)
     PRIMARY KEY (channel, answer_key)
 ) WITHOUT ROWID;
 CREATE INDEX phone_answers_at ON phone_answers (at);
