@@ -70,8 +70,9 @@ class RetentionMixin(InboxMixin):
             lambda event_id: (now, event_id, cutoff),
         )
         messages, batches = self._delete_sent(cutoff, chunk)
-        with translate_errors(), transaction(self._conn):  # the answers phones gave, kept as long as messages
-            self._conn.execute("DELETE FROM phone_answers WHERE at < ?", (cutoff,))
+        if self._scalar("SELECT 1 FROM phone_answers WHERE at < ? LIMIT 1", (cutoff,)):
+            with translate_errors(), transaction(self._conn):  # the answers phones gave, kept as long as messages
+                self._conn.execute("DELETE FROM phone_answers WHERE at < ?", (cutoff,))
         steps = sessions = 0
         if not open_conversations:
             steps = self._in_chunks(_SELECT_STEP_EVENTS, (end_id, cutoff), chunk,
