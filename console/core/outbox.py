@@ -262,8 +262,8 @@ class OutboxMixin(StoreBase):
                 attempt = attempts + 1
             else:
                 rows = self._conn.execute(
-                    "SELECT id, body, approval_id FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' AND urgent = 1 "
-                    "ORDER BY id"
+                    "SELECT id, body, approval_id FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' "
+                    "AND urgent = 1 ORDER BY id"
                 ).fetchall()
                 urgent = 1 if rows else 0
                 if not rows:

@@ -28,8 +28,8 @@ RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
 
 class Store(
-    RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin,
-    AgentStateMixin,
+    RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin, JournalMixin,
+    InsightsMixin, AgentStateMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
         self._conn = conn
