@@ -149,6 +149,17 @@ class ApprovalsMixin(TimersMixin):
             return _approval(row)
         return None
 
+    def approvals_of_event(self, event_id: int) -> list[Approval]:
+        """The approvals an event asked for, in the order they were asked."""
+        return [
+            _approval(r)
+            for r in self._conn.execute(
+                f"SELECT {_COLUMNS} FROM approvals INDEXED BY approvals_event WHERE event_id = ? "
+                "ORDER BY requested_at, request_id",
+                (event_id,),
+            )
+        ]
+
     def pending_approvals(self) -> list[Approval]:
         """Unanswered requests, soonest deadline first (expired-but-not-yet-swept ones included)."""
         return [

@@ -196,7 +196,8 @@ class PhoneMixin(ApprovalsMixin):
 
     def phone_answers(self, *, request_id: str | None = None, limit: int = 50) -> list[dict[str, Any]]:
         """The ledger of answers from phones, newest first (of one request, if given)."""
-        clause, params = ("WHERE request_id = ?", (request_id, limit)) if request_id else ("", (limit,))
+        clause, params = (("INDEXED BY phone_answers_request WHERE request_id = ?", (request_id, limit)) if request_id
+                          else ("", (limit,)))
         return [
             {"channel": channel, "key": key, "request_id": rid, "answer": answer, "verdict": verdict, "at": at,
              "repeats": repeats}

@@ -37,13 +37,12 @@ from console.core.phone import AGAIN
 from console.edges.answerkey import answer_key, answer_mac, mac_matches
 from console.edges.secretfile import Secret
 from console.runtime.notices import NoticeKind
+from console.timefmt import via_in_words
 
 T = TypeVar("T")
 log = logging.getLogger("agent_console.phone")
 
 OUTCOME_WORDS = {"yes": "Approved", "no": "Declined", "expired": "Expired"}
-VIA_WORDS = {"console": "in the console", "cli": "from the command line", "ntfy": "from ntfy",
-             "telegram": "from Telegram", "api": "by a program"}
 # What a tap is told back (Telegram shows it on the phone at once).
 VERDICT_WORDS = {"forged": "Not accepted: this button is not from this agent",
                  "unknown": "This request is not known here",
@@ -89,8 +88,8 @@ def card_state_words(state: str) -> str:
 def card_text(body: str, state: str, via: str | None) -> str:
     """The announcement with its final state under it, saying where the answer came from."""
     words = card_state_words(state)
-    if via in VIA_WORDS and not state.startswith(AGAIN) and state != "expired":
-        words += f" ({VIA_WORDS[via]})"
+    if via and not state.startswith(AGAIN) and state != "expired":
+        words += f" ({via_in_words(via)})"
     return f"{body}\n\n{words}"
 
 

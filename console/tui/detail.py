@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
+from typing import Any
 
 from console.core import Approval, Attempt, Event, JournalStep, OutboxMessage, Store
 from console.timefmt import agent_in_words, relative, span
 
 AHEAD_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class ApprovalTrail:
+    """An approval the event asked for (or, for an approval event, the one it answers), and what phones sent."""
+
+    approval: Approval
+    phone_answers: list[dict[str, Any]] = field(default_factory=list)  # newest first
 
 
 @dataclass(frozen=True)
@@ -19,6 +28,7 @@ class DetailView:
     steps: list[JournalStep]
     replies: list[OutboxMessage]
     reasons: list[str]
+    approvals: list[ApprovalTrail] = field(default_factory=list)
 
 
 def clock_text(at: int | None, now: int, zone: tzinfo | None = None) -> str:
@@ -48,9 +58,19 @@ def read_detail(
             event, store.history(event_id), store.journal_steps(event_id), replies,
             why_not_run(store, event, now=now, holder=holder, mode=mode, approvals=approvals, replies=replies,
                         zone=zone),
+            approval_trails(store, event),
         )
 
     return read
+
+
+def approval_trails(store: Store, event: Event) -> list[ApprovalTrail]:
+    """The approvals an event asked for; for an approval's own event, that approval."""
+    asked = store.approvals_of_event(event.id)
+    if event.source == "approval":
+        answered = store.approval(event.source_id)
+        asked += [answered] if answered is not None else []
+    return [ApprovalTrail(a, store.phone_answers(request_id=a.request_id, limit=10)) for a in asked]
 
 
 def _mentions(approval: Approval, event: Event) -> bool:

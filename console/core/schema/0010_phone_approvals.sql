@@ -1,6 +1,8 @@
 -- Approving from the phone. Where each approval's outcome came from (console, cli, ntfy, telegram, api, or
 -- expiry for the expiry timer), recorded by the one answer path in the transaction that settles it.
 ALTER TABLE approvals ADD COLUMN answered_via TEXT;
+-- An event's detail lists the approvals it asked for.
+CREATE INDEX approvals_event ON approvals (event_id) WHERE event_id IS NOT NULL;
 
 -- The approval a message announces, set when a run stages the announcement with its request (RunContext.say
 -- with announces=...): a phone channel sends that message as a card with Yes / No buttons.
@@ -60,3 +62,4 @@ CREATE TABLE phone_answers (
     PRIMARY KEY (channel, answer_key)
 ) WITHOUT ROWID;
 CREATE INDEX phone_answers_at ON phone_answers (at);
+CREATE INDEX phone_answers_request ON phone_answers (request_id) WHERE request_id IS NOT NULL;
