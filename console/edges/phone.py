@@ -307,9 +307,13 @@ class PhoneChannel:
         """Replace the cards that are due; returns when the next one is (None: none is waiting)."""
         host = self.host
         now = host.clock.now()
-        for card in await host.read(lambda s: s.phone_cards_due(self.name, now=now)):
+        due = await host.read(lambda s: s.phone_cards_due(self.name, now=now))
+        for card in due:
             await self._update_card(card)
-        return await host.read(lambda s: s.next_phone_card_at(self.name))
+        next_at = await host.read(lambda s: s.next_phone_card_at(self.name))
+        if not due and next_at is not None and next_at <= now:
+            return now + 1  # due by the count but not listed (its message is gone): never a busy loop
+        return next_at
 
     async def _update_card(self, card: PhoneCard) -> None:
         host = self.host
