@@ -43,7 +43,7 @@ class _Server:
     async def start(self) -> None:
         app = web.Application(middlewares=[self._record])
         self.routes(app)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.05)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
