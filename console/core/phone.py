@@ -37,15 +37,36 @@ class PhoneMixin(ApprovalsMixin):
         """Record a delivered message (a card, when request_id is given, showing `shown`). A card wants the
         outcome that stands now, so an approval settled while its card was on the way is put right."""
         with translate_errors(), transaction(self._conn):
-            self._conn.execute(
-                """INSERT INTO phone_messages (channel, outbox_id, ref, request_id, shown, wanted, sent_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?,
-                           CASE WHEN ? IS NULL THEN NULL
-                                ELSE COALESCE((SELECT outcome FROM approvals WHERE request_id = ?), ?) END,
-                           ?, ?)
-                   ON CONFLICT (channel, outbox_id) DO NOTHING""",
-                (channel, outbox_id, ref, request_id, shown, request_id, request_id, ASKING, now, now),
-            )
+            self._record_phone_message(channel, outbox_id, ref, request_id, shown, now)
+
+    def _record_phone_message(
+        self, channel: str, outbox_id: int, ref: str, request_id: str | None, shown: str | None, now: int
+    ) -> None:
+        self._conn.execute(
+            """INSERT INTO phone_messages (channel, outbox_id, ref, request_id, shown, wanted, sent_at, updated_at)
+               VALUES (?, ?, ?, ?, ?,
+                       CASE WHEN ? IS NULL THEN NULL
+                            ELSE COALESCE((SELECT outcome FROM approvals WHERE request_id = ?), ?) END,
+                       ?, ?)
+               ON CONFLICT (channel, outbox_id) DO NOTHING""",
+            (channel, outbox_id, ref, request_id, shown, request_id, request_id, ASKING, now, now),
+        )
+
+    def _adopt_card(self, channel: str, request_id: str, tapped: str | None, prefix: str | None, now: int) -> None:
+        """A valid tap on a card this channel has no record of: the card reached the phone, but the engine
+        that sent it stopped before recording it. Its announcement is recorded now (as the tapped message,
+        or under the handle the channel derives from the message id), so the card is replaced with its
+        outcome and the batch, when it is retried, does not send it a second time."""
+        if tapped is None and prefix is None:
+            return  # the channel cannot tell which message was tapped
+        if self._scalar("SELECT 1 FROM phone_messages INDEXED BY phone_cards_request "
+                        "WHERE request_id = ? AND channel = ? LIMIT 1", (request_id, channel)):
+            return
+        outbox_id = self._scalar("SELECT MIN(id) FROM outbox INDEXED BY outbox_approval WHERE approval_id = ?",
+                                 (request_id,))
+        if outbox_id is not None:
+            self._record_phone_message(channel, int(outbox_id), tapped or f"{prefix}{outbox_id}", request_id,
+                                       ASKING, now)
 
     def phone_cards_due(self, channel: str, *, now: int, limit: int = 20) -> list[PhoneCard]:
         """This channel's cards that show something other than what they should, due now (oldest first)."""
@@ -139,13 +160,17 @@ class PhoneMixin(ApprovalsMixin):
         answer: str | None = None,
         refused: str | None = None,
         cursor: str | None = None,
+        tapped: str | None = None,
+        ref_prefix: str | None = None,
     ) -> PhoneAnswer:
         """Take one answer from a phone, under the service's own id (answer_key), in one transaction.
 
         refused names why a channel already ignored it (forged, other_inbox, wrong_chat): it is recorded
         and counted, nothing else changes. Otherwise the answer goes through the one answer path with
         `via`; when an outcome already stood, this channel's card of the request is set to say so
-        ("Already answered: yes"). cursor, if given, is where the listener resumes after this answer."""
+        ("Already answered: yes"). cursor, if given, is where the listener resumes after this answer.
+        tapped is the service's handle of the message tapped (Telegram's chat:message), and ref_prefix what a
+        handle is made of with the outbox id (ntfy's sequence ids; None where it is not): see _adopt_card."""
         if refused is not None and refused not in PHONE_IGNORED:
             raise ValueError(f"refused must be one of {', '.join(PHONE_IGNORED)}, not {refused!r}")
         with translate_errors(), transaction(self._conn):
@@ -165,6 +190,8 @@ class PhoneMixin(ApprovalsMixin):
                 verdict = "forged"
             else:
                 outcome, settled = self._answer(request_id, answer, now, via)
+                if outcome != "unknown":
+                    self._adopt_card(channel, request_id, tapped, ref_prefix, now)
                 if outcome == "unknown":
                     verdict, outcome = "unknown", None
                 elif settled:

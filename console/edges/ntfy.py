@@ -59,6 +59,7 @@ def parse_answer(text: str) -> tuple[str, str, str, str] | None:
 class NtfyChannel(PhoneChannel):
     kind: ClassVar[str] = "ntfy"
     mac_bytes: ClassVar[int] = 16
+    refs_from_slots: ClassVar[bool] = True  # a message's sequence id is its slot
 
     def __init__(
         self, *, name: str, server: str, topic: str, answer_topic: str, token: Secret | None, priority: int,

@@ -127,6 +127,7 @@ class PhoneChannel:
 
     kind: ClassVar[str]          # the answer path these answers are recorded under: ntfy | telegram
     mac_bytes: ClassVar[int]     # how much of the HMAC a button carries
+    refs_from_slots: ClassVar[bool] = False  # the service's handle of a message is the slot it was sent under
 
     def __init__(self, name: str, *, secrets_file: Path, timeout: float, at_most_once: bool = False) -> None:
         self.name = name
@@ -212,10 +213,15 @@ class PhoneChannel:
         for index, body in enumerate(batch.bodies):
             await self._deliver_one(batch, index, body)
 
+    @property
+    def slot_prefix(self) -> str:
+        """An outbox message's slot is this prefix and its id (ntfy's sequence id for it)."""
+        return f"{self._tag}-"
+
     async def _deliver_one(self, batch: Batch, index: int, body: str) -> None:
         host = self.host
         outbox_id = batch.message_ids[index] if index < len(batch.message_ids) else None
-        slot = f"{self._tag}-{outbox_id}" if outbox_id is not None else f"{batch.key}-{index}"
+        slot = f"{self.slot_prefix}{outbox_id}" if outbox_id is not None else f"{batch.key}-{index}"
         if outbox_id is not None:
             sent_before: str | None = await host.read(lambda s: s.phone_sent_ref(self.name, outbox_id))
             if sent_before is not None:
@@ -254,13 +260,15 @@ class PhoneChannel:
 
     # --- the services ---------------------------------------------------------------------------
     async def take(self, answer_key_: str, *, cursor: str, request_id: str | None, answer: str | None,
-                   refused: str | None) -> PhoneAnswer:
-        """One answer through the one answer path (with the ledger and the cursor), then said in the log."""
+                   refused: str | None, tapped: str | None = None) -> PhoneAnswer:
+        """One answer through the one answer path (with the ledger and the cursor), then said in the log.
+        tapped: the service's handle of the message tapped, when the service says it."""
         host = self.host
         now = host.clock.now()
         taken = await host.write(lambda s: s.take_phone_answer(
             self.name, answer_key_, via=self.kind, now=now, request_id=request_id, answer=answer,
-            refused=refused, cursor=cursor))
+            refused=refused, cursor=cursor, tapped=tapped,
+            ref_prefix=self.slot_prefix if self.refs_from_slots else None))
         level = logging.INFO if taken.verdict in ("settled", "late", "already_answered") else logging.WARNING
         log.log(level, "%s: answer %s for %s: %s%s", self.name, answer or "?", request_id or "?", taken.verdict,
                 f" ({taken.outcome} stands)" if taken.outcome else "")

@@ -154,7 +154,10 @@ class TelegramChannel(PhoneChannel):
             refused = "forged"
         else:
             refused = self.verdict_of(self._tag, *parsed)
-        taken = await self.take(update_id, cursor=cursor, request_id=request_id, answer=answer, refused=refused)
+        message_id = _dig(query, "message", "message_id")
+        tapped = f"{chat_id}:{message_id}" if isinstance(message_id, int) and refused is None else None
+        taken = await self.take(update_id, cursor=cursor, request_id=request_id, answer=answer, refused=refused,
+                                tapped=tapped)
         if isinstance(query.get("id"), str):
             try:  # the spinner on the button stops, and the phone says what became of the tap
                 await self.call("answerCallbackQuery", {"callback_query_id": query["id"], "text": tap_reply(taken)})

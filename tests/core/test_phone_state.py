@@ -149,3 +149,26 @@ def test_prune_drops_the_phone_records_of_what_it_prunes(store: Store) -> None:
     assert store.dispatch(sent.append, now=T + 3) == 1
     store.prune(older_than=86_400, now=T + 3 + 2 * 86_400)
     assert store.phone_sent_ref("tg", message) is None and store.phone_answers() == []
+
+
+def test_a_valid_tap_on_a_card_never_recorded_adopts_it(store: Store) -> None:
+    message = ask(store)  # announced; the engine that sent it stopped before recording the delivery
+    taken = store.take_phone_answer("tg", "u1", via="telegram", now=T + 1, request_id="apr-1-aa", answer="yes",
+                                    tapped="42:77")
+    assert taken.verdict == "settled" and store.phone_sent_ref("tg", message) == "42:77"  # a retry skips it
+    [card] = store.phone_cards_due("tg", now=T + 1)
+    assert (card.ref, card.shown, card.wanted) == ("42:77", "ask", "yes")
+    store.take_phone_answer("ntfy", "m1", via="ntfy", now=T + 2, request_id="apr-1-aa", answer="no", ref_prefix="t-")
+    assert store.phone_sent_ref("ntfy", message) == f"t-{message}"
+    assert [c.wanted for c in store.phone_cards_due("ntfy", now=T + 2)] == ["again:yes"]
+
+
+def test_only_a_valid_tap_with_a_known_message_adopts(store: Store) -> None:
+    message = ask(store)
+    store.take_phone_answer("tg", "u1", via="telegram", now=T + 1, request_id="apr-1-aa", answer="yes",
+                            tapped="42:77", refused="forged")
+    store.take_phone_answer("tg", "u2", via="telegram", now=T + 1, request_id="apr-1-aa", answer="yes")  # no handle
+    assert store.phone_sent_ref("tg", message) is None
+    store.record_phone_message("tg", message, "42:5", now=T, request_id="apr-1-aa", shown="ask")
+    store.take_phone_answer("tg", "u3", via="telegram", now=T + 2, request_id="apr-1-aa", answer="no", tapped="42:99")
+    assert store.phone_sent_ref("tg", message) == "42:5"  # a recorded card is not replaced by another handle

@@ -298,3 +298,31 @@ def test_bad_ntfy_settings_are_one_line_errors(tmp_path: Path) -> None:
         with pytest.raises(ConfigError) as caught:
             build_channels(settings, environ={})
         assert message in str(caught.value) and "\n" not in str(caught.value)
+
+
+async def test_a_card_the_engine_failed_to_record_is_adopted_by_its_answer(
+    tmp_path: Path, clock: ManualClock, ntfy: StandInNtfy, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    real = Store.record_phone_message
+    failures = []
+
+    def lose_the_first(store: Store, *args: Any, **kwargs: Any) -> None:
+        if not failures:
+            failures.append(args)
+            raise OSError("disk full")
+        real(store, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "record_phone_message", lose_the_first)
+    async with running(phone_settings(tmp_path, table(ntfy)), clock, ENV) as engine:
+        request_id, card = await ask(engine, ntfy)
+        await stored(engine, lambda s: s.outbox_counts()["retrying"] == 1, "the batch waiting to retry")
+        await ntfy.tap(card, "No")
+        await until(lambda: ntfy.shown("agent")[card["sequence_id"]]["message"].endswith("Declined (from ntfy)"),
+                    "the adopted card replaced")
+        clock.advance(30)
+        engine.wake()
+        await stored(engine, lambda s: s.outbox_counts()["retrying"] == 0, "the retry done")
+        assert await engine.read(lambda s: s.phone_sent_ref("ntfy", s.outbox_messages()[-1].id)) == card["sequence_id"]
+        assert await engine.read(lambda s: s.approval(request_id).outcome) == "no"
+    assert failures
+    assert len([m for m in ntfy.messages if m.get("sequence_id") == card["sequence_id"]]) == 2  # the card, its end

@@ -279,3 +279,32 @@ def test_bad_telegram_settings_are_one_line_errors(tmp_path: Path) -> None:
                                                             "chat_id": "-100123"}), environ={"TG": "x"})
     assert isinstance(channel, TelegramChannel) and channel.chat_id == -100123
     assert "x" not in repr(vars(channel).get("_token"))
+
+
+async def test_a_card_the_engine_failed_to_record_is_adopted_by_its_tap_and_never_sent_twice(
+    tmp_path: Path, clock: ManualClock, bot: StandInBotApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Bot API took the card, then the engine failed before recording it (a crash, a full disk): the batch
+    # is retried later. The owner's tap on that card must still settle, edit it, and stop the retry sending it.
+    real = Store.record_phone_message
+    failures = []
+
+    def lose_the_first(store: Store, *args: Any, **kwargs: Any) -> None:
+        if not failures:
+            failures.append(args)
+            raise OSError("disk full")
+        real(store, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "record_phone_message", lose_the_first)
+    async with running(phone_settings(tmp_path, table(bot)), clock, ENV, tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+        await stored(engine, lambda s: s.outbox_counts()["retrying"] == 1, "the batch waiting to retry")
+        tap = await bot.tap(OWNER, card, "Yes")
+        await until(lambda: text_of(bot, card).endswith("Approved (from Telegram)"), "the adopted card edited")
+        assert bot.reply_to(tap) == "Approved"
+        clock.advance(30)
+        engine.wake()
+        await stored(engine, lambda s: s.outbox_counts()["retrying"] == 0 and s.counts()["done"] == 2,
+                     "the retry done")
+        assert await engine.read(lambda s: (s.approval(request_id).outcome, performed(s, request_id))) == ("yes", 1)
+    assert failures and len(bot.cards(OWNER)) == 1
