@@ -26,17 +26,18 @@ from console.config import ConfigError, Settings, ensure_default_db_folder, load
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.db import reporting_damage
-from console.core.models import SpendRow
+from console.core.models import PHONE_IGNORED, SpendRow
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.redact import install_log_redaction
 from console.spendfmt import NANOS_PER_USD, dollars, runs_of
 from console.textsafe import TerminalSafeFormatter, json_terminal_safe, terminal_safe
-from console.timefmt import agent_in_words, relative, span
+from console.timefmt import agent_in_words, answered_in_words, relative, span
 
 PROG = "agent-console"
 USER_ERROR = 2
 UNKNOWN_REQUEST = 1
 DAMAGED = 1
+RECENT_IN_STATUS = 3  # settled approvals `status` lists under the pending ones (--json has more)
 # An id or a count the inbox can hold (SQLite integers are 64-bit): a larger one is a usage error, not an overflow.
 SQLITE_COUNT = click.IntRange(min=1, max=2**63 - 1)
 
@@ -414,6 +415,16 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
         origin = ", ".join(sorted({str(s.get("source")) for s in approval.get("sources") or []}))
         started = f"from {origin}, " if origin else ""
         lines.append(f"           {approval['request_id']}  {approval['action']}  ({asker}{started}{left})")
+    for answered in info.get("approvals_recent", [])[:RECENT_IN_STATUS]:
+        said = answered_in_words(answered["outcome"], answered["answered_via"], answered["answered_at"], now)
+        lines.append(f"           {answered['request_id']}  {answered['action']}  ({said})")
+    phone = {verdict: n for verdict, n in info.get("phone_answers", {}).items() if n}
+    if phone:
+        taken = sum(phone.get(verdict, 0) for verdict in ("settled", "late", "already_answered"))
+        ignored = {verdict: n for verdict, n in phone.items() if verdict in PHONE_IGNORED}
+        detail = ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in ignored.items())
+        lines.append(f"phone      {taken} answers taken · {sum(ignored.values())} ignored"
+                     + (f" ({detail})" if detail else ""))
     outbox = info["outbox"]
     next_send = info["next_send_at"]
     send = "nothing to send" if next_send is None else f"next send {relative(next_send, now)}"
@@ -544,7 +555,7 @@ def approve(ctx: click.Context, request_id: str, answer: str) -> None:
         raise UserError(f"an approval answer is 'yes' or 'no', not {answer!r}")
     state: CliState = ctx.obj
     with state.store() as store:
-        outcome = store.answer_approval(request_id, word, now=_now())
+        outcome = store.answer_approval(request_id, word, now=_now(), via="cli")
     click.echo(outcome)
     if outcome == "unknown":
         ctx.exit(UNKNOWN_REQUEST)

@@ -32,3 +32,24 @@ def agent_in_words(state: str, reason: str | None, until: int | None, now: int, 
     if state == "paused":
         return f"paused until the engine restarts{why}"
     return state
+
+
+# Where an approval's answer came from (answered_via), as the command line, the console and a phone's card say.
+VIA_WORDS = {"console": "in the console", "cli": "from the command line", "ntfy": "from ntfy",
+             "telegram": "from Telegram", "api": "by a program", "expiry": "at its deadline"}
+
+
+# The same, in the few columns of the console's approvals pane.
+VIA_SHORT = {"console": "console", "cli": "CLI", "ntfy": "ntfy", "telegram": "Telegram", "api": "api",
+             "expiry": "deadline"}
+
+
+def via_in_words(via: str | None) -> str:
+    """'from Telegram', 'in the console'...; '' when it is not known (an approval settled by an older version)."""
+    return VIA_WORDS.get(via or "", f"via {via}" if via else "")
+
+
+def answered_in_words(outcome: str | None, via: str | None, at: int | None, now: int, *, sep: str = " ") -> str:
+    """'yes from Telegram, 2m 05s ago', 'expired at its deadline, 1h 00m ago'."""
+    words = " ".join(part for part in (outcome or "unsettled", via_in_words(via)) if part)
+    return words if at is None else f"{words}, {relative(at, now, sep=sep)}"

@@ -78,6 +78,7 @@ class RunContext:
     gen: int
     approval_expiry: int
     messages: list[tuple[str, bool]] = field(default_factory=list)
+    announcements: dict[int, str] = field(default_factory=dict)  # index in messages -> the request it announces
     approvals: list[ApprovalRequest] = field(default_factory=list)
     drafts: list[ApprovalDraft] = field(default_factory=list)
     timers: list[TimerDraft] = field(default_factory=list)
@@ -88,11 +89,16 @@ class RunContext:
     memory_writes: list[MemoryWrite] = field(default_factory=list)
     tool_log: list[ToolCallRecord] = field(default_factory=list)
 
-    def say(self, text: str, urgent: bool = False) -> None:
-        """Queue a message; it enters the outbox only when this run's finish commits."""
+    def say(self, text: str, urgent: bool = False, *, announces: ApprovalRequest | None = None) -> None:
+        """Queue a message; it enters the outbox only when this run's finish commits.
+
+        announces links the message to the request it announces (what ask() returned): it goes in the
+        urgent lane, and a phone channel sends it as a card with Yes / No buttons for that request."""
         self.check_fence()
         if text.strip():
-            self.messages.append((text, urgent))
+            if announces is not None:
+                self.announcements[len(self.messages)] = announces.request_id
+            self.messages.append((text, urgent or announces is not None))
 
     def ask(
         self,
@@ -229,7 +235,8 @@ class RunContext:
 
     def staged(self) -> dict[str, Any]:
         """finish()'s keywords for what this run produced for the inbox."""
-        return {"messages": list(self.messages), "approvals": list(self.drafts), "timers": list(self.timers),
+        messages = [(text, urgent, self.announcements.get(index)) for index, (text, urgent) in enumerate(self.messages)]
+        return {"messages": messages, "approvals": list(self.drafts), "timers": list(self.timers),
                 "notes": dict(self.notes), "memory": list(self.memory_writes), "tool_calls": list(self.tool_log)}
 
 

@@ -291,7 +291,7 @@ class ClaudeAgent:
                                 "pending": {"tool_use_id": use_id, "results": results}})
                 request = next(a for a in ctx.approvals if a.request_id == request_id)
                 ctx.say(f"Approval needed [{request.request_id}]: {request.action} "
-                        f"({expires_in_words(request.expires_in)})", urgent=True)
+                        f"({expires_in_words(request.expires_in)})", announces=request)
                 return
             conversation.messages.append({"role": "user", "content": results})
         raise ClaudeError(f"the model was still calling tools after {self.max_turns} turns; the run gives up")

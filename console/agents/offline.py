@@ -19,7 +19,7 @@ import re
 import time
 from typing import Any
 
-from console.agents.base import RunContext, expires_in_words
+from console.agents.base import ApprovalRequest, RunContext, expires_in_words
 from console.agents.tools import ToolCall, ToolGateway, summary
 from console.core import Event
 
@@ -57,12 +57,17 @@ class OfflineAgent:
                 raise PoisonEventError(f"event {event.id} ({event.source}/{event.source_id}) is marked as poison")
         chats: list[str] = []
         lines: list[str] = []
+        asked: list[tuple[str, ApprovalRequest]] = []
         for event in ctx.events:
             if event.source == "chat":
                 text = _chat_text(event)
                 call = self._intent(event, text)
                 if call is not None:
-                    lines.append(self._act(ctx, event, call))
+                    said, request = self._act(ctx, event, call)
+                    if request is not None:
+                        asked.append((said, request))
+                    else:
+                        lines.append(said)
                 else:
                     chats.append(text)
             elif isinstance(event.payload, dict) and "long_task" in event.payload:
@@ -77,9 +82,10 @@ class OfflineAgent:
                 lines.append(summarise_webhook(event))
         if chats:
             lines.insert(0, _reply(chats))
-        urgent = any(line.startswith("Approval needed") for line in lines)
-        if lines:
-            ctx.say("\n".join(lines), urgent=urgent)
+        if lines:  # said with the questions of the same run, if any: they go out at once, in the urgent lane
+            ctx.say("\n".join(lines), urgent=bool(asked))
+        for announcement, request in asked:  # each question its own message, a card with its own buttons
+            ctx.say(announcement, announces=request)
 
     def _intent(self, event: Event, text: str) -> ToolCall | None:
         """The tool call a chat message asks for: a known intent whose tool exists, else a risky request
@@ -96,14 +102,16 @@ class OfflineAgent:
             return ToolCall(f"chat-{event.id}", "ask_owner", {"question": text})
         return None
 
-    def _act(self, ctx: RunContext, event: Event, call: ToolCall) -> str:
+    def _act(self, ctx: RunContext, event: Event, call: ToolCall) -> tuple[str, ApprovalRequest | None]:
+        """The line to report a call, and the request it announces when the call asked the owner."""
         outcome = self.tools.call(ctx, call, event=event, sources=ctx.sources([event]))
         if outcome.outcome == "deferred":
             request = next(a for a in ctx.approvals if a.request_id == outcome.request_id)
-            return f"Approval needed [{request.request_id}]: {request.action} ({expires_in_words(request.expires_in)})"
+            return (f"Approval needed [{request.request_id}]: {request.action} "
+                    f"({expires_in_words(request.expires_in)})"), request
         if outcome.outcome == "done":
-            return f"{summary(call.name, call.arguments)}: {outcome.text}"
-        return f"Could not {summary(call.name, call.arguments)}: {outcome.text}"
+            return f"{summary(call.name, call.arguments)}: {outcome.text}", None
+        return f"Could not {summary(call.name, call.arguments)}: {outcome.text}", None
 
     def _long_task(self, ctx: RunContext, event: Event, chunks: Any) -> str:
         if not isinstance(chunks, int) or not 0 < chunks <= MAX_LONG_TASK:

@@ -19,14 +19,17 @@ from console.core.models import Approval, ApprovalDraft, MemoryWrite, TimerDraft
 from console.core.timers import APPROVAL_EXPIRY_PREFIX, TimersMixin
 
 ANSWERS = ("yes", "no")
+# Where an answer can come from (answered_via); an outcome stored by the expiry timer says 'expiry'.
+ANSWER_PATHS = ("console", "cli", "ntfy", "telegram", "api")
 _COLUMNS = ("request_id, action, details, session_id, requested_at, expires_at, outcome, resolved_at, event_id, "
-            "tool, arguments, sources")
+            "tool, arguments, sources, answered_via")
 
 
 def _approval(row: tuple[Any, ...]) -> Approval:
-    rid, action, details, session, requested_at, expires_at, outcome, resolved_at, event_id, tool, args, sources = row
+    rid, action, details, session, requested_at, expires_at, outcome, resolved_at, event_id, tool, args, sources, \
+        via = row
     return Approval(rid, action, loads(details), session, requested_at, expires_at, outcome, resolved_at,
-                    event_id, tool, loads(args), loads(sources))
+                    event_id, tool, loads(args), loads(sources), via)
 
 
 def approval_id(event_id: int, action: Any) -> str:
@@ -83,7 +86,7 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
         request_id, action = draft.request_id, draft.action
         expires_at = now + int(draft.expires_in)
         made = self._conn.execute(
-            f"""INSERT INTO approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?)
+            f"""INSERT INTO approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, NULL)
                 ON CONFLICT (request_id) DO NOTHING RETURNING request_id""",
             (request_id, action, dumps(draft.details if draft.details is not None else {}), session_id, now,
              expires_at, draft.event_id, draft.tool, None if draft.tool is None else dumps(draft.arguments),
@@ -123,33 +126,54 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
                  call.result, call.request_id, now),
             )
 
-    def answer_approval(self, request_id: str, answer: str, *, now: int) -> str:
+    def answer_approval(self, request_id: str, answer: str, *, now: int, via: str = "api") -> str:
         """Store the user's answer unless the deadline passed. Returns the outcome that stands:
-        'yes' / 'no', 'expired', or 'unknown' for a request never made."""
+        'yes' / 'no', 'expired', or 'unknown' for a request never made.
+
+        `via` says where the answer came from (console, cli, ntfy, telegram, api); it is recorded with the
+        outcome when this answer is the one that settles it."""
+        with translate_errors(), transaction(self._conn):
+            return self._answer(request_id, answer, now, via)[0]
+
+    def _answer(self, request_id: str, answer: str, now: int, via: str) -> tuple[str, bool]:
+        """The one answer path, inside the caller's transaction: (the outcome that stands, whether this
+        answer settled it). Every way of answering (the CLI, the console, a phone) comes through here."""
         if answer not in ANSWERS:
             raise ValueError(f"an approval answer is 'yes' or 'no', not {answer!r}")
-        with translate_errors(), transaction(self._conn):
-            # The approval row, not its expiry timer: that timer is listed with the user's own and can be
-            # removed or replaced by hand, while the request and its deadline stand.
-            row = self._conn.execute(
-                "SELECT expires_at, action FROM approvals WHERE request_id = ?", (request_id,)
-            ).fetchall()
-            if not row:
-                return "unknown"
-            expires_at, action = row[0]
-            if now >= expires_at:
-                payload = _expired(request_id, action)
-            else:
-                payload = dumps({"approval": request_id, "answer": answer})
-            self._insert_event("approval", request_id, payload, now)
-            outcome = self._settle_approval(request_id, now)
-            assert outcome is not None
-            return outcome
+        if via not in ANSWER_PATHS:
+            raise ValueError(f"an answer comes from one of {', '.join(ANSWER_PATHS)}, not {via!r}")
+        # The approval row, not its expiry timer: that timer is listed with the user's own and can be
+        # removed or replaced by hand, while the request and its deadline stand.
+        row = self._conn.execute(
+            "SELECT expires_at, action FROM approvals WHERE request_id = ?", (request_id,)
+        ).fetchall()
+        if not row:
+            return "unknown", False
+        expires_at, action = row[0]
+        if now >= expires_at:
+            payload = _expired(request_id, action)
+        else:
+            payload = dumps({"approval": request_id, "answer": answer})
+        settled = self._insert_event("approval", request_id, payload, now)
+        outcome = self._settle_approval(request_id, now, via)
+        assert outcome is not None
+        return outcome, settled
 
     def approval(self, request_id: str) -> Approval | None:
         for row in self._conn.execute(f"SELECT {_COLUMNS} FROM approvals WHERE request_id = ?", (request_id,)):
             return _approval(row)
         return None
+
+    def approvals_of_event(self, event_id: int) -> list[Approval]:
+        """The approvals an event asked for, in the order they were asked."""
+        return [
+            _approval(r)
+            for r in self._conn.execute(
+                f"SELECT {_COLUMNS} FROM approvals INDEXED BY approvals_event WHERE event_id = ? "
+                "ORDER BY requested_at, request_id",
+                (event_id,),
+            )
+        ]
 
     def pending_approvals(self) -> list[Approval]:
         """Unanswered requests, soonest deadline first (expired-but-not-yet-swept ones included)."""

@@ -229,7 +229,7 @@ class InboxMixin(StoreBase):
         ids: Sequence[int],
         *,
         now: int,
-        messages: Iterable[str | tuple[str, bool]] = (),
+        messages: Iterable[str | tuple[str, bool] | tuple[str, bool, str | None]] = (),
         error: str | None = None,
         approvals: Sequence[ApprovalDraft] = (),
         timers: Sequence[TimerDraft] = (),
@@ -258,7 +258,9 @@ class InboxMixin(StoreBase):
         first. A power cut before it can only leave the inbox as a crash just before the finish
         would: the event runs again, its journalled steps are skipped, and nothing was sent twice.
         """
-        outgoing = [(m, False) if isinstance(m, str) else (str(m[0]), bool(m[1])) for m in messages]
+        # (body, urgent) or (body, urgent, the approval it announces): an announcement goes in the urgent lane
+        outgoing = [(m, False, None) if isinstance(m, str) else (str(m[0]), bool(m[1]), m[2] if len(m) > 2 else None)
+                    for m in messages]
         with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
             if not self._holds(holder, gen, now):
                 self._record_fenced("finish", holder, gen, now, ids)
@@ -296,10 +298,10 @@ class InboxMixin(StoreBase):
                 moved += len(changed)
             if error is None and (moved or not ids):
                 source_event = ids[0] if ids else None
-                for body, urgent in outgoing:
+                for body, urgent, announces in outgoing:
                     self._conn.execute(
-                        "INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, ?, ?, ?)",
-                        (body, int(urgent), now, source_event),
+                        "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id) VALUES (?, ?, ?, ?, ?)",
+                        (body, int(urgent or announces is not None), now, source_event, announces),
                     )
                 self._commit_staged(approvals, timers, memory, tool_calls, now)
             return True

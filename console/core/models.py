@@ -98,6 +98,7 @@ class Approval:
     tool: str | None = None      # a tool call bound to this approval: exactly this runs on yes
     arguments: Any = None        # its canonical arguments
     sources: Any = None          # [{"event_id", "source", "source_id"}]: what started the run that asked
+    answered_via: str | None = None  # console | cli | ntfy | telegram | api | expiry, once settled
 
     def seconds_left(self, now: int) -> int:
         return max(0, self.expires_at - now)
@@ -112,6 +113,11 @@ class Batch:
     urgent: bool = False
     attempt: int = 1
     message_ids: list[int] = field(default_factory=list)
+    # Beside bodies: the approval each message announces, or None (empty when the batch was built by hand).
+    approval_ids: list[str | None] = field(default_factory=list)
+
+    def approval_of(self, index: int) -> str | None:
+        return self.approval_ids[index] if index < len(self.approval_ids) else None
 
     @property
     def text(self) -> str:
@@ -131,6 +137,7 @@ class OutboxMessage:
     channel: str | None
     error: str | None
     next_try_at: int | None
+    approval_id: str | None = None  # the approval this message announces
 
 
 @dataclass(frozen=True)
@@ -314,3 +321,36 @@ class SpendDecision:
     spent_nanos: int | None = None
     until: int | None = None
     unpriced: bool = False
+
+
+# What became of an answer from a phone. settled: it settled the approval; late: it came after the deadline
+# and settled it as expired; already_answered: an outcome already stood (a second tap, a replayed body).
+# The rest are ignored and change nothing: forged (no valid MAC), unknown (no such request), other_inbox
+# (signed for another inbox on a shared topic), wrong_chat (a Telegram tap from a chat not the owner's),
+# duplicate (the same service message or update id again).
+PHONE_VERDICTS = ("settled", "late", "already_answered", "forged", "unknown", "other_inbox", "wrong_chat",
+                  "duplicate")
+PHONE_IGNORED = ("forged", "unknown", "other_inbox", "wrong_chat", "duplicate")
+
+
+@dataclass(frozen=True)
+class PhoneAnswer:
+    verdict: str          # one of PHONE_VERDICTS
+    outcome: str | None   # the outcome that stands (yes | no | expired), None when ignored
+
+
+@dataclass(frozen=True)
+class PhoneCard:
+    """An approval card a phone channel sent, due to be replaced: it shows `shown` and should show `wanted`
+    (an outcome, or 'again:<outcome>' after a tap on a settled approval)."""
+
+    channel: str
+    outbox_id: int
+    ref: str              # the service's handle: Telegram "chat:message", ntfy sequence id
+    request_id: str
+    body: str             # the announcement as first sent
+    action: str
+    wanted: str
+    shown: str | None
+    answered_via: str | None
+    tries: int

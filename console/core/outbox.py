@@ -34,14 +34,21 @@ class OutboxChannel(Protocol):
 
 
 class OutboxMixin(StoreBase):
-    def queue_message(self, body: str, *, now: int, urgent: bool = False, event_id: int | None = None) -> int:
+    def queue_message(
+        self, body: str, *, now: int, urgent: bool = False, event_id: int | None = None, approval_id: str | None = None
+    ) -> int:
+        """Hold a message for the dispatcher. approval_id names the approval it announces: a phone channel
+        sends it as a card with Yes / No buttons (an announcement always takes the urgent lane)."""
         if not isinstance(body, str) or not body.strip():
             raise ValueError("a message must be non-empty text")
         with translate_errors(), transaction(self._conn):
-            return int(self._conn.execute(
-                "INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, ?, ?, ?) RETURNING id",
-                (body, int(urgent), now, event_id),
-            ).fetchall()[0][0])
+            return self._queue(body, bool(urgent or approval_id), now, event_id, approval_id)
+
+    def _queue(self, body: str, urgent: bool, now: int, event_id: int | None, approval_id: str | None) -> int:
+        return int(self._conn.execute(
+            "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id) VALUES (?, ?, ?, ?, ?) RETURNING id",
+            (body, int(urgent), now, event_id, approval_id),
+        ).fetchall()[0][0])
 
     def last_send_at(self) -> int | None:
         """When the held (non-urgent) lane last sent; the gap counts from here. A batch that some
@@ -250,13 +257,13 @@ class OutboxMixin(StoreBase):
                     (now + self.send_timeout, batch_id),
                 )
                 rows = self._conn.execute(
-                    "SELECT id, body FROM outbox WHERE batch_id = ? ORDER BY id", (batch_id,)
+                    "SELECT id, body, approval_id FROM outbox WHERE batch_id = ? ORDER BY id", (batch_id,)
                 ).fetchall()
                 attempt = attempts + 1
             else:
                 rows = self._conn.execute(
-                    "SELECT id, body FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' AND urgent = 1 "
-                    "ORDER BY id"
+                    "SELECT id, body, approval_id FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' "
+                    "AND urgent = 1 ORDER BY id"
                 ).fetchall()
                 urgent = 1 if rows else 0
                 if not rows:
@@ -266,7 +273,8 @@ class OutboxMixin(StoreBase):
                     if last is not None and now - last < self.outbox_gap:
                         return None
                     rows = self._conn.execute(
-                        "SELECT id, body FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' AND urgent = 0 "
+                        "SELECT id, body, approval_id FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' "
+                        "AND urgent = 0 "
                         "ORDER BY id"
                     ).fetchall()
                 if not rows:
@@ -279,14 +287,15 @@ class OutboxMixin(StoreBase):
                 ).fetchall()[0][0])
                 self._conn.executemany(
                     "UPDATE outbox SET status = 'sending', batch_id = ? WHERE id = ?",
-                    [(batch_id, message_id) for message_id, _ in rows],
+                    [(batch_id, message_id) for message_id, _, _ in rows],
                 )
                 attempt = 1
             if at_most_once:
                 self._mark_sent(batch_id, now)
             return batch_id, Batch(
-                key=key, bodies=[body for _, body in rows], urgent=bool(urgent), attempt=attempt,
-                message_ids=[message_id for message_id, _ in rows],
+                key=key, bodies=[body for _, body, _ in rows], urgent=bool(urgent), attempt=attempt,
+                message_ids=[message_id for message_id, _, _ in rows],
+                approval_ids=[approval for _, _, approval in rows],
             )
 
     def _mark_sent(self, batch_id: int, now: int) -> None:
@@ -323,7 +332,7 @@ class OutboxMixin(StoreBase):
             OutboxMessage(row[0], row[1], bool(row[2]), *row[3:])
             for row in self._conn.execute(
                 f"""SELECT o.id, o.body, o.urgent, o.created_at, o.event_id, o.status, o.sent_at,
-                           b.key, b.channel, b.last_error, b.next_try_at
+                           b.key, b.channel, b.last_error, b.next_try_at, o.approval_id
                     FROM outbox o LEFT JOIN outbox_batches b ON b.id = o.batch_id {clause}
                     ORDER BY o.id DESC LIMIT ?""",
                 params,

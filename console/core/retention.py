@@ -70,6 +70,9 @@ class RetentionMixin(InboxMixin):
             lambda event_id: (now, event_id, cutoff),
         )
         messages, batches = self._delete_sent(cutoff, chunk)
+        if self._scalar("SELECT 1 FROM phone_answers WHERE at < ? LIMIT 1", (cutoff,)):
+            with translate_errors(), transaction(self._conn):  # the answers phones gave, kept as long as messages
+                self._conn.execute("DELETE FROM phone_answers WHERE at < ?", (cutoff,))
         steps = sessions = 0
         if not open_conversations:
             steps = self._in_chunks(_SELECT_STEP_EVENTS, (end_id, cutoff), chunk,
@@ -107,6 +110,10 @@ class RetentionMixin(InboxMixin):
             with translate_errors(), transaction(self._conn):
                 for batch_id in batch_ids:
                     self._conn.execute("DELETE FROM outbox_deliveries WHERE batch_id = ?", (batch_id,))
+                    self._conn.execute(
+                        "DELETE FROM phone_messages WHERE outbox_id IN (SELECT id FROM outbox WHERE batch_id = ?)",
+                        (batch_id,),
+                    )
                     self._conn.execute("DELETE FROM outbox WHERE batch_id = ?", (batch_id,))
                     messages += self._conn.changes()
                     self._conn.execute("DELETE FROM outbox_batches WHERE id = ?", (batch_id,))

@@ -20,16 +20,18 @@ from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
 from console.core.models import BudgetDefaults
 from console.core.outbox import OutboxMixin
+from console.core.phone import PhoneMixin
 from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
 from console.core.spend import SpendMixin
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
+RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
 
 class Store(
-    RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, ApprovalsMixin, OutboxMixin, JournalMixin, InsightsMixin,
-    AgentStateMixin, SpendMixin,
+    RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin, JournalMixin,
+    InsightsMixin, AgentStateMixin, SpendMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
         self._conn = conn
@@ -175,6 +177,12 @@ class Store(
                  "arguments": a.arguments, "sources": a.sources or []}
                 for a in approvals
             ],
+            "approvals_recent": [
+                {"request_id": a.request_id, "action": a.action, "outcome": a.outcome,
+                 "answered_via": a.answered_via, "answered_at": a.resolved_at}
+                for a in self.resolved_approvals(RECENT_APPROVALS)
+            ],
+            "phone_answers": self.phone_answer_counts(),
             "outbox": self.outbox_counts(),
             "next_send_at": self.next_send_at(now=now),
             "next_timer": None if nxt is None else {"id": nxt.id, "due": nxt.due, "due_in": nxt.due - now},

@@ -300,23 +300,33 @@ class TimersMixin(StoreBase):
     def _insert_timer_event(self, source: str, source_id: str, body: dict[str, Any], now: int) -> None:
         self._insert_event(source, source_id, dumps(body), now)
         if source == "approval":
-            self._settle_approval(source_id, now)
+            self._settle_approval(source_id, now, "expiry")
 
-    def _settle_approval(self, request_id: str, now: int) -> str | None:
-        """Mirror the outcome that stands (the inbox row) onto the approval, for listing, and drop the
-        approval's expiry timer: once an outcome stands there is nothing left for it to do, and left in
-        place it was listed with the user's timers, counted as the next one due, and fired later into
-        a refused duplicate."""
+    def _settle_approval(self, request_id: str, now: int, via: str) -> str | None:
+        """Mirror the outcome that stands (the inbox row) onto the approval, for listing, with where it came
+        from (`via`, recorded only by the write that settles it), and drop the approval's expiry timer:
+        once an outcome stands there is nothing left for it to do, and left in place it was listed with
+        the user's timers, counted as the next one due, and fired later into a refused duplicate.
+
+        The approval's cards on the phone channels are told the outcome in the same transaction, so each
+        channel replaces its card whoever answered (a phone, the console, the CLI, the expiry)."""
         stored = self._scalar(
             "SELECT payload FROM inbox WHERE source = 'approval' AND source_id = ?", (request_id,)
         )
         if stored is None:
             return None
         answer = str(loads(stored)["answer"])
-        self._conn.execute(
-            "UPDATE approvals SET outcome = ?, resolved_at = ? WHERE request_id = ? AND outcome IS NULL",
-            (answer, now, request_id),
-        )
+        settled = self._conn.execute(
+            """UPDATE approvals SET outcome = ?, resolved_at = ?, answered_via = ?
+               WHERE request_id = ? AND outcome IS NULL RETURNING request_id""",
+            (answer, now, via, request_id),
+        ).fetchall()
+        if settled:
+            self._conn.execute(
+                """UPDATE phone_messages SET wanted = ?, tries = 0, next_try_at = NULL, updated_at = ?
+                   WHERE request_id = ? AND wanted = 'ask'""",
+                (answer, now, request_id),
+            )
         # Only the approval's own timer: a timer of the user's under that name (a hand edit) is not ours.
         self._conn.execute(
             "DELETE FROM timers WHERE id = ? AND ev_source = 'approval' AND ev_id = ?",

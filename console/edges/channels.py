@@ -20,6 +20,9 @@ the others send twice.
     [[channels]]
     type = "apprise"
     urls = ["ntfy://my-topic", "mailto://..."]
+
+The phone channels, ntfy and telegram, send approval requests as cards with Yes / No buttons and take the
+answers back (console/edges/phone.py, ntfy.py, telegram.py).
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections import OrderedDict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -45,6 +48,7 @@ from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import Batch, SendError
 from console.core.outbox import OutboxChannel
+from console.edges.phone_config import PHONE_KEYS, build_phone_channel
 
 DEFAULT_HTTP_TIMEOUT = 10.0
 # Statuses that say "not now" rather than "never": retried like a 5xx.
@@ -276,10 +280,11 @@ class AppriseChannel:
 
 # --- configuration ----------------------------------------------------------------------------
 _COMMON_KEYS = {"type", "name", "at_most_once"}
-_TYPE_KEYS = {"console": set(), "file": {"path"}, "http": {"url", "timeout"}, "apprise": {"urls", "title"}}
+_TYPE_KEYS = {"console": set(), "file": {"path"}, "http": {"url", "timeout"}, "apprise": {"urls", "title"},
+              **PHONE_KEYS}
 
 
-def _channel(index: int, raw: Any, clock: Clock) -> Channel:
+def _channel(index: int, raw: Any, clock: Clock, settings: Settings, environ: Mapping[str, str]) -> Channel:
     where = f"channels[{index}]"
     if not isinstance(raw, dict):
         raise ConfigError(f"{where}: expected a [[channels]] table with a type")
@@ -297,6 +302,9 @@ def _channel(index: int, raw: Any, clock: Clock) -> Channel:
         raise ConfigError(f"{where}.at_most_once: expected true or false, got {at_most_once!r}")
     if kind == "console":
         return ConsoleChannel(name)
+    if kind in PHONE_KEYS:
+        return build_phone_channel(str(kind), where, raw, name=name, at_most_once=at_most_once, settings=settings,
+                                   environ=environ)
     if kind == "file":
         path = raw.get("path")
         if not isinstance(path, str) or not path.strip():
@@ -329,13 +337,17 @@ def _channel(index: int, raw: Any, clock: Clock) -> Channel:
         raise ConfigError(f"{where}.{exc}") from None
 
 
-def build_channels(settings: Settings, *, clock: Clock | None = None) -> list[Channel]:
-    """The console channel (always on) and the [[channels]] of the settings, checked."""
+def build_channels(
+    settings: Settings, *, clock: Clock | None = None, environ: Mapping[str, str] | None = None
+) -> list[Channel]:
+    """The console channel (always on) and the [[channels]] of the settings, checked. Tokens are read from
+    environ (the process's environment by default) or the secrets file."""
     raw = settings.channels
     if not isinstance(raw, list):
         raise ConfigError("channels: expected [[channels]] tables")
     clock = clock or WallClock()
-    channels: list[Channel] = [_channel(index, item, clock) for index, item in enumerate(raw)]
+    env = os.environ if environ is None else environ
+    channels: list[Channel] = [_channel(index, item, clock, settings, env) for index, item in enumerate(raw)]
     seen: dict[str, int] = {}
     for index, channel in enumerate(channels):
         if channel.name in seen:

@@ -14,7 +14,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -26,6 +26,7 @@ from console.config import Settings
 from console.core import Store
 from console.core.outbox import OutboxChannel
 from console.edges.channels import build_channels
+from console.edges.phone import PhoneChannel
 from console.runtime.dbthread import DbThread
 from console.runtime.dispatcher import Dispatcher
 from console.runtime.maintenance import Maintenance
@@ -104,15 +105,42 @@ class Engine:
         await self.write(lambda store: store.drop_settled_expiry_timers())
         if self.install_defaults:
             await self.write(self._install_defaults)
+        phone_services = await self._start_phone_channels()
         loop_tasks = [
             ("worker", self.worker.run()),
             ("scheduler", self.scheduler.run()),
             ("dispatcher", self.dispatcher.run()),
             ("maintenance", self.maintenance.run()),
             ("watcher", self._watch()),
+            *phone_services,
         ]
         self._tasks = [asyncio.create_task(coro, name=f"agent-console-{name}") for name, coro in loop_tasks]
         log.info("engine started on %s as %s (agent %s)", self.path, self.holder, self.agent_name)
+
+    async def _start_phone_channels(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        """Each phone channel's listener and card keeper. A channel that cannot start (its secrets file is
+        readable by others) stops the engine's start with that ConfigError, leaving nothing running."""
+        services: list[tuple[str, Coroutine[Any, Any, None]]] = []
+        started: list[PhoneChannel] = []
+        try:
+            for channel in self.phone_channels:
+                services += await channel.start(self)
+                started.append(channel)
+        except BaseException:
+            for coroutine in (coro for _, coro in services):
+                coroutine.close()
+            for channel in started:
+                await channel.stop()
+            for thread in self._threads.values():
+                await thread.close()
+            self._threads = {}
+            self._mode = "stopped"
+            raise
+        return services
+
+    @property
+    def phone_channels(self) -> list[PhoneChannel]:
+        return [channel for channel in self._channels if isinstance(channel, PhoneChannel)]
 
     def _install_defaults(self, store: Store) -> None:
         if store.timer(DIGEST_TIMER_ID) is None:
@@ -132,6 +160,8 @@ class Engine:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
+        for channel in self.phone_channels:
+            await channel.stop()
         for name, thread in self._threads.items():
             await thread.close(wait=name != "runner" or not self.worker.busy)
         self._threads = {}
@@ -194,9 +224,9 @@ class Engine:
         self.publish("events", f"{source}/{source_id}")
         return stored
 
-    async def answer(self, request_id: str, answer: str) -> str:
+    async def answer(self, request_id: str, answer: str, *, via: str = "console") -> str:
         now = self.clock.now()
-        outcome = await self.write(lambda store: store.answer_approval(request_id, answer, now=now))
+        outcome = await self.write(lambda store: store.answer_approval(request_id, answer, now=now, via=via))
         self.publish("approvals", f"{request_id}: {outcome}")
         return outcome
 

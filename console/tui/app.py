@@ -248,7 +248,7 @@ class ConsoleApp(App[None]):
     async def _start_engine(self) -> None:
         try:
             await self.engine.start()
-        except StoreError as exc:
+        except (StoreError, ConfigError) as exc:
             self.start_error = str(exc)
             self.exit(return_code=2, message=str(exc))
             return

@@ -5,12 +5,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, tzinfo
+from typing import Any
 
 from console.core import Approval, Attempt, Event, JournalStep, OutboxMessage, Store
 from console.spendfmt import RunSpend, runs_of
 from console.timefmt import agent_in_words, relative, span
 
 AHEAD_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class ApprovalTrail:
+    """An approval the event asked for (or, for an approval event, the one it answers), and what phones sent."""
+
+    approval: Approval
+    phone_answers: list[dict[str, Any]] = field(default_factory=list)  # newest first
 
 
 @dataclass(frozen=True)
@@ -21,6 +30,7 @@ class DetailView:
     replies: list[OutboxMessage]
     reasons: list[str]
     runs: list[RunSpend] = field(default_factory=list)  # the model calls filed under it, per run
+    approvals: list[ApprovalTrail] = field(default_factory=list)
 
 
 def clock_text(at: int | None, now: int, zone: tzinfo | None = None) -> str:
@@ -51,9 +61,19 @@ def read_detail(
             why_not_run(store, event, now=now, holder=holder, mode=mode, approvals=approvals, replies=replies,
                         zone=zone),
             runs_of(store.event_spend(event_id)),
+            approval_trails(store, event),
         )
 
     return read
+
+
+def approval_trails(store: Store, event: Event) -> list[ApprovalTrail]:
+    """The approvals an event asked for; for an approval's own event, that approval."""
+    asked = store.approvals_of_event(event.id)
+    if event.source == "approval":
+        answered = store.approval(event.source_id)
+        asked += [answered] if answered is not None else []
+    return [ApprovalTrail(a, store.phone_answers(request_id=a.request_id, limit=10)) for a in asked]
 
 
 def _mentions(approval: Approval, event: Event) -> bool:

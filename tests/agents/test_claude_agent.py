@@ -543,6 +543,9 @@ async def test_the_engine_runs_a_chat_and_an_approval_through_claude(engine: Eng
     assert answer["content"] == "The owner answered yes to: Deploy web to prod now?"
     bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
     assert "Deploying." in bodies and any(b.startswith(f"Approval needed [{approval.request_id}]") for b in bodies)
+    linked = await engine.read(lambda s: [(m.body, m.urgent) for m in s.outbox_messages()
+                                          if m.approval_id == approval.request_id])
+    assert len(linked) == 1 and linked[0][0].startswith("Approval needed") and linked[0][1]  # the card's message
     assert len(claude.requests) == 5 and json.dumps(claude.requests).count(FAKE_KEY) == 0
 
 

@@ -148,11 +148,30 @@ def test_status_text_shows_lease_approvals_outbox_timer_and_fencing(db: Path) ->
     assert "1 takeovers · 1 refused late finishes" in text
 
 
+def test_status_says_where_recent_answers_came_from_and_what_phones_sent(db: Path) -> None:
+    now = wall()
+    with open_store(db) as store:
+        for request_id, action in (("apr-1-aa", "refund order 881"), ("apr-2-bb", "deploy web")):
+            store.request_approval(request_id, action, now=now - 300, expires_in=3600)
+        store.take_phone_answer("telegram", "u1", via="telegram", now=now - 120, request_id="apr-1-aa", answer="yes")
+        store.take_phone_answer("telegram", "u2", via="telegram", now=now - 60, request_id="apr-1-aa", answer="no",
+                                refused="wrong_chat")
+        store.answer_approval("apr-2-bb", "no", now=now - 30, via="console")
+    text = ok(db, "status")
+    assert "apr-1-aa  refund order 881  (yes from Telegram, 2m 00s ago)" in text
+    assert "apr-2-bb  deploy web  (no in the console, 30s ago)" in text
+    assert "phone      1 answers taken · 1 ignored (1 wrong chat)" in text
+    info = json.loads(ok(db, "status", "--json"))
+    assert [(a["request_id"], a["answered_via"]) for a in info["approvals_recent"]] == [
+        ("apr-2-bb", "console"), ("apr-1-aa", "telegram")]
+    assert info["phone_answers"]["settled"] == 1 and info["phone_answers"]["wrong_chat"] == 1
+
+
 def test_status_text_on_a_fresh_inbox(db: Path) -> None:
     Store.open(db).close()
     text = ok(db, "status")
     assert "nobody has held it yet" in text and "none pending" in text and "nothing to send" in text
-    assert "agent      ready" in text
+    assert "agent      ready" in text and "phone " not in text
     assert json.loads(ok(db, "status", "--json"))["agent"] == {"state": "ready", "reason": None, "until": None}
 
 
@@ -246,6 +265,8 @@ def test_approve_prints_the_outcome_that_stands(db: Path) -> None:
     with open_store(db) as store:
         approval = store.approval("refund-881")
     assert approval is not None and approval.outcome == "yes"
+    [recent] = json.loads(ok(db, "status", "--json"))["approvals_recent"]
+    assert (recent["request_id"], recent["outcome"], recent["answered_via"]) == ("refund-881", "yes", "cli")
 
 
 def test_approve_after_the_deadline_prints_expired(db: Path) -> None:

@@ -93,6 +93,7 @@ async def test_approval_yes_runs_the_approved_call_once_and_reports(engine: Engi
     # A second tap cannot change the outcome, and nothing runs twice.
     assert await engine.answer(request_id, "no") == "yes"
     assert await engine.read(lambda s: s.journal_step(f"tool:{request_id}").executions) == 1
+    assert await engine.read(lambda s: s.approval(request_id).answered_via) == "console"
 
 
 async def test_approval_left_to_expire_reports_nothing_done(engine: Engine, clock: ManualClock) -> None:

@@ -408,3 +408,50 @@ async def test_nesting_past_the_limit_is_refused_by_inject_and_the_deepest_paylo
         assert text_of(app, "#detail-payload").count('"k": {') == MAX_PAYLOAD_DEPTH - 1
     with reopen(filled) as store:
         assert store.max_event_id() == 8
+
+
+async def test_the_console_says_where_each_answer_came_from(db_path: Path, clock: ManualClock) -> None:
+    now = clock.now()
+    with Store.open(db_path) as store:
+        store.ingest("chat", "c1", {"text": "refund order 881"}, now=now - 120)
+        asker = store.find_event("chat", "c1")
+        assert asker is not None
+        store.request_approval("apr-1-aa", "refund order 881", now=now - 100, expires_in=3600, event_id=asker.id)
+        store.take_phone_answer("telegram", "u7", via="telegram", now=now - 60, request_id="apr-1-aa", answer="no",
+                                refused="wrong_chat")
+        store.take_phone_answer("telegram", "u8", via="telegram", now=now - 50, request_id="apr-1-aa", answer="yes")
+        store.request_approval("apr-9-bb", "deploy web", now=now - 40, expires_in=3600)
+    app = make_app(db_path, clock)
+    async with app.run_test(size=(120, 30)) as pilot:
+        await started(app, pilot)
+        await wait_until(pilot, lambda: "· Telegram" in text_of(app, "#approvals-resolved"), what="Telegram")
+        await pilot.press("y")  # the other approval, answered here
+        await wait_until(pilot, lambda: "deploy web · console" in text_of(app, "#approvals-resolved"), what="console")
+        await pilot.press("enter")  # the newest event: the answer just given
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        assert "apr-9-bb  deploy web\n  yes in the console" in text_of(app, "#detail-approvals")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: not isinstance(app.screen, DetailScreen), what="back")
+        await pilot.press("down")  # the answer from the phone
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        trail = text_of(app, "#detail-approvals")
+        assert "apr-1-aa  refund order 881\n  yes from Telegram" in trail
+        assert "telegram: yes → settled" in trail and "telegram: no → wrong chat" in trail
+
+
+def test_an_events_detail_lists_the_approvals_it_asked_for(db_path: Path, clock: ManualClock) -> None:
+    from console.tui.detail import read_detail
+
+    now = clock.now()
+    with Store.open(db_path) as store:
+        store.ingest("chat", "c1", {"text": "refund 1 and deploy"}, now=now)
+        store.ingest("chat", "c2", {"text": "unrelated"}, now=now)
+        for request_id, action in (("apr-1-aa", "refund 1"), ("apr-1-bb", "deploy")):
+            store.request_approval(request_id, action, now=now, expires_in=600, event_id=1)
+        store.answer_approval("apr-1-bb", "no", now=now + 5, via="cli")
+        view = read_detail(1, now=now + 10, holder=HOLDER, mode="active")(store)
+        other = read_detail(2, now=now + 10, holder=HOLDER, mode="active")(store)
+    assert [(t.approval.request_id, t.approval.outcome, t.approval.answered_via) for t in view.approvals] == [
+        ("apr-1-aa", None, None), ("apr-1-bb", "no", "cli")]
+    assert other.approvals == []

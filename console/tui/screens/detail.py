@@ -15,11 +15,13 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from console.textsafe import json_terminal_safe, terminal_safe
+from console.timefmt import via_in_words
 from console.tui.detail import DetailView, clock_text
 
 Part = str | tuple[str, str]
 STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": "$text-success",
                 "dead": "$text-error"}
+OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
 
 
 def payload_json(payload: object) -> str:
@@ -69,6 +71,9 @@ class DetailScreen(ModalScreen[None]):
                 yield Static(self._steps(), id="detail-steps")
                 yield Static("Model calls", classes="heading")
                 yield Static(self._runs(), id="detail-spend")
+                if self.view.approvals:
+                    yield Static("Approvals", classes="heading")
+                    yield Static(self._approvals(), id="detail-approvals")
                 if self.view.replies:
                     yield Static("Replies", classes="heading")
                     yield Static(self._replies(), id="detail-replies")
@@ -114,6 +119,28 @@ class DetailScreen(ModalScreen[None]):
             who = f"{run.holder or '-'} gen {run.gen if run.gen is not None else '-'}"
             parts += [(f"run {clock_text(run.started, self.now, self.zone)}", "bold"),
                       (terminal_safe(f"  {who}"), "dim"), "\n  ", terminal_safe(run.describe()), "\n"]
+        return Content.assemble(*parts[:-1])
+
+    def _approvals(self) -> Content:
+        """Each approval: what was asked, and its outcome with where the answer came from and when."""
+        parts: list[Part] = []
+        for trail in self.view.approvals:
+            approval = trail.approval
+            parts += [(f"{approval.request_id}  ", "bold"), terminal_safe(approval.action), "\n  "]
+            if approval.outcome is None:
+                parts.append((f"waiting · expires {clock_text(approval.expires_at, self.now, self.zone)}",
+                              "$text-warning"))
+            else:
+                via = via_in_words(approval.answered_via)
+                parts += [(approval.outcome, f"bold {OUTCOME_STYLE.get(approval.outcome, '')}"),
+                          f" {via}" if via else "",
+                          (f" · {clock_text(approval.resolved_at, self.now, self.zone)}", "dim")]
+            for answer in trail.phone_answers:  # the ledger says which taps counted and which were refused
+                parts += ["\n  ", (f"{answer['channel']}: {answer['answer'] or '?'} → "
+                                   f"{answer['verdict'].replace('_', ' ')}"
+                                   f"{' (+' + str(answer['repeats']) + ' again)' if answer['repeats'] else ''} · "
+                                   f"{clock_text(answer['at'], self.now, self.zone)}", "dim")]
+            parts.append("\n")
         return Content.assemble(*parts[:-1])
 
     def _replies(self) -> Content:

@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Static
 
 from console.core import Approval
 from console.textsafe import terminal_safe
+from console.timefmt import VIA_SHORT
 from console.tui.detail import human_span
 from console.tui.reads import ApprovalsView
 
@@ -47,7 +48,8 @@ class ApprovalsPane(Vertical):
     HELP = """
 ## Approvals
 Questions the agent asked before acting, soonest deadline first. **y** / **n** answer the highlighted
-one; unanswered, it expires. The first outcome stands.
+one; unanswered, it expires. The first outcome stands, wherever it came from: the recent outcomes below say
+where (console, CLI, ntfy, Telegram, or the deadline).
 """
 
     def __init__(self, *, id: str | None = None) -> None:
@@ -82,6 +84,8 @@ one; unanswered, it expires. The first outcome stands.
         for approval in view.resolved[:4]:
             lines += ["\n", (f"{approval.outcome:<8}", OUTCOME_STYLE.get(approval.outcome or "", "")),
                       terminal_safe(approval.action)]
+            if approval.answered_via:  # where the answer came from: console, CLI, ntfy, Telegram, deadline
+                lines.append((f" · {VIA_SHORT.get(approval.answered_via, approval.answered_via)}", "dim"))
         self.query_one("#approvals-resolved", Static).update(Content.assemble(*lines))
         if previous is None:
             return []

@@ -1,0 +1,338 @@
+"""Stand-ins for the ntfy server and the Telegram Bot API on 127.0.0.1, written from the services' published
+API documentation (docs.ntfy.sh: publish as JSON, action buttons, subscribe as a JSON stream with `since`,
+sequence ids; core.telegram.org/bots/api: sendMessage, editMessageText, getUpdates, answerCallbackQuery).
+
+Each records every request it gets and keeps what a phone would show, and can act as the phone: tap a
+button of a card the way the ntfy app (an HTTP request) or a Telegram client (a callback query) does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import string
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+
+_ID_CHARS = string.ascii_letters + string.digits
+
+
+@dataclass
+class Request:
+    method: str
+    path: str
+    query: dict[str, str]
+    headers: dict[str, str]
+    body: bytes
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.requests: list[Request] = []
+        self.url = ""
+        self._runner: web.AppRunner | None = None
+
+    def routes(self, app: web.Application) -> None:
+        raise NotImplementedError
+
+    async def start(self) -> None:
+        app = web.Application(middlewares=[self._record])
+        self.routes(app)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.05)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        host, port = self._runner.addresses[0][:2]
+        self.url = f"http://{host}:{port}"
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    @web.middleware
+    async def _record(self, request: web.Request, handler: Callable[[web.Request], Any]) -> web.StreamResponse:
+        body = await request.read()
+        self.requests.append(Request(request.method, request.path, dict(request.query), dict(request.headers), body))
+        response: web.StreamResponse = await handler(request)
+        return response
+
+
+# --- ntfy ------------------------------------------------------------------------------------------------
+class StandInNtfy(_Server):
+    """ntfy: POST / publishes JSON ({"topic", "message", "title", "priority", "tags", "actions", "sequence_id"});
+    POST /<topic> publishes its body as the message; GET /<topic>/json?since=<all|unix time|message id> streams
+    newline-delimited JSON: an "open" event, the cached messages after `since`, then new ones as they come, with
+    "keepalive" events between. Topics listed in `protected` need `Authorization: Bearer <token>` to publish."""
+
+    def __init__(self, clock: Callable[[], int], *, token: str | None = None, protected: tuple[str, ...] = ()) -> None:
+        super().__init__()
+        self.clock = clock
+        self.token = token
+        self.protected = set(protected)
+        self.messages: list[dict[str, Any]] = []
+        self.publish_statuses: list[int] = []  # answered in turn to JSON publishes; 200 once they run out
+        self.keepalive = 0.2
+        self._changed = asyncio.Condition()
+        self._streams = 0
+        self._cut = 0
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/", self._publish_json)
+        app.router.add_get("/{topic}/json", self._subscribe)
+        app.router.add_route("*", "/{topic}", self._publish_plain)
+
+    def _authorised(self, request: web.Request, topic: str) -> bool:
+        return topic not in self.protected or request.headers.get("Authorization") == f"Bearer {self.token}"
+
+    async def _add(self, fields: dict[str, Any]) -> dict[str, Any]:
+        message = {"id": "".join(secrets.choice(_ID_CHARS) for _ in range(12)), "time": self.clock(),
+                   "event": "message", **fields}
+        message.setdefault("sequence_id", message["id"])
+        self.messages.append(message)
+        async with self._changed:
+            self._changed.notify_all()
+        return message
+
+    async def _publish_json(self, request: web.Request) -> web.Response:
+        if self.publish_statuses:
+            status = self.publish_statuses.pop(0)
+            if status != 200:
+                return web.json_response({"code": status, "error": "stand-in failure"}, status=status)
+        fields = json.loads(await request.read())
+        if not self._authorised(request, fields["topic"]):
+            return web.json_response({"code": 40301, "http": 403, "error": "forbidden"}, status=403)
+        message = await self._add(fields)
+        return web.json_response(message)
+
+    async def _publish_plain(self, request: web.Request) -> web.Response:
+        topic = request.match_info["topic"]
+        if request.method not in ("POST", "PUT"):
+            return web.json_response({"error": "method not allowed"}, status=405)
+        if not self._authorised(request, topic):
+            return web.json_response({"code": 40301, "http": 403, "error": "forbidden"}, status=403)
+        message = await self._add({"topic": topic, "message": (await request.read()).decode("utf-8")})
+        return web.json_response(message)
+
+    def _after(self, topic: str, since: str) -> list[dict[str, Any]]:
+        mine = [m for m in self.messages if m["topic"] == topic]
+        if since == "all":
+            return mine
+        if since.isdigit():
+            return [m for m in mine if m["time"] >= int(since)]
+        ids = [m["id"] for m in mine]
+        return mine[ids.index(since) + 1:] if since in ids else []  # an id no longer cached: nothing
+
+    async def _subscribe(self, request: web.Request) -> web.StreamResponse:
+        topic = request.match_info["topic"]
+        since = request.query.get("since", "")
+        response = web.StreamResponse(headers={"Content-Type": "application/x-ndjson; charset=utf-8"})
+        await response.prepare(request)
+        await self._line(response, {"id": "open", "time": self.clock(), "event": "open", "topic": topic})
+        backlog = self._after(topic, since) if since else []
+        position = len(self.messages)  # what is published from here on is sent as it comes
+        for message in backlog:
+            await self._line(response, message)
+        cut = self._cut
+        self._streams += 1
+        try:
+            while cut == self._cut:
+                fresh, position = self.messages[position:], len(self.messages)
+                for message in fresh:
+                    if message["topic"] == topic:
+                        await self._line(response, message)
+                if fresh:
+                    continue
+                async with self._changed:
+                    try:
+                        await asyncio.wait_for(self._changed.wait(), self.keepalive)
+                    except TimeoutError:
+                        await self._line(response, {"id": "ka", "time": self.clock(), "event": "keepalive",
+                                                    "topic": topic})
+        except ConnectionResetError:  # the subscriber went away
+            pass
+        finally:
+            self._streams -= 1
+        return response
+
+    async def _line(self, response: web.StreamResponse, value: dict[str, Any]) -> None:
+        await response.write(json.dumps(value).encode() + b"\n")
+
+    async def repeat(self, message: dict[str, Any]) -> None:
+        """Deliver a message a second time under its own id (a proxy or a server replaying its stream)."""
+        self.messages.append(dict(message))
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def cut_streams(self) -> None:
+        """End every open stream (a server restart, a dropped connection)."""
+        self._cut += 1
+        async with self._changed:
+            self._changed.notify_all()
+
+    @property
+    def open_streams(self) -> int:
+        return self._streams
+
+    # --- the phone's view ---------------------------------------------------------------------------
+    def shown(self, topic: str) -> dict[str, dict[str, Any]]:
+        """What the phone shows: per sequence id, the latest message published under it."""
+        latest: dict[str, dict[str, Any]] = {}
+        for message in self.messages:
+            if message["topic"] == topic:
+                latest[message["sequence_id"]] = message
+        return latest
+
+    def cards(self, topic: str) -> list[dict[str, Any]]:
+        return [m for m in self.shown(topic).values() if "Approval needed" in m.get("message", "")]
+
+    async def tap(self, message: dict[str, Any], label: str) -> int:
+        """What the ntfy app does when a button of type http is tapped: the request it describes, as is."""
+        [action] = [a for a in message["actions"] if a["label"] == label]
+        assert action["action"] == "http"
+        async with aiohttp.ClientSession() as http, http.request(
+            action.get("method", "POST"), action["url"], data=action.get("body", "").encode(),
+            headers=action.get("headers", {}),
+        ) as response:
+            return response.status
+
+    async def post(self, topic: str, text: str) -> dict[str, Any]:
+        """Anyone publishing to a topic (a forged or replayed answer)."""
+        async with aiohttp.ClientSession() as http, http.post(f"{self.url}/{topic}", data=text.encode()) as response:
+            assert response.status == 200, response.status
+            result: dict[str, Any] = await response.json()
+            return result
+
+
+# --- Telegram Bot API ------------------------------------------------------------------------------------
+@dataclass
+class Tap:
+    callback_id: str
+    update_id: int
+
+
+@dataclass
+class StandInBotApi(_Server):
+    """The Bot API: POST /bot<token>/<method> with a JSON body; {"ok": true, "result": ...} or {"ok": false,
+    "error_code", "description"}. getUpdates long-polls: it confirms every update below `offset` and waits up
+    to `timeout` seconds for one at or after it."""
+
+    token: str = "123456:stand-in-token"
+    failures: dict[str, list[int]] = field(default_factory=dict)   # method -> statuses to answer in turn
+    chats: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    updates: list[dict[str, Any]] = field(default_factory=list)
+    callback_answers: list[dict[str, Any]] = field(default_factory=list)
+    next_update_id: int = 500
+
+    def __post_init__(self) -> None:
+        _Server.__init__(self)
+        self._changed = asyncio.Condition()
+        self._message_id = 100
+
+    def routes(self, app: web.Application) -> None:
+        app.router.add_post("/bot{token}/{method}", self._method)
+
+    async def _method(self, request: web.Request) -> web.Response:
+        if request.match_info["token"] != self.token:
+            return self._error(401, "Unauthorized")
+        method = request.match_info["method"]
+        queued = self.failures.get(method)
+        if queued:
+            status = queued.pop(0)
+            return self._error(status, "Too Many Requests: retry after 1" if status == 429 else "stand-in failure")
+        payload = json.loads(await request.read() or b"{}")
+        handler = {"sendMessage": self._send, "editMessageText": self._edit, "getUpdates": self._get_updates,
+                   "answerCallbackQuery": self._answer_callback}.get(method)
+        if handler is None:
+            return self._error(404, "Not Found")
+        return await handler(payload)
+
+    def _ok(self, result: Any) -> web.Response:
+        return web.json_response({"ok": True, "result": result})
+
+    def _error(self, code: int, description: str) -> web.Response:
+        return web.json_response({"ok": False, "error_code": code, "description": description},
+                                 status=code)
+
+    async def _send(self, payload: dict[str, Any]) -> web.Response:
+        chat_id = payload["chat_id"]
+        for row in (payload.get("reply_markup") or {}).get("inline_keyboard", []):
+            for button in row:
+                if len(button["callback_data"].encode()) > 64:
+                    return self._error(400, "Bad Request: BUTTON_DATA_INVALID")
+        self._message_id += 1
+        message = {"message_id": self._message_id, "chat": {"id": chat_id, "type": "private"}, "date": 0,
+                   "text": payload["text"], "reply_markup": payload.get("reply_markup")}
+        self.chats.setdefault(chat_id, []).append(message)
+        return self._ok({k: v for k, v in message.items() if v is not None})
+
+    async def _edit(self, payload: dict[str, Any]) -> web.Response:
+        message = self.message(payload["chat_id"], payload["message_id"])
+        if message is None:
+            return self._error(400, "Bad Request: message to edit not found")
+        if message["text"] == payload["text"] and message["reply_markup"] == payload.get("reply_markup"):
+            return self._error(400, "Bad Request: message is not modified: specified new message content and "
+                                    "reply markup are exactly the same as a current content and reply markup")
+        message["text"] = payload["text"]
+        message["reply_markup"] = payload.get("reply_markup")  # none given: the keyboard is removed
+        message["edits"] = message.get("edits", 0) + 1
+        return self._ok({k: v for k, v in message.items() if v is not None})
+
+    async def _get_updates(self, payload: dict[str, Any]) -> web.Response:
+        offset = payload.get("offset")
+        if offset is not None:
+            self.updates = [u for u in self.updates if u["update_id"] >= offset]  # confirmed: forgotten
+        deadline = asyncio.get_running_loop().time() + float(payload.get("timeout", 0))
+        async with self._changed:
+            while not self.updates:
+                left = deadline - asyncio.get_running_loop().time()
+                if left <= 0:
+                    break
+                try:
+                    await asyncio.wait_for(self._changed.wait(), left)
+                except TimeoutError:
+                    break
+        # allowed_updates only stops new kinds being queued: what is queued already is returned (as the docs say)
+        return self._ok(list(self.updates))
+
+    async def _answer_callback(self, payload: dict[str, Any]) -> web.Response:
+        self.callback_answers.append(payload)
+        return self._ok(True)
+
+    # --- the phone --------------------------------------------------------------------------------
+    def message(self, chat_id: int, message_id: int) -> dict[str, Any] | None:
+        return next((m for m in self.chats.get(chat_id, []) if m["message_id"] == message_id), None)
+
+    def cards(self, chat_id: int) -> list[dict[str, Any]]:
+        return [m for m in self.chats.get(chat_id, []) if m["text"].startswith("Approval needed")]
+
+    async def push(self, update: dict[str, Any]) -> int:
+        self.next_update_id += 1
+        update = {"update_id": self.next_update_id, **update}
+        self.updates.append(update)
+        async with self._changed:
+            self._changed.notify_all()
+        return self.next_update_id
+
+    async def tap(self, chat_id: int, message: dict[str, Any], label: str, *, from_id: int | None = None,
+                  data: str | None = None) -> Tap:
+        """A tap on a button of a message, as Telegram reports it: a callback_query update."""
+        if data is None:
+            [button] = [b for row in message["reply_markup"]["inline_keyboard"] for b in row if b["text"] == label]
+            data = button["callback_data"]
+        callback_id = secrets.token_hex(8)
+        update_id = await self.push({"callback_query": {
+            "id": callback_id, "from": {"id": chat_id if from_id is None else from_id, "is_bot": False,
+                                        "first_name": "Owner"},
+            "message": {"message_id": message["message_id"], "chat": {"id": chat_id, "type": "private"},
+                        "date": 0, "text": message["text"]},
+            "chat_instance": "1", "data": data}})
+        return Tap(callback_id, update_id)
+
+    def reply_to(self, tap: Tap) -> str | None:
+        """What the phone was told about a tap (answerCallbackQuery's text)."""
+        return next((a.get("text") for a in self.callback_answers if a["callback_query_id"] == tap.callback_id), None)

@@ -1,0 +1,310 @@
+"""The Telegram channel against a stand-in Bot API on 127.0.0.1, with a real engine on a real inbox file:
+cards with an inline keyboard, taps read by long-polling getUpdates from the stored offset, every tap answered,
+cards edited to their outcome."""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.clock import ManualClock
+from console.config import ConfigError
+from console.core import Store
+from console.edges.answerkey import answer_mac, key_name
+from console.edges.channels import build_channels
+from console.edges.phone import PhoneChannel
+from console.edges.secretfile import load_secrets_file
+from console.edges.telegram import TelegramChannel, callback_data, parse_callback
+from tests.edges.phone_harness import RISKY, START, performed, phone_settings, running, stored, until
+from tests.edges.phone_standins import StandInBotApi
+
+OWNER = 424242
+TOKEN = "123456:stand-in-token-AAbbCC"
+ENV = {"TG_TEST_TOKEN": TOKEN}
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START)
+
+
+@pytest.fixture
+async def bot() -> Any:
+    server = StandInBotApi(token=TOKEN)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def table(bot: StandInBotApi, **extra: Any) -> dict[str, Any]:
+    return {"type": "telegram", "token_env": "TG_TEST_TOKEN", "chat_id": OWNER, "api_base": bot.url, **extra}
+
+
+def quick(channel: PhoneChannel) -> None:
+    assert isinstance(channel, TelegramChannel)
+    channel.poll_seconds = 1  # long polls that end soon, so a stopping engine is not kept waiting
+
+
+async def ask(engine: Any, bot: StandInBotApi, source_id: str = "c1") -> tuple[str, dict[str, Any]]:
+    await engine.ingest("chat", source_id, RISKY)
+    [approval] = await stored(engine, lambda s: [a for a in s.pending_approvals()
+                                                 if a.event_id == s.find_event("chat", source_id).id],
+                              "the approval")
+    card = await until(lambda: next((m for m in bot.cards(OWNER) if approval.request_id in m["text"]), None),
+                       "the card in the chat")
+    return approval.request_id, copy.deepcopy(card)  # as the phone first showed it, buttons and all
+
+
+def text_of(bot: StandInBotApi, card: dict[str, Any]) -> str:
+    message = bot.message(OWNER, card["message_id"])
+    assert message is not None
+    return str(message["text"])
+
+
+async def test_yes_from_the_keyboard_settles_once_and_the_card_is_edited(tmp_path: Path, clock: ManualClock,
+                                                                        bot: StandInBotApi) -> None:
+    async with running(phone_settings(tmp_path, table(bot)), clock, ENV, tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+        buttons = card["reply_markup"]["inline_keyboard"][0]
+        assert [b["text"] for b in buttons] == ["Yes", "No"]
+        assert all(len(b["callback_data"].encode()) <= 64 and request_id in b["callback_data"] for b in buttons)
+        tap = await bot.tap(OWNER, card, "Yes")
+        await until(lambda: text_of(bot, card).endswith("\n\nApproved (from Telegram)"), "the card edited")
+        message = bot.message(OWNER, card["message_id"])
+        assert message is not None and message["reply_markup"] is None  # the buttons went with the question
+        assert bot.reply_to(tap) == "Approved"
+        await stored(engine, lambda s: performed(s, request_id) == 1, "the action")
+        approval = await engine.read(lambda s: s.approval(request_id))
+        assert (approval.outcome, approval.answered_via) == ("yes", "telegram")
+        assert await engine.read(lambda s: s.phone_cursor("telegram")) == str(tap.update_id + 1)
+
+
+async def test_no_from_the_keyboard_declines(tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
+    async with running(phone_settings(tmp_path, table(bot)), clock, ENV, tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+        tap = await bot.tap(OWNER, card, "No")
+        await until(lambda: text_of(bot, card).endswith("Declined (from Telegram)"), "Declined")
+        assert bot.reply_to(tap) == "Declined"
+        await stored(engine, lambda s: s.counts()["done"] == 2, "the answer's run")
+        assert await engine.read(lambda s: (s.approval(request_id).outcome, performed(s, request_id))) == ("no", 0)
+
+
+async def test_a_tap_after_the_deadline_shows_expired(tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
+    async with running(phone_settings(tmp_path, table(bot), approval_expiry=60), clock, ENV, tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+        clock.advance(61)
+        tap = await bot.tap(OWNER, card, "Yes")
+        await until(lambda: text_of(bot, card).endswith("\n\nExpired"), "Expired on the card")
+        await until(lambda: bot.reply_to(tap) == "Expired", "the tap told it came too late")
+        await stored(engine, lambda s: s.counts()["done"] == 2, "the answer's run")
+        assert await engine.read(lambda s: (s.approval(request_id).outcome, performed(s, request_id))) == (
+            "expired", 0)
+
+
+async def test_a_second_tap_shows_the_first_outcome(tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
+    async with running(phone_settings(tmp_path, table(bot)), clock, ENV, tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+        await bot.tap(OWNER, card, "Yes")
+        await until(lambda: text_of(bot, card).endswith("Approved (from Telegram)"), "Approved")
+        second = await bot.tap(OWNER, card, "No")  # a second phone, or a tap before the edit arrived
+        await until(lambda: text_of(bot, card).endswith("\n\nAlready answered: yes"), "Already answered")
+        assert bot.reply_to(second) == "Already answered: yes"
+        await stored(engine, lambda s: performed(s, request_id) == 1, "the action")
+        assert await engine.read(lambda s: s.approval(request_id).outcome) == "yes"
+
+
+async def test_a_forged_button_and_a_wrong_chat_change_nothing_and_are_counted(
+    tmp_path: Path, clock: ManualClock, bot: StandInBotApi
+) -> None:
+    async with running(phone_settings(tmp_path, table(bot)), clock, ENV, tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+        yes = card["reply_markup"]["inline_keyboard"][0][0]["callback_data"]
+        taps = [
+            await bot.tap(OWNER, card, "Yes", data=f"y|{request_id}|AAAAAAAAAAAAAAAA"),      # a made-up MAC
+            await bot.tap(OWNER, card, "Yes", data=yes.replace("y|", "n|", 1)),              # No under Yes's MAC
+            await bot.tap(OWNER, card, "Yes", data="approve everything"),                   # not ours at all
+            await bot.tap(OWNER, card, "Yes", from_id=777),                                  # someone else
+            await bot.tap(999, card, "Yes"),                                                 # another chat
+        ]
+        await until(lambda: all(bot.reply_to(t) for t in taps), "every tap answered")
+        assert [bot.reply_to(t) for t in taps] == [
+            "Not accepted: this button is not from this agent"] * 3 + [
+            "Not accepted: only the owner's chat may answer"] * 2
+        counts = await engine.read(lambda s: s.phone_answer_counts())
+        assert {k: v for k, v in counts.items() if v} == {"forged": 3, "wrong_chat": 2}
+        assert await engine.read(lambda s: (s.approval(request_id).outcome, s.find_event("approval", request_id))) == (
+            None, None)
+        assert bot.message(OWNER, card["message_id"])["reply_markup"] is not None  # type: ignore[index]
+        real = await bot.tap(OWNER, card, "No")
+        await until(lambda: bot.reply_to(real) == "Declined", "a real tap still works")
+
+
+async def test_a_replayed_tap_changes_nothing(tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
+    async with running(phone_settings(tmp_path, table(bot)), clock, ENV, tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+        tap = await bot.tap(OWNER, card, "No")
+        await until(lambda: bot.reply_to(tap) == "Declined", "the tap")
+        # The Yes button's data sent again in a new callback after the owner said No (a replayed update, a
+        # client that kept the keyboard): the first outcome stands. (The same update id twice cannot come back:
+        # the offset stored with each answer confirms it; the ledger would count it as a duplicate.)
+        replay = await bot.tap(OWNER, card, "Yes")
+        await until(lambda: bot.reply_to(replay), "the replay answered")
+        assert bot.reply_to(replay) == "Already answered: no"
+        counts = await engine.read(lambda s: s.phone_answer_counts())
+        assert (counts["settled"], counts["already_answered"]) == (1, 1)
+        await stored(engine, lambda s: s.counts()["done"] == 2, "the answer's run")
+        assert await engine.read(lambda s: (s.approval(request_id).outcome, performed(s, request_id))) == ("no", 0)
+
+
+async def test_an_engine_restarted_between_the_tap_and_its_delivery_settles_it_exactly_once(
+    tmp_path: Path, clock: ManualClock, bot: StandInBotApi
+) -> None:
+    settings = phone_settings(tmp_path, table(bot))
+    async with running(settings, clock, ENV, holder="first", tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+    tap = await bot.tap(OWNER, card, "Yes")  # nobody is polling: the Bot API keeps the update
+    for holder in ("second", "third"):
+        async with running(settings, clock, ENV, holder=holder, tune=quick) as engine:
+            await stored(engine, lambda s: s.approval(request_id).outcome == "yes", "the tap read on restart")
+            await stored(engine, lambda s: performed(s, request_id) == 1, "the action")
+            await until(lambda: text_of(bot, card).endswith("Approved (from Telegram)"), "the card")
+            polls = len([r for r in bot.requests if r.path.endswith("/getUpdates")])
+            await until(lambda: len([r for r in bot.requests if r.path.endswith("/getUpdates")]) > polls,  # noqa: B023
+                        "another poll")
+    last_poll = [r for r in bot.requests if r.path.endswith("/getUpdates")][-1]
+    assert json.loads(last_poll.body)["offset"] == tap.update_id + 1
+    with Store.open(settings.db) as store:
+        assert [(a["verdict"], a["repeats"]) for a in store.phone_answers()] == [("settled", 0)]
+        assert performed(store, request_id) == 1
+    assert [a["text"] for a in bot.callback_answers] == ["Approved"]  # the tap answered once
+
+
+async def test_the_card_is_edited_when_the_console_or_the_cli_answers(
+    tmp_path: Path, clock: ManualClock, bot: StandInBotApi
+) -> None:
+    settings = phone_settings(tmp_path, table(bot))
+    async with running(settings, clock, ENV, tune=quick) as engine:
+        first, first_card = await ask(engine, bot, "c1")
+        second, second_card = await ask(engine, bot, "c2")
+        assert await engine.answer(first, "no") == "no"
+        await until(lambda: text_of(bot, first_card).endswith("Declined (in the console)"), "the console's answer")
+        with Store.open(settings.db) as other_process:
+            assert other_process.answer_approval(second, "yes", now=clock.now(), via="cli") == "yes"
+        await until(lambda: text_of(bot, second_card).endswith("Approved (from the command line)"), "the CLI's answer")
+        for card in (first_card, second_card):
+            message = bot.message(OWNER, card["message_id"])
+            assert message is not None and message["reply_markup"] is None and message["edits"] == 1
+
+
+async def test_the_expiry_edits_the_card(tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
+    async with running(phone_settings(tmp_path, table(bot), approval_expiry=60), clock, ENV, tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+        clock.advance(61)
+        engine.wake()
+        await until(lambda: text_of(bot, card).endswith("\n\nExpired"), "Expired on the card")
+        assert await engine.read(lambda s: s.approval(request_id).answered_via) == "expiry"
+
+
+async def test_a_bot_api_that_fails_holds_back_only_the_telegram_channel(
+    tmp_path: Path, clock: ManualClock, bot: StandInBotApi, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    log = tmp_path / "outbox.jsonl"
+    settings = phone_settings(tmp_path, table(bot))
+    settings.channels.append({"type": "file", "path": str(log)})
+    bot.failures = {"sendMessage": [502], "getUpdates": [502, 502]}
+    async with running(settings, clock, ENV, tune=quick) as engine:
+        await engine.ingest("chat", "c1", RISKY)
+        await until(lambda: log.exists() and "Approval needed" in log.read_text(), "the file channel's copy")
+        assert bot.cards(OWNER) == []
+        clock.advance(10)
+        engine.wake()
+        [card] = await until(lambda: bot.cards(OWNER), "the card after the retry")
+        tap = await bot.tap(OWNER, card, "Yes")  # the poller got past its failures on its own
+        await until(lambda: bot.reply_to(tap) == "Approved", "the tap")
+        [announcement] = await engine.read(lambda s: [m for m in s.outbox_messages() if m.approval_id])
+        deliveries = await engine.read(lambda s: s.deliveries(announcement.batch_key))
+    assert deliveries["file"] == ("sent", None) and deliveries["telegram"] == ("sent", None)
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert "getUpdates: 502" in logged and TOKEN not in logged
+    inbox = b"".join(p.read_bytes() for p in tmp_path.glob("inbox.db*"))
+    assert TOKEN.encode() not in inbox
+    for request in bot.requests:
+        assert TOKEN not in request.body.decode()
+
+
+def test_callback_data_fits_telegram_and_parses_back(tmp_path: Path) -> None:
+    settings = phone_settings(tmp_path, {})
+    store = Store.open(settings.db)
+    tag = store.inbox_tag()
+    store.close()
+    (tmp_path / "secrets.env").write_text(f"{key_name(tag)}={'ab' * 32}\n")
+    key = load_secrets_file_checked(tmp_path / "secrets.env")[key_name(tag)]
+    mac = answer_mac(key, "telegram", tag, "apr-123456789-0a1b2c3d", "yes", 12)
+    data = callback_data("yes", "apr-123456789-0a1b2c3d", mac)
+    assert data is not None and len(data.encode()) <= 64
+    assert parse_callback(data) == ("apr-123456789-0a1b2c3d", "yes", mac)
+    assert callback_data("no", "x" * 60, mac) is None
+    assert parse_callback("maybe|apr-1|mac") is None and parse_callback("y||mac") is None
+
+
+def load_secrets_file_checked(path: Path) -> Any:
+    path.chmod(0o600)
+    return load_secrets_file(path)
+
+
+def test_bad_telegram_settings_are_one_line_errors(tmp_path: Path) -> None:
+    cases = [
+        ({"type": "telegram", "chat_id": 1}, {}, "channels[0].token_env: missing"),
+        ({"type": "telegram", "chat_id": 1, "token_env": "TG"}, {}, "channels[0].token_env: the secret TG is not set"),
+        ({"type": "telegram", "token_env": "TG"}, {"TG": "x"}, "channels[0].chat_id: expected the owner's chat id"),
+        ({"type": "telegram", "token_env": "TG", "chat_id": "me"}, {"TG": "x"}, "channels[0].chat_id"),
+        ({"type": "telegram", "token_env": "TG", "chat_id": 1, "api_base": "nope"}, {"TG": "x"},
+         "channels[0].api_base: expected an http"),
+        ({"type": "telegram", "token_env": "TG", "chat_id": 1, "topic": "t"}, {"TG": "x"},
+         "channels[0].topic: unknown setting for a telegram channel"),
+    ]
+    for raw, env, message in cases:
+        with pytest.raises(ConfigError) as caught:
+            build_channels(phone_settings(tmp_path, raw), environ=env)
+        assert message in str(caught.value) and "\n" not in str(caught.value)
+    [_, channel] = build_channels(phone_settings(tmp_path, {"type": "telegram", "token_env": "TG",
+                                                            "chat_id": "-100123"}), environ={"TG": "x"})
+    assert isinstance(channel, TelegramChannel) and channel.chat_id == -100123
+    assert "x" not in repr(vars(channel).get("_token"))
+
+
+async def test_a_card_the_engine_failed_to_record_is_adopted_by_its_tap_and_never_sent_twice(
+    tmp_path: Path, clock: ManualClock, bot: StandInBotApi, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The Bot API took the card, then the engine failed before recording it (a crash, a full disk): the batch
+    # is retried later. The owner's tap on that card must still settle, edit it, and stop the retry sending it.
+    real = Store.record_phone_message
+    failures = []
+
+    def lose_the_first(store: Store, *args: Any, **kwargs: Any) -> None:
+        if not failures:
+            failures.append(args)
+            raise OSError("disk full")
+        real(store, *args, **kwargs)
+
+    monkeypatch.setattr(Store, "record_phone_message", lose_the_first)
+    async with running(phone_settings(tmp_path, table(bot)), clock, ENV, tune=quick) as engine:
+        request_id, card = await ask(engine, bot)
+        await stored(engine, lambda s: s.outbox_counts()["retrying"] == 1, "the batch waiting to retry")
+        tap = await bot.tap(OWNER, card, "Yes")
+        await until(lambda: text_of(bot, card).endswith("Approved (from Telegram)"), "the adopted card edited")
+        assert bot.reply_to(tap) == "Approved"
+        clock.advance(30)
+        engine.wake()
+        await stored(engine, lambda s: s.outbox_counts()["retrying"] == 0 and s.counts()["done"] == 2,
+                     "the retry done")
+        assert await engine.read(lambda s: (s.approval(request_id).outcome, performed(s, request_id))) == ("yes", 1)
+    assert failures and len(bot.cards(OWNER)) == 1
