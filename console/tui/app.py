@@ -28,11 +28,11 @@ from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.message import Message
 from textual.notifications import SeverityLevel
-from textual.widgets import Footer, HelpPanel
+from textual.widgets import DataTable, Footer, HelpPanel
 
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
-from console.core import STATUSES, Store, StoreError
+from console.core import STATUSES, Approval, Store, StoreError
 from console.demo import demo_settings, run_demo
 from console.runtime.notices import Notice
 from console.textsafe import terminal_safe, terminal_safe_lines
@@ -43,11 +43,13 @@ from console.tui.reads import (
     Activity,
     EventFilter,
     read_activity,
+    read_approval,
     read_approvals,
     read_lease,
     read_outbox,
     read_spend,
 )
+from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
@@ -476,11 +478,32 @@ class ConsoleApp(App[None]):
             self.notify(f"duplicate refused: {source}/{source_id} is already stored", title="Redelivered",
                         severity="warning")
 
+    @on(DataTable.RowSelected, "#approvals-table")
+    def _approval_selected(self) -> None:
+        self._open_approval()
+
+    @work(exclusive=True, group="approval-screen")
+    async def _open_approval(self) -> None:
+        """The highlighted approval on its own screen; answering there is the same as y / n here."""
+        approval = self.query_one(ApprovalsPane).selected()
+        if approval is None:
+            self.notify("No approval is waiting", severity="warning")
+            return
+        view = await self.read(read_approval(approval.request_id))
+        if view is None:
+            return
+        answer = await self.push_screen_wait(ApprovalScreen(view, self.clock.now(), ZoneInfo(self.settings.timezone)))
+        if answer in ("yes", "no"):
+            await self._answer(approval, answer)
+
     async def action_answer(self, answer: str) -> None:
         approval = self.query_one(ApprovalsPane).selected()
         if approval is None:
             self.notify("No approval is waiting", severity="warning")
             return
+        await self._answer(approval, answer)
+
+    async def _answer(self, approval: Approval, answer: str) -> None:
         outcome = await self.engine.answer(approval.request_id, answer)
         self._mark("approvals", "events")
         if outcome == answer:

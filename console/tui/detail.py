@@ -10,6 +10,7 @@ from typing import Any
 from console.core import Approval, Attempt, Event, JournalStep, OutboxMessage, Store
 from console.spendfmt import RunSpend, runs_of
 from console.timefmt import agent_in_words, relative, span
+from console.tui.transcript import Transcript, build_transcript
 
 AHEAD_LIMIT = 100
 
@@ -31,6 +32,7 @@ class DetailView:
     reasons: list[str]
     runs: list[RunSpend] = field(default_factory=list)  # the model calls filed under it, per run
     approvals: list[ApprovalTrail] = field(default_factory=list)
+    transcript: Transcript = field(default_factory=Transcript)  # the model's turns and the tool calls
 
 
 def clock_text(at: int | None, now: int, zone: tzinfo | None = None) -> str:
@@ -56,12 +58,14 @@ def read_detail(
             return DetailView(None, [], [], [], [f"event #{event_id} does not exist"])
         replies = [m for m in store.outbox_messages(limit=200) if m.event_id == event_id]
         approvals = [a for a in store.pending_approvals() if _mentions(a, event)]
+        steps = store.journal_steps(event_id)
         return DetailView(
-            event, store.history(event_id), store.journal_steps(event_id), replies,
+            event, store.history(event_id), steps, replies,
             why_not_run(store, event, now=now, holder=holder, mode=mode, approvals=approvals, replies=replies,
                         zone=zone),
             runs_of(store.event_spend(event_id)),
             approval_trails(store, event),
+            build_transcript(steps, store.tool_calls(event_id)),
         )
 
     return read

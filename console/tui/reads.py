@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from console.core import AgentState, Approval, Event, Lease, OutboxMessage, RefusedFinish, Store
 from console.core.models import BudgetDefaults
+from console.tui.transcript import Line, conversation_lines
 
 SPARK_MINUTES = 30
 RECENT = 8
@@ -105,6 +106,25 @@ class ApprovalsView:
     now: int
     pending: list[Approval]
     resolved: list[Approval]
+
+
+@dataclass(frozen=True)
+class ApprovalView:
+    """One approval for its own screen: the row, and the conversation the asking run saved."""
+
+    approval: Approval
+    conversation: list[Line]
+
+
+def read_approval(request_id: str) -> Callable[[Store], ApprovalView | None]:
+    def read(store: Store) -> ApprovalView | None:
+        approval = store.approval(request_id)
+        if approval is None:
+            return None
+        session = store.load_session(approval.session_id) if approval.session_id else None
+        return ApprovalView(approval, conversation_lines(session))
+
+    return read
 
 
 def read_approvals(now: int) -> Callable[[Store], ApprovalsView]:

@@ -22,6 +22,7 @@ Part = str | tuple[str, str]
 STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": "$text-success",
                 "dead": "$text-error"}
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
+TRANSCRIPT_STYLE = {"turn": "bold", "call": "$text-primary", "result": "dim", "note": "dim italic"}
 
 
 def payload_json(payload: object) -> str:
@@ -67,6 +68,9 @@ class DetailScreen(ModalScreen[None]):
                     yield Static(highlight(payload_json(event.payload), language="json"), id="detail-payload")
                 yield Static("Attempt history", classes="heading")
                 yield Static(self._history(), id="detail-history")
+                if not self.view.transcript.empty:
+                    yield Static("Transcript", classes="heading")
+                    yield Static(self._transcript(), id="detail-transcript")
                 yield Static("Journal steps", classes="heading")
                 yield Static(self._steps(), id="detail-steps")
                 yield Static("Model calls", classes="heading")
@@ -85,6 +89,13 @@ class DetailScreen(ModalScreen[None]):
         for reason in self.view.reasons:  # they quote errors and approvals, which quote the sender
             parts += ["\n• ", terminal_safe(reason)]
         return Content.assemble(*parts)
+
+    def _transcript(self) -> Content:
+        """The model's turns and each tool call it made: allowed / asked / denied, and what came back."""
+        parts: list[Part] = []
+        for line in self.view.transcript.lines:
+            parts += [(terminal_safe(line.text), TRANSCRIPT_STYLE.get(line.kind, "")), "\n"]
+        return Content.assemble(*parts[:-1])
 
     def _history(self) -> Content:
         if not self.view.history:

@@ -37,19 +37,28 @@ def approval_cell(approval: Approval, now: int, width: int) -> tuple[Text, int]:
     """
     bar = countdown_bar(approval, now)
     action = terminal_safe(approval.action)  # an agent words it from the event, which the sender wrote
-    one_line = f"{bar:<{BAR_CELLS + 6}}{GAP}{action}"
+    origin = started_by(approval)
+    where = f"  ← {origin}" if origin else ""  # where the run that asks came from: a webhook's name stands out
+    one_line = f"{bar:<{BAR_CELLS + 6}}{GAP}{action}{where}"
     if len(one_line) <= width:
         return Text(one_line), 1
     action = action if len(action) <= width else action[: max(1, width - 1)] + "…"
-    return Text.assemble(action, "\n", (bar, "dim")), 2
+    return Text.assemble(action, "\n", (bar, "dim"), where), 2
+
+
+def started_by(approval: Approval) -> str:
+    """Where the run that asks came from, in a word or two: its events' sources."""
+    names = sorted({str(s.get("source")) for s in approval.sources or [] if isinstance(s, dict)})
+    return terminal_safe(", ".join(names))
 
 
 class ApprovalsPane(Vertical):
     HELP = """
 ## Approvals
-Questions the agent asked before acting, soonest deadline first. **y** / **n** answer the highlighted
-one; unanswered, it expires. The first outcome stands, wherever it came from: the recent outcomes below say
-where (console, CLI, ntfy, Telegram, or the deadline).
+Questions the agent asked before acting, soonest deadline first: the tool call each is bound to and where
+the run that asks came from. **y** / **n** answer the highlighted one; **enter** opens it (the full
+arguments and the conversation so far). Unanswered, it expires. The first outcome stands, wherever it came
+from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the deadline).
 """
 
     def __init__(self, *, id: str | None = None) -> None:

@@ -1,0 +1,102 @@
+"""One approval, opened from the approvals pane: the exact call it is bound to (the tool and its full
+arguments), where the run that asks came from, the conversation so far, and y / n to answer it here."""
+
+from __future__ import annotations
+
+import json
+from datetime import tzinfo
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.highlight import highlight
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from console.textsafe import json_terminal_safe, terminal_safe
+from console.tui.detail import clock_text
+from console.tui.reads import ApprovalView
+from console.tui.transcript import Line
+
+Part = str | tuple[str, str]
+LINE_STYLE = {"turn": "bold", "model": "", "call": "$text-primary", "result": "dim", "note": "dim italic"}
+
+
+class ApprovalScreen(ModalScreen[str | None]):
+    """Dismissed with 'yes' or 'no' when the owner answers here, None when closed unanswered."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("y", "answer('yes')", "Yes", id="approval.yes"),
+        Binding("n", "answer('no')", "No", id="approval.no"),
+        Binding("escape,q", "close", "Close", id="approval.close"),
+    ]
+
+    def __init__(self, view: ApprovalView, now: int, zone: tzinfo | None = None) -> None:
+        super().__init__()
+        self.view = view
+        self.now = now
+        self.zone = zone
+
+    def compose(self) -> ComposeResult:
+        yield Footer(compact=True)
+        approval = self.view.approval
+        with Vertical(id="approval-dialog", classes="dialog") as dialog:
+            dialog.border_title = f"Approval {approval.request_id}"
+            dialog.border_subtitle = "y yes · n no · esc close"
+            with VerticalScroll(id="approval-body"):
+                yield Static(Content.assemble(
+                    ("Asks: ", "bold"), terminal_safe(approval.action), "\n",
+                    (self._deadline(), "$text-warning" if approval.outcome is None else "dim"),
+                ), id="approval-title")
+                if approval.tool is not None:
+                    yield Static("Tool and arguments (exactly this runs on yes)", classes="heading")
+                    text = json_terminal_safe(json.dumps(approval.arguments, indent=2, ensure_ascii=False,
+                                                         sort_keys=True))
+                    yield Static(Content.assemble((terminal_safe(approval.tool), "bold")), id="approval-tool")
+                    yield Static(highlight(text, language="json"), id="approval-arguments")
+                yield Static("Started by", classes="heading")
+                yield Static(self._sources(), id="approval-sources")
+                yield Static("The conversation so far", classes="heading")
+                yield Static(self._conversation(), id="approval-conversation")
+
+    def _deadline(self) -> str:
+        approval = self.view.approval
+        if approval.outcome is not None:
+            return f"answered {approval.outcome} {clock_text(approval.resolved_at, self.now, self.zone)}"
+        return f"waiting · expires {clock_text(approval.expires_at, self.now, self.zone)}"
+
+    def _sources(self) -> Content:
+        sources = self.view.approval.sources or []
+        if not sources:
+            return Content.styled("not recorded", "dim")
+        parts: list[Part] = []
+        for source in sources:
+            parts += [(f"event {source.get('event_id')}  ", "bold"),
+                      terminal_safe(f"{source.get('source')}/{source.get('source_id')}"), "\n"]
+        untrusted = (self.view.approval.details or {}).get("untrusted") if isinstance(
+            self.view.approval.details, dict) else None
+        if untrusted:
+            parts.append((f"from outside ({', '.join(map(str, untrusted))}): an untrusted run", "$text-warning"))
+        else:
+            parts = parts[:-1]
+        return Content.assemble(*parts)
+
+    def _conversation(self) -> Content:
+        if not self.view.conversation:
+            return Content.styled("no saved conversation (the built-in agent asks without one)", "dim")
+        parts: list[Part] = []
+        for line in self.view.conversation:
+            parts += [_styled(line), "\n"]
+        return Content.assemble(*parts[:-1])
+
+    def action_answer(self, answer: str) -> None:
+        self.dismiss(answer)
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+
+def _styled(line: Line) -> Part:
+    return (terminal_safe(line.text), LINE_STYLE.get(line.kind, ""))
