@@ -562,3 +562,13 @@ async def test_a_refusal_tells_the_owner_and_the_event_record_says_the_model_dec
     bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
     assert bodies == [f"The model declined event {event[0].id} (chat m1): cyber: {explanation}"]
     assert len(claude.requests) == 1
+
+
+def test_the_owners_instructions_are_added_to_the_system_prompt(claude: FakeClaude, store: Store) -> None:
+    agent = ClaudeAgent(api_key=FAKE_KEY, model="m", max_tokens=64, base_url=claude.url,
+                        instructions="Answer in Spanish.\n")
+    store.ingest("chat", "m1", {"text": "hola"}, now=NOW)
+    claude.reply(text("Hola."))
+    run(agent, store)
+    system = text_of(claude.requests[0]["system"])
+    assert "always-on personal agent" in system and system.endswith("instructions to you:\nAnswer in Spanish.")

@@ -1,0 +1,68 @@
+"""The owner's policy: deny -> ask -> allow, the first match wins, unmatched asks; untrusted runs allow only
+their own list; bad [permissions] tables are one line naming the key. And the owner's instructions file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from console.agents.policy import DEFAULT_ALLOW, DEFAULT_UNTRUSTED_ALLOW, Policy, untrusted_sources
+from console.agents.registry import read_instructions
+from console.config import ConfigError, Settings
+
+POLICY = Policy.from_settings({
+    "allow": ["send_message", "recall", "mcp__shop__lookup_*"],
+    "ask": ["mcp__shop__refund"],
+    "deny": ["mcp__shop__delete_*"],
+    "untrusted": {"allow": ["recall", "mcp__shop__lookup_*"]},
+})
+
+
+@pytest.mark.parametrize(("tool", "trusted", "untrusted"), [
+    ("send_message", "allow", "ask"),
+    ("recall", "allow", "allow"),
+    ("mcp__shop__lookup_order", "allow", "allow"),
+    ("mcp__shop__refund", "ask", "ask"),
+    ("mcp__shop__delete_order", "deny", "deny"),
+    ("mcp__shop__list_orders", "ask", "ask"),      # unmatched asks
+    ("remember", "ask", "ask"),
+    ("mcp__tracker__open_issue", "ask", "ask"),
+])
+def test_the_policy_matrix(tool: str, trusted: str, untrusted: str) -> None:
+    assert POLICY.decide(tool, untrusted=False) == trusted
+    assert POLICY.decide(tool, untrusted=True) == untrusted
+
+
+def test_ask_is_checked_before_allow_and_deny_before_both() -> None:
+    policy = Policy.from_settings({"allow": ["mcp__shop__*"], "ask": ["mcp__shop__*"], "deny": ["mcp__shop__x"]})
+    assert policy.decide("mcp__shop__lookup", untrusted=False) == "ask"
+    assert policy.decide("mcp__shop__x", untrusted=False) == "deny"
+
+
+def test_the_defaults_let_a_run_talk_and_keep_notes_and_an_untrusted_one_only_talk_and_ask() -> None:
+    policy = Policy.from_settings(None)
+    assert (policy.allow, policy.untrusted_allow) == (DEFAULT_ALLOW, DEFAULT_UNTRUSTED_ALLOW)
+    assert [policy.decide(t, untrusted=False) for t in ("send_message", "remember", "set_timer")] == [
+        "allow", "allow", "ask"]
+    assert [policy.decide(t, untrusted=True) for t in ("send_message", "remember", "ask_owner")] == [
+        "allow", "ask", "allow"]
+    assert untrusted_sources(["chat", "github", "timer", "github", "stripe"]) == ["github", "stripe"]
+
+
+@pytest.mark.parametrize(("table", "message"), [
+    ({"allows": ["x"]}, "permissions.allows: unknown setting"),
+    ({"allow": "send_message"}, "permissions.allow: expected a list of tool names or globs"),
+    ({"deny": ["", "x"]}, "permissions.deny: expected a list"),
+    ({"untrusted": {"ask": ["x"]}}, "permissions.untrusted: expected a table with only `allow`"),
+])
+def test_a_bad_permissions_table_is_one_line_naming_the_key(table: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        Policy.from_settings(table)
+
+
+def test_the_owners_instructions_come_from_their_file(tmp_path: Path) -> None:
+    path = tmp_path / "instructions.md"
+    assert read_instructions(Settings(instructions=path)) is None  # no file: no instructions
+    path.write_text("Answer in Spanish. Never refund more than 50 EUR without asking.\n", encoding="utf-8")
+    assert read_instructions(Settings(instructions=path)) == path.read_text(encoding="utf-8")
