@@ -280,6 +280,8 @@ class _GuardedConnection(asyncio.Protocol):
         self.made = False
         self._admitted = False
         self._deadline: asyncio.TimerHandle | None = None
+        self._head_begun = False
+        self._head_tail = b""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -304,8 +306,26 @@ class _GuardedConnection(asyncio.Protocol):
             self._deadline.cancel()
             self._deadline = None
 
+    def _watch_for_head_end(self, data: bytes) -> None:
+        """Meet the head deadline as soon as the head's blank line arrives. (aiohttp parses the head
+        at once but starts its handler a loop iteration or two later; a deadline falling due between
+        would cut off a request that was on time, whose handler then finds its connection gone.)"""
+        if not self._head_begun:
+            data = data.lstrip(b"\r\n")  # blank lines before a request line do not begin a head
+            if not data:
+                return
+            self._head_begun = True
+        seen = self._head_tail + data
+        if b"\r\n\r\n" in seen:  # aiohttp answers 400 to a head ended by bare line feeds
+            assert self._transport is not None
+            self._gate.head_received(self._transport)
+        else:
+            self._head_tail = seen[-3:]
+
     def data_received(self, data: bytes) -> None:
         if self._admitted:
+            if self._deadline is not None:
+                self._watch_for_head_end(data)
             self._inner.data_received(data)
 
     def eof_received(self) -> bool | None:

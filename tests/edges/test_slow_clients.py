@@ -191,6 +191,32 @@ async def test_a_flood_of_connections_never_holds_more_descriptors_than_the_cap_
     assert rows(db_path) == [("github", "after-the-flood")]
 
 
+async def test_a_head_read_as_its_deadline_falls_due_is_answered(
+    strict_receiver: WebhookReceiver, db_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    gate = strict_receiver.gate
+    assert gate is not None
+    # A loop that has fallen behind: the head deadline is already due in the loop iteration that
+    # first reads the request (sent whole before the receiver accepts it).
+    gate.head_timeout = 0
+    body = body_for("github", "on-time")
+    headers = sign("github", body, now=NOW, delivery_id="on-time")
+    request = (b"POST /hooks/github HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+               + b"".join(f"{name}: {value}\r\n".encode() for name, value in headers.items())
+               + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    client = socket.create_connection(("127.0.0.1", strict_receiver.port))
+    client.sendall(request)
+    reader, writer = await asyncio.open_connection(sock=client)
+    try:
+        answer = await asyncio.wait_for(reader.read(), BOUND)
+    finally:
+        writer.close()
+    assert answer.startswith(b"HTTP/1.1 200"), answer
+    assert gate.timed_out == 0
+    assert rows(db_path) == [("github", "on-time")]
+    assert not [r for r in caplog.records if r.exc_info or r.levelno >= logging.ERROR]
+
+
 def test_the_deadline_and_the_cap_are_settings(tmp_path: Path) -> None:
     env = {"AGENT_CONSOLE_WEBHOOK_READ_TIMEOUT": "3", "AGENT_CONSOLE_WEBHOOK_MAX_CONNECTIONS": "7"}
     settings = load_settings(None, env=env)
