@@ -16,6 +16,7 @@ import dataclasses
 import logging
 import os
 import signal
+import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
@@ -67,7 +68,6 @@ class WebhookReceiver:
         self._verifiers = dict(verifiers)
         self._on_stored = on_stored
         self._runner: web.AppRunner | None = None
-        self._server: asyncio.Server | None = None
         self.gate: ConnectionGate | None = None
         self.host = config.host
         self.port = config.port
@@ -91,23 +91,22 @@ class WebhookReceiver:
         gate = ConnectionGate(runner.server, cap=connection_cap(self.config.max_connections),
                               head_timeout=self.config.read_timeout)
         try:
-            server = await asyncio.get_running_loop().create_server(
-                gate, self.config.host, self.config.port, reuse_address=True, backlog=BACKLOG)
+            listeners = await _listen(self.config.host, self.config.port)
         except OSError as exc:
             await runner.cleanup()
             await asyncio.to_thread(self.writer.stop)
             raise ConfigError(
                 f"webhooks.port: cannot listen on {self.config.host}:{self.config.port}: {exc.strerror or exc}"
             ) from None
-        self._runner, self._server, self.gate = runner, server, gate
-        host, port = server.sockets[0].getsockname()[:2]
+        gate.listen(listeners)  # the gate accepts, so that it can stop accepting at its cap
+        self._runner, self.gate = runner, gate
+        host, port = listeners[0].getsockname()[:2]
         self.host, self.port = str(host), int(port)
         log.info("listening on %s (sources: %s)", self.url, ", ".join(sorted(self._verifiers)) or "none")
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close()  # no new connections; the runner's cleanup ends the open ones
-            self._server = None
+        if self.gate is not None:
+            await self.gate.stop()  # no new connections; the runner's cleanup ends the open ones
         if self._runner is not None:
             await self._runner.cleanup()
             self._runner = None
@@ -232,6 +231,23 @@ class WebhookReceiver:
         if body is None:
             body = {"error": detail or verdict} if status != 401 else {"error": "unauthorized"}
         return web.json_response(body, status=status)
+
+
+async def _listen(host: str, port: int) -> list[socket.socket]:
+    """Listening sockets bound to every address host names (port 0: one free port, the same for all)."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM,
+                                                         flags=socket.AI_PASSIVE)
+    listeners: list[socket.socket] = []
+    try:
+        for family, _type, _proto, _name, address in dict.fromkeys(infos):
+            if listeners and port == 0:
+                address = (address[0], listeners[0].getsockname()[1], *address[2:])
+            listeners.append(socket.create_server(address, family=family, backlog=BACKLOG))
+    except OSError:
+        for listener in listeners:
+            listener.close()
+        raise
+    return listeners
 
 
 def build_receiver(
