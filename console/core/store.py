@@ -13,7 +13,7 @@ import apsw
 
 from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
-from console.core.db import connect, integrity_problems, schema_dump, shrink_wal, user_version, wal_path
+from console.core.db import connect, integrity_problems, is_postgres, schema_dump, shrink_wal, user_version, wal_path
 from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
@@ -69,7 +69,12 @@ class Store(
         read_only: bool = False,
         seed: int | None = None,
         vfs: str | None = None,
+        schema: str | None = None,
+        password_env: str | None = None,
     ) -> Store:
+        """Open an inbox: the path of a SQLite file, or a PostgreSQL URL (postgresql://user@host/db, its
+        inbox schema in `?schema=` or schema=, the password from PGPASSWORD, ~/.pgpass or the variable
+        password_env names). Both give the same API and behaviour."""
         settings: dict[str, Any] = dict(
             lease_ttl=lease_ttl, max_attempts=max_attempts, outbox_gap=outbox_gap, batch_cap=batch_cap,
             backoff_base=backoff_base, backoff_max=backoff_max, backoff_jitter=backoff_jitter,
@@ -85,6 +90,11 @@ class Store(
                 raise ValueError(f"{name} must not be negative, not {settings[name]}")
         if not 0 <= backoff_jitter < 1:
             raise ValueError(f"backoff_jitter must be in [0, 1), not {backoff_jitter}")
+        if is_postgres(path):
+            from console.core.pg_store import PgStore  # psycopg is loaded only for a PostgreSQL inbox
+
+            return PgStore.open_url(str(path), settings, read_only=read_only, schema=schema,
+                                    password_env=password_env)
         conn = connect(path, check=check, read_only=read_only, vfs=vfs)
         return cls(conn, os.fspath(path), settings)
 
@@ -100,6 +110,11 @@ class Store(
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    @property
+    def backend(self) -> str:
+        """Which engine holds this inbox: "sqlite" or "postgresql"."""
+        return "sqlite"
 
     @property
     def connection(self) -> apsw.Connection:
