@@ -340,7 +340,8 @@ class InboxMixin(StoreBase):
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         if after_id is not None:
             # Oldest-first just above after_id, then flipped, so the page is the one next to it.
-            sql = f"SELECT * FROM (SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id LIMIT ?) AS page ORDER BY id DESC"
+            sql = (f"SELECT * FROM (SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id LIMIT ?) AS page "
+                   "ORDER BY id DESC")
         else:
             sql = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id DESC LIMIT ?"
         return [_event(r) for r in self._conn.execute(sql, (*params, int(limit)))]

@@ -15,73 +15,25 @@ are not held up. One inbox is one person's agent: its write rate is far below wh
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import threading
 from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from dataclasses import dataclass
+from contextlib import contextmanager, suppress
 from decimal import Decimal
 from importlib import resources
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
 
 from console.core.db import StoreError, StoreUnavailable, is_postgres
+from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, parse_target
 
-__all__ = ["ChangeFeed", "PgConnection", "PgTarget", "connect", "is_postgres", "parse_target"]
-DEFAULT_SCHEMA = "agent_console"
-_SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+__all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgConnection", "PgTarget", "connect", "is_postgres", "parse_target"]
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 CONNECT_TIMEOUT = 10  # seconds; a server that is down is one clear line, not a hang
-
-
-@dataclass(frozen=True)
-class PgTarget:
-    """Where a PostgreSQL inbox lives: how to connect (never printed), its schema, and a printable name."""
-
-    conninfo: str
-    schema: str
-    display: str
-    password_env: str | None = None
-
-    @property
-    def lock_key(self) -> int:
-        """The advisory lock every write transaction of this inbox takes first (a signed 64-bit key)."""
-        digest = hashlib.sha256(f"agent-console:{self.schema}".encode()).digest()
-        return int.from_bytes(digest[:8], "big", signed=True)
-
-    @property
-    def channel(self) -> str:
-        """The NOTIFY channel a commit to this inbox announces itself on (an identifier, < 64 bytes)."""
-        return "agent_console_" + hashlib.sha256(self.schema.encode()).hexdigest()[:16]
-
-
-def parse_target(url: str, *, schema: str | None = None, password_env: str | None = None) -> PgTarget:
-    """Split a URL into the connection string and the inbox schema (`?schema=NAME`, or the setting).
-
-    A password in the URL itself is used but never shown; the usual places (PGPASSWORD, ~/.pgpass) work as
-    libpq reads them, and password_env names another variable to take it from."""
-    parts = urlsplit(url)
-    query = parse_qsl(parts.query, keep_blank_values=True)
-    named = [value for key, value in query if key == "schema"]
-    from_url_env = [value for key, value in query if key == "password_env"]
-    rest = [(key, value) for key, value in query if key not in ("schema", "password_env")]
-    chosen = (named[-1] if named else None) or schema or DEFAULT_SCHEMA
-    if not _SCHEMA_NAME.match(chosen):
-        raise StoreError(f"inbox schema {chosen!r} is not a plain name: use lower-case letters, digits and _ "
-                         "(at most 63), starting with a letter or _")
-    env_name = (from_url_env[-1] if from_url_env else None) or password_env
-    conninfo = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), ""))
-    host = parts.hostname or "localhost"
-    where = f"{host}:{parts.port}" if parts.port else host
-    user = f"{parts.username}@" if parts.username else ""
-    display = f"{parts.scheme}://{user}{where}{parts.path or '/'}?schema={chosen}"
-    return PgTarget(conninfo, chosen, display, env_name)
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -199,7 +151,8 @@ class PgConnection:
                                   connect_timeout=CONNECT_TIMEOUT, options=options, application_name="agent-console",
                                   **extra)
         except psycopg.Error as exc:
-            raise StoreUnavailable(f"cannot reach the inbox database {self.target.display}: {_first_line(exc)}") from None
+            where = self.target.display
+            raise StoreUnavailable(f"cannot reach the inbox database {where}: {_first_line(exc)}") from None
         raw.adapters.register_loader("numeric", _NumericAsNumber)
         raw.adapters.register_dumper(bool, _BoolAsInteger)
         return raw
@@ -278,10 +231,8 @@ class PgConnection:
 
     def _abandon(self, raw: psycopg.Connection[Any]) -> None:
         if not raw.broken and not raw.closed and raw.info.transaction_status != TransactionStatus.IDLE:
-            try:
+            with suppress(psycopg.Error):
                 raw.execute("ROLLBACK")
-            except psycopg.Error:
-                pass
 
     def close(self) -> None:
         self._raw.close()
@@ -361,6 +312,9 @@ class ChangeFeed:
         self._target = target
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        # Listening starts now, not at the first wait: a commit made between the two is then heard.
+        with suppress(psycopg.Error, StoreError):
+            self._listening()
 
     def _listening(self) -> psycopg.Connection[Any]:
         if self._conn is None or self._conn.closed or self._conn.broken:

@@ -15,10 +15,10 @@ from console.core.store import Store
 
 
 class PgStore(Store):
-    _conn: pg.PgConnection  # type: ignore[assignment]
+    _conn: pg.PgConnection
 
     def __init__(self, conn: pg.PgConnection, path: str, settings: dict[str, Any]) -> None:
-        super().__init__(conn, path, settings)  # type: ignore[arg-type]
+        super().__init__(conn, path, settings)
         self.target = conn.target
 
     @classmethod

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any
+import time
+from typing import Any, Protocol
 
 import apsw
 
@@ -27,6 +28,37 @@ from console.core.spend import SpendMixin
 
 DEFAULT_MAX_PAYLOAD = 1024 * 1024
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
+
+
+class ChangeFeed(Protocol):
+    def wait(self, timeout: float) -> bool:
+        """True when a commit happened (or may have gone unseen) within timeout seconds."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class PollingFeed:
+    POLL_SECONDS = 0.05
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._seen = store.data_version()
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            current = self._store.data_version()
+            if current != self._seen:
+                self._seen = current
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(self.POLL_SECONDS, left))  # a file cannot announce a commit: look again
+
+    def close(self) -> None:
+        self._store.close()
 
 
 class Store(
@@ -120,6 +152,12 @@ class Store(
     def connection(self) -> apsw.Connection:
         """For tests and benchmarks inside the core's own tree; application code uses the methods."""
         return self._conn
+
+    def change_feed(self) -> ChangeFeed:
+        """Something to wait on until another connection commits to this inbox. On SQLite it looks at
+        PRAGMA data_version on a connection of its own every 50 ms (a file has no way to announce a
+        commit); on PostgreSQL it LISTENs, and every commit NOTIFYs."""
+        return PollingFeed(self.reopen())
 
     def data_version(self) -> int:
         """Changes when another connection commits to the file (cheap; no disk read)."""

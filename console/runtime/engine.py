@@ -24,7 +24,9 @@ from console.agents.registry import build_agent
 from console.clock import Clock, WallClock
 from console.config import Settings
 from console.core import Store
+from console.core.db import is_postgres
 from console.core.outbox import OutboxChannel
+from console.core.store import ChangeFeed
 from console.edges.channels import build_channels
 from console.edges.phone import PhoneChannel
 from console.runtime.dbthread import DbThread
@@ -35,6 +37,8 @@ from console.runtime.scheduler import Scheduler
 from console.runtime.worker import Worker
 
 T = TypeVar("T")
+# How long one wait on a PostgreSQL inbox's notifications lasts before the watcher looks at _stopping again.
+LISTEN_SECONDS = 0.5
 log = logging.getLogger("agent_console.engine")
 
 
@@ -60,7 +64,7 @@ class Engine:
         self.clock: Clock = clock or WallClock()
         self.agent: Agent = agent or build_agent(settings.agent, settings)
         self.holder = holder or default_holder()
-        self.path = Path(settings.db)
+        self.path: Path | str = settings.db  # an inbox file, or a PostgreSQL URL
         self.install_defaults = install_defaults
         self.watch_interval = watch_interval
         # The longest a service sleeps without re-checking (real seconds); a third of the TTL keeps
@@ -272,6 +276,9 @@ class Engine:
 
     async def _watch(self) -> None:
         """Wake everything when any other connection (thread or process) commits to the file."""
+        if is_postgres(self.settings.db):
+            await self._listen()
+            return
         # The first look is inside the loop, so a failure there cannot end the watcher silently. A failed
         # look counts as a change once (None), so what committed meanwhile is not missed.
         last: int | None = None
@@ -287,6 +294,27 @@ class Engine:
                 self.publish("events", "the inbox changed")
             first, last = False, current
             await asyncio.sleep(self.watch_interval)  # a polling interval, not a wait for a result
+
+    async def _listen(self) -> None:
+        """PostgreSQL: every commit to the inbox, by any engine, console or receiver on any host, NOTIFYs
+        its channel; the feed hears it at once instead of polling."""
+        feed: ChangeFeed | None = None
+        try:
+            while not self._stopping:
+                try:
+                    if feed is None:
+                        feed = await self.read(lambda store: store.change_feed())
+                    changed = await asyncio.to_thread(feed.wait, LISTEN_SECONDS)
+                except Exception as exc:
+                    self.note_error(f"watcher: {exc}")
+                    changed = True
+                    await asyncio.sleep(self.idle_cap)  # the server is away: look again later
+                if changed and not self._stopping:
+                    self.wake()
+                    self.publish("events", "the inbox changed")
+        finally:
+            if feed is not None:
+                feed.close()
 
     def note_error(self, message: str) -> None:
         self.last_error = message
