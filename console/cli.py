@@ -118,7 +118,7 @@ class CliState:
     """The group's options; settings are loaded on first use so that `--help` works with a broken config."""
 
     config_path: Path | None
-    db: Path | None
+    db: str | None
     demo: bool
     _settings: Settings | None = None
 
@@ -195,14 +195,15 @@ def _clock_time(when: int, zone: ZoneInfo) -> str:
     "found damage; "
     "2 a user error (one line on stderr: bad input, unknown id, bad setting, unusable inbox file).",
 )
-@click.option("--db", type=click.Path(dir_okay=False, path_type=Path),
-              help="The inbox file (default: inbox.db in your user data folder; env AGENT_CONSOLE_DB).")
+@click.option("--db", metavar="FILE|URL",
+              help="The inbox: a file (default: inbox.db in your user data folder), or a postgresql:// URL "
+                   "(env AGENT_CONSOLE_DB).")
 @click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
               help="A TOML config file (default: config.toml in your user config folder, if it exists).")
 @click.option("--demo", is_flag=True, help="Open the console with demo data and controls.")
 @click.version_option(__version__, prog_name=PROG)
 @click.pass_context
-def main(ctx: click.Context, db: Path | None, config_path: Path | None, demo: bool) -> None:
+def main(ctx: click.Context, db: str | None, config_path: Path | None, demo: bool) -> None:
     """A terminal console for one person's always-on agent. With no command, opens the console.
 
     Settings come from defaults, then the config file, then AGENT_CONSOLE_<SETTING> environment

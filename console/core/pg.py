@@ -34,6 +34,8 @@ from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, parse_target
 __all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgConnection", "PgTarget", "connect", "is_postgres", "parse_target"]
 _MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 CONNECT_TIMEOUT = 10  # seconds; a server that is down is one clear line, not a hang
+IDLE_IN_WRITE_MS = 5_000
+LOCK_WAIT_MS = 10_000  # longer than IDLE_IN_WRITE_MS: a waiter outlasts a frozen holder's transaction
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -143,7 +145,13 @@ class PgConnection:
                 raise StoreError(f"the password variable {self.target.password_env} is not set "
                                  f"(inbox {self.target.display})")
             extra["password"] = password
-        options = f"-c search_path={self.target.schema}"
+        # A process frozen inside a write transaction (a closed laptop lid, SIGSTOP) would hold the writers'
+        # lock for as long as it stays frozen, and every engine, console and receiver on the inbox with it.
+        # The server ends such a transaction once it has sat idle IDLE_IN_WRITE_MS (ours never wait on
+        # anything but the database), and a writer waits for the lock at most LOCK_WAIT_MS before it gives
+        # up as on a busy SQLite file (StoreUnavailable: tried again later).
+        options = (f"-c search_path={self.target.schema} -c idle_in_transaction_session_timeout={IDLE_IN_WRITE_MS}"
+                   f" -c lock_timeout={LOCK_WAIT_MS}")
         if self.read_only:
             options += " -c default_transaction_read_only=on"
         try:
