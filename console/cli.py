@@ -25,6 +25,7 @@ from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
+from console.core.copy import copy_inbox
 from console.core.db import reporting_damage
 from console.core.models import PHONE_IGNORED, SpendRow
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
@@ -393,6 +394,33 @@ def check(ctx: click.Context) -> None:
     for problem in problems:
         click.echo(f"  {problem}")
     ctx.exit(DAMAGED)
+
+
+@main.command()
+@click.option("--from", "source", required=True, metavar="FILE|URL", help="The inbox to copy (left as it is).")
+@click.option("--to", "target", required=True, metavar="URL|FILE",
+              help="A new, empty inbox to copy it into, e.g. postgresql://me@db.example:5432/agent?schema=me.")
+@click.pass_obj
+def migrate(state: CliState, source: str, target: str) -> None:
+    """Copy a whole inbox into a new one: a SQLite file into PostgreSQL, typically.
+
+    Events and their history, timers, approvals and their sessions, the journal, the outbox, memory, the
+    lease's generation, spend and the phone records move with their ids, in one transaction; every table's
+    rows are counted on both sides afterwards. Refuses a target that already holds anything, and a source
+    whose lease an engine still holds (stop it first). The source is only read."""
+    now = _now()
+    with rejecting_bad_input():
+        source_settings = load_settings(state.config_path, overrides={"db": source})
+        target_settings = load_settings(state.config_path, overrides={"db": target})
+    if source_settings.db == target_settings.db:
+        raise UserError("--from and --to name the same inbox")
+    with state._opened(Store.open(source_settings.db, read_only=True, **source_settings.store_options())) as old, \
+            state._opened(Store.open(target_settings.db, **target_settings.store_options())) as new:
+        report = copy_inbox(old, new, now=now)
+    for table, rows in report.rows.items():
+        if rows:
+            _say(f"{table:<18} {rows:>9,}")
+    _say(f"copied {report.total:,} rows from {old.path} to {new.path}; every table's count verified")
 
 
 def _describe_status(info: dict[str, Any], now: int) -> list[str]:
