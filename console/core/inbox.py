@@ -316,10 +316,11 @@ class InboxMixin(StoreBase):
             "claim_one": (_CLAIM_ONE, (1, 0, 1)),
             "claim_fresh": (_SELECT_FRESH, (1,)),
         }
-        return {
-            name: [str(row[3]) for row in self._conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
-            for name, (sql, params) in statements.items()
-        }
+        return {name: self.query_plan(sql, params) for name, (sql, params) in statements.items()}
+
+    def query_plan(self, sql: str, params: Any = ()) -> list[str]:
+        """How the engine will run a statement, one line per step (SQLite's EXPLAIN QUERY PLAN)."""
+        return [str(row[3]) for row in self._conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
 
     # --- reading ------------------------------------------------------------------------------
     def events(

@@ -52,6 +52,10 @@ class PgStore(Store):
         a spare wake-up, never a missed one). Waiters use change_feed(), which hears this inbox only."""
         return int(self._scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"))
 
+    def query_plan(self, sql: str, params: Any = ()) -> list[str]:
+        """PostgreSQL's plan for a statement (EXPLAIN without running it), one line per node."""
+        return [str(row[0]).strip() for row in self._conn.execute(f"EXPLAIN (COSTS OFF) {sql}", params)]
+
     def limit_pages(self, pages: int) -> int:
         raise StoreError("a page cap is a SQLite file's setting: a PostgreSQL inbox has none")
 
