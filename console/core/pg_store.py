@@ -48,9 +48,11 @@ class PgStore(Store):
         return pg.ChangeFeed(self.target)
 
     def data_version(self) -> int:
-        """Changes when a transaction that wrote commits anywhere on the server (it may be another inbox's:
-        a spare wake-up, never a missed one). Waiters use change_feed(), which hears this inbox only."""
-        return int(self._scalar("SELECT pg_snapshot_xmax(pg_current_snapshot())::text::bigint"))
+        """Changes when a transaction that writes starts or ends anywhere on the server (it may be another
+        inbox's: a spare change, never a missed one). The snapshot's text (xmin:xmax:in-progress ids)
+        changes when any writing transaction commits, which its xmax alone does not (a transaction holds
+        its id from its first write). Waiters use change_feed(), which hears this inbox only."""
+        return int(self._scalar("SELECT hashtext(pg_current_snapshot()::text)"))
 
     def query_plan(self, sql: str, params: Any = ()) -> list[str]:
         """PostgreSQL's plan for a statement (EXPLAIN without running it), one line per node."""

@@ -82,7 +82,8 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_WEBHOOK_READ_TIMEOUT": "30", "AGENT_CONSOLE_WEBHOOK_MAX_CONNECTIONS": "20",
         "AGENT_CONSOLE_MCP_SERVERS": '{"shop": {"command": "shop-server"}}',
         "AGENT_CONSOLE_PERMISSIONS": '{"allow": ["recall"]}', "AGENT_CONSOLE_INSTRUCTIONS": "/tmp/mine.md",
-        "AGENT_CONSOLE_MEMORY_CHARS": "100",
+        "AGENT_CONSOLE_MEMORY_CHARS": "100", "AGENT_CONSOLE_DB_SCHEMA": "ada",
+        "AGENT_CONSOLE_PASSWORD_ENV": "AGENT_PG_PASSWORD",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -100,6 +101,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.instructions, s.memory_chars) == (Path("/tmp/mine.md"), 100)
     assert (s.claude_prompt_cache, s.daily_budget_usd, s.monthly_budget_usd) == (False, 2.5, 40.0)
     assert s.prices == {"claude-x": {"input": 1, "output": 5}}
+    assert (s.db_schema, s.password_env) == ("ada", "AGENT_PG_PASSWORD")
     assert s.origins["daily_budget_usd"] == "environment variable AGENT_CONSOLE_DAILY_BUDGET_USD"
     assert set(env) == {env_var(name) for name in SETTING_NAMES} - {"AGENT_CONSOLE_DB"}
 
@@ -280,3 +282,17 @@ def _forget_cached_zone() -> None:
     """tzlocal caches the zone per process: make the next caller read the setting again."""
     with contextlib.suppress(ZoneInfoNotFoundError):  # it has cached the name by then; local_zone_name copes
         tzlocal.reload_localzone()
+
+
+def test_db_takes_a_postgresql_url_as_it_is_and_refuses_one_carrying_a_password(tmp_path: Path) -> None:
+    url = "postgresql://me@db.example:5432/agent?schema=ada"
+    assert load_settings(None, env={"AGENT_CONSOLE_DB": url}).db == url
+    assert load_settings(None, overrides={"db": url}).store_options()["schema"] is None
+    config = tmp_path / "config.toml"
+    config.write_text(f'db = "{url}"\ndb_schema = "bob"\n')
+    settings = load_settings(config)
+    assert settings.db == url and settings.store_options()["schema"] == "bob"  # never made relative to the file
+    with pytest.raises(ConfigError, match="must not carry the password"):
+        load_settings(None, env={"AGENT_CONSOLE_DB": "postgresql://me:hunter2@db.example/agent"})
+    with pytest.raises(ConfigError, match="not a plain name"):
+        load_settings(None, env={"AGENT_CONSOLE_DB_SCHEMA": "Robert'); DROP"})
