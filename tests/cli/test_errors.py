@@ -145,7 +145,7 @@ def test_corrupt_db(db: Path) -> None:
 
 
 def test_db_that_is_a_folder(tmp_path: Path) -> None:
-    user_error(["--db", str(tmp_path), "status"], "is a directory")
+    user_error(["--db", str(tmp_path), "status"], "is a folder, not a file")
 
 
 # --- bad settings ------------------------------------------------------------------------------
