@@ -483,7 +483,8 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
         click.echo("no events")
         return
     for event in found:
-        error = f"  {event.error}" if event.error else ""
+        said = event.death_in_words() or event.error
+        error = f"  {said}" if said else ""
         _say(f"{event.id:>6}  {event.status:<7}  {event.attempts} att  {event.source}/{event.source_id}{error}")
 
 
@@ -512,7 +513,9 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
     _say(f"event {event.id}  {event.source}/{event.source_id}  {event.status}  "
                f"({event.attempts} attempts{generation}, {event.duplicates} duplicates refused)")
     click.echo(f"created {_clock_time(event.created_at, zone)} · updated {_clock_time(event.updated_at, zone)}")
-    if event.error:
+    if event.status == "dead":
+        _say(f"dead: {event.death_in_words()}")
+    elif event.error:
         _say(f"error: {event.error}")
     if event.pruned_at is not None:
         click.echo(f"payload: pruned {_clock_time(event.pruned_at, zone)}")
