@@ -29,6 +29,7 @@ from console.core.db import reporting_damage
 from console.core.models import PHONE_IGNORED, SpendRow
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.redact import install_log_redaction
+from console.runtime.why import why_not_run
 from console.spendfmt import NANOS_PER_USD, dollars, runs_of
 from console.textsafe import TerminalSafeFormatter, json_terminal_safe, terminal_safe
 from console.timefmt import agent_in_words, answered_in_words, relative, span
@@ -502,8 +503,10 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         steps = store.journal_steps(event_id)
         calls = store.tool_calls(event_id)
         model_calls = store.event_spend(event_id)
+        why = why_not_run(store, event, now=_now(), zone=state.zone())
     if as_json:
-        _print_json({"event": _event_record(event), "history": [dataclasses.asdict(a) for a in history],
+        _print_json({"event": _event_record(event), "why": why.as_json(),
+                     "history": [dataclasses.asdict(a) for a in history],
                      "journal": [dataclasses.asdict(s) for s in steps],
                      "tool_calls": [dataclasses.asdict(c) for c in calls],
                      "model_calls": [_call_record(call) for call in model_calls]})
@@ -517,6 +520,9 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         _say(f"dead: {event.death_in_words()}")
     elif event.error:
         _say(f"error: {event.error}")
+    click.echo("why it has not run:" if event.status == "pending" else "state:")
+    for sentence in why.sentences:
+        _say(f"  - {sentence}")
     if event.pruned_at is not None:
         click.echo(f"payload: pruned {_clock_time(event.pruned_at, zone)}")
     else:
