@@ -9,8 +9,8 @@ from textual.widgets import Input, Label, TextArea
 
 from console.clock import ManualClock
 from console.core import MAX_PAYLOAD_DEPTH, Store
-from console.tui.app import ConsoleApp
 from console.runtime.why import why_not_run
+from console.tui.app import ConsoleApp
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
@@ -356,8 +356,8 @@ def test_why_a_pending_event_has_not_run_names_the_agents_wait(db_path: Path, cl
         assert event is not None
         why = why_not_run(store, event, now=now, holder=HOLDER, mode="active")
         assert why.kinds()[0] == "agent_not_ready" and why.reasons[0].facts["until"] == now + 90
-        assert why.sentences[0] == f"the agent is waiting (1m30s left): {reason}; nothing is claimed meanwhile, and the " \
-                         "wait costs no event an attempt"
+        assert why.sentences[0] == f"the agent is waiting (1m30s left): {reason}; nothing is claimed meanwhile, " \
+                                   "and the wait costs no event an attempt"
         store.set_agent_state(HOLDER, gen, "paused", now=now, reason="the key was refused")
         why = why_not_run(store, event, now=now, holder=HOLDER, mode="active")
         assert why.sentences[0].startswith("the agent is paused until the engine restarts: the key was refused;")
