@@ -3,6 +3,7 @@ pilot tests for each key, checking the screen and the inbox file."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -184,3 +185,41 @@ async def test_without_the_setting_a_yes_is_answered_at_once(db_path: Path, cloc
         await pilot.press("y")
         await wait_until(pilot, lambda: pane.table.row_count == 0, what="answered")
         assert not isinstance(app.screen, ConfirmScreen)
+
+
+async def test_a_flood_of_refreshes_folds_into_one_more_read(filled: Path, clock: ManualClock) -> None:
+    """A worker draining a backlog sends a notice per run: each asks the open detail to read again. Reads do
+    not pile up or cancel each other (a cancelled read would never show anything): one more read follows."""
+    from textual.app import App
+
+    from console.tui.detail import DetailView, read_detail
+    from console.tui.screens.detail import DetailHost
+
+    store = reopen(filled)
+    gate = asyncio.Event()
+    loads: list[int] = []
+
+    async def load(event_id: int) -> DetailView:
+        loads.append(event_id)
+        await gate.wait()
+        return read_detail(event_id, now=clock.now(), holder="me", mode="active")(store)
+
+    async def nothing(*_: object) -> None:
+        return None
+
+    first = read_detail(7, now=clock.now(), holder="me", mode="active")(store)
+    screen = DetailScreen(first, DetailHost(load, nothing, nothing, nothing))  # type: ignore[arg-type]
+    app: App[None] = App()
+    try:
+        async with app.run_test(size=SIZE) as pilot:
+            await app.push_screen(screen)
+            await wait_until(pilot, lambda: len(loads) == 1, what="the first timed read")  # type: ignore[arg-type]
+            for _ in range(100):
+                screen.refresh_view()
+            screen.refresh_view(6)  # and a step to another event, during the flood
+            gate.set()
+            await wait_until(pilot, lambda: screen.view.event_id == 6, what="the last asked-for event")  # type: ignore[arg-type]
+            assert loads[:2] == [7, 6]  # 101 asks, two reads (a timed tick may have started a third since)
+            assert set(loads[2:]) <= {6} and len(loads) <= 3
+    finally:
+        store.close()

@@ -87,6 +87,9 @@ class DetailScreen(ModalScreen[None]):
         self.zone = zone
         self.set_reactive(DetailScreen.view, view)
         self._payload_shown: tuple[int, int | None] | None = None  # (event id, pruned_at) the payload shows
+        self._target = view.event_id  # the event to read next: this one, or the one ] / [ moved to
+        self._reading = False
+        self._again = False
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)  # this dialog's keys, over the main screen's footer
@@ -115,11 +118,27 @@ class DetailScreen(ModalScreen[None]):
         self.set_interval(REFRESH_SECONDS, self.refresh_view)
 
     # --- reading ----------------------------------------------------------------------------------
-    @work(exclusive=True, group="detail-read")
-    async def refresh_view(self, event_id: int | None = None) -> None:
-        """Read the event again (or another one) and show it."""
-        with contextlib.suppress(StoreError):  # a busy or closing file: the next tick reads again
-            self.view = await self.host.load(self.view.event_id if event_id is None else event_id)
+    def refresh_view(self, event_id: int | None = None) -> None:
+        """Read the event again (or another one) and show it. Calls while a read is under way fold into one
+        more read after it, so a flood of engine notices costs at most two reads and never starves the screen."""
+        if event_id is not None:
+            self._target = event_id
+        if self._reading:
+            self._again = True
+            return
+        self._reading = True
+        self._read()
+
+    @work(group="detail-read")
+    async def _read(self) -> None:
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                with contextlib.suppress(StoreError):  # a busy or closing file: the next tick reads again
+                    self.view = await self.host.load(self._target)
+        finally:
+            self._reading = False
 
     def watch_view(self, view: DetailView) -> None:
         dialog = self.query_one("#detail-dialog", Vertical)
@@ -280,7 +299,7 @@ class DetailScreen(ModalScreen[None]):
                     title="Copied", timeout=3)
 
     async def action_step(self, older: bool) -> None:
-        found = await self.host.neighbour(self.view.event_id, older)
+        found = await self.host.neighbour(self._target, older)  # where a quick ] before this one went
         if found is None:
             self.notify("This is the oldest event shown" if older else "This is the newest event shown",
                         severity="information", timeout=2)
