@@ -516,9 +516,7 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
     _say(f"event {event.id}  {event.source}/{event.source_id}  {event.status}  "
                f"({event.attempts} attempts{generation}, {event.duplicates} duplicates refused)")
     click.echo(f"created {_clock_time(event.created_at, zone)} · updated {_clock_time(event.updated_at, zone)}")
-    if event.status == "dead":
-        _say(f"dead: {event.death_in_words()}")
-    elif event.error:
+    if event.error and event.status != "dead":  # a dead event's last error is in its state, below
         _say(f"error: {event.error}")
     click.echo("why it has not run:" if event.status == "pending" else "state:")
     for sentence in why.sentences:
