@@ -29,6 +29,7 @@ from console.core.db import reporting_damage
 from console.core.models import PHONE_IGNORED, SpendRow
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.redact import install_log_redaction
+from console.runtime.why import why_not_run
 from console.spendfmt import NANOS_PER_USD, dollars, runs_of
 from console.textsafe import TerminalSafeFormatter, json_terminal_safe, terminal_safe
 from console.timefmt import agent_in_words, answered_in_words, relative, span
@@ -483,7 +484,8 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
         click.echo("no events")
         return
     for event in found:
-        error = f"  {event.error}" if event.error else ""
+        said = event.death_in_words() or event.error
+        error = f"  {said}" if said else ""
         _say(f"{event.id:>6}  {event.status:<7}  {event.attempts} att  {event.source}/{event.source_id}{error}")
 
 
@@ -501,8 +503,10 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         steps = store.journal_steps(event_id)
         calls = store.tool_calls(event_id)
         model_calls = store.event_spend(event_id)
+        why = why_not_run(store, event, now=_now(), zone=state.zone())
     if as_json:
-        _print_json({"event": _event_record(event), "history": [dataclasses.asdict(a) for a in history],
+        _print_json({"event": _event_record(event), "why": why.as_json(),
+                     "history": [dataclasses.asdict(a) for a in history],
                      "journal": [dataclasses.asdict(s) for s in steps],
                      "tool_calls": [dataclasses.asdict(c) for c in calls],
                      "model_calls": [_call_record(call) for call in model_calls]})
@@ -512,8 +516,11 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
     _say(f"event {event.id}  {event.source}/{event.source_id}  {event.status}  "
                f"({event.attempts} attempts{generation}, {event.duplicates} duplicates refused)")
     click.echo(f"created {_clock_time(event.created_at, zone)} · updated {_clock_time(event.updated_at, zone)}")
-    if event.error:
+    if event.error and event.status != "dead":  # a dead event's last error is in its state, below
         _say(f"error: {event.error}")
+    click.echo("why it has not run:" if event.status == "pending" else "state:")
+    for sentence in why.sentences:
+        _say(f"  - {sentence}")
     if event.pruned_at is not None:
         click.echo(f"payload: pruned {_clock_time(event.pruned_at, zone)}")
     else:

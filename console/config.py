@@ -73,6 +73,7 @@ class Settings:
     backoff_base: int = 10          # seconds before the first retry; doubles each time
     backoff_max: int = 900
     approval_expiry: int = 4 * 3600  # seconds before an unanswered approval expires
+    confirm_approvals: bool = False  # y on an approval with more than a minute left asks once more
     agent: str = "offline"          # the built-in offline agent
     claude_model: str = "claude-sonnet-5-5"  # the model the claude agent talks to
     claude_max_tokens: int = 1024   # the longest reply of one claude model turn
@@ -294,6 +295,7 @@ CHECKS: dict[str, Checker] = {
     "backoff_base": _seconds_or_count(0),
     "backoff_max": _seconds_or_count(0),
     "approval_expiry": _seconds_or_count(1),
+    "confirm_approvals": _flag,
     "agent": _agent,
     "claude_model": _text,
     "claude_max_tokens": _seconds_or_count(1),

@@ -3,6 +3,8 @@ line and the console so both say the same."""
 
 from __future__ import annotations
 
+from datetime import datetime, tzinfo
+
 
 def span(seconds: int, *, sep: str = " ") -> str:
     """The size of a duration; the console passes sep="" to save columns."""
@@ -19,6 +21,16 @@ def span(seconds: int, *, sep: str = " ") -> str:
 def relative(when: int, now: int, *, sep: str = " ") -> str:
     """'in 3m 05s' or '3m 05s ago'."""
     return f"in {span(when - now, sep=sep)}" if when >= now else f"{span(now - when, sep=sep)} ago"
+
+
+def clock_text(at: int | None, now: int, zone: tzinfo | None = None) -> str:
+    """A moment as its user reads a clock, in their zone (the `timezone` setting; the machine's if None): the
+    time of day, and the date only when it is not today, then how far off it is: '14:05:09 (in 16s)'."""
+    if at is None:
+        return "never"
+    moment, today = datetime.fromtimestamp(at, zone), datetime.fromtimestamp(now, zone)
+    shown = moment.strftime("%H:%M:%S" if moment.date() == today.date() else "%Y-%m-%d %H:%M")
+    return f"{shown} ({relative(at, now, sep='')})"
 
 
 def agent_in_words(state: str, reason: str | None, until: int | None, now: int, *, sep: str = " ") -> str:

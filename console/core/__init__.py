@@ -5,6 +5,7 @@ from console.core.base import SendError, StaleGeneration
 from console.core.db import MIN_SQLITE, StoreError, StoreUnavailable
 from console.core.inbox import MAX_PAYLOAD_DEPTH
 from console.core.models import (
+    DEAD_REASONS,
     STATUSES,
     AgentState,
     Approval,
@@ -30,6 +31,7 @@ from console.core.retention import PruneReport
 from console.core.store import Store
 
 __all__ = [
+    "DEAD_REASONS",
     "MAX_PAYLOAD_DEPTH",
     "MIN_SQLITE",
     "STATUSES",

@@ -32,13 +32,14 @@ from textual.widgets import DataTable, Footer, HelpPanel
 
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
-from console.core import STATUSES, Approval, Store, StoreError
+from console.core import STATUSES, Approval, Event, Store, StoreError
 from console.demo import demo_settings, run_demo
 from console.runtime.notices import Notice
 from console.textsafe import terminal_safe, terminal_safe_lines
+from console.timefmt import span
 from console.tui.backend import EngineLike
 from console.tui.commands import ConsoleCommands
-from console.tui.detail import read_detail
+from console.tui.detail import DetailView, read_detail, read_neighbour
 from console.tui.reads import (
     Activity,
     EventFilter,
@@ -52,7 +53,7 @@ from console.tui.reads import (
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
-from console.tui.screens.detail import DetailScreen
+from console.tui.screens.detail import DetailHost, DetailScreen
 from console.tui.screens.inject import InjectScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
@@ -83,6 +84,7 @@ FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
 TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes
 ACTIVITY_SECONDS = 5.0
 APPROVAL_TEXT = "refund order 881"
+CONFIRM_AFTER_SECONDS = 60  # with confirm_approvals, a yes with more time than this left asks once more
 
 
 def source_id_taken(source_id: str, store: Store) -> bool:
@@ -337,6 +339,8 @@ class ConsoleApp(App[None]):
     def _on_notice(self, message: EngineNotice) -> None:
         notice = message.notice
         self._mark(*NOTICE_PANES.get(notice.kind, PANES))
+        if isinstance(self.screen, DetailScreen) and notice.kind != "log":
+            self.screen.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
 
@@ -407,11 +411,20 @@ class ConsoleApp(App[None]):
         if event is None:
             self.notify("No event selected", severity="warning")
             return
-        now = self.clock.now()
+        await self.open_detail(event.id)
+
+    async def open_detail(self, event_id: int) -> None:
         zone = ZoneInfo(self.settings.timezone)
-        view = await self.read(read_detail(event.id, now=now, holder=self.engine.holder, mode=self.engine.mode,
-                                           zone=zone))
-        await self.push_screen(DetailScreen(view, now, zone))
+
+        async def load(event_id: int) -> DetailView:
+            return await self.read(read_detail(event_id, now=self.clock.now(), holder=self.engine.holder,
+                                               mode=self.engine.mode, zone=zone))
+
+        async def neighbour(event_id: int, older: bool) -> int | None:
+            return await self.read(read_neighbour(event_id, self.filter, older=older))
+
+        host = DetailHost(load, neighbour, self.retry_event, self._answer)
+        await self.push_screen(DetailScreen(await load(event_id), host, zone))
 
     async def action_inject(self) -> None:
         source_id = await self.unique_source_id()
@@ -504,6 +517,20 @@ class ConsoleApp(App[None]):
         await self._answer(approval, answer)
 
     async def _answer(self, approval: Approval, answer: str) -> None:
+        """Every y / n of the console comes here. With `confirm_approvals` set, a yes with more than a minute left
+        to think asks once more (a stray key must not refund an order); a yes about to expire does not wait."""
+        left = approval.expires_at - self.clock.now()
+        if answer == "yes" and self.settings.confirm_approvals and left > CONFIRM_AFTER_SECONDS:
+            async def confirmed(sure: bool | None) -> None:
+                if sure:
+                    await self._settle_answer(approval, answer)
+
+            question = f"Approve {approval.action} ({approval.request_id})? It has {span(left)} left to answer."
+            self.push_screen(ConfirmScreen(question, yes_label="Approve"), confirmed)
+            return
+        await self._settle_answer(approval, answer)
+
+    async def _settle_answer(self, approval: Approval, answer: str) -> None:
         outcome = await self.engine.answer(approval.request_id, answer)
         self._mark("approvals", "events")
         if outcome == answer:
@@ -517,6 +544,10 @@ class ConsoleApp(App[None]):
         if event is None:
             self.notify("No event selected", severity="warning")
             return
+        await self.retry_event(event)
+
+    async def retry_event(self, event: Event) -> None:
+        """Retry one dead event (the events pane's r and the detail's r)."""
         if event.status != "dead":
             self.notify(f"#{event.id} is {event.status}; only dead events are retried", severity="warning")
             return

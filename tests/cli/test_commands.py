@@ -246,6 +246,40 @@ def test_show_prints_payload_history_and_journal(db: Path) -> None:
     assert [(s["idem_key"], s["state"]) for s in detail["journal"]] == [("m-1:notify", "committed")]
 
 
+def test_show_says_why_a_pending_event_has_not_run_as_the_console_does(db: Path) -> None:
+    now = wall()
+    with open_store(db, backoff_base=600) as store:
+        store.ingest("chat", "m-1", {"text": "hi"}, now=now)
+        gen = store.acquire("worker-b:77", now=now)
+        assert gen is not None
+        [event] = store.claim_batch("worker-b:77", gen, now=now)
+        store.finish("worker-b:77", gen, [event.id], now=now, error="model timeout")  # back off, then again
+        store.request_approval("apr-1-x", "refund order 881", now=now, expires_in=3600, event_id=event.id)
+    text = ok(db, "show", str(event.id))
+    assert "why it has not run:\n" in text
+    assert "  - waiting for approval 'apr-1-x' (refund order 881); expires " in text
+    assert "  - the lease is held by worker worker-b:77 (generation 1, " in text  # a CLI has no worker of its own
+    assert "this console" not in text
+    assert "  - backing off after attempt 1 of 3: next try " in text and "; last error: model timeout" in text
+
+    why = json.loads(ok(db, "show", str(event.id), "--json"))["why"]
+    assert why["status"] == "pending"
+    assert [r["kind"] for r in why["reasons"]] == ["awaiting_approval", "lease_elsewhere", "backing_off"]
+    assert why["reasons"][0]["request_id"] == "apr-1-x" and why["reasons"][1]["holder"] == "worker-b:77"
+
+
+def test_show_of_a_dead_event_says_why_it_died_from_its_fields(db: Path) -> None:
+    dead_id = make_dead(db, "cron", "c-1")
+    text = ok(db, "show", str(dead_id))
+    assert "state:\n  - dead: failed 1 attempt; last error: boom; a retry runs it again\n" in text
+    assert "\nerror: boom" not in text  # said once, in its state
+    detail = json.loads(ok(db, "show", str(dead_id), "--json"))
+    assert (detail["event"]["dead_reason"], detail["event"]["error"]) == ("failed", "boom")
+    assert detail["why"]["reasons"] == [{"kind": "dead", "sentence": "dead: failed 1 attempt; last error: boom; a "
+                                         "retry runs it again", "dead_reason": "failed", "error": "boom",
+                                         "attempts": 1}]
+
+
 def test_show_uses_the_configured_time_zone(db: Path) -> None:
     ok(db, "ingest", "chat", "m-1")
     with open_store(db) as store:

@@ -82,7 +82,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_WEBHOOK_READ_TIMEOUT": "30", "AGENT_CONSOLE_WEBHOOK_MAX_CONNECTIONS": "20",
         "AGENT_CONSOLE_MCP_SERVERS": '{"shop": {"command": "shop-server"}}',
         "AGENT_CONSOLE_PERMISSIONS": '{"allow": ["recall"]}', "AGENT_CONSOLE_INSTRUCTIONS": "/tmp/mine.md",
-        "AGENT_CONSOLE_MEMORY_CHARS": "100",
+        "AGENT_CONSOLE_MEMORY_CHARS": "100", "AGENT_CONSOLE_CONFIRM_APPROVALS": "yes",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -100,6 +100,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.instructions, s.memory_chars) == (Path("/tmp/mine.md"), 100)
     assert (s.claude_prompt_cache, s.daily_budget_usd, s.monthly_budget_usd) == (False, 2.5, 40.0)
     assert s.prices == {"claude-x": {"input": 1, "output": 5}}
+    assert s.confirm_approvals is True and Settings().confirm_approvals is False
     assert s.origins["daily_budget_usd"] == "environment variable AGENT_CONSOLE_DAILY_BUDGET_USD"
     assert set(env) == {env_var(name) for name in SETTING_NAMES} - {"AGENT_CONSOLE_DB"}
 

@@ -9,8 +9,8 @@ from textual.widgets import Input, Label, TextArea
 
 from console.clock import ManualClock
 from console.core import MAX_PAYLOAD_DEPTH, Store
+from console.runtime.why import why_not_run
 from console.tui.app import ConsoleApp
-from console.tui.detail import why_not_run
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
@@ -197,7 +197,7 @@ async def test_enter_opens_the_detail_with_why_it_has_not_run(filled: Path, cloc
         await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen))
         history = text_of(app, "#detail-history")
         assert "claim" in history and "error" in history and "worker-b:4242 gen 2" in history
-        assert "dead: failed 2 of 2 attempts" in text_of(app, "#detail-why")
+        assert "dead: failed 2 attempts; last error: PoisonEventError" in text_of(app, "#detail-why")
 
 
 async def test_status_and_source_filters(filled: Path, clock: ManualClock) -> None:
@@ -354,12 +354,13 @@ def test_why_a_pending_event_has_not_run_names_the_agents_wait(db_path: Path, cl
         store.set_agent_state(HOLDER, gen, "waiting", now=now, reason=reason, until=now + 90)
         event = store.find_event("chat", "m1")
         assert event is not None
-        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active", approvals=[], replies=[])
-        assert why[0] == f"the agent is waiting (1m30s left): {reason}; nothing is claimed meanwhile, and the " \
-                         "wait costs no event an attempt"
+        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active")
+        assert why.kinds()[0] == "agent_not_ready" and why.reasons[0].facts["until"] == now + 90
+        assert why.sentences[0] == f"the agent is waiting (1m30s left): {reason}; nothing is claimed meanwhile, " \
+                                   "and the wait costs no event an attempt"
         store.set_agent_state(HOLDER, gen, "paused", now=now, reason="the key was refused")
-        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active", approvals=[], replies=[])
-        assert why[0].startswith("the agent is paused until the engine restarts: the key was refused;")
+        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active")
+        assert why.sentences[0].startswith("the agent is paused until the engine restarts: the key was refused;")
 
 
 async def test_the_detail_of_a_pruned_event_says_so(db_path: Path, clock: ManualClock) -> None:
