@@ -132,7 +132,7 @@ class CliState:
         """The inbox for a command that writes: created (and migrated) if need be."""
         settings = self.settings()
         ensure_default_db_folder(settings)
-        with self._opened(Store.open(settings.db, **settings.store_options())) as store:
+        with self._opened(Store.open(settings.db, options=settings.store_options())) as store:
             yield store
 
     @contextmanager
@@ -140,7 +140,7 @@ class CliState:
         """The inbox for a command that only reads: opened read-only, so it takes no write lock, waits
         for no writer and changes nothing in the file (no migration, no new file)."""
         settings = self.settings()
-        with self._opened(Store.open(settings.db, read_only=True, **settings.store_options())) as store:
+        with self._opened(Store.open(settings.db, read_only=True, options=settings.store_options())) as store:
             yield store
 
     @staticmethod

@@ -86,7 +86,7 @@ class Engine:
         # Only the writer's connection runs quick_check (it reads the whole file: ~0.7 s for a million
         # events); the others open a file that check has already passed.
         check = name == "writer"
-        return lambda: Store.open(self.settings.db, check=check, **self.settings.store_options())
+        return lambda: Store.open(self.settings.db, check=check, options=self.settings.store_options())
 
     def _thread(self, name: str) -> DbThread:
         if name not in self._threads:

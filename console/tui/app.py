@@ -618,7 +618,7 @@ def run_app(settings: Settings, *, demo: bool = False) -> None:
         with tempfile.TemporaryDirectory(prefix="agent-console-demo-") as folder:
             _run(demo_settings(settings, Path(folder)), demo=True)
         return
-    Store.open(settings.db, **settings.store_options()).close()  # a bad inbox fails here, before the screen
+    Store.open(settings.db, options=settings.store_options()).close()  # a bad inbox fails here, before the screen
     _run(settings, demo=False)
 
 
