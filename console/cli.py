@@ -268,48 +268,19 @@ def run(state: CliState) -> None:
 
 
 async def _run_headless(settings: Settings) -> None:
-    from console.runtime.engine import Engine
+    from console.runtime.assembly import assemble
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal closed
         loop.add_signal_handler(signum, stop.set)
-    engine = Engine(settings)
-    # The receiver first: a missing secret or a port in use is a one-line error before the engine has
-    # taken the lease or run anything.
-    receiver = await _start_webhook_receiver(settings, engine)
-    try:
-        await engine.start()  # the engine logs its own lease and run changes, one line each
-    except BaseException:
-        if receiver is not None:
-            await _stop_webhook_receiver(receiver)
-        raise
+    system = assemble(settings)
+    await system.start()
     try:
         await stop.wait()
     finally:
         log.info("stopping: finishing the current run and releasing the lease")
-        if receiver is not None:
-            await _stop_webhook_receiver(receiver)
-        await engine.stop()
-
-
-async def _start_webhook_receiver(settings: Settings, engine: Any) -> Any:
-    """Start the webhook receiver beside the engine when the config has `[webhooks] enabled = true`.
-
-    It writes to the engine's inbox on its own writer thread and wakes the worker as soon as an event
-    is stored.
-    """
-    if not settings.webhooks.get("enabled"):
-        return None
-    from console.edges.receiver import start_receiver
-
-    receiver = await start_receiver(settings, engine=engine)
-    log.info("webhook receiver listening on %s", receiver.url)
-    return receiver
-
-
-async def _stop_webhook_receiver(receiver: Any) -> None:
-    await receiver.stop()
+        await system.stop()
 
 
 @main.command()

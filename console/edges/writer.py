@@ -23,7 +23,7 @@ import apsw
 
 from console.clock import Clock, WallClock
 from console.core import ReplayGuard, Store, StoreError, StoreOptions, StoreUnavailable
-from console.runtime.dbthread import settle_future
+from console.futures import settle_future
 
 T = TypeVar("T")
 log = logging.getLogger("agent_console.webhooks")

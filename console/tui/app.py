@@ -34,7 +34,7 @@ from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import STATUSES, Approval, Store, StoreError
 from console.demo import demo_settings, run_demo
-from console.runtime.notices import Notice
+from console.notices import Notice
 from console.textsafe import terminal_safe, terminal_safe_lines
 from console.tui.backend import EngineLike
 from console.tui.commands import ConsoleCommands
@@ -150,9 +150,9 @@ class ConsoleApp(App[None]):
         self.settings = settings
         self.clock: Clock = clock or (engine.clock if engine is not None else WallClock())
         if engine is None:
-            from console.runtime.engine import Engine
+            from console.runtime.assembly import build_engine
 
-            engine = Engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults)
+            engine = build_engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults)
         self.engine: EngineLike = engine
         self.deterministic = deterministic
         self.state = ConsoleState(state_path)
@@ -271,12 +271,10 @@ class ConsoleApp(App[None]):
 
     async def _start_receiver(self) -> None:
         """The webhook receiver runs inside the console when the config enables it."""
-        if not self.settings.webhooks.get("enabled"):
-            return
-        from console.edges.receiver import start_receiver
+        from console.runtime.assembly import start_receiver_beside
 
         try:
-            self.receiver = await start_receiver(self.settings, engine=self.engine)
+            self.receiver = await start_receiver_beside(self.settings, self.engine)
         except (ConfigError, StoreError, OSError) as exc:
             self.notify(str(exc), title="Webhook receiver not started", severity="error", timeout=15)
 

@@ -27,6 +27,7 @@ from console.agents.tools import PythonTool, ToolGateway
 from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings
 from console.core import Event, Store, approval_id
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.stand_in import FakeClaude, as_blocks, text, text_of, tool
 
@@ -515,7 +516,7 @@ async def engine(
 ) -> AsyncIterator[Engine]:
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
     settings = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=claude.url, approval_expiry=600)
-    eng = Engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
+    eng = build_engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
     await eng.start()
     try:
         yield eng

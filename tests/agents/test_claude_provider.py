@@ -26,6 +26,7 @@ from console.agents.errors import AgentPaused, ProviderBusy
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.stand_in import FakeClaude, text, text_of, tool
 from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, run, wait_until
@@ -40,7 +41,7 @@ async def running_engine(tmp_path: Path, base_url: str, monkeypatch: pytest.Monk
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
     config = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=base_url, approval_expiry=600,
                       **settings)
-    engine = Engine(config, clock=ManualClock(NOW), holder="w", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(config, clock=ManualClock(NOW), holder="w", idle_cap=0.05, install_defaults=False)
     await engine.start()
     try:
         yield engine

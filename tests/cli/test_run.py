@@ -119,6 +119,11 @@ def test_a_standby_run_takes_over_at_once_when_the_active_one_stops(
         second = Runner(first.db, isolated, tmp_path / "second.log", ttl=600)
         runners.append(second)
         wait_for(lambda: "mode: standby" in second.stderr(), "the second engine to stand by")
+        with Store.open(first.db) as store:
+            held = store.lease()
+        assert held is not None
+        # On standby, `run` says who holds the lease, which generation, and until when.
+        assert f"standby: the lease is held by {held.holder}, generation 1, until " in second.stderr()
         first.process.send_signal(signal.SIGTERM)
         assert first.process.wait(timeout=30) == 0
         second.wait_active()

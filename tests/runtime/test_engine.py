@@ -12,6 +12,7 @@ import pytest
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 
 START = 1_790_000_000  # a fixed instant (2026-09-21 UTC)
@@ -43,7 +44,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 async def engine(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Engine]:
-    eng = Engine(make_settings(tmp_path), clock=clock, holder="test-worker", idle_cap=0.1, install_defaults=False)
+    eng = build_engine(make_settings(tmp_path), clock=clock, holder="test-worker", idle_cap=0.1, install_defaults=False)
     await eng.start()
     try:
         yield eng
@@ -131,14 +132,14 @@ async def test_poison_goes_dead_after_three_attempts_while_healthy_events_flow(
 
 async def test_digest_after_an_outage_is_one_coalesced_digest(tmp_path: Path, clock: ManualClock) -> None:
     settings = make_settings(tmp_path, digest_cron="0 9 * * *", timezone="UTC")
-    engine = Engine(settings, clock=clock, holder="digest-worker", idle_cap=0.1)
+    engine = build_engine(settings, clock=clock, holder="digest-worker", idle_cap=0.1)
     await engine.start()
     try:
         await engine.ingest("chat", "before", {"poison": True})  # something for the digest to report
         await wait_until(engine, lambda s: s.find_event("chat", "before").attempts == 1)
         await engine.stop()
         clock.advance(3 * 86400 + 3600)  # three days down
-        engine = Engine(settings, clock=clock, holder="digest-worker-2", idle_cap=0.1)
+        engine = build_engine(settings, clock=clock, holder="digest-worker-2", idle_cap=0.1)
         await engine.start()
         digest = await wait_until(engine, lambda s: s.events(source="timer"))
         assert len(digest) == 1 and digest[0].payload["skipped"] >= 2
@@ -151,7 +152,7 @@ async def test_digest_after_an_outage_is_one_coalesced_digest(tmp_path: Path, cl
 
 async def test_quiet_digest_says_nothing(tmp_path: Path, clock: ManualClock) -> None:
     settings = make_settings(tmp_path, digest_cron="0 9 * * *")
-    engine = Engine(settings, clock=clock, holder="quiet", idle_cap=0.1)
+    engine = build_engine(settings, clock=clock, holder="quiet", idle_cap=0.1)
     await engine.start()
     try:
         clock.advance(86400)
@@ -169,7 +170,7 @@ async def test_agent_exception_never_kills_the_engine(tmp_path: Path, clock: Man
         def run(self, ctx: Any) -> None:
             raise ZeroDivisionError("boom")
 
-    engine = Engine(make_settings(tmp_path), clock=clock, agent=Exploding(), idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, agent=Exploding(), idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         await engine.ingest("chat", "x", {"text": "hi"})
@@ -182,8 +183,8 @@ async def test_agent_exception_never_kills_the_engine(tmp_path: Path, clock: Man
 
 async def test_second_engine_is_standby_until_the_lease_lapses(tmp_path: Path, clock: ManualClock) -> None:
     settings = make_settings(tmp_path)
-    first = Engine(settings, clock=clock, holder="first", idle_cap=0.1, install_defaults=False)
-    second = Engine(settings, clock=clock, holder="second", idle_cap=0.1, install_defaults=False)
+    first = build_engine(settings, clock=clock, holder="first", idle_cap=0.1, install_defaults=False)
+    second = build_engine(settings, clock=clock, holder="second", idle_cap=0.1, install_defaults=False)
     await first.start()
     try:
         # The second starts once the first holds the lease: started together, either may win it.
@@ -202,7 +203,7 @@ async def test_second_engine_is_standby_until_the_lease_lapses(tmp_path: Path, c
 
 
 async def test_stop_releases_the_lease_at_once(tmp_path: Path, clock: ManualClock) -> None:
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="leaving", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="leaving", idle_cap=0.1, install_defaults=False)
     await engine.start()
     await wait_until(engine, lambda s: engine.mode == "active")
     await engine.stop()
@@ -225,7 +226,7 @@ async def test_the_engine_drops_expiry_timers_an_older_version_left_for_settled_
             "INSERT INTO timers (id, due, payload, ev_source, ev_id, created_at) "
             "VALUES ('expire:old', ?, '{}', 'approval', 'old', ?)", (START + 3600, START))
         assert sorted(t.id for t in store.timers()) == ["expire:old", "expire:open"]
-    eng = Engine(settings, clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    eng = build_engine(settings, clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await eng.start()
     try:
         assert [t.id for t in await eng.read(lambda s: s.timers())] == ["expire:open"]

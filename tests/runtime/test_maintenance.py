@@ -8,7 +8,7 @@ from pathlib import Path
 
 from console.clock import ManualClock
 from console.core import Store
-from console.runtime.engine import Engine
+from console.runtime.assembly import build_engine
 from tests.runtime.test_engine import START, make_settings
 
 DAY = 86_400
@@ -35,7 +35,7 @@ async def test_the_engine_prunes_once_a_day_when_retain_days_is_set(tmp_path: Pa
     settings = make_settings(tmp_path, retain_days=30)
     finished_long_ago(settings.db, "old", START - 40 * DAY)
     finished_long_ago(settings.db, "recent", START - 10 * DAY)
-    engine = Engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
     await engine.start()
     try:
         await wait_for(lambda: engine.maintenance.last_report is not None, "the first prune")
@@ -68,7 +68,7 @@ async def test_nothing_is_pruned_by_default(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     assert settings.retain_days == 0
     finished_long_ago(settings.db, "old", START - 400 * DAY)
-    engine = Engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
     await engine.start()
     try:
         await wait_for(lambda: engine.mode == "active" and engine.maintenance.passes >= 3, "active passes")
@@ -85,7 +85,7 @@ async def test_a_standby_engine_does_not_prune(tmp_path: Path) -> None:
     finished_long_ago(settings.db, "old", START - 40 * DAY)
     with Store.open(settings.db) as store:
         assert store.acquire("another-console", now=START + 10 * DAY) is not None  # held well past START
-    engine = Engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
     await engine.start()
     try:
         await wait_for(lambda: engine.mode == "standby" and engine.maintenance.passes >= 3, "standby")
@@ -104,7 +104,7 @@ async def test_the_engine_truncates_a_wal_a_long_reader_left_large(tmp_path: Pat
     settings = make_settings(tmp_path)
     with Store.open(settings.db) as other:  # another engine holds the lease: this one is on standby and
         other.acquire("elsewhere", now=START)  # writes nothing itself, so only its maintenance can help
-    engine = Engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
     await engine.start()
     wal = Path(f"{settings.db}-wal")
     try:

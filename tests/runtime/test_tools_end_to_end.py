@@ -20,6 +20,7 @@ import pytest
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.mcp_servers import serve_http
 from tests.agents.stand_in import FakeClaude, text, tool
@@ -46,7 +47,7 @@ async def wait_until(engine: Engine, check: Callable[[Store], Any], *, limit: fl
 async def offline(tmp_path: Path) -> AsyncIterator[Engine]:
     """The engine as a new user gets it: the built-in agent, the example shop server, the demo policy."""
     settings = Settings(db=tmp_path / "inbox.db", approval_expiry=600, instructions=tmp_path / "none.md")
-    engine = Engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         yield engine
@@ -83,7 +84,7 @@ async def test_the_claude_agent_never_reaches_a_denied_tool(tmp_path: Path, clau
     settings = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=claude.url, mcp_servers=servers,
                         permissions={"allow": ["send_message", "mcp__shop__lookup_*"], "deny": ["mcp__shop__delete_*"]},
                         instructions=tmp_path / "none.md")
-    engine = Engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         claude.reply(tool("t1", "mcp__shop__delete_order", order="882"), tool("t2", "mcp__shop__lookup_order",
@@ -179,7 +180,7 @@ async def test_a_header_secret_from_the_environment_reaches_the_server_and_never
     servers = {"tracker": {"url": tracker.url, "headers": {"Authorization": "Bearer ${TRACKER_TOKEN}"}}}
     settings = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=claude.url, mcp_servers=servers,
                         permissions={"allow": ["send_message", "mcp__tracker__*"]}, instructions=tmp_path / "x.md")
-    engine = Engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         claude.reply(tool("t1", "mcp__tracker__whoami"))

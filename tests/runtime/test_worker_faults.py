@@ -12,6 +12,7 @@ import pytest
 
 from console.clock import ManualClock
 from console.core import Store, StoreUnavailable
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.runtime.test_engine import START, make_settings, wait_until
 
@@ -36,7 +37,7 @@ async def test_a_finish_the_inbox_refused_once_is_recorded_when_it_can_be(
 ) -> None:
     calls = fail_first_calls(monkeypatch, "finish", 1)
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         await engine.ingest("chat", "m1", {"text": "hello"})
@@ -69,7 +70,7 @@ async def test_a_renewal_the_inbox_refused_does_not_abandon_the_run(
 
     clock = ManualClock(START)
     # lease_ttl=1: the worker renews every third of a second of real time during a run.
-    engine = Engine(make_settings(tmp_path, lease_ttl=1), clock=clock, agent=WaitsForARenewal(), holder="w",
+    engine = build_engine(make_settings(tmp_path, lease_ttl=1), clock=clock, agent=WaitsForARenewal(), holder="w",
                     idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
@@ -81,7 +82,7 @@ async def test_a_renewal_the_inbox_refused_does_not_abandon_the_run(
 
 async def test_runs_do_not_pile_up_wake_events(tmp_path: Path) -> None:
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         await engine.ingest("chat", "first", {"text": "hi"})
@@ -108,7 +109,7 @@ async def test_an_outcome_that_cannot_be_stored_is_recorded_as_a_failed_run(
 
     monkeypatch.setattr(Store, "finish", refuses_messages)
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         await engine.ingest("chat", "m1", {"text": "hello"})
@@ -123,7 +124,7 @@ async def test_the_watcher_survives_a_failed_first_look(tmp_path: Path, monkeypa
     fail_first_calls(monkeypatch, "data_version", 1)
     clock = ManualClock(START)
     # A long idle cap: only the data_version watcher can wake the worker for another connection's commit.
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=60, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=60, install_defaults=False)
     await engine.start()
     try:
         await wait_until(engine, lambda s: engine.mode == "active")
@@ -169,7 +170,7 @@ async def test_stop_during_the_first_acquire_still_releases_the_lease(
 ) -> None:
     called, let_go = hold_calls(monkeypatch, "acquire")
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     await wait_for_thread_event(called)
     stopping = await begin_stop(engine)  # while the acquire is still held
@@ -190,7 +191,7 @@ async def test_stop_while_a_claim_is_in_flight_runs_nothing(tmp_path: Path, monk
             ran.extend(event.id for event in ctx.events)
 
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, agent=Recording(), holder="w", idle_cap=0.1,
+    engine = build_engine(make_settings(tmp_path), clock=clock, agent=Recording(), holder="w", idle_cap=0.1,
                     install_defaults=False)
     await engine.start()
     await wait_until(engine, lambda s: engine.mode == "active")

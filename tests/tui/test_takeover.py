@@ -8,7 +8,7 @@ from pathlib import Path
 from console.agents.base import RunContext
 from console.clock import ManualClock
 from console.core import Store
-from console.runtime.engine import Engine
+from console.runtime.assembly import build_engine
 from console.tui.app import ConsoleApp
 from console.tui.widgets.events_pane import EventsPane
 from tests.tui.conftest import reopen, wait_until
@@ -36,7 +36,7 @@ class GatedAgent:
 def console(db: Path, clock: ManualClock, holder: str, agent: GatedAgent | None = None) -> ConsoleApp:
     settings = settings_for(db, lease_ttl=TTL)
     # idle_cap: the engines re-check within 50 ms of real time, so advancing the shared clock is noticed
-    engine = Engine(settings, clock=clock, holder=holder, agent=agent, install_defaults=False, idle_cap=0.05)
+    engine = build_engine(settings, clock=clock, holder=holder, agent=agent, install_defaults=False, idle_cap=0.05)
     return ConsoleApp(settings, engine=engine, deterministic=True, inbox_label="inbox.db")
 
 
