@@ -16,6 +16,15 @@ def span(seconds: int, *, sep: str = " ") -> str:
     return f"{seconds // 86400}d{sep}{seconds % 86400 // 3600:02d}h"
 
 
+def schedule_in_words(every: int | None, cron: str | None, tz: str | None, *, sep: str = " ") -> str:
+    """A timer's schedule: 'every 5m 00s', "cron '0 9 * * *' Europe/Berlin" or 'once'."""
+    if every is not None:
+        return f"every {span(every, sep=sep)}"
+    if cron is not None:
+        return f"cron '{cron}' {tz or 'UTC'}"
+    return "once"
+
+
 def relative(when: int, now: int, *, sep: str = " ") -> str:
     """'in 3m 05s' or '3m 05s ago'."""
     return f"in {span(when - now, sep=sep)}" if when >= now else f"{span(now - when, sep=sep)} ago"

@@ -54,6 +54,7 @@ from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
+from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
 from console.tui.widgets.approvals_pane import ApprovalsPane
@@ -117,6 +118,8 @@ class ConsoleApp(App[None]):
                 tooltip="cycle the source filter"),
         Binding("b", "budget", "Budget", id="console.budget", show=False,
                 tooltip="set the daily and monthly budgets for model calls"),
+        Binding("t", "timers", "Timers", id="console.timers", show=False,
+                tooltip="the timers: next fire, catch-up policy; pause, resume or run one now"),
         Binding("x", "stall", "Stall", id="console.stall",
                 tooltip="stop (or resume) renewing the lease: another console takes over"),
         Binding("c", "quick_chat", "Chat", id="console.quick_chat", show=False, tooltip="inject a chat message"),
@@ -575,6 +578,9 @@ class ConsoleApp(App[None]):
             said = ", ".join(f"{kind} ${usd:g}" if usd else f"{kind} no limit" for kind, usd in changed.items())
             self.notify(f"Stored in the inbox: {said}", title="Budget")
         return None
+
+    async def action_timers(self) -> None:
+        await self.push_screen(TimersScreen(self.read, self.engine.write, self.clock, ZoneInfo(self.settings.timezone)))
 
     def action_stall(self) -> None:
         self._stalled = not self._stalled
