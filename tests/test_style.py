@@ -221,3 +221,14 @@ def test_run_never_loads_textual(tmp_path: Path) -> None:
                if line.startswith("import time:")]
     assert "console.runtime.engine" in imports  # the listing is real: it names what run did import
     assert [name for name in imports if within(name, "textual")] == []
+
+
+def test_docs_and_bench_usage_lines_name_no_machines_paths() -> None:
+    """Usage lines say plain `python`; no one machine's virtual environment or work folder."""
+    machine_path = re.compile(r"(/work/|/home/\w+/|venv[^\s]*/bin/python)")
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "bench").glob("*.py"))]
+    offenders = [f"{path.relative_to(ROOT)}:{number}" for path in texts
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if machine_path.search(line)]
+    assert offenders == []
+    assert machine_path.search("    /work/venv/bin/python bench/store_bench.py --quick")
