@@ -114,19 +114,19 @@ class Engine:
         await self.write(lambda store: store.drop_settled_expiry_timers())
         for set_up in self._set_up:
             await self.write(set_up)
-        phone_services = await self._start_phone_channels()
+        channel_services = await self._start_service_channels()
         loop_tasks = [
             ("worker", self.worker.run()),
             ("scheduler", self.scheduler.run()),
             ("dispatcher", self.dispatcher.run()),
             ("maintenance", self.maintenance.run()),
             ("watcher", self._watch()),
-            *phone_services,
+            *channel_services,
         ]
         self._tasks = [asyncio.create_task(coro, name=f"agent-console-{name}") for name, coro in loop_tasks]
         log.info("engine started on %s as %s (agent %s)", self.path, self.holder, self.agent_name)
 
-    async def _start_phone_channels(self) -> list[Service]:
+    async def _start_service_channels(self) -> list[Service]:
         """Each service channel's own services (a phone channel's listener and card keeper). A channel that
         cannot start (its secrets file is readable by others) stops the engine's start with that ConfigError,
         leaving nothing running."""
