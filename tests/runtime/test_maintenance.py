@@ -101,6 +101,9 @@ async def test_the_engine_truncates_a_wal_a_long_reader_left_large(tmp_path: Pat
     await engine.start()
     wal = Path(f"{settings.db}-wal")
     try:
+        # Standing by before the writes start: under load the worker's first acquire could otherwise still be
+        # queued behind them when the WAL is cut back, and the engine still "starting".
+        await until(lambda: engine.mode == "standby", "the engine to stand by")
         writer = Store.open(settings.db)
         reader = spawn("long-reader", settings.db, stdin=subprocess.PIPE)
         try:
