@@ -949,3 +949,20 @@ _timer_change("pause", "paused", "Stop the timer TIMER_ID firing until it is res
               lambda store, timer_id: store.pause_timer(timer_id, True))
 _timer_change("resume", "resumed", "Let the paused timer TIMER_ID fire again; what it missed catches up.",
               lambda store, timer_id: store.pause_timer(timer_id, False))
+
+
+@timers.command("run")
+@click.argument("timer_id")
+@click.pass_obj
+def timers_run(state: CliState, timer_id: str) -> None:
+    """Fire the timer TIMER_ID once now, as the console's run now does.
+
+    Its event (source `timer`, id TIMER_ID@now) carries the timer's payload; the schedule stays as it is."""
+    now = _now()
+    with state.store() as store, rejecting_bad_input():
+        outcome = store.fire_timer_now(timer_id, now=now)
+    if outcome == "unknown":
+        raise UserError(f"no timer named {timer_id!r}")
+    if outcome == "duplicate":
+        raise UserError(f"timer {timer_id} already fired at {now}: try again in a second")
+    _say(f"fired timer {timer_id}: event timer/{timer_id}@{now}")

@@ -350,6 +350,17 @@ def test_timers_add_every_cron_at_then_list(db: Path) -> None:
     assert "tick  every 10m00s" in text and "once  once" in text
 
 
+def test_timers_run_fires_once_now_and_keeps_the_schedule(db: Path) -> None:
+    ok(db, "timers", "add", "tick", "--every", "3600", "--payload", '{"task": "tick"}')
+    out = ok(db, "timers", "run", "tick")
+    assert re.fullmatch(r"fired timer tick: event timer/tick@(\d+)\n", out)
+    with open_store(db) as store:
+        [event] = store.events(source="timer")
+        timer = store.timer("tick")
+    assert event.payload["task"] == "tick" and event.source_id == out.split("event timer/")[1].strip()
+    assert timer is not None and timer.due > wall() + 3500  # still an hour away
+
+
 def test_timers_add_payload_reaches_the_event(db: Path) -> None:
     ok(db, "timers", "add", "soon", "--at", str(wall() - 5), "--payload", '{"task": "water plants"}')
     with open_store(db) as store:

@@ -305,10 +305,14 @@ def test_arguments_that_are_not_utf8(db: Path, args: list[str]) -> None:
     user_error(["--db", str(db), *args], "not valid UTF-8")
 
 
+def test_running_a_timer_that_does_not_exist(db: Path) -> None:
+    user_error(["--db", str(db), "timers", "run", "nope"], "no timer named 'nope'")
+
+
 def test_an_approvals_expiry_timer_is_not_the_users_to_remove(db: Path) -> None:
     with Store.open(db) as store:
         store.request_approval("apr-1", "deploy web", now=1_000, expires_in=10**6)
-    for verb in ("remove", "pause", "resume"):
+    for verb in ("remove", "pause", "resume", "run"):
         user_error(["--db", str(db), "timers", verb, "expire:apr-1"], "is the expiry of an approval")
 
 
