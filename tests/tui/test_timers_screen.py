@@ -105,6 +105,23 @@ async def test_pause_resume_and_run_now_write_the_inbox(with_timers: Path, clock
         assert str(screen.query_one("#timers-line").render()).startswith("tick: every 5m00s · catch-up coalesce")
 
 
+async def test_the_countdowns_move_without_snapping_the_table_back(with_timers: Path, clock: ManualClock) -> None:
+    """At 80 columns the schedule is read by scrolling sideways; the once-a-second re-read keeps the scroll and
+    the highlighted row while the next fire counts down."""
+    app = make_app(with_timers, clock, settings=UTC)
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await open_timers(app, pilot)
+        table = screen.query_one(DataTable)
+        highlight(screen, "tick")
+        await pilot.press("right", "right", "right", "right", "right", "right")
+        await pilot_until(pilot, lambda: table.scroll_x > 0, what="the table scrolled sideways")
+        scrolled = table.scroll_x
+        clock.advance(10)
+        await pilot_until(pilot, lambda: rows(screen)["tick"][1] == "in 4m50s (22:18)", what="the countdown moved")
+        assert table.scroll_x == scrolled
+        assert screen.selected() is not None and screen.selected().id == "tick"  # type: ignore[union-attr]
+
+
 async def test_an_approvals_expiry_timer_is_not_paused_from_here(with_timers: Path, clock: ManualClock) -> None:
     app = make_app(with_timers, clock, settings=UTC)
     async with app.run_test(size=(120, 40)) as pilot:

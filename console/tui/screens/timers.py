@@ -18,6 +18,7 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import DataTable, Footer, Static
+from textual.widgets.data_table import ColumnKey
 
 from console.clock import Clock
 from console.core import Store, StoreError, Timer
@@ -138,6 +139,8 @@ class TimersScreen(ModalScreen[None]):
         self._clock = clock
         self._zone = zone
         self.include_done = False
+        self._columns: list[ColumnKey] = []
+        self._shown_ids: list[str] = []  # the timers in the table, in its order
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)
@@ -150,8 +153,7 @@ class TimersScreen(ModalScreen[None]):
 
     async def on_mount(self) -> None:
         table = self.query_one(DataTable)
-        for label in COLUMNS:
-            table.add_column(label, width=STYLED_WIDTHS.get(label))
+        self._columns = [table.add_column(label, width=STYLED_WIDTHS.get(label)) for label in COLUMNS]
         await self.reload()
         self.set_interval(REFRESH_SECONDS, self.reload)
 
@@ -162,13 +164,22 @@ class TimersScreen(ModalScreen[None]):
         if view is None:
             return
         table = self.query_one(DataTable)
-        chosen = self.selected()
-        table.clear()
-        for timer in view.timers:
-            table.add_row(*timer_cells(timer, view.now, self._zone), key=timer.id)
         ids = [timer.id for timer in view.timers]
-        if chosen is not None and chosen.id in ids:
-            table.move_cursor(row=ids.index(chosen.id), animate=False)
+        if ids == self._shown_ids:
+            # The same timers: their cells change in place, so the cursor and a sideways scroll stay put while
+            # the countdowns move (rebuilding the table would snap both back once a second).
+            for timer in view.timers:
+                for column, cell in zip(self._columns, timer_cells(timer, view.now, self._zone), strict=True):
+                    table.update_cell(timer.id, column, cell)
+        else:
+            row = table.cursor_row
+            chosen = self._shown_ids[row] if 0 <= row < len(self._shown_ids) else None
+            table.clear()
+            for timer in view.timers:
+                table.add_row(*timer_cells(timer, view.now, self._zone), key=timer.id)
+            if chosen in ids:
+                table.move_cursor(row=ids.index(chosen), animate=False)
+            self._shown_ids = ids
         self._show_line()
         hint = self.query_one("#timers-hint", Static)
         if not view.timers:
