@@ -26,6 +26,7 @@ from console.core.models import (
     TimerDraft,
     ToolCallRecord,
 )
+from console.core.options import StoreOptions
 from console.core.outbox import OutboxChannel
 from console.core.retention import PruneReport
 from console.core.store import Store
@@ -56,6 +57,7 @@ __all__ = [
     "StaleGeneration",
     "Store",
     "StoreError",
+    "StoreOptions",
     "StoreUnavailable",
     "Timer",
     "TimerDraft",

@@ -34,7 +34,7 @@ from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import STATUSES, Approval, Event, Store, StoreError
 from console.demo import demo_settings, run_demo
-from console.runtime.notices import Notice
+from console.notices import Notice
 from console.textsafe import terminal_safe, terminal_safe_lines
 from console.timefmt import span
 from console.tui.backend import EngineLike
@@ -55,6 +55,7 @@ from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailHost, DetailScreen
 from console.tui.screens.inject import InjectScreen
+from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
 from console.tui.widgets.approvals_pane import ApprovalsPane
@@ -119,6 +120,8 @@ class ConsoleApp(App[None]):
                 tooltip="cycle the source filter"),
         Binding("b", "budget", "Budget", id="console.budget", show=False,
                 tooltip="set the daily and monthly budgets for model calls"),
+        Binding("t", "timers", "Timers", id="console.timers", show=False,
+                tooltip="the timers: next fire, catch-up policy; pause, resume or run one now"),
         Binding("x", "stall", "Stall", id="console.stall",
                 tooltip="stop (or resume) renewing the lease: another console takes over"),
         Binding("c", "quick_chat", "Chat", id="console.quick_chat", show=False, tooltip="inject a chat message"),
@@ -152,9 +155,9 @@ class ConsoleApp(App[None]):
         self.settings = settings
         self.clock: Clock = clock or (engine.clock if engine is not None else WallClock())
         if engine is None:
-            from console.runtime.engine import Engine
+            from console.runtime.assembly import build_engine
 
-            engine = Engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults)
+            engine = build_engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults)
         self.engine: EngineLike = engine
         self.deterministic = deterministic
         self.state = ConsoleState(state_path)
@@ -273,12 +276,10 @@ class ConsoleApp(App[None]):
 
     async def _start_receiver(self) -> None:
         """The webhook receiver runs inside the console when the config enables it."""
-        if not self.settings.webhooks.get("enabled"):
-            return
-        from console.edges.receiver import start_receiver
+        from console.runtime.assembly import start_receiver_beside
 
         try:
-            self.receiver = await start_receiver(self.settings, engine=self.engine)
+            self.receiver = await start_receiver_beside(self.settings, self.engine)
         except (ConfigError, StoreError, OSError) as exc:
             self.notify(str(exc), title="Webhook receiver not started", severity="error", timeout=15)
 
@@ -609,6 +610,9 @@ class ConsoleApp(App[None]):
             self.notify(f"Stored in the inbox: {said}", title="Budget")
         return None
 
+    async def action_timers(self) -> None:
+        await self.push_screen(TimersScreen(self.read, self.engine.write, self.clock, ZoneInfo(self.settings.timezone)))
+
     def action_stall(self) -> None:
         self._stalled = not self._stalled
         self.engine.stall(self._stalled)
@@ -649,7 +653,7 @@ def run_app(settings: Settings, *, demo: bool = False) -> None:
         with tempfile.TemporaryDirectory(prefix="agent-console-demo-") as folder:
             _run(demo_settings(settings, Path(folder)), demo=True)
         return
-    Store.open(settings.db, **settings.store_options()).close()  # a bad inbox fails here, before the screen
+    Store.open(settings.db, options=settings.store_options()).close()  # a bad inbox fails here, before the screen
     _run(settings, demo=False)
 
 

@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 
 from console.clock import ManualClock
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
-from tests.runtime.test_engine import START, make_settings, sent_bodies, wait_until
+from tests.runtime.test_engine import START, make_settings, sent_bodies
+from tests.support import read_until as wait_until
 
 
 @pytest.fixture
 async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
-    eng = Engine(make_settings(tmp_path, outbox_gap=3600, approval_expiry=600), clock=ManualClock(START),
-                 holder="test-worker", idle_cap=0.1, install_defaults=False)
+    eng = build_engine(make_settings(tmp_path, outbox_gap=3600, approval_expiry=600), clock=ManualClock(START),
+                             holder="test-worker", idle_cap=0.1, install_defaults=False)
     await eng.start()
     try:
         yield eng

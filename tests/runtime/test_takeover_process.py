@@ -6,14 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from console.core import Store
+from tests.support import inbox_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 2
@@ -36,17 +35,6 @@ def start_worker(db: Path, log: Path) -> subprocess.Popen[bytes]:
                                 env=cli_env(), stdout=sink, stderr=sink)
 
 
-def wait_for(db: Path, check: Callable[[Store], Any], limit: float = 40.0) -> Any:
-    deadline = time.monotonic() + limit
-    with Store.open(db, check=False) as store:
-        while time.monotonic() < deadline:
-            result = check(store)
-            if result:
-                return result
-            time.sleep(0.05)  # polling interval for a condition checked every pass
-    raise AssertionError("condition not met in time")
-
-
 @pytest.fixture
 def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
@@ -65,15 +53,15 @@ def test_sigkill_mid_task_then_a_second_worker_takes_over_without_repeating_step
     first = start_worker(db, log)
     workers.append(first)
     assert cli(db, "ingest", "jobs", "long-1", '{"long_task": 5}').stdout.strip() == "stored"
-    event_id = wait_for(db, lambda s: (e := s.find_event("jobs", "long-1")) and e.id)
-    first_holder = wait_for(db, lambda s: (lease := s.lease()) and lease.holder)
+    event_id = inbox_until(db, lambda s: (e := s.find_event("jobs", "long-1")) and e.id)
+    first_holder = inbox_until(db, lambda s: (lease := s.lease()) and lease.holder)
     # Two chunks committed: the first worker is mid-task.
-    wait_for(db, lambda s: (step := s.journal_step(f"long:{event_id}:1")) and step.state == "committed")
+    inbox_until(db, lambda s: (step := s.journal_step(f"long:{event_id}:1")) and step.state == "committed")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     second = start_worker(db, log)
     workers.append(second)
-    done = wait_for(db, lambda s: (e := s.event(event_id)) and e.status == "done" and e)
+    done = inbox_until(db, lambda s: (e := s.event(event_id)) and e.status == "done" and e)
     with Store.open(db, check=False) as store:
         assert done.attempts == 2
         for chunk in (0, 1):

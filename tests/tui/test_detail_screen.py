@@ -152,7 +152,7 @@ async def test_with_confirm_approvals_a_yes_with_time_left_asks_once_more(db_pat
         assert not isinstance(app.screen, ConfirmScreen)
         await pilot.press("y")  # ten minutes left: asked once more; cancelled
         await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the second question")
-        assert "Approve refund order 881 (apr-long)? It has 10m 00s left to answer." in shown(
+        assert "Approve refund order 881 (apr-long)? It has 10m00s left to answer." in shown(
             app, "#confirm-question")
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen), what="cancelled")

@@ -16,6 +16,7 @@ from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
 from console.tui.theme_files import SHIPPED
 from console.tui.widgets.approvals_pane import ApprovalsPane
+from tests.support import pilot_until
 from tests.tui.conftest import reopen, wait_until
 from tests.tui.scenes import make_app
 from tests.tui.test_tool_approvals import asked_by_a_webhook
@@ -25,13 +26,13 @@ Compare = Callable[..., bool]
 
 def ready(app: ConsoleApp, *keys: str, screen: type | None = None) -> Callable[[Pilot[Any]], Awaitable[None]]:
     async def run_before(pilot: Pilot[Any]) -> None:
-        await wait_until(pilot, lambda: app.started and app.query_one("#events").page is not None,  # type: ignore[attr-defined]
+        await pilot_until(pilot, lambda: app.started and app.query_one("#events").page is not None,  # type: ignore[attr-defined]
                          what="first page")
         await app.settle()
         if keys:
             await pilot.press(*keys)
         if screen is not None:
-            await wait_until(pilot, lambda: isinstance(app.screen, screen), what=screen.__name__)
+            await pilot_until(pilot, lambda: isinstance(app.screen, screen), what=screen.__name__)
         await pilot.pause()
 
     return run_before
