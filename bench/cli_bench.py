@@ -14,8 +14,8 @@ file on the machine), else posix_fadvise(DONTNEED) on the inbox and its WAL; the
 After a drop the program itself is warmed again (`agent-console --version`), so the cold figure is the
 inbox's, not Python's imports. --quick never drops the machine's caches.
 
-    /work/venv/bin/python bench/cli_bench.py            # about 1-2 minutes
-    /work/venv/bin/python bench/cli_bench.py --quick    # a few seconds: the smoke test's size
+    python bench/cli_bench.py            # about 1-2 minutes
+    python bench/cli_bench.py --quick    # a few seconds: the smoke test's size
 """
 
 from __future__ import annotations

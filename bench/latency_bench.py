@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 from console.agents.base import RunContext  # noqa: E402
 from console.agents.offline import OfflineAgent  # noqa: E402
 from console.config import Settings  # noqa: E402
-from console.runtime.engine import Engine  # noqa: E402
+from console.runtime.assembly import build_engine  # noqa: E402
 
 
 class StampingAgent:
@@ -63,7 +63,7 @@ async def wait_for(predicate: Any, limit: float = 30.0) -> None:
 
 async def in_process(path: Path, samples: int, *, wake: bool) -> list[float]:
     agent = StampingAgent()
-    engine = Engine(Settings(db=path), agent=agent, install_defaults=False, idle_cap=0.1)
+    engine = build_engine(Settings(db=path), agent=agent, install_defaults=False, idle_cap=0.1)
     if not wake:
         engine.wake = lambda: None  # type: ignore[method-assign]
     await engine.start()
@@ -96,7 +96,7 @@ for line in sys.stdin:
 
 async def cross_process(path: Path, samples: int, *, watch: bool) -> list[float]:
     agent = StampingAgent()
-    engine = Engine(Settings(db=path), agent=agent, install_defaults=False, idle_cap=0.1,
+    engine = build_engine(Settings(db=path), agent=agent, install_defaults=False, idle_cap=0.1,
                     watch_interval=0.05 if watch else 3600)
     await engine.start()
     producer = subprocess.Popen([sys.executable, "-c", PRODUCER, str(ROOT), str(path)],
@@ -121,7 +121,7 @@ async def cross_process(path: Path, samples: int, *, watch: bool) -> list[float]
 
 
 async def throughput(path: Path, count: int) -> float:
-    engine = Engine(Settings(db=path, outbox_gap=0), agent=OfflineAgent(), install_defaults=False, idle_cap=0.1)
+    engine = build_engine(Settings(db=path, outbox_gap=0), agent=OfflineAgent(), install_defaults=False, idle_cap=0.1)
     await engine.start()
     try:
         start = time.perf_counter()

@@ -10,8 +10,8 @@ at the library default, which for the stdlib SQLite here is FULL; huey's SqliteS
 with fsync=True (synchronous=FULL). The settings are read back from each live connection and
 printed. Only unmeasured set-up (pre-filling a queue) runs with synchronous=OFF.
 
-    /work/venv/bin/python bench/store_bench.py            # defaults: about 1-3 minutes on 2 cores
-    /work/venv/bin/python bench/store_bench.py --quick    # a few seconds: the smoke test's size
+    python bench/store_bench.py            # defaults: about 1-3 minutes on 2 cores
+    python bench/store_bench.py --quick    # a few seconds: the smoke test's size
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ mode with synchronous=FULL each commit fsyncs the WAL once), and, when strace is
 fsync/fdatasync system calls the receiver process actually made (strace -f --seccomp-bpf -c), which
 also catches checkpoints.
 
-    /work/venv/bin/python bench/webhook_bench.py [--senders 64] [--requests 4000] [--no-strace]
+    python bench/webhook_bench.py [--senders 64] [--requests 4000] [--no-strace]
 """
 
 from __future__ import annotations

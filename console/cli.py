@@ -9,6 +9,7 @@ import dataclasses
 import importlib
 import json
 import logging
+import re
 import signal
 import sys
 from collections.abc import Callable, Iterator
@@ -26,21 +27,112 @@ from console.config import ConfigError, Settings, ensure_default_db_folder, load
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.copy import copy_inbox
-from console.core.db import reporting_damage
+from console.core.db import is_postgres, reporting_damage
 from console.core.models import PHONE_IGNORED, SpendRow
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.redact import install_log_redaction
+from console.runtime.why import why_not_run
 from console.spendfmt import NANOS_PER_USD, dollars, runs_of
 from console.textsafe import TerminalSafeFormatter, json_terminal_safe, terminal_safe
-from console.timefmt import agent_in_words, answered_in_words, relative, span
+from console.timefmt import agent_in_words, answered_in_words, count, plural, relative, schedule_in_words, span
 
 PROG = "agent-console"
 USER_ERROR = 2
 UNKNOWN_REQUEST = 1
 DAMAGED = 1
 RECENT_IN_STATUS = 3  # settled approvals `status` lists under the pending ones (--json has more)
+
+
+# --- values on the command line, refused in the product's words (not Click's) --------------------
+
+class WholeNumber(click.IntRange):
+    """A whole number in [minimum, maximum]."""
+
+    def __init__(self, minimum: int, maximum: int) -> None:
+        super().__init__(min=minimum, max=maximum)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"expected a whole number from {self.min:,} to {self.max:,}, got {str(value)!r}", param, ctx)
+
+
+class OneOf(click.Choice[str]):
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"expected one of {', '.join(map(str, self.choices))}, got {str(value)!r}", param, ctx)
+
+
+class Dollars(click.ParamType[float]):
+    name = "usd"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return float(value)
+        except (TypeError, ValueError):
+            self.fail(f"expected a number of US dollars, got {str(value)!r}", param, ctx)
+
+
+class FilePath(click.Path):
+    """A file's path (it need not exist yet); a folder is refused."""
+
+    def __init__(self) -> None:
+        super().__init__(dir_okay=False, path_type=Path)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        try:
+            return super().convert(value, param, ctx)
+        except click.BadParameter:
+            self.fail(f"expected a file, got the folder {str(value)!r}", param, ctx)
+
+
+class InboxTarget(FilePath):
+    """An inbox: a file's path, or a PostgreSQL URL (kept as text: a path would fold its //)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if is_postgres(value):
+            return str(value)
+        return super().convert(value, param, ctx)
+
+
 # An id or a count the inbox can hold (SQLite integers are 64-bit): a larger one is a usage error, not an overflow.
-SQLITE_COUNT = click.IntRange(min=1, max=2**63 - 1)
+SQLITE_COUNT = WholeNumber(1, 2**63 - 1)
+
+
+def _param_words(param: click.Parameter | None) -> str:
+    """An argument by its metavar (TIMER_ID), an option by its long name (--days)."""
+    if param is None:
+        return "a value"
+    if isinstance(param, click.Option):
+        return max(param.opts, key=len)
+    return param.human_readable_name
+
+
+def _did_you_mean(possibilities: Any) -> str:
+    found = sorted(possibilities or ())
+    return f" (did you mean {' or '.join(found)}?)" if found else ""
+
+
+def usage_in_words(exc: click.UsageError) -> str:
+    """A usage mistake as one line in the product's own words."""
+    if isinstance(exc, click.NoSuchOption):
+        return f"there is no option {exc.option_name}{_did_you_mean(exc.possibilities)}"
+    if isinstance(exc, click.exceptions.NoSuchCommand):
+        return f"there is no command {exc.command_name!r}{_did_you_mean(exc.possibilities)}"
+    if isinstance(exc, click.MissingParameter):
+        return f"{_param_words(exc.param)} is missing"
+    if isinstance(exc, click.BadParameter):
+        return f"bad value for {_param_words(exc.param)}: {exc.message}"
+    if isinstance(exc, click.BadOptionUsage) and "requires an argument" in exc.message:
+        return f"{exc.option_name} needs a value"
+    extra = re.fullmatch(r"Got unexpected extra arguments? \((.*)\)", exc.message.strip())
+    if extra:
+        return f"unexpected extra argument{'s' if ' ' in extra[1] else ''}: {extra[1]}"
+    message = exc.message.strip().rstrip(".")
+    return message[:1].lower() + message[1:]
 
 
 class UserError(click.ClickException):
@@ -72,7 +164,7 @@ def _one_line_usage_errors() -> Iterator[None]:
         raise  # `agent-console timers` alone shows the help, as click intends
     except click.UsageError as exc:
         hint = f" (see '{_command_path(exc.ctx)} --help')" if exc.ctx is not None else ""
-        raise UserError(exc.format_message() + hint) from None
+        raise UserError(usage_in_words(exc) + hint) from None
 
 
 @contextmanager
@@ -119,7 +211,7 @@ class CliState:
     """The group's options; settings are loaded on first use so that `--help` works with a broken config."""
 
     config_path: Path | None
-    db: str | None
+    db: Path | str | None
     demo: bool
     _settings: Settings | None = None
 
@@ -133,7 +225,7 @@ class CliState:
         """The inbox for a command that writes: created (and migrated) if need be."""
         settings = self.settings()
         ensure_default_db_folder(settings)
-        with self._opened(Store.open(settings.db, **settings.store_options())) as store:
+        with self._opened(Store.open(settings.db, options=settings.store_options())) as store:
             yield store
 
     @contextmanager
@@ -141,7 +233,7 @@ class CliState:
         """The inbox for a command that only reads: opened read-only, so it takes no write lock, waits
         for no writer and changes nothing in the file (no migration, no new file)."""
         settings = self.settings()
-        with self._opened(Store.open(settings.db, read_only=True, **settings.store_options())) as store:
+        with self._opened(Store.open(settings.db, read_only=True, options=settings.store_options())) as store:
             yield store
 
     @staticmethod
@@ -196,15 +288,15 @@ def _clock_time(when: int, zone: ZoneInfo) -> str:
     "found damage; "
     "2 a user error (one line on stderr: bad input, unknown id, bad setting, unusable inbox file).",
 )
-@click.option("--db", metavar="FILE|URL",
+@click.option("--db", type=InboxTarget(), metavar="FILE|URL",
               help="The inbox: a file (default: inbox.db in your user data folder), or a postgresql:// URL "
                    "(env AGENT_CONSOLE_DB).")
-@click.option("--config", "config_path", type=click.Path(dir_okay=False, path_type=Path),
+@click.option("--config", "config_path", type=FilePath(),
               help="A TOML config file (default: config.toml in your user config folder, if it exists).")
 @click.option("--demo", is_flag=True, help="Open the console with demo data and controls.")
 @click.version_option(__version__, prog_name=PROG)
 @click.pass_context
-def main(ctx: click.Context, db: str | None, config_path: Path | None, demo: bool) -> None:
+def main(ctx: click.Context, db: Path | str | None, config_path: Path | None, demo: bool) -> None:
     """A terminal console for one person's always-on agent. With no command, opens the console.
 
     Settings come from defaults, then the config file, then AGENT_CONSOLE_<SETTING> environment
@@ -270,53 +362,24 @@ def run(state: CliState) -> None:
 
 
 async def _run_headless(settings: Settings) -> None:
-    from console.runtime.engine import Engine
+    from console.runtime.assembly import assemble
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal closed
         loop.add_signal_handler(signum, stop.set)
-    engine = Engine(settings)
-    # The receiver first: a missing secret or a port in use is a one-line error before the engine has
-    # taken the lease or run anything.
-    receiver = await _start_webhook_receiver(settings, engine)
-    try:
-        await engine.start()  # the engine logs its own lease and run changes, one line each
-    except BaseException:
-        if receiver is not None:
-            await _stop_webhook_receiver(receiver)
-        raise
+    system = assemble(settings)
+    await system.start()
     try:
         await stop.wait()
     finally:
         log.info("stopping: finishing the current run and releasing the lease")
-        if receiver is not None:
-            await _stop_webhook_receiver(receiver)
-        await engine.stop()
-
-
-async def _start_webhook_receiver(settings: Settings, engine: Any) -> Any:
-    """Start the webhook receiver beside the engine when the config has `[webhooks] enabled = true`.
-
-    It writes to the engine's inbox on its own writer thread and wakes the worker as soon as an event
-    is stored.
-    """
-    if not settings.webhooks.get("enabled"):
-        return None
-    from console.edges.receiver import start_receiver
-
-    receiver = await start_receiver(settings, engine=engine)
-    log.info("webhook receiver listening on %s", receiver.url)
-    return receiver
-
-
-async def _stop_webhook_receiver(receiver: Any) -> None:
-    await receiver.stop()
+        await system.stop()
 
 
 @main.command()
 @click.option("--host", help="Address to bind (default from [webhooks] host, else 127.0.0.1).")
-@click.option("--port", type=click.IntRange(0, 65535), help="Port to bind (default from [webhooks] port, else 8765).")
+@click.option("--port", type=WholeNumber(0, 65535), help="Port to bind (default from [webhooks] port, else 8765).")
 @click.pass_obj
 def serve(state: CliState, host: str | None, port: int | None) -> None:
     """Run the signed webhook receiver alone, until SIGTERM or Ctrl-C.
@@ -387,10 +450,10 @@ def check(ctx: click.Context) -> None:
         problems = store.integrity_problems()
         pages = store.page_count()
     if not problems:
-        click.echo(f"ok: {store.path} passed its integrity check ({pages} pages)")
+        click.echo(f"ok: {store.path} passed its integrity check ({plural(pages, 'page')})")
         return
-    click.echo(f"damaged: {store.path} failed its integrity check ({len(problems)} problems; restore a backup, "
-               "see docs/reliability.md):")
+    click.echo(f"damaged: {store.path} failed its integrity check ({plural(len(problems), 'problem')}; restore a "
+               "backup, see docs/reliability.md):")
     for problem in problems:
         click.echo(f"  {problem}")
     ctx.exit(DAMAGED)
@@ -414,8 +477,9 @@ def migrate(state: CliState, source: str, target: str) -> None:
         target_settings = load_settings(state.config_path, overrides={"db": target})
     if source_settings.db == target_settings.db:
         raise UserError("--from and --to name the same inbox")
-    with state._opened(Store.open(source_settings.db, read_only=True, **source_settings.store_options())) as old, \
-            state._opened(Store.open(target_settings.db, **target_settings.store_options())) as new:
+    opened_source = Store.open(source_settings.db, read_only=True, options=source_settings.store_options())
+    with state._opened(opened_source) as old, \
+            state._opened(Store.open(target_settings.db, options=target_settings.store_options())) as new:
         report = copy_inbox(old, new, now=now)
     for table, rows in report.rows.items():
         if rows:
@@ -426,7 +490,7 @@ def migrate(state: CliState, source: str, target: str) -> None:
 def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     counts = info["events"]
     lines = [f"inbox      {info['path']}",
-             "events     " + " · ".join(f"{counts.get(s, 0)} {s}" for s in STATUSES)]
+             "events     " + " · ".join(f"{count(counts.get(s, 0))} {s}" for s in STATUSES)]
     lease = info["lease"]
     if lease is None:
         lines.append("lease      nobody has held it yet")
@@ -437,7 +501,7 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
         lines.append(f"lease      free (last holder {lease['holder']}, generation {lease['gen']}, "
                      f"ended {span(-lease['expires_in'])} ago)")
     pending = info["approvals_pending"]
-    lines.append(f"approvals  {len(pending)} pending" if pending else "approvals  none pending")
+    lines.append(f"approvals  {count(len(pending))} pending" if pending else "approvals  none pending")
     for approval in pending:
         left = f"{span(approval['expires_in'])} left" if approval["expires_in"] > 0 else "expired, not yet swept"
         asker = f"event {approval['event_id']}, " if approval.get("event_id") is not None else ""
@@ -451,18 +515,20 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     if phone:
         taken = sum(phone.get(verdict, 0) for verdict in ("settled", "late", "already_answered"))
         ignored = {verdict: n for verdict, n in phone.items() if verdict in PHONE_IGNORED}
-        detail = ", ".join(f"{n} {verdict.replace('_', ' ')}" for verdict, n in ignored.items())
-        lines.append(f"phone      {taken} answers taken · {sum(ignored.values())} ignored"
+        detail = ", ".join(f"{count(n)} {verdict.replace('_', ' ')}" for verdict, n in ignored.items())
+        lines.append(f"phone      {plural(taken, 'answer')} taken · {count(sum(ignored.values()))} ignored"
                      + (f" ({detail})" if detail else ""))
     outbox = info["outbox"]
     next_send = info["next_send_at"]
     send = "nothing to send" if next_send is None else f"next send {relative(next_send, now)}"
-    lines.append(f"outbox     {outbox['queued']} queued · {outbox['sent']} sent · {outbox['failed']} failed"
-                 f"{' · ' + str(outbox['retrying']) + ' batches retrying' if outbox['retrying'] else ''} · {send}")
+    retrying = f" · {plural(outbox['retrying'], 'batch', 'batches')} retrying" if outbox["retrying"] else ""
+    lines.append(f"outbox     {count(outbox['queued'])} queued · {count(outbox['sent'])} sent · "
+                 f"{count(outbox['failed'])} failed{retrying} · {send}")
     timer = info["next_timer"]
     upcoming = "none due" if timer is None else f"next: {timer['id']} {relative(timer['due'], now)}"
     lines.append(f"timers     {upcoming}")
-    lines.append(f"fencing    {info['takeovers']} takeovers · {info['refused_finishes']} refused late finishes")
+    lines.append(f"fencing    {plural(info['takeovers'], 'takeover')} · "
+                 f"{plural(info['refused_finishes'], 'refused late finish', 'refused late finishes')}")
     agent = info["agent"]
     lines.append(f"agent      {agent_in_words(agent['state'], agent['reason'], agent['until'], now)}")
     spend = info["spend"]
@@ -496,7 +562,7 @@ def _call_record(call: SpendRow) -> dict[str, Any]:
 
 
 @main.command()
-@click.option("--status", "status_filter", type=click.Choice(STATUSES), help="Only events in this state.")
+@click.option("--status", "status_filter", type=OneOf(STATUSES), help="Only events in this state.")
 @click.option("--source", help="Only events from this source.")
 @click.option("--limit", type=SQLITE_COUNT, default=50, show_default=True, help="At most this many.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list of event objects.")
@@ -512,7 +578,8 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
         click.echo("no events")
         return
     for event in found:
-        error = f"  {event.error}" if event.error else ""
+        said = event.death_in_words() or event.error
+        error = f"  {said}" if said else ""
         _say(f"{event.id:>6}  {event.status:<7}  {event.attempts} att  {event.source}/{event.source_id}{error}")
 
 
@@ -530,8 +597,10 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         steps = store.journal_steps(event_id)
         calls = store.tool_calls(event_id)
         model_calls = store.event_spend(event_id)
+        why = why_not_run(store, event, now=_now(), zone=state.zone())
     if as_json:
-        _print_json({"event": _event_record(event), "history": [dataclasses.asdict(a) for a in history],
+        _print_json({"event": _event_record(event), "why": why.as_json(),
+                     "history": [dataclasses.asdict(a) for a in history],
                      "journal": [dataclasses.asdict(s) for s in steps],
                      "tool_calls": [dataclasses.asdict(c) for c in calls],
                      "model_calls": [_call_record(call) for call in model_calls]})
@@ -539,10 +608,13 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
     zone = state.zone()
     generation = "" if event.claim_gen is None else f", generation {event.claim_gen}"
     _say(f"event {event.id}  {event.source}/{event.source_id}  {event.status}  "
-               f"({event.attempts} attempts{generation}, {event.duplicates} duplicates refused)")
+               f"({plural(event.attempts, 'attempt')}{generation}, {plural(event.duplicates, 'duplicate')} refused)")
     click.echo(f"created {_clock_time(event.created_at, zone)} · updated {_clock_time(event.updated_at, zone)}")
-    if event.error:
+    if event.error and event.status != "dead":  # a dead event's last error is in its state, below
         _say(f"error: {event.error}")
+    click.echo("why it has not run:" if event.status == "pending" else "state:")
+    for sentence in why.sentences:
+        _say(f"  - {sentence}")
     if event.pruned_at is not None:
         click.echo(f"payload: pruned {_clock_time(event.pruned_at, zone)}")
     else:
@@ -606,7 +678,7 @@ def retry(state: CliState, event_id: int | None, all_dead: bool, source: str | N
         raise UserError("--source goes with --all-dead")
     with state.store() as store:
         if event_id is None:
-            click.echo(f"retried {store.retry_dead_matching(source=source, now=_now())}")
+            click.echo(f"retried {count(store.retry_dead_matching(source=source, now=_now()))}")
             return
         event = store.event(event_id)
         if event is None:
@@ -630,8 +702,8 @@ def say(state: CliState, text: str, urgent: bool) -> None:
 
 
 @main.command()
-@click.option("--daily", type=float, metavar="USD", help="Store a daily budget (0 = no daily limit).")
-@click.option("--monthly", type=float, metavar="USD", help="Store a monthly budget (0 = no monthly limit).")
+@click.option("--daily", type=Dollars(), metavar="USD", help="Store a daily budget (0 = no daily limit).")
+@click.option("--monthly", type=Dollars(), metavar="USD", help="Store a monthly budget (0 = no monthly limit).")
 @click.option("--clear", is_flag=True, help="Forget the stored budgets: the config file's and environment's apply.")
 @click.option("--json", "as_json", is_flag=True, help="Print the budgets in force and the spend as JSON.")
 @click.pass_obj
@@ -674,7 +746,7 @@ def budget(state: CliState, daily: float | None, monthly: float | None, clear: b
 
 
 @main.command()
-@click.option("--days", type=click.IntRange(min=1, max=3660), default=7, show_default=True,
+@click.option("--days", type=WholeNumber(1, 3660), default=7, show_default=True,
               help="The last N days of the `timezone` setting, today included.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as a JSON object.")
 @click.pass_obj
@@ -713,7 +785,7 @@ def _usage_line(label: str, row: dict[str, Any]) -> str:
 
 
 @main.command()
-@click.option("--days", type=click.IntRange(min=1, max=100_000), required=True,
+@click.option("--days", type=WholeNumber(1, 100_000), required=True,
               help="Prune what finished or was sent more than this many days ago.")
 @click.option("--dry-run", is_flag=True, help="Only say what would be pruned.")
 @click.pass_obj
@@ -727,12 +799,14 @@ def prune(state: CliState, days: int, dry_run: bool) -> None:
     with (state.reader() if dry_run else state.store()) as store:
         report = store.prune(older_than=days * 86_400, now=_now(), dry_run=dry_run)
     clear, delete = ("would clear", "would delete") if dry_run else ("cleared", "deleted")
-    click.echo(f"{clear} the payloads of {report.payloads_cleared} done events and {delete} "
-               f"{report.messages_deleted} sent messages, {report.steps_deleted} journal steps and "
-               f"{report.sessions_deleted} saved sessions older than {_clock_time(report.cutoff, state.zone())}")
+    click.echo(f"{clear} the payloads of {plural(report.payloads_cleared, 'done event')} and {delete} "
+               f"{plural(report.messages_deleted, 'sent message')}, {plural(report.steps_deleted, 'journal step')} and "
+               f"{plural(report.sessions_deleted, 'saved session')} older than "
+               f"{_clock_time(report.cutoff, state.zone())}")
     if report.open_conversations:
-        click.echo(f"kept every journal step and saved session: {report.open_conversations} approvals are not "
-                   "settled yet (a conversation resumes from them)")
+        unsettled = report.open_conversations
+        click.echo(f"kept every journal step and saved session: {plural(unsettled, 'approval')} "
+                   f"{'is' if unsettled == 1 else 'are'} not settled yet (a conversation resumes from them)")
 
 
 # --- memory ------------------------------------------------------------------------------------
@@ -791,22 +865,22 @@ def memory_delete(state: CliState, key: str) -> None:
 # --- timers ------------------------------------------------------------------------------------
 
 @main.group(cls=ConsoleGroup, invoke_without_command=True)
+@click.option("--all", "include_done", is_flag=True, help="With no command: include one-off timers that already fired.")
+@click.option("--json", "as_json", is_flag=True, help="With no command: print a JSON list of timer objects.")
 @click.pass_context
-def timers(ctx: click.Context) -> None:
+def timers(ctx: click.Context, include_done: bool, as_json: bool) -> None:
     """List, add, pause, resume and remove timers.
 
     Timers feed the inbox with events keyed TIMER_ID@SCHEDULED_TIME; they never start runs themselves.
-    With no command, lists them."""
+    With no command, lists them (`timers --all` is `timers list --all`)."""
     if ctx.invoked_subcommand is None:
-        ctx.invoke(timers_list)
+        ctx.invoke(timers_list, include_done=include_done, as_json=as_json)
+    elif include_done or as_json:
+        raise UserError(f"--all and --json go after `timers list`, not before `timers {ctx.invoked_subcommand}`")
 
 
 def _schedule(timer: Timer) -> str:
-    if timer.every is not None:
-        return f"every {span(timer.every)}"
-    if timer.cron is not None:
-        return f"cron '{timer.cron}' {timer.tz or 'UTC'}"
-    return "once"
+    return schedule_in_words(timer.every, timer.cron, timer.tz)
 
 
 @timers.command("list")
@@ -853,12 +927,12 @@ def _parse_moment(text: str, zone: ZoneInfo) -> int:
 
 @timers.command("add")
 @click.argument("timer_id")
-@click.option("--every", type=click.IntRange(min=1, max=MAX_DUE), metavar="SECONDS", help="Fire every SECONDS.")
+@click.option("--every", type=WholeNumber(1, MAX_DUE), metavar="SECONDS", help="Fire every SECONDS.")
 @click.option("--cron", metavar="EXPR", help="Fire on a cron schedule, e.g. '0 9 * * 1-5'.")
 @click.option("--tz", metavar="ZONE", help="The cron schedule's time zone (default: the timezone setting).")
 @click.option("--at", "at_text", metavar="EPOCH|ISO", help="Fire once at this time.")
 @click.option("--payload", metavar="JSON", help="A JSON object the timer's events carry.")
-@click.option("--catch-up", type=click.Choice(CATCH_UP_POLICIES), default="coalesce", show_default=True,
+@click.option("--catch-up", type=OneOf(CATCH_UP_POLICIES), default="coalesce", show_default=True,
               help="Missed occurrences: one event carrying `skipped` (coalesce), or one event each.")
 @click.pass_obj
 def timers_add(
@@ -921,3 +995,20 @@ _timer_change("pause", "paused", "Stop the timer TIMER_ID firing until it is res
               lambda store, timer_id: store.pause_timer(timer_id, True))
 _timer_change("resume", "resumed", "Let the paused timer TIMER_ID fire again; what it missed catches up.",
               lambda store, timer_id: store.pause_timer(timer_id, False))
+
+
+@timers.command("run")
+@click.argument("timer_id")
+@click.pass_obj
+def timers_run(state: CliState, timer_id: str) -> None:
+    """Fire the timer TIMER_ID once now, as the console's run now does.
+
+    Its event (source `timer`, id TIMER_ID@now) carries the timer's payload; the schedule stays as it is."""
+    now = _now()
+    with state.store() as store, rejecting_bad_input():
+        outcome = store.fire_timer_now(timer_id, now=now)
+    if outcome == "unknown":
+        raise UserError(f"no timer named {timer_id!r}")
+    if outcome == "duplicate":
+        raise UserError(f"timer {timer_id} already fired at {now}: try again in a second")
+    _say(f"fired timer {timer_id}: event timer/{timer_id}@{now}")

@@ -28,7 +28,8 @@ import tzlocal
 from console.agents.pricing import parse_prices
 from console.core.db import StoreError, is_postgres
 from console.core.models import BudgetDefaults
-from console.core.pg_target import parse_target
+from console.core.options import STORE_OPTION_NAMES, StoreOptions
+from console.core.pg_target import parse_target, with_inbox_params
 from console.core.spend import check_budget_usd
 from console.core.timers import validate_cron
 from console.redact import redact_url
@@ -37,6 +38,9 @@ APP_NAME = "agent-console"
 ENV_PREFIX = "AGENT_CONSOLE_"
 DEFAULT_WEBHOOK_READ_TIMEOUT = 15
 DEFAULT_WEBHOOK_MAX_CONNECTIONS = 256
+# The agents the `agent` setting may name. The registry (console/agents/registry.py) builds them; a test keeps
+# the two lists equal, so the settings never import the agents they configure.
+AGENT_NAMES = ("offline", "claude")
 
 
 def default_db_path() -> Path:
@@ -77,7 +81,11 @@ class Settings:
     batch_cap: int = 100            # events claimed together at most
     backoff_base: int = 10          # seconds before the first retry; doubles each time
     backoff_max: int = 900
+    backoff_jitter: float = 0.2     # each retry's wait is spread by up to this fraction either way
+    send_timeout: int = 60          # seconds one send may take before the batch is tried again
+    max_send_attempts: int = 12     # failed sends of one batch to one channel before it is given up
     approval_expiry: int = 4 * 3600  # seconds before an unanswered approval expires
+    confirm_approvals: bool = False  # y on an approval with more than a minute left asks once more
     agent: str = "offline"          # the built-in offline agent
     claude_model: str = "claude-sonnet-5-5"  # the model the claude agent talks to
     claude_max_tokens: int = 1024   # the longest reply of one claude model turn
@@ -111,18 +119,9 @@ class Settings:
     # command line"); a setting missing here has its default. Not a setting itself.
     origins: dict[str, str] = field(default_factory=dict, compare=False, repr=False)
 
-    def store_options(self) -> dict[str, Any]:
-        """The keyword arguments for Store.open."""
-        return {
-            "lease_ttl": self.lease_ttl,
-            "max_attempts": self.max_attempts,
-            "outbox_gap": self.outbox_gap,
-            "batch_cap": self.batch_cap,
-            "backoff_base": self.backoff_base,
-            "backoff_max": self.backoff_max,
-            "max_payload_bytes": self.max_payload_bytes,
-            **({"schema": self.db_schema, "password_env": self.password_env} if isinstance(self.db, str) else {}),
-        }
+    def store_options(self) -> StoreOptions:
+        """What the Store obeys, from these settings: the one place a store setting is handed over."""
+        return StoreOptions(**{name: getattr(self, name) for name in sorted(STORE_OPTION_NAMES)})
 
     @property
     def inbox_folder(self) -> Path:
@@ -191,6 +190,21 @@ def _seconds_between(minimum: float, maximum: float) -> Checker:
         return float(value)
 
     return check
+
+
+def _fraction(value: Any, from_text: bool) -> float:
+    """A share of something: 0 or more and less than 1 (0.2 = up to 20 %)."""
+    given = value
+    if from_text:
+        try:
+            value = float(str(value).strip())
+        except ValueError:
+            value = None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise ValueError(f"expected a fraction such as 0.2, got {given!r}")
+    if not 0 <= value < 1:
+        raise ValueError(f"must be at least 0 and less than 1, got {value:g}")
+    return float(value)
 
 
 def _usd(value: Any, from_text: bool) -> float:
@@ -267,11 +281,9 @@ def _env_name(value: Any, from_text: bool) -> str:
 
 
 def _agent(value: Any, from_text: bool) -> str:
-    from console.agents.registry import AGENTS  # imported late: the registry's factories take Settings
-
     name = _text(value, from_text)
-    if name not in AGENTS:
-        raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENTS))}")
+    if name not in AGENT_NAMES:
+        raise ValueError(f"unknown agent {name!r}; known agents: {', '.join(sorted(AGENT_NAMES))}")
     return name
 
 
@@ -340,7 +352,11 @@ CHECKS: dict[str, Checker] = {
     "batch_cap": _seconds_or_count(1),
     "backoff_base": _seconds_or_count(0),
     "backoff_max": _seconds_or_count(0),
+    "backoff_jitter": _fraction,
+    "send_timeout": _seconds_or_count(1),
+    "max_send_attempts": _seconds_or_count(1),
     "approval_expiry": _seconds_or_count(1),
+    "confirm_approvals": _flag,
     "agent": _agent,
     "claude_model": _text,
     "claude_max_tokens": _seconds_or_count(1),
@@ -444,6 +460,11 @@ def load_settings(
 
     if "db" in values and not is_postgres(values["db"]):
         values["db"] = Path(values["db"]).absolute()
+    elif "db" in values:
+        # The schema and the password's variable travel in the URL, so every way an inbox is opened from
+        # these settings (the engine's threads, the receiver, each command) finds the same one.
+        values["db"] = with_inbox_params(values["db"], schema=values.get("db_schema"),
+                                         password_env=values.get("password_env"))
     return Settings(**values, origins=origins)
 
 

@@ -1,11 +1,24 @@
-"""Durations for people (45s, 3m 05s, 4h 00m, 2d 03h) and the agent's state in words, shared by the command
-line and the console so both say the same."""
+"""Numbers and durations for people (1,204 · 1 attempt, 2 attempts · 45s, 3m05s, 4h00m, 2d03h) and the agent's
+state in words: the one formatter the command line (`status`, `show`, `timers`) and the console share, so both
+say the same thing the same way. (Money is console/spendfmt.py.)"""
 
 from __future__ import annotations
 
+from datetime import datetime, tzinfo
 
-def span(seconds: int, *, sep: str = " ") -> str:
-    """The size of a duration; the console passes sep="" to save columns."""
+
+def count(number: int) -> str:
+    """A count as both the console and the command line print it: 1,204."""
+    return f"{number:,}"
+
+
+def plural(number: int, one: str, many: str | None = None) -> str:
+    """'1 attempt', '2 attempts', '1,204 events'; `many` for a word that does not just take an s."""
+    return f"{count(number)} {one if number == 1 else (many or one + 's')}"
+
+
+def span(seconds: int, *, sep: str = "") -> str:
+    """The size of a duration, compact (3m05s) as the console and the command line both print it."""
     seconds = abs(int(seconds))
     if seconds < 60:
         return f"{seconds}s"
@@ -16,12 +29,31 @@ def span(seconds: int, *, sep: str = " ") -> str:
     return f"{seconds // 86400}d{sep}{seconds % 86400 // 3600:02d}h"
 
 
-def relative(when: int, now: int, *, sep: str = " ") -> str:
+def schedule_in_words(every: int | None, cron: str | None, tz: str | None, *, sep: str = "") -> str:
+    """A timer's schedule: 'every 5m 00s', "cron '0 9 * * *' Europe/Berlin" or 'once'."""
+    if every is not None:
+        return f"every {span(every, sep=sep)}"
+    if cron is not None:
+        return f"cron '{cron}' {tz or 'UTC'}"
+    return "once"
+
+
+def relative(when: int, now: int, *, sep: str = "") -> str:
     """'in 3m 05s' or '3m 05s ago'."""
     return f"in {span(when - now, sep=sep)}" if when >= now else f"{span(now - when, sep=sep)} ago"
 
 
-def agent_in_words(state: str, reason: str | None, until: int | None, now: int, *, sep: str = " ") -> str:
+def clock_text(at: int | None, now: int, zone: tzinfo | None = None) -> str:
+    """A moment as its user reads a clock, in their zone (the `timezone` setting; the machine's if None): the
+    time of day, and the date only when it is not today, then how far off it is: '14:05:09 (in 16s)'."""
+    if at is None:
+        return "never"
+    moment, today = datetime.fromtimestamp(at, zone), datetime.fromtimestamp(now, zone)
+    shown = moment.strftime("%H:%M:%S" if moment.date() == today.date() else "%Y-%m-%d %H:%M")
+    return f"{shown} ({relative(at, now, sep='')})"
+
+
+def agent_in_words(state: str, reason: str | None, until: int | None, now: int, *, sep: str = "") -> str:
     """'ready', 'waiting (45s left): <reason>', 'paused until the engine restarts: <reason>', or for a pause that
     lifts on its own (a budget reached) 'paused (3h 05m left, or until the budget is raised): <reason>'."""
     why = f": {reason}" if reason else ""
@@ -49,7 +81,7 @@ def via_in_words(via: str | None) -> str:
     return VIA_WORDS.get(via or "", f"via {via}" if via else "")
 
 
-def answered_in_words(outcome: str | None, via: str | None, at: int | None, now: int, *, sep: str = " ") -> str:
+def answered_in_words(outcome: str | None, via: str | None, at: int | None, now: int, *, sep: str = "") -> str:
     """'yes from Telegram, 2m 05s ago', 'expired at its deadline, 1h 00m ago'."""
     words = " ".join(part for part in (outcome or "unsettled", via_in_words(via)) if part)
     return words if at is None else f"{words}, {relative(at, now, sep=sep)}"

@@ -11,7 +11,7 @@ import pytest
 from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings
 from console.redact import install_log_redaction, redact_url, redact_urls
-from console.runtime.engine import Engine
+from console.runtime.assembly import build_engine
 
 
 @pytest.mark.parametrize(("url", "shown"), [
@@ -63,7 +63,7 @@ async def test_a_runs_error_is_stored_and_logged_without_credentials(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO)
-    engine = Engine(Settings(db=tmp_path / "inbox.db"), clock=ManualClock(1_800_000_000), agent=LeakyAgent(),
+    engine = build_engine(Settings(db=tmp_path / "inbox.db"), clock=ManualClock(1_800_000_000), agent=LeakyAgent(),
                     holder="w", idle_cap=0.05, install_defaults=False)
     await engine.start()
     try:

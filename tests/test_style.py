@@ -1,13 +1,20 @@
-"""The project's own rules, checked where CI can see them: ruff, mypy --strict on console/, and the layering
-(the core never imports Textual, nor does anything outside the console's tui/; SQL lives only in the core)."""
+"""The project's own rules, checked where CI can see them: ruff, mypy --strict on console/, and the layering:
+which room may import which (docs/architecture.md has the map), the core never imports Textual, nor does
+anything outside the console's tui/, `agent-console run` never loads Textual, and SQL lives only in the core."""
 
 from __future__ import annotations
 
 import ast
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import isolated_env
+from tests.support import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSOLE = ROOT / "console"
@@ -84,3 +91,152 @@ def test_the_rules_catch_what_they_look_for() -> None:
     assert SQL.search("SELECT id FROM inbox") and SQL.search("UPDATE inbox SET x = 1")
     assert not SQL.search("select the event you want from the list")
     assert "textual.app" in imported(tree)
+
+
+# --- rooms: who may import whom ------------------------------------------------------------------
+# Modules everyone may use: small, and they import nothing of the rooms above them.
+LEAVES = ("console.clock", "console.futures", "console.notices", "console.redact", "console.textsafe",
+          "console.timefmt", "console.spendfmt")
+# Each room, and the console modules it may import (a prefix allows the modules under it). First match wins,
+# so the composition root is listed before the rest of the runtime.
+ROOMS: list[tuple[str, tuple[str, ...]]] = [
+    ("console.core", ("console.core",)),
+    ("console.clock", ()),
+    ("console.futures", ()),
+    ("console.notices", ()),
+    ("console.redact", ()),
+    ("console.textsafe", ()),
+    ("console.timefmt", ()),
+    ("console.spendfmt", ("console.core",)),
+    ("console.examples", ()),
+    # The settings check an agent's name against a constant, never the agents' registry (prices are data).
+    ("console.config", ("console.core", *LEAVES, "console.agents.pricing")),
+    ("console.demo", ("console.core", "console.config", *LEAVES)),
+    ("console.agents", ("console.core", "console.config", "console.agents", *LEAVES)),
+    ("console.edges", ("console.core", "console.config", "console.edges", *LEAVES)),
+    # The composition root: the one module that wires agents, channels and the engine together.
+    ("console.runtime.assembly", ("console.core", "console.config", "console.agents", "console.edges",
+                                  "console.runtime", *LEAVES)),
+    # The services run an agent through its protocol; they never build one, nor touch the outside. They see the
+    # engine through runtime/host.py only (nothing imports the engine back but the assembly).
+    ("console.runtime", ("console.core", "console.config", "console.agents.base", "console.agents.errors",
+                         "console.runtime.dbthread", "console.runtime.host", "console.runtime.worker",
+                         "console.runtime.scheduler", "console.runtime.dispatcher", "console.runtime.maintenance",
+                         *LEAVES)),
+    ("console.tui", ("console.core", "console.config", "console.demo", "console.tui", "console.runtime.assembly",
+                     "console.edges.receiver", *LEAVES)),
+    # The CLI builds an engine only through the assembly, and loads the console by name (importlib) when it is
+    # opened, so `run` never imports Textual.
+    ("console.cli", ("console.core", "console.config", "console.runtime.assembly", "console.edges.receiver",
+                     *LEAVES)),
+    ("console.__main__", ("console.cli",)),
+]
+
+
+# Rooms whose modules may not import each other freely: the allowed ones are named in the table.
+NAMED_WITHIN = {"console.runtime"}
+
+
+def module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def within(name: str, prefix: str) -> bool:
+    return name == prefix or name.startswith(prefix + ".")
+
+
+def room_of(module: str) -> tuple[str, tuple[str, ...]]:
+    if module == "console":  # the package itself: its version string
+        return module, ()
+    for room, allowed in ROOMS:
+        if within(module, room):
+            return room, allowed
+    raise AssertionError(f"{module} is in no room: add it to ROOMS and to docs/architecture.md")
+
+
+def broken_rules(module: str, tree: ast.Module) -> list[str]:
+    room, allowed = room_of(module)
+    wrong: list[str] = []
+    for name in sorted(imported(tree)):
+        if not within(name, "console") or within(name, module) or name == "console":  # the package: its version
+            continue
+        own_room = () if room in NAMED_WITHIN else (room,)
+        if not any(within(name, prefix) for prefix in (*own_room, *allowed)):
+            wrong.append(f"{module} ({room}) imports {name}")
+    return wrong
+
+
+def test_every_room_imports_only_what_its_rule_allows() -> None:
+    offenders = [line for path in sorted(CONSOLE.rglob("*.py")) for line in broken_rules(module_name(path),
+                                                                                         parsed(path))]
+    assert offenders == []
+
+
+def test_the_engine_imports_neither_edges_nor_agents_it_runs() -> None:
+    names = imported(parsed(CONSOLE / "runtime" / "engine.py"))
+    assert not [n for n in names if within(n, "console.edges") or within(n, "console.agents.registry")
+                or within(n, "console.agents.offline") or within(n, "console.agents.claude")]
+
+
+@pytest.mark.parametrize(
+    ("module", "source"),
+    [
+        ("console.edges.phone", "from console.runtime.engine import Engine"),
+        ("console.config", "from console.agents.registry import AGENTS"),
+        ("console.core.inbox", "import console.runtime"),
+        ("console.runtime.worker", "from console.agents.registry import build_agent"),
+        ("console.runtime.scheduler", "from console.runtime.engine import Engine"),
+        ("console.runtime.engine", "from console.edges.channels import build_channels"),
+        ("console.agents.claude", "from console.tui.app import ConsoleApp"),
+        ("console.cli", "from console.tui.app import run_app"),
+        ("console.cli", "from console.runtime.engine import Engine"),
+        ("console.tui.app", "from console.runtime.engine import Engine"),
+    ],
+)
+def test_the_room_table_catches_a_planted_import(module: str, source: str) -> None:
+    assert broken_rules(module, ast.parse(source)) != []
+
+
+def test_the_room_table_lets_the_allowed_imports_through() -> None:
+    wiring = ast.parse("from console.edges.channels import build_channels")
+    assert broken_rules("console.runtime.assembly", wiring) == []
+    assert broken_rules("console.edges.writer", ast.parse("from console.futures import settle_future")) == []
+
+
+def test_run_never_loads_textual(tmp_path: Path) -> None:
+    """The headless engine, as a real process, up and holding the lease: no Textual module was imported
+    (-X importtime lists every import on stderr, with its full name)."""
+    env = isolated_env(tmp_path / "home", AGENT_CONSOLE_LEASE_TTL="5")
+    log = tmp_path / "run.log"
+    with log.open("w") as handle:
+        process = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "console", "--db",
+                                    str(tmp_path / "inbox.db"), "run"], cwd=ROOT, env=env,
+                                   stdout=subprocess.DEVNULL, stderr=handle)
+        try:
+            wait_until(lambda: process.poll() is not None or "mode: active" in log.read_text(),
+                       "`agent-console run` to hold the lease", limit=60)
+            assert process.poll() is None, log.read_text()
+            subprocess.run([sys.executable, "-m", "console", "--db", str(tmp_path / "inbox.db"), "ingest", "chat",
+                            "c1", '{"text": "hello"}'], cwd=ROOT, env=env, check=True, capture_output=True)
+            wait_until(lambda: "run 1 done" in log.read_text(), "the engine to run an event", limit=60)
+        finally:
+            process.send_signal(signal.SIGTERM)
+            process.wait(timeout=30)
+    imports = [line.rsplit("|", 1)[-1].strip() for line in log.read_text().splitlines()
+               if line.startswith("import time:")]
+    assert "console.runtime.engine" in imports  # the listing is real: it names what run did import
+    assert [name for name in imports if within(name, "textual")] == []
+
+
+def test_docs_and_bench_usage_lines_name_no_machines_paths() -> None:
+    """Usage lines say plain `python`; no one machine's virtual environment or work folder."""
+    machine_path = re.compile(r"(/work/|/home/\w+/|venv[^\s]*/bin/python)")
+    texts = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")), *sorted((ROOT / "bench").glob("*.py"))]
+    offenders = [f"{path.relative_to(ROOT)}:{number}" for path in texts
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1)
+                 if machine_path.search(line)]
+    assert offenders == []
+    assert machine_path.search("    /work/venv/bin/python bench/store_bench.py --quick")

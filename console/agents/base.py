@@ -7,8 +7,9 @@ loses its lease says and asks nothing; everything it does in the world is a fenc
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -88,17 +89,29 @@ class RunContext:
     deferred: dict[int, str] = field(default_factory=dict)  # event id -> why it was handed back unrun
     memory_writes: list[MemoryWrite] = field(default_factory=list)
     tool_log: list[ToolCallRecord] = field(default_factory=list)
+    _reporting_outcome: bool = field(default=False, repr=False)
 
     def say(self, text: str, urgent: bool = False, *, announces: ApprovalRequest | None = None) -> None:
         """Queue a message; it enters the outbox only when this run's finish commits.
 
         announces links the message to the request it announces (what ask() returned): it goes in the
-        urgent lane, and a phone channel sends it as a card with Yes / No buttons for that request."""
+        urgent lane, and a phone channel sends it as a card with Yes / No buttons for that request. Inside
+        reporting_outcome() every message is urgent too."""
         self.check_fence()
         if text.strip():
             if announces is not None:
                 self.announcements[len(self.messages)] = announces.request_id
-            self.messages.append((text, urgent or announces is not None))
+            self.messages.append((text, urgent or announces is not None or self._reporting_outcome))
+
+    @contextlib.contextmanager
+    def reporting_outcome(self) -> Iterator[None]:
+        """What the run says inside this block reports an approval's outcome (the approved action's result, or
+        that nothing was done): it goes in the urgent lane, since the owner answered and waits to hear."""
+        before, self._reporting_outcome = self._reporting_outcome, True
+        try:
+            yield
+        finally:
+            self._reporting_outcome = before
 
     def ask(
         self,

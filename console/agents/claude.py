@@ -246,7 +246,8 @@ class ClaudeAgent:
         outcome = self.tools.execute_approved(ctx, resumed, event=event)
         answer = _tool_result(str(pending["tool_use_id"]), outcome.text, error=outcome.outcome in ("error", "refused"))
         conversation.messages.append({"role": "user", "content": [*pending["results"], answer]})
-        self._converse(ctx, conversation)
+        with ctx.reporting_outcome():  # what the model tells the owner now is the answered action's outcome
+            self._converse(ctx, conversation)
 
     def _converse(self, ctx: RunContext, conversation: Conversation) -> None:
         untrusted = bool(untrusted_sources(s.get("source", "") for s in conversation.sources))

@@ -58,6 +58,7 @@ class OfflineAgent:
         chats: list[str] = []
         lines: list[str] = []
         asked: list[tuple[str, ApprovalRequest]] = []
+        reports_outcome = False  # what became of an answered approval: the owner waits to hear it
         for event in ctx.events:
             if event.source == "chat":
                 text = _chat_text(event)
@@ -74,6 +75,7 @@ class OfflineAgent:
                 lines.append(self._long_task(ctx, event, event.payload["long_task"]))
             elif event.source == "approval":
                 lines.append(self._resume(ctx, event))
+                reports_outcome = True
             elif event.source == "timer":
                 line = self._timer(ctx, event)
                 if line:
@@ -82,8 +84,8 @@ class OfflineAgent:
                 lines.append(summarise_webhook(event))
         if chats:
             lines.insert(0, _reply(chats))
-        if lines:  # said with the questions of the same run, if any: they go out at once, in the urgent lane
-            ctx.say("\n".join(lines), urgent=bool(asked))
+        if lines:  # said with the questions of the same run, or an approval's outcome: at once, in the urgent lane
+            ctx.say("\n".join(lines), urgent=bool(asked) or reports_outcome)
         for announcement, request in asked:  # each question its own message, a card with its own buttons
             ctx.say(announcement, announces=request)
 

@@ -5,6 +5,7 @@ from console.core.base import SendError, StaleGeneration
 from console.core.db import MIN_SQLITE, StoreError, StoreUnavailable
 from console.core.inbox import MAX_PAYLOAD_DEPTH
 from console.core.models import (
+    DEAD_REASONS,
     STATUSES,
     AgentState,
     Approval,
@@ -25,11 +26,13 @@ from console.core.models import (
     TimerDraft,
     ToolCallRecord,
 )
+from console.core.options import StoreOptions
 from console.core.outbox import OutboxChannel
 from console.core.retention import PruneReport
 from console.core.store import Store
 
 __all__ = [
+    "DEAD_REASONS",
     "MAX_PAYLOAD_DEPTH",
     "MIN_SQLITE",
     "STATUSES",
@@ -54,6 +57,7 @@ __all__ = [
     "StaleGeneration",
     "Store",
     "StoreError",
+    "StoreOptions",
     "StoreUnavailable",
     "Timer",
     "TimerDraft",

@@ -7,12 +7,21 @@ from typing import Any
 
 from console.core.base import RESERVED_SOURCES, StoreBase, dumps, loads
 from console.core.db import relaxed_durability, transaction, translate_errors
-from console.core.models import STATUSES, ApprovalDraft, Attempt, Event, MemoryWrite, TimerDraft, ToolCallRecord
+from console.core.models import (
+    STATUSES,
+    ApprovalDraft,
+    Attempt,
+    Event,
+    MemoryWrite,
+    TimerDraft,
+    ToolCallRecord,
+    death_in_words,
+)
 
 MAX_KEY_CHARS = 512
 _EVENT_COLUMNS = (
     "id, source, source_id, payload, status, attempts, claim_gen, error, "
-    "created_at, updated_at, next_attempt_at, duplicates, pruned_at"
+    "created_at, updated_at, next_attempt_at, duplicates, pruned_at, dead_reason"
 )
 
 
@@ -96,6 +105,7 @@ def _event(row: Sequence[Any]) -> Event:
         next_attempt_at=row[10],
         duplicates=row[11],
         pruned_at=row[12],
+        dead_reason=row[13],
     )
 
 
@@ -185,7 +195,7 @@ class InboxMixin(StoreBase):
                 event_id, attempts = retry[0]
                 if attempts < self.max_attempts:
                     break
-                self._mark_dead(event_id, now, f"out of attempts ({attempts} of {self.max_attempts})", holder, gen)
+                self._mark_dead(event_id, now, "out_of_attempts", None, holder, gen)
             if not retry:
                 retry = self._conn.execute(_SELECT_HAND_RETRY).fetchall()
                 event_id = retry[0][0] if retry else 0
@@ -205,8 +215,7 @@ class InboxMixin(StoreBase):
             reason = f"worker of generation {old_gen} lost its lease mid-run"
             self._log_attempt(event_id, now, "lost", holder, old_gen, reason)
             if attempts >= self.max_attempts:
-                self._mark_dead(event_id, now, f"{reason}; out of attempts ({attempts} of {self.max_attempts})",
-                                holder, gen)
+                self._mark_dead(event_id, now, "lost", reason, holder, gen)
             else:
                 self._conn.execute(
                     """UPDATE inbox SET status = 'pending', error = ?, next_attempt_at = ?, updated_at = ?
@@ -216,11 +225,17 @@ class InboxMixin(StoreBase):
                     (reason, claimed_at + self._backoff(attempts), now, event_id),
                 )
 
-    def _mark_dead(self, event_id: int, now: int, reason: str, holder: str | None, gen: int | None) -> None:
-        self._conn.execute(
-            "UPDATE inbox SET status = 'dead', error = ?, updated_at = ? WHERE id = ?", (reason, now, event_id)
-        )
-        self._log_attempt(event_id, now, "dead", holder, gen, reason)
+    def _mark_dead(
+        self, event_id: int, now: int, reason: str, error: str | None, holder: str | None, gen: int | None
+    ) -> None:
+        """The event dies for `reason` (one of DEAD_REASONS); error is its last error (None: keep the one it has)."""
+        died = self._conn.execute(
+            """UPDATE inbox SET status = 'dead', dead_reason = ?, error = COALESCE(?, error), updated_at = ?
+               WHERE id = ? RETURNING attempts, error""",
+            (reason, error, now, event_id),
+        ).fetchall()
+        attempts, last_error = died[0]
+        self._log_attempt(event_id, now, "dead", holder, gen, death_in_words(reason, attempts, last_error))
 
     def finish(
         self,
@@ -284,11 +299,7 @@ class InboxMixin(StoreBase):
                         attempts = changed[0][0]
                         self._log_attempt(event_id, now, "error", holder, gen, error)
                         if attempts >= self.max_attempts:
-                            self._mark_dead(
-                                event_id, now,
-                                f"failed {attempts} of {self.max_attempts} attempts; last error: {error}",
-                                holder, gen,
-                            )
+                            self._mark_dead(event_id, now, "failed", error, holder, gen)
                         else:
                             self._conn.execute(
                                 """UPDATE inbox SET status = 'pending', error = ?, next_attempt_at = ?,
@@ -431,11 +442,19 @@ class InboxMixin(StoreBase):
         return int(self._scalar("SELECT COUNT(*) FROM inbox WHERE status = 'dead' AND source = ?", (source,)))
 
     def _revive(self, event_id: int, now: int) -> bool:
+        dead = self._conn.execute(
+            "SELECT dead_reason, attempts, error FROM inbox WHERE id = ? AND status = 'dead'", (event_id,)
+        ).fetchall()
+        if not dead:
+            return False
+        reason, attempts, error = dead[0]
         changed = self._conn.execute(
             """UPDATE inbox SET status = 'pending', attempts = 0, next_attempt_at = 0, claim_gen = NULL,
-                   claim_alone = 1, updated_at = ? WHERE id = ? AND status = 'dead' RETURNING error""",
+                   claim_alone = 1, dead_reason = NULL, updated_at = ?
+               WHERE id = ? AND status = 'dead' RETURNING id""",
             (now, event_id),
         ).fetchall()
         if changed:
-            self._log_attempt(event_id, now, "retry", None, None, f"retried by hand (was: {changed[0][0]})")
+            was = death_in_words(reason, attempts, error)
+            self._log_attempt(event_id, now, "retry", None, None, f"retried by hand (was: {was})")
         return bool(changed)

@@ -23,6 +23,31 @@ class Event:
     next_attempt_at: int = 0
     duplicates: int = 0
     pruned_at: int | None = None  # when `prune` cleared its payload (the row and its key stay)
+    dead_reason: str | None = None  # one of DEAD_REASONS while the event is dead
+
+    def death_in_words(self) -> str | None:
+        """Why a dead event died, as a sentence built from its fields (None unless it is dead)."""
+        if self.status != "dead":
+            return None
+        return death_in_words(self.dead_reason, self.attempts, self.error)
+
+
+# Why an event died (Event.dead_reason): its last attempt's run failed; its last attempt's worker lost the
+# lease mid-run; or it was found waiting for a retry with no attempts left (max_attempts lowered meanwhile).
+DEAD_REASONS = ("failed", "lost", "out_of_attempts")
+
+
+def death_in_words(reason: str | None, attempts: int, error: str | None) -> str:
+    """'failed 3 attempts; last error: boom', from the fields a death wrote."""
+    tried = f"{attempts} attempt{'' if attempts == 1 else 's'}"
+    last = error or "none recorded"
+    if reason == "failed":
+        return f"failed {tried}; last error: {last}"
+    if reason == "lost":
+        return f"{last}; out of attempts ({tried})"
+    if reason == "out_of_attempts":
+        return f"out of attempts ({tried}); last error: {last}"
+    return last  # died before the reason had its own field: error holds the sentence it was given then
 
 
 @dataclass(frozen=True)

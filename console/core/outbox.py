@@ -340,6 +340,19 @@ class OutboxMixin(StoreBase):
             )
         ]
 
+    def event_replies(self, event_id: int, *, limit: int = 50) -> list[OutboxMessage]:
+        """The messages a run queued for one event (its replies), oldest first, read by the event's index."""
+        return [
+            OutboxMessage(row[0], row[1], bool(row[2]), *row[3:])
+            for row in self._conn.execute(
+                """SELECT o.id, o.body, o.urgent, o.created_at, o.event_id, o.status, o.sent_at,
+                          b.key, b.channel, b.last_error, b.next_try_at, o.approval_id
+                   FROM outbox o LEFT JOIN outbox_batches b ON b.id = o.batch_id
+                   WHERE o.event_id = ? ORDER BY o.id LIMIT ?""",
+                (event_id, limit),
+            )
+        ]
+
     def outbox_counts(self) -> dict[str, int]:
         counts = {"queued": 0, "sending": 0, "sent": 0, "failed": 0}
         counts.update({s: n for s, n in self._conn.execute("SELECT status, n FROM outbox_counts")})

@@ -11,33 +11,29 @@ from typing import Any
 
 from console.core import pg
 from console.core.db import StoreError
+from console.core.options import StoreOptions
 from console.core.store import Store
 
 
 class PgStore(Store):
     _conn: pg.PgConnection
 
-    def __init__(self, conn: pg.PgConnection, path: str, settings: dict[str, Any]) -> None:
-        super().__init__(conn, path, settings)
+    def __init__(self, conn: pg.PgConnection, path: str, options: StoreOptions, seed: int | None = None) -> None:
+        super().__init__(conn, path, options, seed)
         self.target = conn.target
+        self._read_only = conn.read_only
 
     @classmethod
     def open_url(
-        cls, url: str, settings: dict[str, Any], *, read_only: bool = False, schema: str | None = None,
-        password_env: str | None = None,
+        cls, url: str, options: StoreOptions, seed: int | None = None, *, read_only: bool = False,
+        schema: str | None = None, password_env: str | None = None,
     ) -> PgStore:
         target = pg.parse_target(url, schema=schema, password_env=password_env)
-        conn = pg.connect(target, read_only=read_only)
-        store = cls(conn, target.display, settings)
-        store._read_only = read_only
-        return store
-
-    _read_only = False
+        return cls(pg.connect(target, read_only=read_only), target.display, options, seed)
 
     def reopen(self) -> PgStore:
-        store = type(self)(pg.PgConnection(self.target, read_only=self._read_only), self.path, dict(self._settings))
-        store._read_only = self._read_only
-        return store
+        return type(self)(pg.PgConnection(self.target, read_only=self._read_only), self.path, self.options,
+                          self._seed)
 
     @property
     def backend(self) -> str:

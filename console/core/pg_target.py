@@ -55,3 +55,14 @@ def parse_target(url: str, *, schema: str | None = None, password_env: str | Non
     user = f"{parts.username}@" if parts.username else ""
     display = f"{parts.scheme}://{user}{where}{parts.path or '/'}?schema={chosen}"
     return PgTarget(conninfo, chosen, display, env_name)
+
+
+def with_inbox_params(url: str, *, schema: str | None = None, password_env: str | None = None) -> str:
+    """The URL with the inbox's schema and the password's variable added where it names none."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    named = {key for key, _ in query}
+    for key, value in (("schema", schema), ("password_env", password_env)):
+        if value and key not in named:
+            query.append((key, value))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(query), parts.fragment))

@@ -20,13 +20,13 @@ from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
 from console.core.models import BudgetDefaults
+from console.core.options import StoreOptions
 from console.core.outbox import OutboxMixin
 from console.core.phone import PhoneMixin
 from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
 from console.core.spend import SpendMixin
 
-DEFAULT_MAX_PAYLOAD = 1024 * 1024
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
 
@@ -65,21 +65,21 @@ class Store(
     RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin, JournalMixin,
     InsightsMixin, AgentStateMixin, SpendMixin,
 ):
-    def __init__(self, conn: apsw.Connection, path: str, settings: dict[str, Any]) -> None:
+    def __init__(self, conn: apsw.Connection, path: str, options: StoreOptions, seed: int | None = None) -> None:
         self._conn = conn
         self.path = path
-        self._settings = settings
-        self.lease_ttl = int(settings["lease_ttl"])
-        self.max_attempts = int(settings["max_attempts"])
-        self.outbox_gap = int(settings["outbox_gap"])
-        self.batch_cap = int(settings["batch_cap"])
-        self.backoff_base = int(settings["backoff_base"])
-        self.backoff_max = int(settings["backoff_max"])
-        self.backoff_jitter = float(settings["backoff_jitter"])
-        self.max_payload_bytes = int(settings["max_payload_bytes"])
-        self.send_timeout = int(settings["send_timeout"])
-        self.max_send_attempts = int(settings["max_send_attempts"])
-        seed = settings.get("seed")
+        self.options = options
+        self._seed = seed
+        self.lease_ttl = options.lease_ttl
+        self.max_attempts = options.max_attempts
+        self.outbox_gap = options.outbox_gap
+        self.batch_cap = options.batch_cap
+        self.backoff_base = options.backoff_base
+        self.backoff_max = options.backoff_max
+        self.backoff_jitter = options.backoff_jitter
+        self.max_payload_bytes = options.max_payload_bytes
+        self.send_timeout = options.send_timeout
+        self.max_send_attempts = options.max_send_attempts
         self._rng = random.Random(seed)
 
     @classmethod
@@ -87,52 +87,32 @@ class Store(
         cls,
         path: str | os.PathLike[str],
         *,
-        lease_ttl: int = 120,
-        max_attempts: int = 3,
-        outbox_gap: int = 3600,
-        batch_cap: int = 100,
-        backoff_base: int = 10,
-        backoff_max: int = 900,
-        backoff_jitter: float = 0.2,
-        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD,
-        send_timeout: int = 60,
-        max_send_attempts: int = 12,
+        options: StoreOptions | None = None,
         check: bool = False,
         read_only: bool = False,
         seed: int | None = None,
         vfs: str | None = None,
         schema: str | None = None,
         password_env: str | None = None,
+        **changes: Any,
     ) -> Store:
-        """Open an inbox: the path of a SQLite file, or a PostgreSQL URL (postgresql://user@host/db, its
-        inbox schema in `?schema=` or schema=, the password from PGPASSWORD, ~/.pgpass or the variable
-        password_env names). Both give the same API and behaviour."""
-        settings: dict[str, Any] = dict(
-            lease_ttl=lease_ttl, max_attempts=max_attempts, outbox_gap=outbox_gap, batch_cap=batch_cap,
-            backoff_base=backoff_base, backoff_max=backoff_max, backoff_jitter=backoff_jitter,
-            max_payload_bytes=max_payload_bytes, send_timeout=send_timeout, seed=seed,
-            max_send_attempts=max_send_attempts,
-        )
-        for name in ("lease_ttl", "max_attempts", "batch_cap", "max_payload_bytes", "send_timeout",
-                     "max_send_attempts"):
-            if int(settings[name]) < 1:
-                raise ValueError(f"{name} must be at least 1, not {settings[name]}")
-        for name in ("outbox_gap", "backoff_base", "backoff_max"):
-            if int(settings[name]) < 0:
-                raise ValueError(f"{name} must not be negative, not {settings[name]}")
-        if not 0 <= backoff_jitter < 1:
-            raise ValueError(f"backoff_jitter must be in [0, 1), not {backoff_jitter}")
+        """Open (creating and migrating if need be) an inbox: the path of a SQLite file, or a PostgreSQL URL
+        (postgresql://user@host/db, its inbox schema in `?schema=` or schema=, the password from PGPASSWORD,
+        ~/.pgpass or the variable password_env names); both give the same API and behaviour. The settings
+        come from `options` (defaults: StoreOptions()), with any single option also accepted as a keyword
+        (`lease_ttl=30`)."""
+        settled = (options or StoreOptions()).but(**changes)
         if is_postgres(path):
             from console.core.pg_store import PgStore  # psycopg is loaded only for a PostgreSQL inbox
 
-            return PgStore.open_url(str(path), settings, read_only=read_only, schema=schema,
+            return PgStore.open_url(str(path), settled, seed, read_only=read_only, schema=schema,
                                     password_env=password_env)
         conn = connect(path, check=check, read_only=read_only, vfs=vfs)
-        return cls(conn, os.fspath(path), settings)
+        return cls(conn, os.fspath(path), settled, seed)
 
     def reopen(self) -> Store:
         """Another connection to the same file with the same settings (for another thread)."""
-        return type(self)(connect(self.path, check=False), self.path, dict(self._settings))
+        return type(self)(connect(self.path, check=False), self.path, self.options, self._seed)
 
     def close(self) -> None:
         self._conn.close()

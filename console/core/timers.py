@@ -232,6 +232,21 @@ class TimersMixin(StoreBase):
                 "UPDATE timers SET paused = ? WHERE id = ? RETURNING id", (int(paused), timer_id)
             ).fetchall())
 
+    def fire_timer_now(self, timer_id: str, *, now: int) -> str:
+        """One extra occurrence of a timer, now ("run now"): its event is keyed timer_id@now like any
+        occurrence, and the schedule is left as it was (paused or not). Returns "fired", "duplicate" (an
+        occurrence at this very second is already in the inbox) or "unknown" (no such timer)."""
+        _refuse_approval_expiry(timer_id)
+        with translate_errors(), transaction(self._conn):
+            stored = self._scalar("SELECT payload FROM timers WHERE id = ?", (timer_id,))
+            if stored is None:
+                return "unknown"
+            body = dict(loads(stored), scheduled_for=now, late_by=0, skipped=0)
+            if not self._insert_event("timer", f"{timer_id}@{now}", dumps(body), now):
+                return "duplicate"
+            self._conn.execute("UPDATE timers SET last_fired_at = ? WHERE id = ?", (now, timer_id))
+            return "fired"
+
     def next_timer(self) -> Timer | None:
         for row in self._conn.execute(
             f"SELECT {_TIMER_COLUMNS} FROM timers INDEXED BY timers_due WHERE done = 0 AND paused = 0 "

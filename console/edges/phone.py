@@ -36,7 +36,7 @@ from console.core import Approval, Batch, PhoneAnswer, PhoneCard, SendError, Sto
 from console.core.phone import AGAIN
 from console.edges.answerkey import answer_key, answer_mac, mac_matches
 from console.edges.secretfile import Secret
-from console.runtime.notices import NoticeKind
+from console.notices import NoticeKind
 from console.timefmt import via_in_words
 
 T = TypeVar("T")
@@ -54,7 +54,8 @@ VERDICT_WORDS = {"forged": "Not accepted: this button is not from this agent",
 class PhoneHost(Protocol):
     """What a phone channel needs from the engine that runs it."""
 
-    clock: Clock
+    @property
+    def clock(self) -> Clock: ...
 
     @property
     def stopping(self) -> bool: ...

@@ -27,7 +27,7 @@ from aiohttp import web
 
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
-from console.core import StoreError
+from console.core import StoreError, StoreOptions
 from console.edges.config import WebhookConfig, build_verifiers, parse_webhooks
 from console.edges.connections import BACKLOG, ConnectionGate, connection_cap
 from console.edges.verifiers import BadDelivery, Rejected, Verifier
@@ -56,7 +56,7 @@ class WebhookReceiver:
         verifiers: Mapping[str, Verifier],
         store_path: str | os.PathLike[str],
         *,
-        store_options: dict[str, Any] | None = None,
+        store_options: StoreOptions | None = None,
         clock: Clock | None = None,
         group_commit: bool = True,
         on_stored: Callable[[str, str], None] | None = None,

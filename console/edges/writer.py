@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 import apsw
 
 from console.clock import Clock, WallClock
-from console.core import ReplayGuard, Store, StoreError, StoreUnavailable
-from console.runtime.dbthread import settle_future
+from console.core import ReplayGuard, Store, StoreError, StoreOptions, StoreUnavailable
+from console.futures import settle_future
 
 T = TypeVar("T")
 log = logging.getLogger("agent_console.webhooks")
@@ -81,7 +81,7 @@ class IngestWriter:
         self,
         path: str | os.PathLike[str],
         *,
-        store_options: dict[str, Any] | None = None,
+        store_options: StoreOptions | None = None,
         clock: Clock | None = None,
         group_commit: bool = True,
         max_group: int = DEFAULT_MAX_GROUP,
@@ -90,7 +90,7 @@ class IngestWriter:
         self.group_commit = group_commit
         self.max_group = max(1, max_group)
         self.stats = WriterStats()
-        self._options = dict(store_options or {})
+        self._options = store_options or StoreOptions()
         self._clock = clock or WallClock()
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -137,7 +137,7 @@ class IngestWriter:
     # --- the writer thread --------------------------------------------------------------------
     def _run(self, ready: threading.Event, failure: list[BaseException]) -> None:
         try:
-            self._store = Store.open(self.path, **self._options)
+            self._store = Store.open(self.path, options=self._options)
         except BaseException as exc:
             failure.append(exc)
             ready.set()

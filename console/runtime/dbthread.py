@@ -18,20 +18,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from console.core import Store
+from console.futures import settle_future
 
 T = TypeVar("T")
 
 _Job = tuple[Callable[[], Any], "asyncio.Future[Any]"]
-
-
-def settle_future(future: asyncio.Future[Any], value: Any, error: BaseException | None) -> None:
-    """Hand a worker thread's result to the awaiting caller, on the caller's loop."""
-    if future.done():  # the caller was cancelled, or went away, meanwhile
-        return
-    if error is not None:
-        future.set_exception(error)
-    else:
-        future.set_result(value)
 
 
 class DbThread:

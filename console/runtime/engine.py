@@ -14,25 +14,22 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
 from console.agents.base import Agent
-from console.agents.offline import DIGEST_TIMER_ID
-from console.agents.registry import build_agent
 from console.clock import Clock, WallClock
 from console.config import Settings
 from console.core import Store
 from console.core.db import is_postgres
 from console.core.outbox import OutboxChannel
 from console.core.store import ChangeFeed
-from console.edges.channels import build_channels
-from console.edges.phone import PhoneChannel
+from console.notices import Notice, NoticeKind
 from console.runtime.dbthread import DbThread
 from console.runtime.dispatcher import Dispatcher
+from console.runtime.host import THREAD_ROLES, Mode, Service, ServiceChannel, ThreadRole
 from console.runtime.maintenance import Maintenance
-from console.runtime.notices import Notice, NoticeKind
 from console.runtime.scheduler import Scheduler
 from console.runtime.worker import Worker
 
@@ -46,56 +43,68 @@ def default_holder() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(2)}"
 
 
+# A write the engine makes once each time it starts, before its services run (the default timers).
+SetUp = Callable[[Store], None]
+
+
 class Engine:
+    """The services on one inbox. Built by console.runtime.assembly, which chooses the agent, the channels and
+    what to set up at start from the settings; the engine runs what it is given."""
+
     def __init__(
         self,
         settings: Settings,
         *,
+        agent: Agent,
+        channels: Sequence[OutboxChannel],
+        service_channels: Sequence[ServiceChannel] = (),
+        set_up: Sequence[SetUp] = (),
         clock: Clock | None = None,
-        agent: Agent | None = None,
         holder: str | None = None,
-        channels: Sequence[OutboxChannel] | None = None,
-        install_defaults: bool = True,
         watch_interval: float = 0.05,
         idle_cap: float | None = None,
         shutdown_grace: float = 10.0,
     ) -> None:
+        if not channels:
+            raise ValueError("an engine needs at least one outbox channel")
         self.settings = settings
         self.clock: Clock = clock or WallClock()
-        self.agent: Agent = agent or build_agent(settings.agent, settings)
+        self.agent: Agent = agent
         self.holder = holder or default_holder()
         self.path: Path | str = settings.db  # an inbox file, or a PostgreSQL URL
-        self.install_defaults = install_defaults
+        self._set_up = list(set_up)
         self.watch_interval = watch_interval
         # The longest a service sleeps without re-checking (real seconds); a third of the TTL keeps
         # the lease renewed while idle.
         self.idle_cap = idle_cap if idle_cap is not None else max(0.05, settings.lease_ttl / 3)
         self.shutdown_grace = shutdown_grace
         self.last_error: str | None = None
-        # The console channel plus the configured [[channels]]; ConfigError names a bad one.
-        self._channels = list(channels) if channels is not None else build_channels(settings, clock=self.clock)
+        self._channels = list(channels)
+        self._service_channels = list(service_channels)
         self._subscribers: list[Callable[[Notice], None]] = []
         self._wake_events: list[asyncio.Event] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._stopping = False
-        self._mode = "stopped"
-        self._threads: dict[str, DbThread] = {}
-        self.worker = Worker(self)
+        self._mode: Mode = "stopped"
+        self._threads: dict[ThreadRole, DbThread] = {}
+        self.worker = Worker(self, agent)
         self.scheduler = Scheduler(self)
         self.dispatcher = Dispatcher(self, self._channels)
         self.maintenance = Maintenance(self)
 
     # --- lifecycle ------------------------------------------------------------------------------
-    def _opener(self, name: str) -> Callable[[], Store]:
+    def _opener(self, role: ThreadRole) -> Callable[[], Store]:
         # Only the writer's connection runs quick_check (it reads the whole file: ~0.7 s for a million
         # events); the others open a file that check has already passed.
-        check = name == "writer"
-        return lambda: Store.open(self.settings.db, check=check, **self.settings.store_options())
+        check = role == "writer"
+        return lambda: Store.open(self.settings.db, check=check, options=self.settings.store_options())
 
-    def _thread(self, name: str) -> DbThread:
-        if name not in self._threads:
-            self._threads[name] = DbThread(name, self._opener(name))
-        return self._threads[name]
+    def _thread(self, role: ThreadRole) -> DbThread:
+        if role not in THREAD_ROLES:  # mypy refuses a misspelt role; this refuses one from untyped code
+            raise ValueError(f"no database thread has the role {role!r}; the roles are {', '.join(THREAD_ROLES)}")
+        if role not in self._threads:
+            self._threads[role] = DbThread(role, self._opener(role))
+        return self._threads[role]
 
     async def start(self) -> None:
         """Open the inbox (a StoreError says what is wrong with it) and start the services."""
@@ -107,27 +116,28 @@ class Engine:
         # Versions before this one left an answered approval's expiry timer waiting (listed, counted as
         # the next timer due): drop what they left, once per start.
         await self.write(lambda store: store.drop_settled_expiry_timers())
-        if self.install_defaults:
-            await self.write(self._install_defaults)
-        phone_services = await self._start_phone_channels()
+        for set_up in self._set_up:
+            await self.write(set_up)
+        channel_services = await self._start_service_channels()
         loop_tasks = [
             ("worker", self.worker.run()),
             ("scheduler", self.scheduler.run()),
             ("dispatcher", self.dispatcher.run()),
             ("maintenance", self.maintenance.run()),
             ("watcher", self._watch()),
-            *phone_services,
+            *channel_services,
         ]
         self._tasks = [asyncio.create_task(coro, name=f"agent-console-{name}") for name, coro in loop_tasks]
         log.info("engine started on %s as %s (agent %s)", self.path, self.holder, self.agent_name)
 
-    async def _start_phone_channels(self) -> list[tuple[str, Coroutine[Any, Any, None]]]:
-        """Each phone channel's listener and card keeper. A channel that cannot start (its secrets file is
-        readable by others) stops the engine's start with that ConfigError, leaving nothing running."""
-        services: list[tuple[str, Coroutine[Any, Any, None]]] = []
-        started: list[PhoneChannel] = []
+    async def _start_service_channels(self) -> list[Service]:
+        """Each service channel's own services (a phone channel's listener and card keeper). A channel that
+        cannot start (its secrets file is readable by others) stops the engine's start with that ConfigError,
+        leaving nothing running."""
+        services: list[Service] = []
+        started: list[ServiceChannel] = []
         try:
-            for channel in self.phone_channels:
+            for channel in self._service_channels:
                 services += await channel.start(self)
                 started.append(channel)
         except BaseException:
@@ -142,17 +152,6 @@ class Engine:
             raise
         return services
 
-    @property
-    def phone_channels(self) -> list[PhoneChannel]:
-        return [channel for channel in self._channels if isinstance(channel, PhoneChannel)]
-
-    def _install_defaults(self, store: Store) -> None:
-        if store.timer(DIGEST_TIMER_ID) is None:
-            store.add_timer(
-                DIGEST_TIMER_ID, self.clock.now(), {"task": "digest"},
-                cron=self.settings.digest_cron, tz=self.settings.timezone, now=self.clock.now(),
-            )
-
     async def stop(self) -> None:
         """Finish (or abandon) the current run, release the lease, close the connections."""
         if self._stopping:
@@ -164,10 +163,10 @@ class Engine:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
-        for channel in self.phone_channels:
+        for channel in self._service_channels:
             await channel.stop()
-        for name, thread in self._threads.items():
-            await thread.close(wait=name != "runner" or not self.worker.busy)
+        for role, thread in self._threads.items():
+            await thread.close(wait=role != "runner" or not self.worker.busy)
         self._threads = {}
         closer = getattr(self.agent, "close", None)  # an agent with tools holds MCP sessions and processes
         if callable(closer):
@@ -182,10 +181,10 @@ class Engine:
 
     # --- state ----------------------------------------------------------------------------------
     @property
-    def mode(self) -> str:
+    def mode(self) -> Mode:
         return self._mode
 
-    def set_mode(self, mode: str) -> None:
+    def set_mode(self, mode: Mode) -> None:
         if mode != self._mode:
             self._mode = mode
             log.info("mode: %s", mode)
@@ -218,9 +217,9 @@ class Engine:
         self.wake()
         return result
 
-    async def on(self, thread: str, fn: Callable[[Store], T]) -> T:
-        """Run fn on a named service thread (writer, runner, sender, reader, maintenance)."""
-        return await self._thread(thread)(fn)
+    async def on(self, role: ThreadRole, fn: Callable[[Store], T]) -> T:
+        """Run fn on the database thread of one role (writer, runner, sender, reader, maintenance)."""
+        return await self._thread(role)(fn)
 
     async def ingest(self, source: str, source_id: str, payload: Any) -> bool:
         now = self.clock.now()
@@ -315,6 +314,10 @@ class Engine:
         finally:
             if feed is not None:
                 feed.close()
+
+    def note_run_error(self, message: str) -> None:
+        """A run failed (its event keeps the error and is retried): kept as the last error, not announced."""
+        self.last_error = message
 
     def note_error(self, message: str) -> None:
         self.last_error = message

@@ -8,16 +8,15 @@ import logging
 import math
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from datetime import UTC, datetime
+from typing import Any, TypeVar
 
-from console.agents.base import RunContext
+from console.agents.base import Agent, RunContext
 from console.agents.errors import AgentPaused, AgentUnavailable, ProviderBusy
-from console.core import AgentState, Event, StaleGeneration, Store, StoreUnavailable
+from console.core import AgentState, Event, Lease, StaleGeneration, Store, StoreUnavailable
 from console.redact import redact_urls
+from console.runtime.host import ServiceHost, service_loop
 from console.timefmt import span
-
-if TYPE_CHECKING:
-    from console.runtime.engine import Engine
 
 log = logging.getLogger("agent_console.worker")
 
@@ -30,6 +29,11 @@ MAX_DEFAULT_WAIT = 900
 MAX_WAIT = 3600
 
 
+def utc_time(when: int) -> str:
+    """A moment as the log writes it: ISO 8601 in UTC, to the second."""
+    return datetime.fromtimestamp(when, UTC).isoformat(timespec="seconds")
+
+
 def wait_seconds(retry_after: float | None, waits_before: int) -> int:
     """The wait for one push-back: the provider's retry-after when it gave one, else the default, doubled
     for each wait just before it."""
@@ -39,8 +43,9 @@ def wait_seconds(retry_after: float | None, waits_before: int) -> int:
 
 
 class Worker:
-    def __init__(self, engine: Engine) -> None:
-        self.engine = engine
+    def __init__(self, host: ServiceHost, agent: Agent) -> None:
+        self.host = host
+        self.agent = agent
         self.gen: int | None = None
         self.stalled = False
         self.runs = 0
@@ -51,65 +56,57 @@ class Worker:
         self._renewed_at = 0
         self._stall_wake: asyncio.Event | None = None  # one for every run: each registered event costs every wake()
         self._loop_done: asyncio.Event | None = None  # set when run() has left its loop
+        self._standby_seen: tuple[str, int] | None = None  # the lease (holder, gen) last reported on standby
 
     @property
     def busy(self) -> bool:
         return self._current is not None and not self._current.done()
 
     async def run(self) -> None:
-        engine = self.engine
-        wake = engine.wake_event()
         self._loop_done = asyncio.Event()
         try:
-            while not engine.stopping:
-                try:
-                    idle_for = await self._tick()
-                except Exception as exc:  # the engine never dies of one bad step
-                    engine.note_error(f"worker: {type(exc).__name__}: {exc}")
-                    idle_for = engine.idle_cap
-                if idle_for is not None:
-                    await engine.sleep(wake, idle_for)
+            await service_loop(self.host, "worker", self._tick)
         finally:
             self._loop_done.set()
 
     async def _tick(self) -> float | None:
         """One pass; returns how long to idle, or None to go again at once."""
-        engine = self.engine
-        holder = engine.holder
+        host = self.host
+        holder = host.holder
         if self.stalled:
-            engine.set_mode("stalled")
-            return engine.idle_cap
-        now = engine.clock.now()
-        if self.gen is not None and now - self._renewed_at < max(1, engine.settings.lease_ttl // 3):
+            host.set_mode("stalled")
+            return host.idle_cap
+        now = host.clock.now()
+        if self.gen is not None and now - self._renewed_at < max(1, host.settings.lease_ttl // 3):
             gen: int | None = self.gen  # renewed recently; claim_batch re-checks the lease anyway
         else:
-            gen = await engine.on("writer", lambda store: store.acquire(holder, now=now))
+            gen = await host.on("writer", lambda store: store.acquire(holder, now=now))
             self._renewed_at = now
         if gen is None:
             if self.gen is not None:
                 log.info("lost the lease (generation %s)", self.gen)
             self.gen = None
-            engine.set_mode("standby")
-            lease = await engine.read(lambda store: store.lease())
-            return engine.seconds_until(None if lease is None else lease.until + 1)
+            lease = await host.read(lambda store: store.lease())
+            self._standing_by(lease)
+            return host.seconds_until(None if lease is None else lease.until + 1)
         if gen != self.gen:
             log.info("holding the lease as generation %s", gen)
             self.gen = gen
-            engine.publish("lease", f"generation {gen}")
-        engine.set_mode("active")
-        if engine.stopping:
+            host.publish("lease", f"generation {gen}")
+        host.set_mode("active")
+        if host.stopping:
             return None  # shutdown releases this generation; a claim now would only count an attempt
         hold = await self._agent_gate(gen, now)
         if hold is not None:
             self.holds += 1
             return hold
-        events = await engine.on("writer", lambda store: store.claim_batch(holder, gen, now=now))
-        if engine.stopping:
+        events = await host.on("writer", lambda store: store.claim_batch(holder, gen, now=now))
+        if host.stopping:
             return None  # no run may start now: shutdown's release returns these events to pending
         if not events:
-            retry_at = await engine.read(lambda store: store.next_retry_at())
-            return engine.seconds_until(retry_at)
-        engine.publish("events", f"claimed {len(events)}")
+            retry_at = await host.read(lambda store: store.next_retry_at())
+            return host.seconds_until(retry_at)
+        host.publish("events", f"claimed {len(events)}")
         self._current = asyncio.create_task(self._run(gen, events))
         try:
             await asyncio.shield(self._current)
@@ -118,32 +115,44 @@ class Worker:
                 self._current = None
         return None
 
+    def _standing_by(self, lease: Lease | None) -> None:
+        """Stand by, and say once per holder and generation who holds the lease and until when."""
+        host = self.host
+        seen = None if lease is None else (lease.holder, lease.gen)
+        if host.mode != "standby" or seen != self._standby_seen:
+            self._standby_seen = seen
+            if lease is not None:
+                left = max(0, lease.until - host.clock.now())
+                log.info("standby: the lease is held by %s, generation %s, until %s (%s from now)", lease.holder,
+                         lease.gen, utc_time(lease.until), span(left))
+        host.set_mode("standby")
+
     async def _run(self, gen: int, events: list[Event]) -> None:
-        engine = self.engine
-        holder = engine.holder
+        host = self.host
+        holder = host.holder
         ids = [event.id for event in events]
         self._lost_lease = False
         self.runs += 1
         log.info("run %s: %s event(s) %s under generation %s", self.runs, len(events), ids, gen)
-        engine.publish("run", f"started {ids}")
-        started = engine.clock.now()
+        host.publish("run", f"started {ids}")
+        started = host.clock.now()
         fence = threading.Event()  # set once the lease is gone: the run's next step, ask or say raises
         renewer = asyncio.create_task(self._keep_renewing(gen, fence))
 
         contexts: list[RunContext] = []  # kept even when the run raises: what it deferred is still unrun
 
         def do_run(store: Store) -> RunContext:
-            ctx = RunContext(store, events, started, holder, gen, engine.settings.approval_expiry,
-                             fence=fence, clock=engine.clock.now)
+            ctx = RunContext(store, events, started, holder, gen, host.settings.approval_expiry,
+                             fence=fence, clock=host.clock.now)
             contexts.append(ctx)
-            engine.agent.run(ctx)
+            self.agent.run(ctx)
             return ctx
 
         error: str | None = None
         staged: dict[str, Any] = {}
         unavailable: AgentUnavailable | None = None
         try:
-            staged = (await engine.on("runner", do_run)).staged()
+            staged = (await host.on("runner", do_run)).staged()
         except StaleGeneration as exc:
             error = f"fenced: {exc}"
             log.warning("run %s stopped: %s", self.runs, exc)
@@ -159,16 +168,16 @@ class Worker:
             except asyncio.CancelledError:
                 pass
             except Exception as exc:  # a renewal bug must not abandon the run's events as `running`
-                engine.note_error(f"lease renewal failed: {type(exc).__name__}: {exc}")
+                host.note_error(f"lease renewal failed: {type(exc).__name__}: {exc}")
         if self.stalled and self._stall_wake is None:
-            self._stall_wake = engine.wake_event()
-        while self.stalled and not engine.stopping:  # a stalled worker holds its finish, like a closed lid
+            self._stall_wake = host.wake_event()
+        while self.stalled and not host.stopping:  # a stalled worker holds its finish, like a closed lid
             assert self._stall_wake is not None
-            await engine.sleep(self._stall_wake, engine.idle_cap)
+            await host.sleep(self._stall_wake, host.idle_cap)
         if self._lost_lease:
             # The finish is still tried: the inbox refuses it and records the refusal, so the console's
             # count of fenced writes is true. Nothing the run staged is written.
-            engine.note_error(f"run {self.runs}: lease lost mid-run; its finish will be refused")
+            host.note_error(f"run {self.runs}: lease lost mid-run; its finish will be refused")
         elif unavailable is not None:
             await self._hold_back(gen, ids, unavailable)
             return
@@ -181,18 +190,18 @@ class Worker:
         if finished is None:
             return  # stopping: the lease's release returns the events to pending
         if not finished:
-            engine.note_error(f"run {self.runs}: finish refused (generation {gen} was fenced off)")
+            host.note_error(f"run {self.runs}: finish refused (generation {gen} was fenced off)")
         else:
             said = len(staged.get("messages", ()))
             log.info("run %s %s", self.runs, "failed" if error else f"done, {said} message(s)")
         if error:
-            engine.last_error = error
+            host.note_run_error(error)
         if finished:
             await self._agent_worked(gen)
-        engine.publish("run", "finished" if finished and not error else "failed")
-        engine.publish("events", "finished")
-        engine.publish("outbox", "queued")
-        engine.wake()
+        host.publish("run", "finished" if finished and not error else "failed")
+        host.publish("events", "finished")
+        host.publish("outbox", "queued")
+        host.wake()
 
     async def _finish(self, gen: int, ids: list[int], staged: dict[str, Any], error: str | None) -> bool | None:
         """Record the run's outcome, trying again until the inbox takes it; None if the engine stops first.
@@ -201,25 +210,25 @@ class Worker:
         where no claim ever recovers them. While it tries, the lease is not renewed: if the inbox stays
         unwritable past the TTL, the finish is refused and the next generation recovers the events.
         """
-        engine = self.engine
+        host = self.host
         pause = 0.05
         while True:
             try:
-                return await engine.on("writer", self._finishing(gen, ids, staged, error, engine.clock.now()))
+                return await host.on("writer", self._finishing(gen, ids, staged, error, host.clock.now()))
             except StoreUnavailable as exc:
-                engine.note_error(f"run {self.runs}: could not record its outcome ({exc}); trying again")
+                host.note_error(f"run {self.runs}: could not record its outcome ({exc}); trying again")
             except Exception as exc:  # the outcome itself cannot be stored: record the run as failed instead
-                engine.note_error(f"run {self.runs}: could not record its outcome: {type(exc).__name__}: {exc}")
+                host.note_error(f"run {self.runs}: could not record its outcome: {type(exc).__name__}: {exc}")
                 error, staged = f"could not record the run's outcome ({type(exc).__name__})", {}
-            if engine.stopping:
+            if host.stopping:
                 return None
             await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
-            pause = min(pause * 2, engine.idle_cap)
+            pause = min(pause * 2, host.idle_cap)
 
     def _finishing(
         self, gen: int, ids: list[int], staged: dict[str, Any], error: str | None, now: int
     ) -> Callable[[Store], bool]:
-        holder = self.engine.holder
+        holder = self.host.holder
         outputs = {} if error else staged  # a failed run's outputs are dropped; its retry produces them again
         return lambda store: store.finish(holder, gen, ids, now=now, error=error, **outputs)
 
@@ -233,39 +242,39 @@ class Worker:
         without telling the owner twice. A budget pause lifts on its own when its day or month rolls over in
         the owner's time zone, or as soon as that budget changes (`agent-console budget` from anywhere
         commits to the inbox, which wakes this pass), whoever set it."""
-        engine = self.engine
-        state = await engine.read(lambda store: store.agent_state())
+        host = self.host
+        state = await host.read(lambda store: store.agent_state())
         self._agent = state
         if state.budget is not None:
-            defaults = engine.settings.budget_defaults()
-            if not await engine.read(lambda store: store.budget_pause_lifted(state, defaults, now=now)):
-                return engine.seconds_until(state.until)  # woken sooner by any commit, a raised budget's too
+            defaults = host.settings.budget_defaults()
+            if not await host.read(lambda store: store.budget_pause_lifted(state, defaults, now=now)):
+                return host.seconds_until(state.until)  # woken sooner by any commit, a raised budget's too
             await self._lift_pause(gen, now, f"the {state.budget} budget changed or its period rolled over")
             return None
         if state.state == "paused":
-            if (state.holder, state.gen) == (engine.holder, gen):
-                return engine.idle_cap
+            if (state.holder, state.gen) == (host.holder, gen):
+                return host.idle_cap
             await self._lift_pause(gen, now, f"it was paused ({state.reason}) by an earlier generation")
             return None
         if state.state == "waiting" and state.until is not None and state.until > now:
-            return engine.seconds_until(state.until)
+            return host.seconds_until(state.until)
         return None
 
     async def _lift_pause(self, gen: int, now: int, why: str) -> None:
-        engine = self.engine
-        holder = engine.holder
-        if await engine.on("writer", lambda store: store.set_agent_state(holder, gen, "ready", now=now)):
+        host = self.host
+        holder = host.holder
+        if await host.on("writer", lambda store: store.set_agent_state(holder, gen, "ready", now=now)):
             log.info("the agent is ready again under generation %s: %s", gen, why)
-            engine.publish("lease", "agent ready")
-            self._agent = await engine.read(lambda store: store.agent_state())
+            host.publish("lease", "agent ready")
+            self._agent = await host.read(lambda store: store.agent_state())
 
     async def _hold_back(self, gen: int, ids: list[int], unavailable: AgentUnavailable) -> None:
         """The provider cannot take the run: its events go back to pending unrun (no attempt spent) and the
         agent waits (back-pressure) or pauses (a configuration the provider refuses, with one urgent
         message to the owner). Nothing is claimed until the wait ends or the engine restarts."""
-        engine = self.engine
-        holder = engine.holder
-        now = engine.clock.now()
+        host = self.host
+        holder = host.holder
+        now = host.clock.now()
         reason = str(unavailable)
         if isinstance(unavailable, ProviderBusy):
             before = self._agent.waits if self._agent is not None and self._agent.state == "waiting" else 0
@@ -296,16 +305,16 @@ class Worker:
             what = ("the agent is paused until the engine restarts" if lifts_at is None else
                     f"the agent is paused for {span(lifts_at - now)}, or until the budget is raised")
         if held:
-            engine.note_error(f"run {self.runs}: {reason}; {len(ids)} event(s) back to pending unrun, {what}")
-        engine.publish("lease", "agent waiting" if isinstance(unavailable, ProviderBusy) else "agent paused")
-        engine.publish("run", "held back")
-        engine.publish("events", "handed back")
-        engine.publish("outbox", "queued")
-        engine.wake()
+            host.note_error(f"run {self.runs}: {reason}; {len(ids)} event(s) back to pending unrun, {what}")
+        host.publish("lease", "agent waiting" if isinstance(unavailable, ProviderBusy) else "agent paused")
+        host.publish("run", "held back")
+        host.publish("events", "handed back")
+        host.publish("outbox", "queued")
+        host.wake()
 
     async def _hand_back(self, gen: int, deferred: dict[int, str]) -> None:
         """Events the agent left unrun (they did not fit one model call) go back to pending, attempt not spent."""
-        holder, now = self.engine.holder, self.engine.clock.now()
+        holder, now = self.host.holder, self.host.clock.now()
         by_reason: dict[str, list[int]] = {}
         for event_id, reason in deferred.items():
             by_reason.setdefault(reason, []).append(event_id)
@@ -321,39 +330,39 @@ class Worker:
         state = self._agent
         if state is None or (state.state == "ready" and state.notified is None):
             return
-        holder, now = self.engine.holder, self.engine.clock.now()
+        holder, now = self.host.holder, self.host.clock.now()
         await self._write_until_stored(lambda store: store.set_agent_state(holder, gen, "ready", now=now, worked=True),
                                        "that the agent is ready")
         self._agent = None
-        self.engine.publish("lease", "agent ready")
+        self.host.publish("lease", "agent ready")
 
     async def _write_until_stored(self, write: Callable[[Store], T], what: str) -> T | None:
         """One write, tried again while the inbox is busy; None if the engine stops first."""
-        engine = self.engine
+        host = self.host
         pause = 0.05
         while True:
             try:
-                return await engine.on("writer", write)
+                return await host.on("writer", write)
             except StoreUnavailable as exc:
-                engine.note_error(f"run {self.runs}: could not record {what} ({exc}); trying again")
-            if engine.stopping:
+                host.note_error(f"run {self.runs}: could not record {what} ({exc}); trying again")
+            if host.stopping:
                 return None
             await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
-            pause = min(pause * 2, engine.idle_cap)
+            pause = min(pause * 2, host.idle_cap)
 
     async def _keep_renewing(self, gen: int, fence: threading.Event) -> None:
         """Renew every TTL/3 during a long agent call; a refusal means the lease is gone (lapsed, or
         another worker took over): the fence stops the run at its next step."""
-        engine = self.engine
-        interval = max(0.05, engine.settings.lease_ttl / 3)
+        host = self.host
+        interval = max(0.05, host.settings.lease_ttl / 3)
         while True:
             await asyncio.sleep(interval)  # a renewal period, not a wait for a result
             if self.stalled:
                 continue
             try:
-                renewed = await engine.on("writer", self._renewal(gen, engine.clock.now()))
+                renewed = await host.on("writer", self._renewal(gen, host.clock.now()))
             except StoreUnavailable as exc:  # try again next period; the run must not die of it
-                engine.note_error(f"could not renew the lease: {exc}")
+                host.note_error(f"could not renew the lease: {exc}")
                 continue
             if not renewed:
                 self._lost_lease = True
@@ -361,12 +370,12 @@ class Worker:
                 return
 
     def _renewal(self, gen: int, now: int) -> Callable[[Store], bool]:
-        holder = self.engine.holder
+        holder = self.host.holder
         return lambda store: store.renew(holder, gen, now=now)
 
     async def shutdown(self, grace: float) -> None:
         """Let the current run finish for up to `grace` seconds, then release the lease."""
-        engine = self.engine
+        host = self.host
         self.stalled = False
         abandoned = False
         if self._current is not None and not self._current.done():
@@ -382,9 +391,9 @@ class Worker:
                 await asyncio.wait_for(self._loop_done.wait(), grace)
         if self.gen is not None:
             gen = self.gen
-            now = engine.clock.now()
+            now = host.clock.now()
             try:
-                await engine.on("writer", lambda store: store.release(engine.holder, gen, now=now))
+                await host.on("writer", lambda store: store.release(host.holder, gen, now=now))
             except Exception as exc:
-                engine.note_error(f"could not release the lease: {exc}")
+                host.note_error(f"could not release the lease: {exc}")
             self.gen = None

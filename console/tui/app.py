@@ -32,13 +32,14 @@ from textual.widgets import DataTable, Footer, HelpPanel
 
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
-from console.core import STATUSES, Approval, Store, StoreError
+from console.core import STATUSES, Approval, Event, Store, StoreError
 from console.demo import demo_settings, run_demo
-from console.runtime.notices import Notice
+from console.notices import Notice
 from console.textsafe import terminal_safe, terminal_safe_lines
+from console.timefmt import span
 from console.tui.backend import EngineLike
 from console.tui.commands import ConsoleCommands
-from console.tui.detail import read_detail
+from console.tui.detail import DetailView, read_detail, read_neighbour
 from console.tui.reads import (
     Activity,
     EventFilter,
@@ -52,8 +53,9 @@ from console.tui.reads import (
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
-from console.tui.screens.detail import DetailScreen
+from console.tui.screens.detail import DetailHost, DetailScreen
 from console.tui.screens.inject import InjectScreen
+from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
 from console.tui.widgets.approvals_pane import ApprovalsPane
@@ -83,6 +85,7 @@ FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
 TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes
 ACTIVITY_SECONDS = 5.0
 APPROVAL_TEXT = "refund order 881"
+CONFIRM_AFTER_SECONDS = 60  # with confirm_approvals, a yes with more time than this left asks once more
 
 
 def source_id_taken(source_id: str, store: Store) -> bool:
@@ -117,6 +120,8 @@ class ConsoleApp(App[None]):
                 tooltip="cycle the source filter"),
         Binding("b", "budget", "Budget", id="console.budget", show=False,
                 tooltip="set the daily and monthly budgets for model calls"),
+        Binding("t", "timers", "Timers", id="console.timers", show=False,
+                tooltip="the timers: next fire, catch-up policy; pause, resume or run one now"),
         Binding("x", "stall", "Stall", id="console.stall",
                 tooltip="stop (or resume) renewing the lease: another console takes over"),
         Binding("c", "quick_chat", "Chat", id="console.quick_chat", show=False, tooltip="inject a chat message"),
@@ -150,9 +155,9 @@ class ConsoleApp(App[None]):
         self.settings = settings
         self.clock: Clock = clock or (engine.clock if engine is not None else WallClock())
         if engine is None:
-            from console.runtime.engine import Engine
+            from console.runtime.assembly import build_engine
 
-            engine = Engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults)
+            engine = build_engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults)
         self.engine: EngineLike = engine
         self.deterministic = deterministic
         self.state = ConsoleState(state_path)
@@ -273,12 +278,10 @@ class ConsoleApp(App[None]):
 
     async def _start_receiver(self) -> None:
         """The webhook receiver runs inside the console when the config enables it."""
-        if not self.settings.webhooks.get("enabled"):
-            return
-        from console.edges.receiver import start_receiver
+        from console.runtime.assembly import start_receiver_beside
 
         try:
-            self.receiver = await start_receiver(self.settings, engine=self.engine)
+            self.receiver = await start_receiver_beside(self.settings, self.engine)
         except (ConfigError, StoreError, OSError) as exc:
             self.notify(str(exc), title="Webhook receiver not started", severity="error", timeout=15)
 
@@ -339,6 +342,8 @@ class ConsoleApp(App[None]):
     def _on_notice(self, message: EngineNotice) -> None:
         notice = message.notice
         self._mark(*NOTICE_PANES.get(notice.kind, PANES))
+        if isinstance(self.screen, DetailScreen) and notice.kind != "log":
+            self.screen.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
 
@@ -409,11 +414,20 @@ class ConsoleApp(App[None]):
         if event is None:
             self.notify("No event selected", severity="warning")
             return
-        now = self.clock.now()
+        await self.open_detail(event.id)
+
+    async def open_detail(self, event_id: int) -> None:
         zone = ZoneInfo(self.settings.timezone)
-        view = await self.read(read_detail(event.id, now=now, holder=self.engine.holder, mode=self.engine.mode,
-                                           zone=zone))
-        await self.push_screen(DetailScreen(view, now, zone))
+
+        async def load(event_id: int) -> DetailView:
+            return await self.read(read_detail(event_id, now=self.clock.now(), holder=self.engine.holder,
+                                               mode=self.engine.mode, zone=zone))
+
+        async def neighbour(event_id: int, older: bool) -> int | None:
+            return await self.read(read_neighbour(event_id, self.filter, older=older))
+
+        host = DetailHost(load, neighbour, self.retry_event, self._answer)
+        await self.push_screen(DetailScreen(await load(event_id), host, zone))
 
     async def action_inject(self) -> None:
         source_id = await self.unique_source_id()
@@ -506,6 +520,20 @@ class ConsoleApp(App[None]):
         await self._answer(approval, answer)
 
     async def _answer(self, approval: Approval, answer: str) -> None:
+        """Every y / n of the console comes here. With `confirm_approvals` set, a yes with more than a minute left
+        to think asks once more (a stray key must not refund an order); a yes about to expire does not wait."""
+        left = approval.expires_at - self.clock.now()
+        if answer == "yes" and self.settings.confirm_approvals and left > CONFIRM_AFTER_SECONDS:
+            async def confirmed(sure: bool | None) -> None:
+                if sure:
+                    await self._settle_answer(approval, answer)
+
+            question = f"Approve {approval.action} ({approval.request_id})? It has {span(left)} left to answer."
+            self.push_screen(ConfirmScreen(question, yes_label="Approve"), confirmed)
+            return
+        await self._settle_answer(approval, answer)
+
+    async def _settle_answer(self, approval: Approval, answer: str) -> None:
         outcome = await self.engine.answer(approval.request_id, answer)
         self._mark("approvals", "events")
         if outcome == answer:
@@ -519,6 +547,10 @@ class ConsoleApp(App[None]):
         if event is None:
             self.notify("No event selected", severity="warning")
             return
+        await self.retry_event(event)
+
+    async def retry_event(self, event: Event) -> None:
+        """Retry one dead event (the events pane's r and the detail's r)."""
         if event.status != "dead":
             self.notify(f"#{event.id} is {event.status}; only dead events are retried", severity="warning")
             return
@@ -580,6 +612,9 @@ class ConsoleApp(App[None]):
             self.notify(f"Stored in the inbox: {said}", title="Budget")
         return None
 
+    async def action_timers(self) -> None:
+        await self.push_screen(TimersScreen(self.read, self.engine.write, self.clock, ZoneInfo(self.settings.timezone)))
+
     def action_stall(self) -> None:
         self._stalled = not self._stalled
         self.engine.stall(self._stalled)
@@ -620,7 +655,7 @@ def run_app(settings: Settings, *, demo: bool = False) -> None:
         with tempfile.TemporaryDirectory(prefix="agent-console-demo-") as folder:
             _run(demo_settings(settings, Path(folder)), demo=True)
         return
-    Store.open(settings.db, **settings.store_options()).close()  # a bad inbox fails here, before the screen
+    Store.open(settings.db, options=settings.store_options()).close()  # a bad inbox fails here, before the screen
     _run(settings, demo=False)
 
 

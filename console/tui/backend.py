@@ -8,7 +8,7 @@ from typing import Any, Protocol, TypeVar
 
 from console.clock import Clock
 from console.core import Store
-from console.runtime.notices import Notice
+from console.notices import Notice
 
 T = TypeVar("T")
 

@@ -23,6 +23,7 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Retry all dead events matching the filter", "Asks for confirmation with the exact count", "retry_all"),
     ("Set the budgets", "Daily and monthly US dollars for model calls, stored in the inbox (agent-console budget)",
      "budget"),
+    ("Show the timers", "Next fire and catch-up policy of each timer; pause, resume or run one now", "timers"),
     ("Stall or resume the worker", "Stop renewing the lease so another console takes over", "stall"),
     ("Inject a chat message", "A chat event with a unique source id", "quick_chat"),
     ("Inject a poison event", 'A {"poison": true} event: it fails every attempt and goes dead', "quick_poison"),

@@ -5,7 +5,6 @@ claude_base_url and a fake key.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -13,7 +12,7 @@ import secrets
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,10 @@ from console.agents.tools import PythonTool, ToolGateway
 from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings
 from console.core import Event, Store, approval_id
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.stand_in import FakeClaude, as_blocks, text, text_of, tool
+from tests.support import read_until
 
 NOW = 1_790_000_000
 ROOT = Path(__file__).resolve().parents[2]
@@ -169,7 +170,7 @@ def test_a_call_that_asks_defers_then_runs_exactly_once_on_yes(
     claude.reply(tool("t3", "send_message", text="Refunded order 881."))
     claude.reply(text("Done."))
     resumed = run(agent, store, "w1", NOW + 60, finish=False)
-    assert resumed.messages == [("Refunded order 881.", False)]
+    assert resumed.messages == [("Refunded order 881.", True)]  # the outcome goes in the urgent lane
     assert shop.calls == [("refund", "881")]
     first = claude.requests[1]
     assert first["messages"][:2] == as_blocks(saved["messages"])
@@ -183,7 +184,7 @@ def test_a_call_that_asks_defers_then_runs_exactly_once_on_yes(
     retried = run(agent, store, "w2", NOW + 60 + 10_000)
     assert retried.events[0].source == "approval" and retried.gen > resumed.gen
     assert len(claude.requests) == requests_before  # every turn had committed: replayed, not paid again
-    assert retried.messages == [("Refunded order 881.", False)]
+    assert retried.messages == [("Refunded order 881.", True)]
     assert shop.calls == [("refund", "881")]  # the approved call ran once
     calls = store.tool_calls(retried.events[0].id)
     assert [(c.tool, c.decision, c.outcome) for c in calls] == [("refund", "approved", "done"),
@@ -254,7 +255,7 @@ def test_a_run_started_by_a_webhook_asks_before_anything_not_allowed_for_untrust
     assert shop.calls == [("lookup_order", "9")]
     # A message only reaches the owner: it runs. The resumed conversation is still untrusted: its next
     # lookup asks again.
-    assert resumed.messages[0] == ("Order 9 is paid.", False)
+    assert resumed.messages[0] == ("Order 9 is paid.", True)  # the approved lookup's outcome: urgent
     assert resumed.messages[1][0].startswith("Approval needed") and len(store.pending_approvals()) == 1
 
 
@@ -501,21 +502,13 @@ def test_run_without_a_key_is_one_line_on_the_command_line(tmp_path: Path) -> No
 
 # --- end to end through the engine ------------------------------------------------------------
 
-async def wait_until(engine: Engine, check: Callable[[Store], Any], *, limit: float = 60.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + limit
-    while not (result := await engine.read(check)):
-        assert asyncio.get_running_loop().time() < deadline, f"condition not met within {limit} s"
-        await asyncio.sleep(0.01)
-    return result
-
-
 @pytest.fixture
 async def engine(
     tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.MonkeyPatch
 ) -> AsyncIterator[Engine]:
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
     settings = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=claude.url, approval_expiry=600)
-    eng = Engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
+    eng = build_engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
     await eng.start()
     try:
         yield eng
@@ -528,17 +521,17 @@ async def test_the_engine_runs_a_chat_and_an_approval_through_claude(engine: Eng
     claude.reply(tool("t1", "send_message", text="Hello from Claude."))
     claude.reply(text("Sent."))
     await engine.ingest("chat", "m1", {"text": "hi"})
-    sent = await wait_until(engine, lambda s: [m.body for m in s.outbox_messages(status="sent")])
+    sent = await read_until(engine, lambda s: [m.body for m in s.outbox_messages(status="sent")])
     assert sent == ["Hello from Claude."]
 
     claude.reply(tool("t2", "ask_owner", question="Deploy web to prod now?"))
     await engine.ingest("chat", "m2", {"text": "deploy web to prod"})
-    (approval,) = await wait_until(engine, lambda s: s.pending_approvals())
+    (approval,) = await read_until(engine, lambda s: s.pending_approvals())
     assert approval.action == "Deploy web to prod now?" and approval.tool is None
     claude.reply(tool("t4", "send_message", text="Deploying.", urgent=True))
     claude.reply(text("Done."))
     assert await engine.answer(approval.request_id, "yes") == "yes"
-    await wait_until(engine, lambda s: s.counts()["done"] == 3)
+    await read_until(engine, lambda s: s.counts()["done"] == 3)
     answer = tool_results(claude.requests[3])[0]
     assert answer["content"] == "The owner answered yes to: Deploy web to prod now?"
     bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
@@ -555,7 +548,7 @@ async def test_a_refusal_tells_the_owner_and_the_event_record_says_the_model_dec
     explanation = "This request triggered cyber-related safeguards."
     claude.reply(stop="refusal", stop_details={"type": "refusal", "category": "cyber", "explanation": explanation})
     await engine.ingest("chat", "m1", {"text": "find the holes in this login form"})
-    event = await wait_until(engine, lambda s: s.events(status="done"))
+    event = await read_until(engine, lambda s: s.events(status="done"))
     history = await engine.read(lambda s: s.history(event[0].id))
     (finish,) = [attempt for attempt in history if attempt.kind == "finish"]
     assert finish.detail == f"the model declined (cyber: {explanation})"

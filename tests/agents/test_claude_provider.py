@@ -6,7 +6,6 @@ stand_in.py), on a ManualClock, so a wait ends when the test moves the clock.
 
 from __future__ import annotations
 
-import asyncio
 import email.utils
 import json
 import signal
@@ -26,10 +25,12 @@ from console.agents.errors import AgentPaused, ProviderBusy
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.stand_in import FakeClaude, text, text_of, tool
-from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, run, wait_until
+from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, run
 from tests.cli.helpers import isolated_env, run_process
+from tests.support import read_until, until
 
 LIMIT = 60.0  # a bound for failing, never a wait
 
@@ -40,7 +41,7 @@ async def running_engine(tmp_path: Path, base_url: str, monkeypatch: pytest.Monk
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
     config = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=base_url, approval_expiry=600,
                       **settings)
-    engine = Engine(config, clock=ManualClock(NOW), holder="w", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(config, clock=ManualClock(NOW), holder="w", idle_cap=0.05, install_defaults=False)
     await engine.start()
     try:
         yield engine
@@ -48,17 +49,10 @@ async def running_engine(tmp_path: Path, base_url: str, monkeypatch: pytest.Monk
         await engine.stop()
 
 
-async def wait_for(check: Callable[[], bool], what: str) -> None:
-    deadline = asyncio.get_running_loop().time() + LIMIT
-    while not check():
-        assert asyncio.get_running_loop().time() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.01)  # the polling interval of a condition check
-
-
 async def worker_holds_off(engine: Engine, times: int = 3) -> None:
     """Let the worker pass its gate (and hold off claiming) a few more times."""
     start = engine.worker.holds
-    await wait_for(lambda: engine.worker.holds >= start + times, "the worker to hold off claiming")
+    await until(lambda: engine.worker.holds >= start + times, "the worker to hold off claiming")
 
 
 def closed_port() -> int:
@@ -94,7 +88,7 @@ async def test_back_pressure_keeps_every_event_pending_and_spends_no_attempt(
         script(claude)
     async with running_engine(tmp_path, base_url, monkeypatch) as engine:
         await engine.ingest("chat", "m1", {"text": "hi"})
-        state = await wait_until(engine, lambda s: s.agent_state().state == "waiting" and s.agent_state())
+        state = await read_until(engine, lambda s: s.agent_state().state == "waiting" and s.agent_state())
         assert state.until - NOW in waits and state.reason.startswith(reason)
         status = await engine.read(lambda s: s.status(now=NOW)["agent"])
         assert status == {"state": "waiting", "reason": state.reason, "until": state.until}
@@ -116,12 +110,12 @@ async def test_back_pressure_keeps_every_event_pending_and_spends_no_attempt(
         assert isinstance(engine.clock, ManualClock)
         engine.clock.advance(state.until - NOW)
         engine.wake()
-        await wait_until(engine, lambda s: s.counts()["done"] == 2)
+        await read_until(engine, lambda s: s.counts()["done"] == 2)
         events = await engine.read(lambda s: s.events())
         assert [e.attempts for e in events] == [1, 1]  # the wait cost them nothing
         assert await engine.read(lambda s: s.status(now=engine.clock.now())["agent"]) == {
             "state": "ready", "reason": None, "until": None}
-        await wait_until(engine, lambda s: s.agent_state().state == "ready")  # written just after the finish
+        await read_until(engine, lambda s: s.agent_state().state == "ready")  # written just after the finish
 
 
 async def test_a_wait_the_provider_does_not_size_grows_while_it_keeps_pushing_back(
@@ -134,7 +128,7 @@ async def test_a_wait_the_provider_does_not_size_grows_while_it_keeps_pushing_ba
         assert isinstance(engine.clock, ManualClock)
         lengths = []
         for attempt in range(1, 4):
-            state = await wait_until(engine, lambda s, n=attempt: s.agent_state().waits == n and s.agent_state())
+            state = await read_until(engine, lambda s, n=attempt: s.agent_state().waits == n and s.agent_state())
             lengths.append(state.until - engine.clock.now())
             engine.clock.set(state.until)
             engine.wake()
@@ -170,7 +164,7 @@ async def test_a_refused_configuration_pauses_the_agent_with_one_urgent_message(
     async with running_engine(tmp_path, claude.url, monkeypatch, claude_model="claude-nonesuch") as engine:
         for n in range(3):
             await engine.ingest("chat", f"m{n}", {"text": f"message {n}"})
-        state = await wait_until(engine, lambda s: s.agent_state().state == "paused" and s.agent_state())
+        state = await read_until(engine, lambda s: s.agent_state().state == "paused" and s.agent_state())
         assert state.reason == reason
         assert await engine.read(lambda s: s.status(now=NOW)["agent"]) == {
             "state": "paused", "reason": reason, "until": None}
@@ -191,18 +185,18 @@ async def test_a_restart_tries_again_and_tells_the_owner_only_of_a_new_problem(
     claude.fail(401, "authentication_error", "invalid x-api-key")
     async with running_engine(tmp_path, claude.url, monkeypatch) as engine:
         await engine.ingest("chat", "m1", {"text": "hi"})
-        await wait_until(engine, lambda s: s.agent_state().state == "paused")
+        await read_until(engine, lambda s: s.agent_state().state == "paused")
     claude.fail(401, "authentication_error", "invalid x-api-key")
     async with running_engine(tmp_path, claude.url, monkeypatch) as engine:  # restarted, same configuration
-        await wait_until(engine, lambda s: len(claude.requests) == 2 and s.agent_state().state == "paused")
+        await read_until(engine, lambda s: len(claude.requests) == 2 and s.agent_state().state == "paused")
         assert len(await engine.read(lambda s: s.outbox_messages())) == 1  # told once
     claude.reply(tool("t1", "send_message", text="Hello again."))
     claude.reply(text("Done."))
     async with running_engine(tmp_path, claude.url, monkeypatch) as engine:  # fixed, restarted
-        await wait_until(engine, lambda s: s.counts()["done"] == 1)
+        await read_until(engine, lambda s: s.counts()["done"] == 1)
         (event,) = await engine.read(lambda s: s.events())
         assert event.attempts == 1
-        await wait_until(engine, lambda s: s.agent_state().state == "ready" and s.agent_state().notified is None)
+        await read_until(engine, lambda s: s.agent_state().state == "ready" and s.agent_state().notified is None)
 
 
 def test_a_bad_request_that_mentions_the_model_is_still_the_events_failure(claude: FakeClaude, store: Store) -> None:
@@ -313,7 +307,7 @@ async def test_a_batch_too_big_for_one_call_is_split_without_spending_attempts(
     async with running_engine(tmp_path, claude.url, monkeypatch, claude_batch_tokens=20_000) as engine:
         await engine.write(lambda s: s.ingest_many(
             [("github", f"d-{n}", {"log": f"{n}" * 30_000}) for n in range(5)], now=NOW))
-        await wait_until(engine, lambda s: s.counts()["done"] == 5)
+        await read_until(engine, lambda s: s.counts()["done"] == 5)
         events = sorted(await engine.read(lambda s: s.events()), key=lambda e: e.id)
         assert [e.attempts for e in events] == [1] * 5  # handed back unrun, never counted
         turns = [user_turn(r) for r in claude.requests]

@@ -10,7 +10,6 @@ import signal
 import socket
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,17 +20,10 @@ import pytest
 from console.agents.mcp import IDEMPOTENCY_META_KEY, McpHub, McpServerConfig, McpToolError
 from tests.agents import mcp_servers
 from tests.agents.mcp_servers import HttpServer, read_calls, serve_http, stdio_command
+from tests.support import wait_until
 
 LIMIT = 30.0
 SECRET = "tok-9f8e7d6c5b4a-very-secret"
-
-
-def wait_until(condition: Callable[[], Any], what: str, limit: float = LIMIT) -> Any:
-    deadline = time.monotonic() + limit
-    while not (result := condition()):
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.02)  # polling interval of a condition check
-    return result
 
 
 @pytest.fixture

@@ -29,17 +29,17 @@ from console.clock import ManualClock
 from console.core import Store, StoreUnavailable
 from console.core.models import BudgetDefaults
 from tests.agents.stand_in import FakeClaude, text, tool
-from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, claim, wait_until
+from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, claim
 from tests.agents.test_claude_provider import (
     closed_port,
     read,
     running_engine,
     status_of,
-    wait_for,
     wait_in_process,
     worker_holds_off,
 )
 from tests.cli.helpers import isolated_env, run_process
+from tests.support import read_until, until
 
 # claude-sonnet-5-5's list prices, USD per million tokens, written out here rather than read from the table
 # under test.
@@ -64,7 +64,7 @@ async def test_a_budget_of_a_few_cents_stops_the_next_call_before_it_is_made_and
     async with running_engine(tmp_path, claude.url, monkeypatch, daily_budget_usd=0.03,
                               claude_max_tokens=MAX_TOKENS, timezone="Europe/Berlin") as engine:
         await engine.ingest("github", "d-1", {"build": 412, "state": "green"})
-        state = await wait_until(engine, lambda s: s.agent_state().state == "paused" and s.agent_state())
+        state = await read_until(engine, lambda s: s.agent_state().state == "paused" and s.agent_state())
         # The first call fit (worst case about $0.026 of $0.03); it cost about $0.022, so the second call's
         # worst case would pass the budget: it was not made.
         assert len(claude.requests) == 1
@@ -85,7 +85,7 @@ async def test_a_budget_of_a_few_cents_stops_the_next_call_before_it_is_made_and
         await worker_holds_off(engine)
         assert len(claude.requests) == 1
         await engine.write(lambda s: s.set_budget("daily", 1.0, now=NOW))
-        await wait_until(engine, lambda s: s.counts()["done"] == 1)
+        await read_until(engine, lambda s: s.counts()["done"] == 1)
         # Turn 1 of the build's conversation came from the journal: asked once, paid once.
         assert len(claude.requests) == 2
         rows = await engine.read(ledger)
@@ -110,7 +110,7 @@ async def test_the_month_rolls_over_in_the_owners_time_zone(
         assert isinstance(engine.clock, ManualClock)
         engine.clock.set(before_midnight)
         await engine.ingest("cron", "invoices-1", {"task": "invoices"})
-        state = await wait_until(engine, lambda s: s.agent_state().state == "paused" and s.agent_state())
+        state = await read_until(engine, lambda s: s.agent_state().state == "paused" and s.agent_state())
         assert (state.reason, state.until) == ("monthly budget reached", first_of_february)
         engine.clock.set(first_of_february - 1)
         await engine.ingest("chat", "m2", {"text": "still there?"})  # arrives while paused: not claimed
@@ -119,7 +119,7 @@ async def test_the_month_rolls_over_in_the_owners_time_zone(
         assert await engine.read(lambda s: s.counts()["pending"]) == 2
         engine.clock.set(first_of_february)
         engine.wake()
-        await wait_until(engine, lambda s: s.counts()["done"] == 2)
+        await read_until(engine, lambda s: s.counts()["done"] == 2)
         assert len(claude.requests) == 2  # both events in one new conversation
         defaults = engine.settings.budget_defaults()
         spend = await engine.read(lambda s: s.spend_summary(defaults, now=first_of_february))
@@ -136,7 +136,7 @@ async def test_a_model_with_no_price_costs_unknown_and_cannot_be_held_to_a_budge
     claude.reply(text("Noted."))
     async with running_engine(tmp_path, claude.url, monkeypatch, claude_model="claude-nonesuch-9") as engine:
         await engine.ingest("chat", "m1", {"text": "hi"})
-        await wait_until(engine, lambda s: s.counts()["done"] == 1)
+        await read_until(engine, lambda s: s.counts()["done"] == 1)
         assert await engine.read(ledger) == [("settled", None)]
         spend = await engine.read(lambda s: s.spend_summary(engine.settings.budget_defaults(), now=NOW))
         assert spend["today_usd"] is None and spend["month_usd"] is None  # unknown, never 0
@@ -145,7 +145,7 @@ async def test_a_model_with_no_price_costs_unknown_and_cannot_be_held_to_a_budge
     async with running_engine(tmp_path, claude.url, monkeypatch, claude_model="claude-nonesuch-9",
                               daily_budget_usd=5.0) as engine:
         await engine.ingest("chat", "m2", {"text": "and now?"})
-        state = await wait_until(engine, lambda s: s.agent_state().state == "paused" and s.agent_state())
+        state = await read_until(engine, lambda s: s.agent_state().state == "paused" and s.agent_state())
         assert state.reason == reason and state.until is None  # a configuration to fix: until a restart
         assert len(claude.requests) == 1
     claude.reply(text("Priced now."))
@@ -153,11 +153,11 @@ async def test_a_model_with_no_price_costs_unknown_and_cannot_be_held_to_a_budge
     async with running_engine(tmp_path, claude.url, monkeypatch, claude_model="claude-nonesuch-9",
                               daily_budget_usd=5.0, prices=prices) as engine:
         # Today's earlier call has no price: the day's spend is unknown, so the budget still cannot be kept.
-        state = await wait_until(engine, lambda s: s.agent_state().budget and s.agent_state())
+        state = await read_until(engine, lambda s: s.agent_state().budget and s.agent_state())
         assert state.reason == "daily budget reached" and state.budget == "daily"
         assert len(claude.requests) == 1
         await engine.write(lambda s: s.set_budget("daily", 0, now=NOW))  # the owner lifts the daily limit
-        await wait_until(engine, lambda s: s.counts()["done"] == 2)
+        await read_until(engine, lambda s: s.counts()["done"] == 2)
         (_, cost) = (await engine.read(ledger))[1]
         assert cost is not None and cost / 1e9 == pytest.approx(
             billed_usd(claude.usages[1], {"input_tokens": 1.0, "output_tokens": 4.0,
@@ -290,7 +290,7 @@ async def test_caching_breakpoints_never_exceed_what_the_api_takes(
     claude.reply(text("Done."))
     async with running_engine(tmp_path, claude.url, monkeypatch) as engine:
         await engine.ingest("github", "push-1", {"commits": [f"commit {n}: " + "x" * 60 for n in range(50)]})
-        await wait_until(engine, lambda s: s.counts()["done"] == 1)
+        await read_until(engine, lambda s: s.counts()["done"] == 1)
     assert [sum(isinstance(part, dict) and "cache_control" in part for part in _blocks(sent))
             for sent in claude.sent] == [3] + [4] * 5  # the API refuses more than four (the stand-in too)
     writes = [usage["cache_creation_input_tokens"] for usage in claude.usages]
@@ -316,10 +316,10 @@ async def test_the_wait_for_a_raised_budget_is_not_a_sleep(
                               claude_max_tokens=MAX_TOKENS) as engine:
         engine.idle_cap = 30.0
         await engine.ingest("chat", "m1", {"text": "go"})
-        await wait_until(engine, lambda s: s.agent_state().state == "paused")
+        await read_until(engine, lambda s: s.agent_state().state == "paused")
         await engine.write(lambda s: s.set_budget("daily", 1.0, now=NOW))
         started = asyncio.get_running_loop().time()
-        await wait_for(lambda: len(claude.requests) == 2, "the second call after the budget was raised")
+        await until(lambda: len(claude.requests) == 2, "the second call after the budget was raised")
         assert asyncio.get_running_loop().time() - started < engine.idle_cap / 2
         engine.idle_cap = 0.05  # so that stopping does not wait out a long idle period
 
@@ -377,7 +377,7 @@ async def test_the_worst_case_covers_what_a_call_cost_and_stays_within_the_batch
     async with running_engine(tmp_path, claude.url, monkeypatch, claude_batch_tokens=20_000) as engine:
         await engine.write(lambda s: s.ingest_many(
             [("github", f"d-{n}", {"log": f"{n}" * 30_000}) for n in range(5)], now=NOW))
-        await wait_until(engine, lambda s: s.counts()["done"] == 5)
+        await read_until(engine, lambda s: s.counts()["done"] == 5)
         rows = await engine.read(lambda s: s.connection.execute(
             "SELECT reserved_nanos, cost_nanos FROM spend ORDER BY id").fetchall())
     assert len(rows) == 3

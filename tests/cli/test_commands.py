@@ -145,7 +145,18 @@ def test_status_text_shows_lease_approvals_outbox_timer_and_fencing(db: Path) ->
     assert "deploy-1  deploy web" in text and "left)" in text
     assert "1 queued · 0 sent · 0 failed" in text
     assert "timers     next: expire:deploy-1 in " in text
-    assert "1 takeovers · 1 refused late finishes" in text
+    assert "1 takeover · 1 refused late finish" in text
+
+
+def test_status_prints_counts_and_durations_as_the_console_does(db: Path) -> None:
+    now = wall()
+    with open_store(db, lease_ttl=3725) as store:
+        store.ingest_many([("chat", f"m-{n}", {}) for n in range(1234)], now=now)
+        store.acquire("worker", now=now)
+    text = ok(db, "status")
+    assert "1,234 pending · 0 running" in text  # the events pane's thousands separator
+    # The console's compact duration (1h02m), not "1h 02m": the lease has 3725 s (1h02m05s) at most.
+    assert re.search(r"held by worker, generation 1, 1h0[12]m left", text), text
 
 
 def test_status_says_where_recent_answers_came_from_and_what_phones_sent(db: Path) -> None:
@@ -158,9 +169,9 @@ def test_status_says_where_recent_answers_came_from_and_what_phones_sent(db: Pat
                                 refused="wrong_chat")
         store.answer_approval("apr-2-bb", "no", now=now - 30, via="console")
     text = ok(db, "status")
-    assert "apr-1-aa  refund order 881  (yes from Telegram, 2m 00s ago)" in text
+    assert "apr-1-aa  refund order 881  (yes from Telegram, 2m00s ago)" in text
     assert "apr-2-bb  deploy web  (no in the console, 30s ago)" in text
-    assert "phone      1 answers taken · 1 ignored (1 wrong chat)" in text
+    assert "phone      1 answer taken · 1 ignored (1 wrong chat)" in text
     info = json.loads(ok(db, "status", "--json"))
     assert [(a["request_id"], a["answered_via"]) for a in info["approvals_recent"]] == [
         ("apr-2-bb", "console"), ("apr-1-aa", "telegram")]
@@ -183,7 +194,7 @@ def test_status_says_when_the_agent_waits_or_is_paused(db: Path) -> None:
         assert gen is not None
         store.set_agent_state("worker-a", gen, "waiting", now=now, reason=reason, until=now + 600)
     assert json.loads(ok(db, "status", "--json"))["agent"] == {"state": "waiting", "reason": reason, "until": now + 600}
-    shown = re.search(r"^agent      waiting \((10m 00s|9m 5\ds) left\): (.*)$", ok(db, "status"), re.MULTILINE)
+    shown = re.search(r"^agent      waiting \((10m00s|9m5\ds) left\): (.*)$", ok(db, "status"), re.MULTILINE)
     assert shown is not None and shown.group(2) == reason
     with open_store(db) as store:
         store.set_agent_state("worker-a", gen, "paused", now=now, reason="the key was refused")
@@ -235,7 +246,7 @@ def test_show_prints_payload_history_and_journal(db: Path) -> None:
         store.run_once("m-1:notify", lambda: {"ok": True}, gen=gen, now=now, event_id=event.id)
         store.finish("worker-a", gen, [event.id], now=now)
     text = ok(db, "show", str(event.id))
-    assert f"event {event.id}  chat/m-1  done" in text
+    assert f"event {event.id}  chat/m-1  done  (1 attempt, generation 1, 0 duplicates refused)" in text
     assert '"nested": {\n    "a": [\n      1,' in text  # pretty JSON
     assert "claim" in text and "finish" in text and "worker-a gen 1" in text
     assert 'm-1:notify  committed  gen 1  executed 1x  result {"ok": true}' in text
@@ -244,6 +255,40 @@ def test_show_prints_payload_history_and_journal(db: Path) -> None:
     assert detail["event"]["payload"]["text"] == "refund order 881"
     assert [a["kind"] for a in detail["history"]] == ["claim", "finish"]
     assert [(s["idem_key"], s["state"]) for s in detail["journal"]] == [("m-1:notify", "committed")]
+
+
+def test_show_says_why_a_pending_event_has_not_run_as_the_console_does(db: Path) -> None:
+    now = wall()
+    with open_store(db, backoff_base=600) as store:
+        store.ingest("chat", "m-1", {"text": "hi"}, now=now)
+        gen = store.acquire("worker-b:77", now=now)
+        assert gen is not None
+        [event] = store.claim_batch("worker-b:77", gen, now=now)
+        store.finish("worker-b:77", gen, [event.id], now=now, error="model timeout")  # back off, then again
+        store.request_approval("apr-1-x", "refund order 881", now=now, expires_in=3600, event_id=event.id)
+    text = ok(db, "show", str(event.id))
+    assert "why it has not run:\n" in text
+    assert "  - waiting for approval 'apr-1-x' (refund order 881); expires " in text
+    assert "  - the lease is held by worker worker-b:77 (generation 1, " in text  # a CLI has no worker of its own
+    assert "this console" not in text
+    assert "  - backing off after attempt 1 of 3: next try " in text and "; last error: model timeout" in text
+
+    why = json.loads(ok(db, "show", str(event.id), "--json"))["why"]
+    assert why["status"] == "pending"
+    assert [r["kind"] for r in why["reasons"]] == ["awaiting_approval", "lease_elsewhere", "backing_off"]
+    assert why["reasons"][0]["request_id"] == "apr-1-x" and why["reasons"][1]["holder"] == "worker-b:77"
+
+
+def test_show_of_a_dead_event_says_why_it_died_from_its_fields(db: Path) -> None:
+    dead_id = make_dead(db, "cron", "c-1")
+    text = ok(db, "show", str(dead_id))
+    assert "state:\n  - dead: failed 1 attempt; last error: boom; a retry runs it again\n" in text
+    assert "\nerror: boom" not in text  # said once, in its state
+    detail = json.loads(ok(db, "show", str(dead_id), "--json"))
+    assert (detail["event"]["dead_reason"], detail["event"]["error"]) == ("failed", "boom")
+    assert detail["why"]["reasons"] == [{"kind": "dead", "sentence": "dead: failed 1 attempt; last error: boom; a "
+                                         "retry runs it again", "dead_reason": "failed", "error": "boom",
+                                         "attempts": 1}]
 
 
 def test_show_uses_the_configured_time_zone(db: Path) -> None:
@@ -317,7 +362,7 @@ def test_say_queues_messages_and_urgent_skips_the_gap(db: Path) -> None:
 def test_timers_add_every_cron_at_then_list(db: Path) -> None:
     before = wall()
     out = ok(db, "timers", "add", "tick", "--every", "300", "--payload", '{"task": "tick"}', "--catch-up", "each")
-    assert out.startswith("added timer tick: every 5m 00s, next ")
+    assert out.startswith("added timer tick: every 5m00s, next ")
     ok(db, "timers", "add", "weekday", "--cron", "0 9 * * 1-5", "--tz", "Europe/Berlin")
     ok(db, "timers", "add", "once", "--at", str(before + 86_400))
     assert ok(db, "timers", "add", "tick", "--every", "600").startswith("replaced timer tick")
@@ -333,8 +378,21 @@ def test_timers_add_every_cron_at_then_list(db: Path) -> None:
     assert listed["once"]["due"] == before + 86_400 and listed["once"]["every"] is None
 
     text = ok(db, "timers")  # no subcommand lists them too
+    assert ok(db, "timers", "--all") == ok(db, "timers", "list", "--all")  # as the README documents it
+    assert json.loads(ok(db, "timers", "--json")) == json.loads(ok(db, "timers", "list", "--json"))
     assert "weekday  cron '0 9 * * 1-5' Europe/Berlin  next " in text
-    assert "tick  every 10m 00s" in text and "once  once" in text
+    assert "tick  every 10m00s" in text and "once  once" in text
+
+
+def test_timers_run_fires_once_now_and_keeps_the_schedule(db: Path) -> None:
+    ok(db, "timers", "add", "tick", "--every", "3600", "--payload", '{"task": "tick"}')
+    out = ok(db, "timers", "run", "tick")
+    assert re.fullmatch(r"fired timer tick: event timer/tick@(\d+)\n", out)
+    with open_store(db) as store:
+        [event] = store.events(source="timer")
+        timer = store.timer("tick")
+    assert event.payload["task"] == "tick" and event.source_id == out.split("event timer/")[1].strip()
+    assert timer is not None and timer.due > wall() + 3500  # still an hour away
 
 
 def test_timers_add_payload_reaches_the_event(db: Path) -> None:
@@ -425,7 +483,7 @@ def test_prune_clears_old_payloads_and_sent_messages(db: Path) -> None:
         store.ingest("chat", "fresh", {"text": "today"}, now=wall())
 
     preview = ok(db, "prune", "--days", "30", "--dry-run")
-    assert preview.startswith("would clear the payloads of 3 done events and would delete 1 sent messages, "
+    assert preview.startswith("would clear the payloads of 3 done events and would delete 1 sent message, "
                               "0 journal steps and 0 saved sessions older than ")
     assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 3 done events and deleted 1 sent")
     assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 0 done events and deleted 0 sent")
@@ -442,7 +500,7 @@ def test_prune_says_why_it_kept_the_journal(db: Path) -> None:
     with open_store(db) as store:
         store.request_approval("apr-open", "deploy web", now=wall(), expires_in=3600)
     out = ok(db, "prune", "--days", "30")
-    assert "kept every journal step and saved session: 1 approvals are not settled yet" in out
+    assert "kept every journal step and saved session: 1 approval is not settled yet" in out
 
 
 def test_an_answered_approval_is_gone_from_timers_and_status(db: Path) -> None:

@@ -82,8 +82,10 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_WEBHOOK_READ_TIMEOUT": "30", "AGENT_CONSOLE_WEBHOOK_MAX_CONNECTIONS": "20",
         "AGENT_CONSOLE_MCP_SERVERS": '{"shop": {"command": "shop-server"}}',
         "AGENT_CONSOLE_PERMISSIONS": '{"allow": ["recall"]}', "AGENT_CONSOLE_INSTRUCTIONS": "/tmp/mine.md",
-        "AGENT_CONSOLE_MEMORY_CHARS": "100", "AGENT_CONSOLE_DB_SCHEMA": "ada",
-        "AGENT_CONSOLE_PASSWORD_ENV": "AGENT_PG_PASSWORD",
+        "AGENT_CONSOLE_MEMORY_CHARS": "100", "AGENT_CONSOLE_CONFIRM_APPROVALS": "yes",
+        "AGENT_CONSOLE_BACKOFF_JITTER": "0.1",
+        "AGENT_CONSOLE_SEND_TIMEOUT": "30", "AGENT_CONSOLE_MAX_SEND_ATTEMPTS": "5",
+        "AGENT_CONSOLE_DB_SCHEMA": "ada", "AGENT_CONSOLE_PASSWORD_ENV": "AGENT_PG_PASSWORD",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -102,6 +104,8 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.claude_prompt_cache, s.daily_budget_usd, s.monthly_budget_usd) == (False, 2.5, 40.0)
     assert s.prices == {"claude-x": {"input": 1, "output": 5}}
     assert (s.db_schema, s.password_env) == ("ada", "AGENT_PG_PASSWORD")
+    assert s.confirm_approvals is True and Settings().confirm_approvals is False
+    assert (s.backoff_jitter, s.send_timeout, s.max_send_attempts) == (0.1, 30, 5)
     assert s.origins["daily_budget_usd"] == "environment variable AGENT_CONSOLE_DAILY_BUDGET_USD"
     assert set(env) == {env_var(name) for name in SETTING_NAMES} - {"AGENT_CONSOLE_DB"}
 
@@ -183,6 +187,10 @@ def test_unknown_key_names_the_key_and_the_file(tmp_path: Path) -> None:
         ("claude_timeout = 0.5", "claude_timeout", "must be at least 1 second, got 0.5"),
         ("claude_timeout = 7200", "claude_timeout", "must be at most 3600 seconds, got 7200"),
         ("claude_batch_tokens = 10", "claude_batch_tokens", "must be at least 1000, got 10"),
+        ("backoff_jitter = 1", "backoff_jitter", "less than 1, got 1"),
+        ('backoff_jitter = "lots"', "backoff_jitter", "expected a fraction such as 0.2, got 'lots'"),
+        ("send_timeout = 0", "send_timeout", "at least 1"),
+        ("max_send_attempts = 0", "max_send_attempts", "at least 1"),
     ],
 )
 def test_bad_value_in_the_file_names_setting_and_file(tmp_path: Path, line: str, setting: str, problem: str) -> None:
@@ -212,6 +220,8 @@ def test_bad_value_in_the_file_names_setting_and_file(tmp_path: Path, line: str,
         ("AGENT_CONSOLE_CLAUDE_TIMEOUT", "nan", "expected a number of seconds, got 'nan'"),
         ("AGENT_CONSOLE_CLAUDE_TIMEOUT", "true", "expected a number of seconds, got 'true'"),
         ("AGENT_CONSOLE_CLAUDE_MAX_TURNS", "ten", "expected a whole number, got 'ten'"),
+        ("AGENT_CONSOLE_BACKOFF_JITTER", "-0.1", "must be at least 0"),
+        ("AGENT_CONSOLE_MAX_SEND_ATTEMPTS", "many", "expected a whole number"),
     ],
 )
 def test_bad_value_in_the_environment_names_the_variable(variable: str, value: str, problem: str) -> None:
@@ -287,11 +297,13 @@ def _forget_cached_zone() -> None:
 def test_db_takes_a_postgresql_url_as_it_is_and_refuses_one_carrying_a_password(tmp_path: Path) -> None:
     url = "postgresql://me@db.example:5432/agent?schema=ada"
     assert load_settings(None, env={"AGENT_CONSOLE_DB": url}).db == url
-    assert load_settings(None, overrides={"db": url}).store_options()["schema"] is None
+    # The schema and the password's variable, set apart, travel in the URL every opener is given.
+    folded = load_settings(None, env={"AGENT_CONSOLE_DB": "postgresql://me@db.example/agent",
+                                      "AGENT_CONSOLE_DB_SCHEMA": "bob", "AGENT_CONSOLE_PASSWORD_ENV": "PG_PW"})
+    assert folded.db == "postgresql://me@db.example/agent?schema=bob&password_env=PG_PW"
     config = tmp_path / "config.toml"
     config.write_text(f'db = "{url}"\ndb_schema = "bob"\n')
-    settings = load_settings(config)
-    assert settings.db == url and settings.store_options()["schema"] == "bob"  # never made relative to the file
+    assert load_settings(config).db == url  # never made relative to the file; the URL's own schema wins
     with pytest.raises(ConfigError, match="must not carry the password"):
         load_settings(None, env={"AGENT_CONSOLE_DB": "postgresql://me:hunter2@db.example/agent"})
     with pytest.raises(ConfigError, match="not a plain name"):

@@ -52,8 +52,8 @@ def test_unknown_event_id(db: Path) -> None:
     Store.open(db).close()
     user_error(["--db", str(db), "show", "42"], "no event with id 42")
     user_error(["--db", str(db), "retry", "42"], "no event with id 42")
-    user_error(["--db", str(db), "show", "forty-two"], "'forty-two' is not a valid integer",
-               "(see 'agent-console show --help')")
+    user_error(["--db", str(db), "show", "forty-two"], "bad value for EVENT_ID: expected a whole number from 1 to",
+               "got 'forty-two' (see 'agent-console show --help')")
 
 
 def test_retry_of_an_event_that_is_not_dead(db: Path) -> None:
@@ -72,10 +72,33 @@ def test_bad_answer_word(db: Path) -> None:
 
 
 def test_unknown_command_and_option_are_one_line_too(db: Path) -> None:
-    user_error(["--db", str(db), "frobnicate"], "No such command 'frobnicate'")
-    user_error(["--db", str(db), "events", "--colour"], "No such option '--colour'",
+    user_error(["--db", str(db), "frobnicate"], "there is no command 'frobnicate'")
+    user_error(["--db", str(db), "stauts"], "there is no command 'stauts' (did you mean status?)")
+    user_error(["--db", str(db), "events", "--colour"], "there is no option --colour",
                "(see 'agent-console events --help')")
-    user_error(["--db", str(db), "events", "--status", "lost"], "'lost' is not one of")
+    user_error(["--db", str(db), "events", "--status", "lost"],
+               "bad value for --status: expected one of pending, running, done, dead, got 'lost'")
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["timers", "add"], "TIMER_ID is missing"),
+        (["prune"], "--days is missing"),
+        (["--db"], "--db needs a value"),
+        (["budget", "--daily", "lots"], "bad value for --daily: expected a number of US dollars, got 'lots'"),
+        (["events", "surplus"], "unexpected extra argument: surplus"),
+        (["status", "--jsn"], "there is no option --jsn (did you mean --json?)"),
+        (["serve", "--port", "70000"], "bad value for --port: expected a whole number from 0 to 65,535, got '70000'"),
+        (["timers", "--all", "add", "t"], "--all and --json go after `timers list`"),
+    ],
+)
+def test_usage_mistakes_are_said_in_the_products_words_not_clicks(db: Path, args: list[str], said: str) -> None:
+    line = user_error(["--db", str(db), *args] if args[0] != "--db" else args, said)
+    for clicks_phrase in ("Invalid value", "No such", "Missing argument", "Missing option", "Usage:", "Error:",
+                          "is not a valid", "is not in the range", "requires an argument", "Got unexpected"):
+        assert clicks_phrase not in line
+
 
 
 def test_empty_message(db: Path) -> None:
@@ -145,7 +168,7 @@ def test_corrupt_db(db: Path) -> None:
 
 
 def test_db_that_is_a_folder(tmp_path: Path) -> None:
-    user_error(["--db", str(tmp_path), "status"], "is a folder, not a file")
+    user_error(["--db", str(tmp_path), "status"], f"bad value for --db: expected a file, got the folder '{tmp_path}'")
 
 
 # --- bad settings ------------------------------------------------------------------------------
@@ -257,10 +280,10 @@ def test_user_errors_from_a_real_process(tmp_path: Path, isolated: dict[str, str
 def test_numbers_past_what_the_inbox_holds(db: Path) -> None:
     huge = "99999999999999999999999"
     invoke(["--db", str(db), "ingest", "chat", "m-1"])
-    user_error(["--db", str(db), "show", huge], "is not in the range")
-    user_error(["--db", str(db), "retry", huge], "is not in the range")
-    user_error(["--db", str(db), "events", "--limit", huge], "is not in the range")
-    user_error(["--db", str(db), "timers", "add", "t", "--every", huge], "is not in the range")
+    user_error(["--db", str(db), "show", huge], "expected a whole number from 1 to 9,223,372,036,854,775,807")
+    user_error(["--db", str(db), "retry", huge], "expected a whole number from 1 to")
+    user_error(["--db", str(db), "events", "--limit", huge], "bad value for --limit: expected a whole number")
+    user_error(["--db", str(db), "timers", "add", "t", "--every", huge], "bad value for --every")
     for moment in ("99999999999999999", "-99999999999999999", huge):
         user_error(["--db", str(db), "timers", "add", "t", "--at", moment], "--at", "between")
     # Nothing unprintable was stored: the timer list still reads.
@@ -282,15 +305,19 @@ def test_arguments_that_are_not_utf8(db: Path, args: list[str]) -> None:
     user_error(["--db", str(db), *args], "not valid UTF-8")
 
 
+def test_running_a_timer_that_does_not_exist(db: Path) -> None:
+    user_error(["--db", str(db), "timers", "run", "nope"], "no timer named 'nope'")
+
+
 def test_an_approvals_expiry_timer_is_not_the_users_to_remove(db: Path) -> None:
     with Store.open(db) as store:
         store.request_approval("apr-1", "deploy web", now=1_000, expires_in=10**6)
-    for verb in ("remove", "pause", "resume"):
+    for verb in ("remove", "pause", "resume", "run"):
         user_error(["--db", str(db), "timers", verb, "expire:apr-1"], "is the expiry of an approval")
 
 
 @pytest.mark.parametrize(("args", "fragment"), [
-    (["prune"], "Missing option '--days'"),
+    (["prune"], "--days is missing"),
     (["prune", "--days", "0"], "--days"),
     (["prune", "--days", "soon"], "--days"),
 ])

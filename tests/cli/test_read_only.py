@@ -13,7 +13,7 @@ import pytest
 from console.config import Settings
 from console.core import Store, StoreError
 from console.core.db import SCHEMA_VERSION, connect, user_version
-from console.runtime.engine import Engine
+from console.runtime.assembly import build_engine
 from tests.cli.helpers import assert_user_error, invoke
 
 READERS = (["status"], ["status", "--json"], ["events"], ["show", "1"], ["timers"], ["timers", "list"],
@@ -123,7 +123,7 @@ def test_everyday_commands_do_not_scan_the_whole_file_but_check_and_the_engine_d
 
 def open_as_the_engine_does(db: Path) -> None:
     """The engine's writer connection, the first it opens at start."""
-    Engine(Settings(db=db), install_defaults=False)._opener("writer")().close()
+    build_engine(Settings(db=db), install_defaults=False)._opener("writer")().close()
 
 
 def test_check_on_a_sound_file(db: Path) -> None:

@@ -9,30 +9,18 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from console.core import Store
 from tests.cli.helpers import ROOT, assert_user_error, run_process
+from tests.support import wait_until
 
 pytest.importorskip("console.runtime.engine", reason="the headless engine (console.runtime.engine) is not merged yet")
 
 TTL = 5  # small, so a test that waited out the lease instead of seeing it released would notice
-
-
-def wait_for(condition: Callable[[], Any], what: str, limit: float = 30.0) -> Any:
-    """Poll a condition until it holds; fail with `what` after `limit` seconds."""
-    deadline = time.monotonic() + limit
-    while True:
-        result = condition()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)  # the polling interval of a condition check, not a wait standing in for it
 
 
 class Runner:
@@ -53,7 +41,7 @@ class Runner:
             assert self.process.poll() is None, f"run exited early:\n{self.stderr()}"
             return "mode: active" in self.stderr()
 
-        wait_for(active, "the engine to hold the lease")
+        wait_until(active, "the engine to hold the lease")
 
     def close(self) -> None:
         if self.process.poll() is None:
@@ -84,7 +72,7 @@ def test_run_works_an_event_from_another_process_and_stops_cleanly(
     runner.wait_active()
     ingest = run_process(["--db", str(runner.db), "ingest", "chat", "m-1", '{"text": "hello"}'], isolated)
     assert (ingest.returncode, ingest.stdout) == (0, "stored\n")
-    wait_for(lambda: event_status(runner.db, "chat", "m-1") == "done", "the event to be done")
+    wait_until(lambda: event_status(runner.db, "chat", "m-1") == "done", "the event to be done")
 
     live = json.loads(run_process(["--db", str(runner.db), "status", "--json"], isolated).stdout)
     assert live["lease"]["live"] is True and live["events"]["done"] >= 1
@@ -110,7 +98,7 @@ def test_run_works_an_event_from_another_process_and_stops_cleanly(
 def test_a_standby_run_takes_over_at_once_when_the_active_one_stops(
     tmp_path: Path, isolated: dict[str, str]
 ) -> None:
-    # A lease far longer than wait_for's limit: the standby engine can only become active in time
+    # A lease far longer than wait_until's limit: the standby engine can only become active in time
     # because the first one released the lease on SIGTERM.
     runners = [Runner(tmp_path / "inbox.db", isolated, tmp_path / "first.log", ttl=600)]
     try:
@@ -118,7 +106,12 @@ def test_a_standby_run_takes_over_at_once_when_the_active_one_stops(
         first.wait_active()
         second = Runner(first.db, isolated, tmp_path / "second.log", ttl=600)
         runners.append(second)
-        wait_for(lambda: "mode: standby" in second.stderr(), "the second engine to stand by")
+        wait_until(lambda: "mode: standby" in second.stderr(), "the second engine to stand by")
+        with Store.open(first.db) as store:
+            held = store.lease()
+        assert held is not None
+        # On standby, `run` says who holds the lease, which generation, and until when.
+        assert f"standby: the lease is held by {held.holder}, generation 1, until " in second.stderr()
         first.process.send_signal(signal.SIGTERM)
         assert first.process.wait(timeout=30) == 0
         second.wait_active()

@@ -72,7 +72,7 @@ def test_budget_shows_sets_and_clears_and_says_where_each_came_from(tmp_path: Pa
     (["--daily", "-1"], "the daily budget must be between 0 (no limit) and 1,000,000,000 US dollars, not -1"),
     (["--monthly", "nan"], "the monthly budget is a number of US dollars, not nan"),
     (["--daily", "inf"], "the daily budget must be between 0"),
-    (["--daily", "five"], "'five' is not a valid float"),
+    (["--daily", "five"], "bad value for --daily: expected a number of US dollars, got 'five'"),
     (["--daily", "1", "--clear"], "give --clear alone, or --daily and/or --monthly"),
 ])
 def test_a_bad_budget_is_one_line_and_stores_nothing(tmp_path: Path, args: list[str], fragment: str) -> None:

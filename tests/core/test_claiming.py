@@ -85,7 +85,9 @@ def test_a_failed_run_backs_off_with_jitter_and_is_not_claimable_early(inbox_tar
         store.finish("A", gen, [batch[0].id], now=now, error="model timeout 5")
         event = store.find_event("chat", "flaky")
         assert event is not None and (event.status, event.attempts) == ("dead", 5)
-        assert event.error is not None and "failed 5 of 5 attempts" in event.error and "model timeout 5" in event.error
+        # why it died is a field; error is the last error itself, and the sentence is built from both
+        assert (event.dead_reason, event.error) == ("failed", "model timeout 5")
+        assert event.death_in_words() == "failed 5 attempts; last error: model timeout 5"
 
 
 def test_jitter_spreads_retries_and_the_backoff_is_capped(inbox_target: str) -> None:

@@ -129,7 +129,8 @@ def test_5_a_poison_event_does_not_take_the_healthy_one_down(seed_store: Store) 
     assert state(store, "poison") == ("dead", 3)
     assert state(store, "healthy") == ("done", 2)
     poison = store.find_event("chat", "poison")
-    assert poison is not None and poison.error is not None and "out of attempts" in poison.error
+    assert poison is not None and poison.dead_reason == "lost"  # its last worker died with it, out of attempts
+    assert "out of attempts" in (poison.death_in_words() or "")
 
 
 def test_5b_with_real_backoff_a_takeover_retries_oldest_first_and_the_healthy_event_still_finishes(

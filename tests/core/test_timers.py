@@ -267,3 +267,19 @@ def test_a_cron_that_stops_firing_fires_its_last_occurrence_and_is_done(store: S
     assert after is not None and after.done  # no occurrence left: like a one-off that fired
     assert store.run_scheduler(now=timer.due + 10 * 86_400) == 0
     assert store.next_timer() is None
+
+
+def test_run_now_fires_one_extra_occurrence_and_leaves_the_schedule(store: Store) -> None:
+    store.add_timer("tick", T + HOUR, {"task": "tick"}, every=HOUR, now=T)
+    store.pause_timer("tick", True)
+    assert store.fire_timer_now("tick", now=T + 60) == "fired"
+    assert store.fire_timer_now("tick", now=T + 60) == "duplicate"  # the same second: one occurrence
+    assert store.fire_timer_now("nope", now=T + 60) == "unknown"
+    [event] = store.events(source="timer")
+    assert event.source_id == f"tick@{T + 60}"
+    assert event.payload == {"task": "tick", "scheduled_for": T + 60, "late_by": 0, "skipped": 0}
+    timer = store.timer("tick")
+    assert timer is not None and (timer.due, timer.paused, timer.last_fired_at) == (T + HOUR, True, T + 60)
+    store.request_approval("apr-1", "deploy", now=T, expires_in=600)
+    with pytest.raises(ValueError, match="expiry of an approval"):
+        store.fire_timer_now("expire:apr-1", now=T + 60)

@@ -10,28 +10,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from console.core import Store
 from tests.e2e.test_console_pty import Terminal
+from tests.support import inbox_until
 
 pexpect = pytest.importorskip("pexpect")
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 3
-
-
-def wait_for(url: str, check: Callable[[Store], Any], what: str, limit: float = 40.0) -> Any:
-    deadline = time.monotonic() + limit
-    with Store.open(url) as store:
-        while time.monotonic() < deadline:
-            found = check(store)
-            if found:
-                return found
-            time.sleep(0.05)  # polling interval for a condition another process brings about
-    raise AssertionError(f"{what} not met within {limit} s")
 
 
 @pytest.fixture
@@ -59,9 +48,10 @@ def test_the_console_on_postgresql_sees_the_holder_work_and_the_standby_take_ove
     monkeypatch.setenv("AGENT_CONSOLE_LEASE_TTL", str(TTL))
     monkeypatch.setenv("AGENT_CONSOLE_BACKOFF_BASE", "0")
     first = engines(postgres_url)
-    first_holder = wait_for(postgres_url, lambda s: (lease := s.lease()) and lease.holder, "the first engine's lease")
+    first_holder = inbox_until(postgres_url, lambda s: (lease := s.lease()) and lease.holder,
+                               "the first engine's lease")
     engines(postgres_url)
-    wait_for(postgres_url, lambda _s: b"mode: standby" in (tmp_path / "engines.log").read_bytes(),
+    inbox_until(postgres_url, lambda _s: b"mode: standby" in (tmp_path / "engines.log").read_bytes(),
              "the second engine standing by")
 
     term = Terminal(postgres_url, tmp_path)  # type: ignore[arg-type]  # the console takes a URL as --db

@@ -13,6 +13,7 @@ from console.config import Settings
 from console.core import Store
 from console.edges.channels import build_channels
 from console.edges.phone import PhoneChannel
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 
 START = 1_790_000_000
@@ -37,7 +38,7 @@ async def running(settings: Settings, clock: ManualClock, env: dict[str, str], *
             channel.reconnect_max = 0.2
             if tune is not None:
                 tune(channel)
-    engine = Engine(settings, clock=clock, holder=holder, channels=channels, idle_cap=0.1, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder=holder, channels=channels, idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         yield engine

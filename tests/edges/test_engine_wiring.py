@@ -10,7 +10,7 @@ import aiohttp
 from console.clock import ManualClock
 from console.core import Store
 from console.edges.receiver import start_receiver
-from console.runtime.engine import Engine
+from console.runtime.assembly import build_engine
 from tests.edges.conftest import NOW, webhook_settings
 from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign
 
@@ -23,7 +23,7 @@ async def test_delivery_wakes_the_engine(tmp_path: Path) -> None:
     clock = ManualClock(NOW)
     # Without the receiver's wake-up the worker would not look again for 30 s: neither its idle cap nor
     # its watch of the file's data_version would notice the event within the wait below.
-    engine = Engine(settings, clock=clock, holder="wired", idle_cap=30, watch_interval=30, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder="wired", idle_cap=30, watch_interval=30, install_defaults=False)
     await engine.start()
     receiver = await start_receiver(settings, engine=engine)
     try:

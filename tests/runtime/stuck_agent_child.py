@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from console.config import Settings
-from console.runtime.engine import Engine
+from console.runtime.assembly import build_engine
 
 NEVER = threading.Event()
 
@@ -23,7 +23,7 @@ class StuckAgent:
 
 
 async def main(db: Path) -> None:
-    engine = Engine(Settings(db=db), agent=StuckAgent(), holder="stuck", idle_cap=0.1, install_defaults=False,
+    engine = build_engine(Settings(db=db), agent=StuckAgent(), holder="stuck", idle_cap=0.1, install_defaults=False,
                     shutdown_grace=0.2)
     await engine.start()
     await engine.ingest("chat", "m1", {"text": "hi"})

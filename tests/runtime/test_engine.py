@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -12,21 +11,11 @@ import pytest
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
+from tests.support import read_until
 
 START = 1_790_000_000  # a fixed instant (2026-09-21 UTC)
-
-
-async def wait_until(engine: Engine, check: Callable[[Store], Any], *, limit: float = 60.0) -> Any:
-    """Poll a condition on the engine's reader until it holds (bounded)."""
-    deadline = asyncio.get_running_loop().time() + limit
-    while True:
-        result = await engine.read(check)
-        if result:
-            return result
-        if asyncio.get_running_loop().time() > deadline:
-            raise AssertionError(f"condition not met within {limit} s")
-        await asyncio.sleep(0.01)
 
 
 def make_settings(tmp_path: Path, **overrides: Any) -> Settings:
@@ -43,7 +32,7 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 async def engine(tmp_path: Path, clock: ManualClock) -> AsyncIterator[Engine]:
-    eng = Engine(make_settings(tmp_path), clock=clock, holder="test-worker", idle_cap=0.1, install_defaults=False)
+    eng = build_engine(make_settings(tmp_path), clock=clock, holder="test-worker", idle_cap=0.1, install_defaults=False)
     await eng.start()
     try:
         yield eng
@@ -58,18 +47,18 @@ def sent_bodies(store: Store) -> list[str]:
 async def test_chat_burst_is_one_run_and_one_reply_sent_after_the_gap(engine: Engine, clock: ManualClock) -> None:
     # An earlier send starts the gap clock, so the reply must wait out the gap.
     await engine.write(lambda s: s.queue_message("earlier update", now=clock.now()))
-    await wait_until(engine, lambda s: sent_bodies(s) == ["earlier update"])
+    await read_until(engine, lambda s: sent_bodies(s) == ["earlier update"])
     clock.advance(60)
     await engine.write(lambda s: s.ingest_many([("chat", f"m{n}", {"text": f"message {n}"}) for n in range(3)],
                                                now=clock.now()))
-    await wait_until(engine, lambda s: s.counts()["done"] == 3)
+    await read_until(engine, lambda s: s.counts()["done"] == 3)
     claims = await engine.read(lambda s: [a for e in s.events() for a in s.history(e.id) if a.kind == "claim"])
     assert len(claims) == 3 and len({(a.gen, a.at) for a in claims}) == 1  # one claim, one run
     queued = await engine.read(lambda s: s.outbox_messages(status="queued"))
     assert len(queued) == 1 and "3 messages" in queued[0].body
     clock.advance(3600)
     engine.wake()
-    await wait_until(engine, lambda s: len(sent_bodies(s)) == 2)
+    await read_until(engine, lambda s: len(sent_bodies(s)) == 2)
     bodies = await engine.read(sent_bodies)
     assert bodies[1].startswith("Noted your 3 messages") and "message 2" in bodies[1]
 
@@ -77,14 +66,14 @@ async def test_chat_burst_is_one_run_and_one_reply_sent_after_the_gap(engine: En
 async def test_approval_yes_runs_the_approved_call_once_and_reports(engine: Engine, clock: ManualClock) -> None:
     """The built-in agent's refund through the example shop server: asked, then run once on yes."""
     await engine.ingest("chat", "c1", {"text": "refund order 881"})
-    pending = await wait_until(engine, lambda s: s.pending_approvals())
+    pending = await read_until(engine, lambda s: s.pending_approvals())
     request_id = pending[0].request_id
     assert (pending[0].tool, pending[0].arguments) == ("mcp__shop__refund", {"order": "881"})
     # The question is urgent: it bypasses the outbox gap.
-    await wait_until(engine, lambda s: any("Approval needed" in b for b in sent_bodies(s)))
+    await read_until(engine, lambda s: any("Approval needed" in b for b in sent_bodies(s)))
     clock.advance(30)
     assert await engine.answer(request_id, "yes") == "yes"
-    await wait_until(engine, lambda s: s.counts()["done"] == 2)
+    await read_until(engine, lambda s: s.counts()["done"] == 2)
     step = await engine.read(lambda s: s.journal_step(f"tool:{request_id}"))
     assert step is not None and step.state == "committed" and step.executions == 1
     assert step.result["is_error"] is False and '"refunded_now": 42.5' in step.result["text"]
@@ -98,11 +87,11 @@ async def test_approval_yes_runs_the_approved_call_once_and_reports(engine: Engi
 
 async def test_approval_left_to_expire_reports_nothing_done(engine: Engine, clock: ManualClock) -> None:
     await engine.ingest("chat", "c1", {"text": "deploy web to production"})
-    pending = await wait_until(engine, lambda s: s.pending_approvals())
+    pending = await read_until(engine, lambda s: s.pending_approvals())
     request_id = pending[0].request_id
     clock.advance(601)
     engine.wake()
-    await wait_until(engine, lambda s: s.counts()["done"] == 2)
+    await read_until(engine, lambda s: s.counts()["done"] == 2)
     approval = await engine.read(lambda s: s.approval(request_id))
     assert approval is not None and approval.outcome == "expired"
     assert await engine.answer(request_id, "yes") == "expired"
@@ -115,15 +104,15 @@ async def test_poison_goes_dead_after_three_attempts_while_healthy_events_flow(
     engine: Engine, clock: ManualClock
 ) -> None:
     await engine.ingest("webhook", "poison-1", {"poison": True})
-    await wait_until(engine, lambda s: s.find_event("webhook", "poison-1").attempts == 1)
+    await read_until(engine, lambda s: s.find_event("webhook", "poison-1").attempts == 1)
     await engine.ingest("chat", "healthy-1", {"text": "hello"})
     # The healthy event is not held up behind the poison event's backoff.
-    await wait_until(engine, lambda s: s.find_event("chat", "healthy-1").status == "done")
+    await read_until(engine, lambda s: s.find_event("chat", "healthy-1").status == "done")
     for attempt in (2, 3):
         clock.advance(120)  # past the backoff
         engine.wake()
-        await wait_until(engine, lambda s, n=attempt: s.find_event("webhook", "poison-1").attempts == n)
-    poison = await wait_until(engine, lambda s: (e := s.find_event("webhook", "poison-1")).status == "dead" and e)
+        await read_until(engine, lambda s, n=attempt: s.find_event("webhook", "poison-1").attempts == n)
+    poison = await read_until(engine, lambda s: (e := s.find_event("webhook", "poison-1")).status == "dead" and e)
     assert poison.attempts == 3 and "poison" in (poison.error or "")
     kinds = await engine.read(lambda s: [a.kind for a in s.history(poison.id)])
     assert kinds.count("claim") == 3 and kinds.count("error") == 3 and kinds[-1] == "dead"
@@ -131,18 +120,18 @@ async def test_poison_goes_dead_after_three_attempts_while_healthy_events_flow(
 
 async def test_digest_after_an_outage_is_one_coalesced_digest(tmp_path: Path, clock: ManualClock) -> None:
     settings = make_settings(tmp_path, digest_cron="0 9 * * *", timezone="UTC")
-    engine = Engine(settings, clock=clock, holder="digest-worker", idle_cap=0.1)
+    engine = build_engine(settings, clock=clock, holder="digest-worker", idle_cap=0.1)
     await engine.start()
     try:
         await engine.ingest("chat", "before", {"poison": True})  # something for the digest to report
-        await wait_until(engine, lambda s: s.find_event("chat", "before").attempts == 1)
+        await read_until(engine, lambda s: s.find_event("chat", "before").attempts == 1)
         await engine.stop()
         clock.advance(3 * 86400 + 3600)  # three days down
-        engine = Engine(settings, clock=clock, holder="digest-worker-2", idle_cap=0.1)
+        engine = build_engine(settings, clock=clock, holder="digest-worker-2", idle_cap=0.1)
         await engine.start()
-        digest = await wait_until(engine, lambda s: s.events(source="timer"))
+        digest = await read_until(engine, lambda s: s.events(source="timer"))
         assert len(digest) == 1 and digest[0].payload["skipped"] >= 2
-        await wait_until(engine, lambda s: s.events(source="timer")[0].status == "done")
+        await read_until(engine, lambda s: s.events(source="timer")[0].status == "done")
         messages = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
         assert sum("Digest (last" in body for body in messages) == 1
     finally:
@@ -151,12 +140,12 @@ async def test_digest_after_an_outage_is_one_coalesced_digest(tmp_path: Path, cl
 
 async def test_quiet_digest_says_nothing(tmp_path: Path, clock: ManualClock) -> None:
     settings = make_settings(tmp_path, digest_cron="0 9 * * *")
-    engine = Engine(settings, clock=clock, holder="quiet", idle_cap=0.1)
+    engine = build_engine(settings, clock=clock, holder="quiet", idle_cap=0.1)
     await engine.start()
     try:
         clock.advance(86400)
         engine.wake()
-        await wait_until(engine, lambda s: any(e.status == "done" for e in s.events(source="timer")))
+        await read_until(engine, lambda s: any(e.status == "done" for e in s.events(source="timer")))
         assert await engine.read(lambda s: s.outbox_messages()) == []
     finally:
         await engine.stop()
@@ -169,11 +158,11 @@ async def test_agent_exception_never_kills_the_engine(tmp_path: Path, clock: Man
         def run(self, ctx: Any) -> None:
             raise ZeroDivisionError("boom")
 
-    engine = Engine(make_settings(tmp_path), clock=clock, agent=Exploding(), idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, agent=Exploding(), idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         await engine.ingest("chat", "x", {"text": "hi"})
-        event = await wait_until(engine, lambda s: (e := s.find_event("chat", "x")).error and e)
+        event = await read_until(engine, lambda s: (e := s.find_event("chat", "x")).error and e)
         assert "ZeroDivisionError: boom" in event.error
         assert engine.last_error is not None and all(not t.done() for t in engine._tasks)
     finally:
@@ -182,18 +171,18 @@ async def test_agent_exception_never_kills_the_engine(tmp_path: Path, clock: Man
 
 async def test_second_engine_is_standby_until_the_lease_lapses(tmp_path: Path, clock: ManualClock) -> None:
     settings = make_settings(tmp_path)
-    first = Engine(settings, clock=clock, holder="first", idle_cap=0.1, install_defaults=False)
-    second = Engine(settings, clock=clock, holder="second", idle_cap=0.1, install_defaults=False)
+    first = build_engine(settings, clock=clock, holder="first", idle_cap=0.1, install_defaults=False)
+    second = build_engine(settings, clock=clock, holder="second", idle_cap=0.1, install_defaults=False)
     await first.start()
     try:
         # The second starts once the first holds the lease: started together, either may win it.
-        await wait_until(first, lambda s: first.mode == "active")
+        await read_until(first, lambda s: first.mode == "active")
         await second.start()
-        await wait_until(first, lambda s: first.mode == "active" and second.mode == "standby")
+        await read_until(first, lambda s: first.mode == "active" and second.mode == "standby")
         first.stall()  # stops renewing: the seed's stalled worker
         clock.advance(61)
         second.wake()
-        await wait_until(second, lambda s: second.mode == "active")
+        await read_until(second, lambda s: second.mode == "active")
         lease = await second.read(lambda s: s.lease())
         assert lease is not None and lease.holder == "second" and lease.gen == 2
     finally:
@@ -202,9 +191,9 @@ async def test_second_engine_is_standby_until_the_lease_lapses(tmp_path: Path, c
 
 
 async def test_stop_releases_the_lease_at_once(tmp_path: Path, clock: ManualClock) -> None:
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="leaving", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="leaving", idle_cap=0.1, install_defaults=False)
     await engine.start()
-    await wait_until(engine, lambda s: engine.mode == "active")
+    await read_until(engine, lambda s: engine.mode == "active")
     await engine.stop()
     with Store.open(tmp_path / "inbox.db") as store:
         lease = store.lease()
@@ -225,7 +214,7 @@ async def test_the_engine_drops_expiry_timers_an_older_version_left_for_settled_
             "INSERT INTO timers (id, due, payload, ev_source, ev_id, created_at) "
             "VALUES ('expire:old', ?, '{}', 'approval', 'old', ?)", (START + 3600, START))
         assert sorted(t.id for t in store.timers()) == ["expire:old", "expire:open"]
-    eng = Engine(settings, clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    eng = build_engine(settings, clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await eng.start()
     try:
         assert [t.id for t in await eng.read(lambda s: s.timers())] == ["expire:open"]

@@ -28,6 +28,7 @@ from console.core import Store
 from tests.agents.stand_in import text, tool
 from tests.agents.test_claude_agent import FAKE_KEY
 from tests.core.workers import spawn
+from tests.support import inbox_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 3
@@ -144,17 +145,6 @@ def engines(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
         proc.wait(timeout=10)
 
 
-def wait_for(db: str | Path, check: Callable[[Store], Any], limit: float = 60.0, what: str = "condition") -> Any:
-    deadline = time.monotonic() + limit
-    with Store.open(db, check=False) as store:
-        while time.monotonic() < deadline:
-            result = check(store)
-            if result:
-                return result
-            time.sleep(0.05)  # polling interval for a condition read from another process's file
-    raise AssertionError(f"{what} not met within {limit} s")
-
-
 def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
     tmp_path: Path, inbox_target: str, held_claude: HeldClaude, engines: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
@@ -175,16 +165,17 @@ def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
     held_claude.wait_for_requests(1)
     first.send_signal(signal.SIGSTOP)  # the closed lid, with the model call in flight
     engines(env, db)
-    (approval,) = wait_for(db, lambda s: s.pending_approvals(), what="B's approval")
+    (approval,) = inbox_until(db, lambda s: s.pending_approvals(), what="B's approval")
     assert (approval.tool, approval.arguments) == ("delete_branch", {"branch": "old-ui"})
-    event = wait_for(db, lambda s: (e := s.find_event("chat", "m-1")) and e.status == "done" and e, what="B's finish")
+    event = inbox_until(db, lambda s: (e := s.find_event("chat", "m-1")) and e.status == "done" and e,
+                        what="B's finish")
 
     held_claude.release(1)
     first.send_signal(signal.SIGCONT)
     # A's reply arrives and its commit is refused (recorded): it learns it is fenced and stops.
-    refused = wait_for(db, lambda s: [r for r in s.refused_finishes() if r.kind == "commit"], what="A's refusal")
+    refused = inbox_until(db, lambda s: [r for r in s.refused_finishes() if r.kind == "commit"], what="A's refusal")
     assert refused[0].detail == f"claude:{event.id}:turn:1" and refused[0].gen == 1
-    wait_for(db, lambda s: [r for r in s.refused_finishes() if r.kind == "finish"], what="A's refused finish")
+    inbox_until(db, lambda s: [r for r in s.refused_finishes() if r.kind == "finish"], what="A's refused finish")
     with Store.open(db, check=False) as store:
         assert [a.tool for a in store.pending_approvals()] == ["delete_branch"]
         turn = store.journal_step(f"claude:{event.id}:turn:1")
@@ -194,10 +185,10 @@ def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
 
     answered = cli(db, env, "approve", approval.request_id, "yes")
     assert answered.stdout.strip() == "yes", answered.stderr
-    performed = wait_for(db, lambda s: (p := s.journal_step(f"tool:{approval.request_id}"))
+    performed = inbox_until(db, lambda s: (p := s.journal_step(f"tool:{approval.request_id}"))
                          and p.state == "committed" and p, what="the approved call")
     assert performed.result == "deleted old-ui" and performed.executions == 1
-    wait_for(db, lambda s: s.counts()["done"] == 2, what="the resumed run's finish")
+    inbox_until(db, lambda s: s.counts()["done"] == 2, what="the resumed run's finish")
     assert (tmp_path / "tool-calls.log").read_text().splitlines() == ["delete_branch old-ui"]
     with Store.open(db, check=False) as store:
         steps = store.connection.execute("SELECT idem_key, result FROM journal").fetchall()
@@ -216,16 +207,16 @@ def test_a_frozen_worker_writes_no_journal_step_after_its_lease_is_taken(
     env = engine_env(tmp_path)
     assert cli(db, env, "ingest", "jobs", "long-1", '{"long_task": 6}').stdout.strip() == "stored"
     first = engines(env, db)
-    event_id = wait_for(db, lambda s: (e := s.find_event("jobs", "long-1")) and e.id)
-    wait_for(db, lambda s: (step := s.journal_step(f"long:{event_id}:1")) and step.state == "committed",
+    event_id = inbox_until(db, lambda s: (e := s.find_event("jobs", "long-1")) and e.id)
+    inbox_until(db, lambda s: (step := s.journal_step(f"long:{event_id}:1")) and step.state == "committed",
              what="two chunks done by A")
     first.send_signal(signal.SIGSTOP)
     with Store.open(db, check=False) as store:
         by_a = {s.idem_key for s in store.journal_steps(event_id) if s.gen == 1 and s.state == "committed"}
     engines(env, db)
-    wait_for(db, lambda s: (e := s.event(event_id)) and e.status == "done", what="B finishing the task")
+    inbox_until(db, lambda s: (e := s.event(event_id)) and e.status == "done", what="B finishing the task")
     first.send_signal(signal.SIGCONT)
-    wait_for(db, lambda s: [r for r in s.refused_finishes() if r.holder != (s.lease().holder if s.lease() else "")
+    inbox_until(db, lambda s: [r for r in s.refused_finishes() if r.holder != (s.lease().holder if s.lease() else "")
                             and r.kind == "finish"], what="A's refused finish")
     with Store.open(db, check=False) as store:
         steps = store.journal_steps(event_id)
@@ -258,9 +249,9 @@ def test_a_batch_killed_after_asking_asks_once_per_event_and_each_yes_performs_o
         assert store.pending_approvals() == [] and store.outbox_messages() == []  # nothing half-asked
 
     engines(env)
-    approvals = wait_for(db, lambda s: len(s.pending_approvals()) == 2 and s.pending_approvals(),
+    approvals = inbox_until(db, lambda s: len(s.pending_approvals()) == 2 and s.pending_approvals(),
                          what="both events asking again")
-    wait_for(db, lambda s: s.counts()["done"] == 2, what="both retries finished")
+    inbox_until(db, lambda s: s.counts()["done"] == 2, what="both retries finished")
     with Store.open(db, check=False) as store:
         events = {e.id: e for e in store.events(source="chat")}
         assert sorted(a.request_id for a in approvals) == sorted(killed["asked"])  # the same ids as before
@@ -275,7 +266,7 @@ def test_a_batch_killed_after_asking_asks_once_per_event_and_each_yes_performs_o
 
     for approval in approvals:
         assert cli(db, env, "approve", approval.request_id, "yes").stdout.strip() == "yes"
-    wait_for(db, lambda s: s.counts()["done"] == 4, what="both answers run")
+    inbox_until(db, lambda s: s.counts()["done"] == 4, what="both answers run")
     with Store.open(db, check=False) as store:
         performed = [store.journal_step(f"tool:{a.request_id}") for a in approvals]
         assert all(p is not None and p.state == "committed" and p.executions == 1 for p in performed)
@@ -318,7 +309,7 @@ def test_random_kills_and_freezes_never_ask_twice_perform_twice_or_commit_stale_
                 frozen = store.lease()
             frozen_gen = frozen.gen if frozen else 0
             rival = engines(env)
-            wait_for(db, lambda s, old=frozen_gen: (lease := s.lease()) is not None and lease.gen > old,
+            inbox_until(db, lambda s, old=frozen_gen: (lease := s.lease()) is not None and lease.gen > old,
                      what="a rival engine holding the lease")
             time.sleep(rng.uniform(0.0, 1.0))  # a random moment for the frozen engine to wake
             engine.send_signal(signal.SIGCONT)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from pathlib import Path
 
 from console.clock import ManualClock
 from console.core import Store
-from console.runtime.engine import Engine
+from console.runtime.assembly import build_engine
 from tests.runtime.test_engine import START, make_settings
+from tests.support import until
 
 DAY = 86_400
 
@@ -23,22 +23,15 @@ def finished_long_ago(db: Path, source_id: str, at: int) -> None:
         assert store.release("an-earlier-worker", gen, now=at)
 
 
-async def wait_for(condition: Callable[[], object], what: str, limit: float = 60.0) -> None:
-    deadline = asyncio.get_running_loop().time() + limit
-    while not condition():
-        assert asyncio.get_running_loop().time() < deadline, f"{what}: not within {limit} s"
-        await asyncio.sleep(0.01)  # polls a condition
-
-
 async def test_the_engine_prunes_once_a_day_when_retain_days_is_set(tmp_path: Path) -> None:
     clock = ManualClock(START)
     settings = make_settings(tmp_path, retain_days=30)
     finished_long_ago(settings.db, "old", START - 40 * DAY)
     finished_long_ago(settings.db, "recent", START - 10 * DAY)
-    engine = Engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
     await engine.start()
     try:
-        await wait_for(lambda: engine.maintenance.last_report is not None, "the first prune")
+        await until(lambda: engine.maintenance.last_report is not None, "the first prune")
         report = engine.maintenance.last_report
         assert report is not None and report.payloads_cleared == 1
         old = await engine.read(lambda store: store.find_event("chat", "old"))
@@ -48,15 +41,15 @@ async def test_the_engine_prunes_once_a_day_when_retain_days_is_set(tmp_path: Pa
 
         passes = engine.maintenance.passes
         clock.advance(DAY - 1)
-        await wait_for(lambda: engine.maintenance.passes >= passes + 3, "three more passes")
+        await until(lambda: engine.maintenance.passes >= passes + 3, "three more passes")
         assert engine.maintenance.last_report is report  # a day has not passed: not pruned again
         clock.advance(1)
-        await wait_for(lambda: engine.maintenance.last_report is not report, "the next day's prune")
+        await until(lambda: engine.maintenance.last_report is not report, "the next day's prune")
         assert engine.maintenance.last_report.payloads_cleared == 0  # type: ignore[union-attr]
 
         second = engine.maintenance.last_report
         clock.advance(20 * DAY)  # "recent" is now 31 days old
-        await wait_for(lambda: engine.maintenance.last_report is not second, "a later prune")
+        await until(lambda: engine.maintenance.last_report is not second, "a later prune")
         recent = await engine.read(lambda store: store.find_event("chat", "recent"))
         assert recent is not None and recent.payload is None
     finally:
@@ -68,10 +61,10 @@ async def test_nothing_is_pruned_by_default(tmp_path: Path) -> None:
     settings = make_settings(tmp_path)
     assert settings.retain_days == 0
     finished_long_ago(settings.db, "old", START - 400 * DAY)
-    engine = Engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
     await engine.start()
     try:
-        await wait_for(lambda: engine.mode == "active" and engine.maintenance.passes >= 3, "active passes")
+        await until(lambda: engine.mode == "active" and engine.maintenance.passes >= 3, "active passes")
         assert engine.maintenance.last_report is None
         old = await engine.read(lambda store: store.find_event("chat", "old"))
         assert old is not None and old.payload == {"text": "about old"}
@@ -85,10 +78,10 @@ async def test_a_standby_engine_does_not_prune(tmp_path: Path) -> None:
     finished_long_ago(settings.db, "old", START - 40 * DAY)
     with Store.open(settings.db) as store:
         assert store.acquire("another-console", now=START + 10 * DAY) is not None  # held well past START
-    engine = Engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
     await engine.start()
     try:
-        await wait_for(lambda: engine.mode == "standby" and engine.maintenance.passes >= 3, "standby")
+        await until(lambda: engine.mode == "standby" and engine.maintenance.passes >= 3, "standby")
         assert engine.maintenance.last_report is None
     finally:
         await engine.stop()
@@ -104,10 +97,13 @@ async def test_the_engine_truncates_a_wal_a_long_reader_left_large(tmp_path: Pat
     settings = make_settings(tmp_path)
     with Store.open(settings.db) as other:  # another engine holds the lease: this one is on standby and
         other.acquire("elsewhere", now=START)  # writes nothing itself, so only its maintenance can help
-    engine = Engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder="me", idle_cap=0.05, install_defaults=False)
     await engine.start()
     wal = Path(f"{settings.db}-wal")
     try:
+        # Standing by before the writes start: under load the worker's first acquire could otherwise still be
+        # queued behind them when the WAL is cut back, and the engine still "starting".
+        await until(lambda: engine.mode == "standby", "the engine to stand by")
         writer = Store.open(settings.db)
         reader = spawn("long-reader", settings.db, stdin=subprocess.PIPE)
         try:
@@ -123,7 +119,7 @@ async def test_the_engine_truncates_a_wal_a_long_reader_left_large(tmp_path: Pat
                 reader.kill()
             writer.close()
         assert wal.stat().st_size > 2 * WAL_SIZE_LIMIT  # nothing has been written since the reader let go
-        await wait_for(lambda: wal.stat().st_size <= WAL_SIZE_LIMIT, "the engine's maintenance to shrink the WAL")
+        await until(lambda: wal.stat().st_size <= WAL_SIZE_LIMIT, "the engine's maintenance to shrink the WAL")
         assert engine.mode == "standby"
     finally:
         await engine.stop()

@@ -6,14 +6,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from console.core import Store
+from tests.support import inbox_until
 
 ROOT = Path(__file__).resolve().parents[2]
 TTL = 2
@@ -36,17 +35,6 @@ def start_worker(db: str | Path, log: Path) -> subprocess.Popen[bytes]:
                                 env=cli_env(), stdout=sink, stderr=sink)
 
 
-def wait_for(db: str | Path, check: Callable[[Store], Any], limit: float = 40.0) -> Any:
-    deadline = time.monotonic() + limit
-    with Store.open(db, check=False) as store:
-        while time.monotonic() < deadline:
-            result = check(store)
-            if result:
-                return result
-            time.sleep(0.05)  # polling interval for a condition checked every pass
-    raise AssertionError("condition not met in time")
-
-
 @pytest.fixture
 def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
@@ -65,15 +53,15 @@ def test_sigkill_mid_task_then_a_second_worker_takes_over_without_repeating_step
     first = start_worker(db, log)
     workers.append(first)
     assert cli(db, "ingest", "jobs", "long-1", '{"long_task": 5}').stdout.strip() == "stored"
-    event_id = wait_for(db, lambda s: (e := s.find_event("jobs", "long-1")) and e.id)
-    first_holder = wait_for(db, lambda s: (lease := s.lease()) and lease.holder)
+    event_id = inbox_until(db, lambda s: (e := s.find_event("jobs", "long-1")) and e.id)
+    first_holder = inbox_until(db, lambda s: (lease := s.lease()) and lease.holder)
     # Two chunks committed: the first worker is mid-task.
-    wait_for(db, lambda s: (step := s.journal_step(f"long:{event_id}:1")) and step.state == "committed")
+    inbox_until(db, lambda s: (step := s.journal_step(f"long:{event_id}:1")) and step.state == "committed")
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=10)
     second = start_worker(db, log)
     workers.append(second)
-    done = wait_for(db, lambda s: (e := s.event(event_id)) and e.status == "done" and e)
+    done = inbox_until(db, lambda s: (e := s.event(event_id)) and e.status == "done" and e)
     with Store.open(db, check=False) as store:
         assert done.attempts == 2
         for chunk in (0, 1):
@@ -97,23 +85,23 @@ def test_sigkill_of_the_holder_lets_the_running_standby_take_over_within_the_lea
     lease time after that, then works the inbox."""
     log = tmp_path / "workers.log"
     workers.append(start_worker(inbox_target, log))
-    first_holder = wait_for(inbox_target, lambda s: (lease := s.lease()) and lease.holder)
+    first_holder = inbox_until(inbox_target, lambda s: (lease := s.lease()) and lease.holder)
     workers.append(start_worker(inbox_target, log))
     holder_pid = int(first_holder.split(":")[1])
     (holder,) = [proc for proc in workers if proc.pid == holder_pid]
     (standby,) = [proc for proc in workers if proc.pid != holder_pid]
     # The standby is up (it renews nothing, but it has run a claim attempt and logged its mode).
-    wait_for(inbox_target, lambda _s: b"mode: standby" in log.read_bytes())
+    inbox_until(inbox_target, lambda _s: b"mode: standby" in log.read_bytes())
     holder.send_signal(signal.SIGKILL)
     holder.wait(timeout=10)
     with Store.open(inbox_target, check=False) as store:
         dead_lease = store.lease()
     assert dead_lease is not None and dead_lease.holder == first_holder
-    taken = wait_for(inbox_target, lambda s: [row for row in s.lease_log() if row[1] == "takeover"])
+    taken = inbox_until(inbox_target, lambda s: [row for row in s.lease_log() if row[1] == "takeover"])
     at, _kind, new_holder, gen, previous = taken[0]
     assert (previous, gen) == (first_holder, dead_lease.gen + 1) and new_holder != first_holder
     assert dead_lease.until < at <= dead_lease.until + TTL + 1  # as soon as the lease ran out, give or take a tick
     assert cli(inbox_target, "ingest", "chat", "after", '{"text": "still there?"}').stdout.strip() == "stored"
-    wait_for(inbox_target, lambda s: (e := s.find_event("chat", "after")) and e.status == "done")
+    inbox_until(inbox_target, lambda s: (e := s.find_event("chat", "after")) and e.status == "done")
     standby.send_signal(signal.SIGTERM)
     assert standby.wait(timeout=20) == 0

@@ -3,7 +3,6 @@ Claude agent against MCP servers, a crash between a tool's answer and its commit
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -11,7 +10,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +19,13 @@ import pytest
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.mcp_servers import serve_http
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY
 from tests.core.workers import spawn
+from tests.support import inbox_until, read_until
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_790_000_000
@@ -34,19 +35,11 @@ def shop_state(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text()) if path.exists() else {}
 
 
-async def wait_until(engine: Engine, check: Callable[[Store], Any], *, limit: float = 60.0) -> Any:
-    deadline = asyncio.get_running_loop().time() + limit
-    while not (result := await engine.read(check)):
-        assert asyncio.get_running_loop().time() < deadline, f"condition not met within {limit} s"
-        await asyncio.sleep(0.02)  # polling interval of a condition read from the inbox
-    return result
-
-
 @pytest.fixture
 async def offline(tmp_path: Path) -> AsyncIterator[Engine]:
     """The engine as a new user gets it: the built-in agent, the example shop server, the demo policy."""
     settings = Settings(db=tmp_path / "inbox.db", approval_expiry=600, instructions=tmp_path / "none.md")
-    engine = Engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         yield engine
@@ -57,16 +50,16 @@ async def offline(tmp_path: Path) -> AsyncIterator[Engine]:
 async def test_the_built_in_agent_looks_up_at_once_and_refunds_only_on_yes(offline: Engine, tmp_path: Path) -> None:
     state = tmp_path / "shop.json"
     await offline.ingest("chat", "m1", {"text": "please look up order 881"})
-    sent = await wait_until(offline, lambda s: [m.body for m in s.outbox_messages()])
+    sent = await read_until(offline, lambda s: [m.body for m in s.outbox_messages()])
     assert sent[0].startswith('mcp__shop__lookup_order(order="881"): ') and "Ada Lovelace" in sent[0]
 
     await offline.ingest("chat", "m2", {"text": "refund order 881 please"})
-    (approval,) = await wait_until(offline, lambda s: s.pending_approvals())
+    (approval,) = await read_until(offline, lambda s: s.pending_approvals())
     assert (approval.tool, approval.arguments) == ("mcp__shop__refund", {"order": "881"})
     assert approval.action == 'mcp__shop__refund(order="881")'
     assert shop_state(state)["calls"].get("mcp__shop__refund", shop_state(state)["calls"].get("refund")) is None
     assert await offline.answer(approval.request_id, "yes") == "yes"
-    done = await wait_until(offline, lambda s: [m.body for m in s.outbox_messages() if m.body.startswith("Done")])
+    done = await read_until(offline, lambda s: [m.body for m in s.outbox_messages() if m.body.startswith("Done")])
     assert f"Done: mcp__shop__refund(order=\"881\") (approved, {approval.request_id})" in done[0]
     after = shop_state(state)
     assert after["calls"]["refund"] == 1 and after["orders"]["881"]["refunded"] == 42.5
@@ -83,14 +76,14 @@ async def test_the_claude_agent_never_reaches_a_denied_tool(tmp_path: Path, clau
     settings = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=claude.url, mcp_servers=servers,
                         permissions={"allow": ["send_message", "mcp__shop__lookup_*"], "deny": ["mcp__shop__delete_*"]},
                         instructions=tmp_path / "none.md")
-    engine = Engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         claude.reply(tool("t1", "mcp__shop__delete_order", order="882"), tool("t2", "mcp__shop__lookup_order",
                                                                                order="882"))
         claude.reply(text("Done."))
         await engine.ingest("chat", "m1", {"text": "delete order 882"})
-        await wait_until(engine, lambda s: s.counts()["done"] == 1)
+        await read_until(engine, lambda s: s.counts()["done"] == 1)
     finally:
         await engine.stop()
     offered = [t["name"] for t in claude.requests[0]["tools"]]
@@ -115,8 +108,8 @@ def test_a_crash_between_the_servers_answer_and_the_commit_is_one_refund_at_the_
     engine = subprocess.Popen([sys.executable, "-m", "console", "run"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        approval = wait_for(db, lambda s: s.pending_approvals() and s.pending_approvals()[0])
-        wait_for(db, lambda s: s.counts()["done"] == 1)
+        approval = inbox_until(db, lambda s: s.pending_approvals() and s.pending_approvals()[0])
+        inbox_until(db, lambda s: s.counts()["done"] == 1)
         engine.send_signal(signal.SIGTERM)  # a clean stop: the lease is released for the crasher
         assert engine.wait(timeout=30) == 0
     finally:
@@ -136,9 +129,9 @@ def test_a_crash_between_the_servers_answer_and_the_commit_is_one_refund_at_the_
     engine = subprocess.Popen([sys.executable, "-m", "console", "run"], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
-        done = wait_for(db, lambda s: (p := s.journal_step(f"tool:{approval.request_id}"))
+        done = inbox_until(db, lambda s: (p := s.journal_step(f"tool:{approval.request_id}"))
                         and p.state == "committed" and p)
-        wait_for(db, lambda s: s.counts()["done"] == 2)
+        inbox_until(db, lambda s: s.counts()["done"] == 2)
     finally:
         engine.send_signal(signal.SIGTERM)
         engine.wait(timeout=30)
@@ -149,17 +142,6 @@ def test_a_crash_between_the_servers_answer_and_the_commit_is_one_refund_at_the_
     with Store.open(db) as store:
         bodies = [m.body for m in store.outbox_messages()]
     assert sum(body.startswith("Done: mcp__shop__refund") for body in bodies) == 1
-
-
-def wait_for(db: Path, check: Callable[[Store], Any], limit: float = 60.0) -> Any:
-    deadline = time.monotonic() + limit
-    with Store.open(db, check=False) as store:
-        while time.monotonic() < deadline:
-            result = check(store)
-            if result:
-                return result
-            time.sleep(0.05)  # polling interval for a condition read from another process's file
-    raise AssertionError("condition not met in time")
 
 
 @pytest.fixture
@@ -179,14 +161,14 @@ async def test_a_header_secret_from_the_environment_reaches_the_server_and_never
     servers = {"tracker": {"url": tracker.url, "headers": {"Authorization": "Bearer ${TRACKER_TOKEN}"}}}
     settings = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=claude.url, mcp_servers=servers,
                         permissions={"allow": ["send_message", "mcp__tracker__*"]}, instructions=tmp_path / "x.md")
-    engine = Engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         claude.reply(tool("t1", "mcp__tracker__whoami"))
         claude.reply(tool("t2", "send_message", text="Checked."))
         claude.reply(text("Done."))
         await engine.ingest("chat", "m1", {"text": "check the tracker"})
-        await wait_until(engine, lambda s: s.counts()["done"] == 1)
+        await read_until(engine, lambda s: s.counts()["done"] == 1)
     finally:
         await engine.stop()
     (call,) = tracker.recorded()

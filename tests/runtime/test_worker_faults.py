@@ -12,8 +12,10 @@ import pytest
 
 from console.clock import ManualClock
 from console.core import Store, StoreUnavailable
+from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
-from tests.runtime.test_engine import START, make_settings, wait_until
+from tests.runtime.test_engine import START, make_settings
+from tests.support import read_until
 
 
 def fail_first_calls(monkeypatch: pytest.MonkeyPatch, name: str, times: int) -> list[int]:
@@ -36,11 +38,11 @@ async def test_a_finish_the_inbox_refused_once_is_recorded_when_it_can_be(
 ) -> None:
     calls = fail_first_calls(monkeypatch, "finish", 1)
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         await engine.ingest("chat", "m1", {"text": "hello"})
-        event = await wait_until(engine, lambda s: (e := s.find_event("chat", "m1")).status == "done" and e)
+        event = await read_until(engine, lambda s: (e := s.find_event("chat", "m1")).status == "done" and e)
         assert len(calls) >= 2 and event.attempts == 1
         assert await engine.read(lambda s: [m.body for m in s.outbox_messages()]) == ["Noted: hello"]
     finally:
@@ -69,27 +71,27 @@ async def test_a_renewal_the_inbox_refused_does_not_abandon_the_run(
 
     clock = ManualClock(START)
     # lease_ttl=1: the worker renews every third of a second of real time during a run.
-    engine = Engine(make_settings(tmp_path, lease_ttl=1), clock=clock, agent=WaitsForARenewal(), holder="w",
+    engine = build_engine(make_settings(tmp_path, lease_ttl=1), clock=clock, agent=WaitsForARenewal(), holder="w",
                     idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         await engine.ingest("chat", "m1", {"text": "hello"})
-        await wait_until(engine, lambda s: s.find_event("chat", "m1").status == "done")
+        await read_until(engine, lambda s: s.find_event("chat", "m1").status == "done")
     finally:
         await engine.stop()
 
 
 async def test_runs_do_not_pile_up_wake_events(tmp_path: Path) -> None:
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         await engine.ingest("chat", "first", {"text": "hi"})
-        await wait_until(engine, lambda s: s.counts()["done"] == 1)
+        await read_until(engine, lambda s: s.counts()["done"] == 1)
         before = len(engine._wake_events)
         for number in range(20):
             await engine.ingest("chat", f"m{number}", {"text": "hi"})
-            await wait_until(engine, lambda s, n=number: s.counts()["done"] == n + 2)
+            await read_until(engine, lambda s, n=number: s.counts()["done"] == n + 2)
         # Every wake() sets each registered event: their number must not grow with the runs done.
         assert len(engine._wake_events) == before
     finally:
@@ -108,11 +110,11 @@ async def test_an_outcome_that_cannot_be_stored_is_recorded_as_a_failed_run(
 
     monkeypatch.setattr(Store, "finish", refuses_messages)
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     try:
         await engine.ingest("chat", "m1", {"text": "hello"})
-        event = await wait_until(engine, lambda s: (e := s.find_event("chat", "m1")).status == "pending" and e.error
+        event = await read_until(engine, lambda s: (e := s.find_event("chat", "m1")).status == "pending" and e.error
                                  and e)
         assert "could not record the run's outcome (UnicodeEncodeError)" in event.error and event.attempts == 1
     finally:
@@ -123,13 +125,13 @@ async def test_the_watcher_survives_a_failed_first_look(tmp_path: Path, monkeypa
     fail_first_calls(monkeypatch, "data_version", 1)
     clock = ManualClock(START)
     # A long idle cap: only the data_version watcher can wake the worker for another connection's commit.
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=60, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=60, install_defaults=False)
     await engine.start()
     try:
-        await wait_until(engine, lambda s: engine.mode == "active")
+        await read_until(engine, lambda s: engine.mode == "active")
         with Store.open(tmp_path / "inbox.db") as other:
             other.ingest("chat", "from-elsewhere", {"text": "hi"}, now=clock.now())
-        await wait_until(engine, lambda s: s.find_event("chat", "from-elsewhere").status == "done")
+        await read_until(engine, lambda s: s.find_event("chat", "from-elsewhere").status == "done")
     finally:
         await engine.stop()
 
@@ -169,7 +171,7 @@ async def test_stop_during_the_first_acquire_still_releases_the_lease(
 ) -> None:
     called, let_go = hold_calls(monkeypatch, "acquire")
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
     await wait_for_thread_event(called)
     stopping = await begin_stop(engine)  # while the acquire is still held
@@ -190,10 +192,10 @@ async def test_stop_while_a_claim_is_in_flight_runs_nothing(tmp_path: Path, monk
             ran.extend(event.id for event in ctx.events)
 
     clock = ManualClock(START)
-    engine = Engine(make_settings(tmp_path), clock=clock, agent=Recording(), holder="w", idle_cap=0.1,
+    engine = build_engine(make_settings(tmp_path), clock=clock, agent=Recording(), holder="w", idle_cap=0.1,
                     install_defaults=False)
     await engine.start()
-    await wait_until(engine, lambda s: engine.mode == "active")
+    await read_until(engine, lambda s: engine.mode == "active")
     called, let_go = hold_calls(monkeypatch, "claim_batch")
     await engine.ingest("chat", "m1", {"text": "hi"})
     await wait_for_thread_event(called)

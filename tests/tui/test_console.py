@@ -9,15 +9,16 @@ from textual.widgets import Input, Label, TextArea
 
 from console.clock import ManualClock
 from console.core import MAX_PAYLOAD_DEPTH, Store
+from console.runtime.why import why_not_run
 from console.tui.app import ConsoleApp
-from console.tui.detail import why_not_run
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.lease_pane import LeasePane
-from tests.tui.conftest import reopen, wait_until
+from tests.support import pilot_until
+from tests.tui.conftest import reopen
 from tests.tui.scenes import HOLDER, make_app
 
 SIZE = (80, 24)
@@ -33,7 +34,7 @@ def text_of(app: ConsoleApp, selector: str) -> str:
 
 
 async def started(app: ConsoleApp, pilot: object) -> None:
-    await wait_until(pilot, lambda: app.started and bool(shown_ids(app)), what="first page")  # type: ignore[arg-type]
+    await pilot_until(pilot, lambda: app.started and bool(shown_ids(app)), what="first page")  # type: ignore[arg-type]
     await app.settle()
 
 
@@ -54,13 +55,13 @@ async def test_inject_stores_the_event(filled: Path, clock: ManualClock) -> None
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("i")
-        await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen), what="inject modal")
+        await pilot_until(pilot, lambda: isinstance(app.screen, InjectScreen), what="inject modal")
         source_id = app.screen.query_one("#inject-source-id", Input).value
         assert source_id.startswith("kb-")
         app.screen.query_one("#inject-payload", TextArea).text = '{"text": "typed by hand"}'
         await pilot.press("ctrl+s")
-        await wait_until(pilot, lambda: not isinstance(app.screen, InjectScreen), what="modal closed")
-        await wait_until(pilot, lambda: shown_ids(app)[0] == 8, what="new row")
+        await pilot_until(pilot, lambda: not isinstance(app.screen, InjectScreen), what="modal closed")
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == 8, what="new row")
     with reopen(filled) as store:
         event = store.find_event("chat", source_id)
         assert event is not None and event.payload == {"text": "typed by hand"}
@@ -71,10 +72,10 @@ async def test_inject_bad_json_shows_the_error_and_stores_nothing(filled: Path, 
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("i")
-        await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
+        await pilot_until(pilot, lambda: isinstance(app.screen, InjectScreen))
         app.screen.query_one("#inject-payload", TextArea).text = '{"text": '
         await pilot.press("ctrl+s")
-        await wait_until(pilot, lambda: "not valid JSON" in text_of(app, "#inject-error"), what="inline error")
+        await pilot_until(pilot, lambda: "not valid JSON" in text_of(app, "#inject-error"), what="inline error")
         assert isinstance(app.screen, InjectScreen)
     with reopen(filled) as store:
         assert store.max_event_id() == 7
@@ -85,12 +86,12 @@ async def test_inject_reused_source_id_is_refused_as_duplicate(filled: Path, clo
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("i")
-        await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen))
+        await pilot_until(pilot, lambda: isinstance(app.screen, InjectScreen))
         app.screen.query_one("#inject-source-id", Input).value = "c-1"
         await pilot.press("ctrl+s")
-        await wait_until(pilot, lambda: "duplicate refused" in text_of(app, "#inject-error"), what="refusal")
+        await pilot_until(pilot, lambda: "duplicate refused" in text_of(app, "#inject-error"), what="refusal")
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not isinstance(app.screen, InjectScreen))
+        await pilot_until(pilot, lambda: not isinstance(app.screen, InjectScreen))
     with reopen(filled) as store:
         event = store.find_event("chat", "c-1")
         assert event is not None and event.duplicates == 1 and event.payload == {"text": "are you there?"}
@@ -105,9 +106,9 @@ async def test_y_and_n_answer_the_selected_approval(filled: Path, clock: ManualC
         selected = pane.selected()
         assert selected is not None and selected.request_id == "apr-8-1"  # the soonest deadline first
         await pilot.press("y")
-        await wait_until(pilot, lambda: pane.table.row_count == 1, what="one approval left")
+        await pilot_until(pilot, lambda: pane.table.row_count == 1, what="one approval left")
         await pilot.press("n")
-        await wait_until(pilot, lambda: pane.table.row_count == 0, what="no approval left")
+        await pilot_until(pilot, lambda: pane.table.row_count == 0, what="no approval left")
         assert "declined" not in text_of(app, "#approvals-resolved")
         assert "no" in text_of(app, "#approvals-resolved")
     with reopen(filled) as store:
@@ -122,7 +123,7 @@ async def test_a_late_answer_gets_expired(filled: Path, clock: ManualClock) -> N
         await started(app, pilot)
         clock.advance(31)  # apr-8-1 had 30 s left; nobody has swept its expiry timer yet
         await pilot.press("y")
-        await wait_until(pilot, lambda: any("outcome that stands is expired" in n.message
+        await pilot_until(pilot, lambda: any("outcome that stands is expired" in n.message
                                             for n in app._notifications), what="too-late notice")
     with reopen(filled) as store:
         assert store.approval("apr-8-1").outcome == "expired"  # type: ignore[union-attr]
@@ -135,9 +136,9 @@ async def test_an_expiry_swept_by_the_other_worker_is_notified(filled: Path, clo
         clock.advance(31)
         with reopen(filled) as other:  # worker-b holds the lease, so its scheduler writes the expiry
             assert other.run_scheduler(now=clock.now()) == 1
-        await wait_until(pilot, lambda: any("expired unanswered" in n.message for n in app._notifications),
+        await pilot_until(pilot, lambda: any("expired unanswered" in n.message for n in app._notifications),
                          what="expiry notification")
-        await wait_until(pilot, lambda: app.query_one(ApprovalsPane).table.row_count == 1, what="one left")
+        await pilot_until(pilot, lambda: app.query_one(ApprovalsPane).table.row_count == 1, what="one left")
 
 
 async def test_r_retries_the_selected_dead_event(filled: Path, clock: ManualClock) -> None:
@@ -145,13 +146,13 @@ async def test_r_retries_the_selected_dead_event(filled: Path, clock: ManualCloc
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("r")  # row 0 is pending: refused with a message, nothing changes
-        await wait_until(pilot, lambda: any("only dead events" in n.message for n in app._notifications))
+        await pilot_until(pilot, lambda: any("only dead events" in n.message for n in app._notifications))
         for _ in range(4):
             await pilot.press("f")
-        await wait_until(pilot, lambda: shown_ids(app) == [3], what="dead filter")
+        await pilot_until(pilot, lambda: shown_ids(app) == [3], what="dead filter")
         assert "dead" in str(app.query_one(EventsPane).border_title)
         await pilot.press("r")
-        await wait_until(pilot, lambda: shown_ids(app) == [], what="no dead event left")
+        await pilot_until(pilot, lambda: shown_ids(app) == [], what="no dead event left")
     with reopen(filled) as store:
         event = store.event(3)
         assert event is not None and event.status == "pending" and event.attempts == 0
@@ -165,16 +166,16 @@ async def test_retry_all_asks_with_the_exact_count(filled: Path, clock: ManualCl
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("R")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirmation")
+        await pilot_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="confirmation")
         assert "Retry 2 dead events?" in text_of(app, "#confirm-question")
         await pilot.press("n")
-        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
+        await pilot_until(pilot, lambda: not isinstance(app.screen, ConfirmScreen))
         with reopen(filled) as store:
             assert store.count_dead() == 2
         await pilot.press("R")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
+        await pilot_until(pilot, lambda: isinstance(app.screen, ConfirmScreen))
         await pilot.press("y")
-        await wait_until(pilot, lambda: any("2 dead events back" in n.message for n in app._notifications))
+        await pilot_until(pilot, lambda: any("2 dead events back" in n.message for n in app._notifications))
     with reopen(filled) as store:
         assert store.count_dead() == 0
 
@@ -184,20 +185,20 @@ async def test_enter_opens_the_detail_with_why_it_has_not_run(filled: Path, cloc
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("enter")  # row 0: event 7, pending behind another worker's lease
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
         why = text_of(app, "#detail-why")
         assert "Why hasn't this run?" in why
         assert "held by another worker, worker-b:4242" in why
         assert '"text"' in text_of(app, "#detail-payload")
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not isinstance(app.screen, DetailScreen))
+        await pilot_until(pilot, lambda: not isinstance(app.screen, DetailScreen))
         for _ in range(4):
             await pilot.press("down")
         await pilot.press("enter")  # event 3: dead, with its history of claims, errors and the refusal
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen))
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen))
         history = text_of(app, "#detail-history")
         assert "claim" in history and "error" in history and "worker-b:4242 gen 2" in history
-        assert "dead: failed 2 of 2 attempts" in text_of(app, "#detail-why")
+        assert "dead: failed 2 attempts; last error: PoisonEventError" in text_of(app, "#detail-why")
 
 
 async def test_status_and_source_filters(filled: Path, clock: ManualClock) -> None:
@@ -205,14 +206,14 @@ async def test_status_and_source_filters(filled: Path, clock: ManualClock) -> No
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("f")
-        await wait_until(pilot, lambda: shown_ids(app) == [7], what="pending only")
+        await pilot_until(pilot, lambda: shown_ids(app) == [7], what="pending only")
         await pilot.press("f")
-        await wait_until(pilot, lambda: shown_ids(app) == [6, 5, 4], what="running only")
+        await pilot_until(pilot, lambda: shown_ids(app) == [6, 5, 4], what="running only")
         await pilot.press("f", "f", "f")
-        await wait_until(pilot, lambda: len(shown_ids(app)) == 7, what="all again")
+        await pilot_until(pilot, lambda: len(shown_ids(app)) == 7, what="all again")
         await pilot.press("s")  # sources in order: approval, chat, github, manual, webhook
         await pilot.press("s")
-        await wait_until(pilot, lambda: shown_ids(app) == [7, 5, 2], what="chat only")
+        await pilot_until(pilot, lambda: shown_ids(app) == [7, 5, 2], what="chat only")
         assert "chat" in str(app.query_one(EventsPane).border_title)
 
 
@@ -221,10 +222,10 @@ async def test_x_stalls_the_worker(filled: Path, clock: ManualClock) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("x")
-        await wait_until(pilot, lambda: "stalled" in text_of(app, "#lease-who"), what="stalled mode")
+        await pilot_until(pilot, lambda: "stalled" in text_of(app, "#lease-who"), what="stalled mode")
         assert app.engine.mode == "stalled"
         await pilot.press("x")
-        await wait_until(pilot, lambda: app.engine.mode != "stalled", what="resumed")
+        await pilot_until(pilot, lambda: app.engine.mode != "stalled", what="resumed")
 
 
 async def test_quick_keys_inject_chat_poison_redelivery_and_approval(filled: Path, clock: ManualClock) -> None:
@@ -232,13 +233,13 @@ async def test_quick_keys_inject_chat_poison_redelivery_and_approval(filled: Pat
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("c")
-        await wait_until(pilot, lambda: shown_ids(app)[0] == 8)
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == 8)
         await pilot.press("p")
-        await wait_until(pilot, lambda: shown_ids(app)[0] == 9)
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == 9)
         await pilot.press("d")  # the poison event again: refused
-        await wait_until(pilot, lambda: any("duplicate refused" in n.message for n in app._notifications))
+        await pilot_until(pilot, lambda: any("duplicate refused" in n.message for n in app._notifications))
         await pilot.press("a")
-        await wait_until(pilot, lambda: shown_ids(app)[0] == 10)
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == 10)
     with reopen(filled) as store:
         chat, poison, approval = store.event(8), store.event(9), store.event(10)
         assert chat is not None and chat.source == "chat"
@@ -255,7 +256,7 @@ async def test_keys_are_remapped_from_the_config(filled: Path, clock: ManualCloc
         await pilot.pause()
         assert not isinstance(app.screen, InjectScreen)
         await pilot.press("j")
-        await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen), what="inject on j")
+        await pilot_until(pilot, lambda: isinstance(app.screen, InjectScreen), what="inject on j")
 
 
 async def test_palette_runs_an_action(filled: Path, clock: ManualClock) -> None:
@@ -266,7 +267,7 @@ async def test_palette_runs_an_action(filled: Path, clock: ManualClock) -> None:
         await pilot.press(*"poison event")
         await pilot.pause(0.3)  # the palette searches in a worker; pressing enter picks the top hit
         await pilot.press("enter")
-        await wait_until(pilot, lambda: shown_ids(app)[0] == 8, what="poison injected from the palette")
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == 8, what="poison injected from the palette")
     with reopen(filled) as store:
         assert store.event(8).payload == {"poison": True}  # type: ignore[union-attr]
 
@@ -277,7 +278,7 @@ async def test_a_second_process_ingest_shows_up_live(filled: Path, clock: Manual
         await started(app, pilot)
         with reopen(filled) as other:
             other.ingest("webhook", "from-elsewhere", {"n": 1}, now=clock.now())
-        await wait_until(pilot, lambda: shown_ids(app)[0] == 8, what="row from another connection")
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == 8, what="row from another connection")
 
 
 async def test_ctrl_q_quits_and_releases_the_lease(db_path: Path, clock: ManualClock) -> None:
@@ -285,13 +286,13 @@ async def test_ctrl_q_quits_and_releases_the_lease(db_path: Path, clock: ManualC
         store.ingest("chat", "hello", {"text": "hi"}, now=clock.now())
     app = make_app(db_path, clock)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine.mode == "active", what="active")
-        await wait_until(pilot, lambda: HOLDER in text_of(app, "#lease-who"), what="holder shown")
-        await wait_until(pilot, lambda: app.query_one(EventsPane).page is not None
+        await pilot_until(pilot, lambda: app.engine.mode == "active", what="active")
+        await pilot_until(pilot, lambda: HOLDER in text_of(app, "#lease-who"), what="holder shown")
+        await pilot_until(pilot, lambda: app.query_one(EventsPane).page is not None
                          and app.query_one(EventsPane).page.events[0].status == "done",  # type: ignore[union-attr]
                          what="the worker ran the chat event")
         await pilot.press("ctrl+q")
-        await wait_until(pilot, lambda: not app.is_running, what="exit")
+        await pilot_until(pilot, lambda: not app.is_running, what="exit")
     with reopen(db_path) as store:
         lease = store.lease()
         assert lease is not None and lease.holder == HOLDER and not lease.is_live(clock.now())
@@ -310,21 +311,21 @@ async def test_paging_reads_one_window_at_a_time(db_path: Path, clock: ManualClo
         assert shown_ids(app) == list(range(500, 500 - rows, -1))
         assert table.row_count == rows  # only the visible window is loaded
         await pilot.press("pagedown")
-        await wait_until(pilot, lambda: shown_ids(app)[0] == 500 - rows, what="next page")
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == 500 - rows, what="next page")
         await pilot.press("end")
-        await wait_until(pilot, lambda: shown_ids(app)[-1] == 1, what="oldest page")
+        await pilot_until(pilot, lambda: shown_ids(app)[-1] == 1, what="oldest page")
         await pilot.press("up")  # at the top row of the oldest page: the window moves by one
-        await wait_until(pilot, lambda: shown_ids(app)[0] == rows + 1, what="shifted up")
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == rows + 1, what="shifted up")
         await pilot.press("home")
-        await wait_until(pilot, lambda: shown_ids(app)[0] == 500, what="newest again")
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == 500, what="newest again")
         assert "live" in str(app.query_one(EventsPane).border_subtitle)
 
 
 async def test_lease_pane_shows_this_console_when_active(db_path: Path, clock: ManualClock) -> None:
     app = make_app(db_path, clock)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.engine.mode == "active", what="active")
-        await wait_until(pilot, lambda: "(you)" in text_of(app, "#lease-who"), what="own lease shown")
+        await pilot_until(pilot, lambda: app.engine.mode == "active", what="active")
+        await pilot_until(pilot, lambda: "(you)" in text_of(app, "#lease-who"), what="own lease shown")
         assert app.query_one(LeasePane).view is not None
         assert Label  # the pane composes labels for the countdowns
 
@@ -337,11 +338,11 @@ async def test_lease_pane_says_when_the_agent_waits(db_path: Path, clock: Manual
                               reason="the Claude API is overloaded (529: Overloaded)")
     app = make_app(db_path, clock)
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: "waiting" in text_of(app, "#lease-agent"), what="agent waiting shown")
+        await pilot_until(pilot, lambda: "waiting" in text_of(app, "#lease-agent"), what="agent waiting shown")
         shown = text_of(app, "#lease-agent")
         assert shown == "agent waiting (45s left): the Claude API is overloaded (529: Overloaded)"
         clock.advance(45)
-        await wait_until(pilot, lambda: text_of(app, "#lease-agent") == "agent ready", what="agent ready again")
+        await pilot_until(pilot, lambda: text_of(app, "#lease-agent") == "agent ready", what="agent ready again")
 
 
 def test_why_a_pending_event_has_not_run_names_the_agents_wait(db_path: Path, clock: ManualClock) -> None:
@@ -354,12 +355,13 @@ def test_why_a_pending_event_has_not_run_names_the_agents_wait(db_path: Path, cl
         store.set_agent_state(HOLDER, gen, "waiting", now=now, reason=reason, until=now + 90)
         event = store.find_event("chat", "m1")
         assert event is not None
-        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active", approvals=[], replies=[])
-        assert why[0] == f"the agent is waiting (1m30s left): {reason}; nothing is claimed meanwhile, and the " \
-                         "wait costs no event an attempt"
+        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active")
+        assert why.kinds()[0] == "agent_not_ready" and why.reasons[0].facts["until"] == now + 90
+        assert why.sentences[0] == f"the agent is waiting (1m30s left): {reason}; nothing is claimed meanwhile, " \
+                                   "and the wait costs no event an attempt"
         store.set_agent_state(HOLDER, gen, "paused", now=now, reason="the key was refused")
-        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active", approvals=[], replies=[])
-        assert why[0].startswith("the agent is paused until the engine restarts: the key was refused;")
+        why = why_not_run(store, event, now=now, holder=HOLDER, mode="active")
+        assert why.sentences[0].startswith("the agent is paused until the engine restarts: the key was refused;")
 
 
 async def test_the_detail_of_a_pruned_event_says_so(db_path: Path, clock: ManualClock) -> None:
@@ -375,7 +377,7 @@ async def test_the_detail_of_a_pruned_event_says_so(db_path: Path, clock: Manual
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
         payload = text_of(app, "#detail-payload")
         assert payload.startswith("pruned ") and "(1m00s ago)" in payload
         assert "secret" not in payload
@@ -395,16 +397,16 @@ async def test_nesting_past_the_limit_is_refused_by_inject_and_the_deepest_paylo
         await started(app, pilot)
         for depth in (5000, MAX_PAYLOAD_DEPTH + 1):  # past json's own recursion, and just past the limit
             await pilot.press("i")
-            await wait_until(pilot, lambda: isinstance(app.screen, InjectScreen), what="inject modal")
+            await pilot_until(pilot, lambda: isinstance(app.screen, InjectScreen), what="inject modal")
             app.screen.query_one("#inject-payload", TextArea).text = nested_text(depth)
             await pilot.press("ctrl+s")
-            await wait_until(pilot, lambda: f"nested deeper than {MAX_PAYLOAD_DEPTH} levels" in text_of(
+            await pilot_until(pilot, lambda: f"nested deeper than {MAX_PAYLOAD_DEPTH} levels" in text_of(
                 app, "#inject-error"), what="inline error")
             await pilot.press("escape")
-            await wait_until(pilot, lambda: not isinstance(app.screen, InjectScreen), what="modal closed")
-        await wait_until(pilot, lambda: shown_ids(app)[0] == 8, what="the deepest event on top")
+            await pilot_until(pilot, lambda: not isinstance(app.screen, InjectScreen), what="modal closed")
+        await pilot_until(pilot, lambda: shown_ids(app)[0] == 8, what="the deepest event on top")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
         assert text_of(app, "#detail-payload").count('"k": {') == MAX_PAYLOAD_DEPTH - 1
     with reopen(filled) as store:
         assert store.max_event_id() == 8
@@ -424,17 +426,17 @@ async def test_the_console_says_where_each_answer_came_from(db_path: Path, clock
     app = make_app(db_path, clock)
     async with app.run_test(size=(120, 30)) as pilot:
         await started(app, pilot)
-        await wait_until(pilot, lambda: "· Telegram" in text_of(app, "#approvals-resolved"), what="Telegram")
+        await pilot_until(pilot, lambda: "· Telegram" in text_of(app, "#approvals-resolved"), what="Telegram")
         await pilot.press("y")  # the other approval, answered here
-        await wait_until(pilot, lambda: "deploy web · console" in text_of(app, "#approvals-resolved"), what="console")
+        await pilot_until(pilot, lambda: "deploy web · console" in text_of(app, "#approvals-resolved"), what="console")
         await pilot.press("enter")  # the newest event: the answer just given
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
         assert "apr-9-bb  deploy web\n  yes in the console" in text_of(app, "#detail-approvals")
         await pilot.press("escape")
-        await wait_until(pilot, lambda: not isinstance(app.screen, DetailScreen), what="back")
+        await pilot_until(pilot, lambda: not isinstance(app.screen, DetailScreen), what="back")
         await pilot.press("down")  # the answer from the phone
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
         trail = text_of(app, "#detail-approvals")
         assert "apr-1-aa  refund order 881\n  yes from Telegram" in trail
         assert "telegram: yes → settled" in trail and "telegram: no → wrong chat" in trail

@@ -9,7 +9,8 @@ import pytest
 
 from console.clock import ManualClock
 from tests.edges.signing import SECRETS, sign
-from tests.tui.conftest import reopen, wait_until
+from tests.support import pilot_until
+from tests.tui.conftest import reopen
 from tests.tui.scenes import make_app
 
 WEBHOOKS = {"enabled": True, "host": "127.0.0.1", "port": 0,
@@ -22,7 +23,7 @@ async def test_console_receives_signed_webhooks_and_counts_verdicts(
     monkeypatch.setenv("CONSOLE_TEST_GH_SECRET", SECRETS["github"])
     app = make_app(db_path, clock, settings={"webhooks": WEBHOOKS})
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_until(pilot, lambda: app.receiver is not None, what="the receiver")
+        await pilot_until(pilot, lambda: app.receiver is not None, what="the receiver")
         assert app.receiver is not None
         url = f"{app.receiver.url}/hooks/github"
         body = b'{"repository": {"full_name": "me/agent"}, "sender": {"login": "kim"}, "commits": []}'
@@ -37,7 +38,7 @@ async def test_console_receives_signed_webhooks_and_counts_verdicts(
                 assert response.status == 401
         summary = app.receiver_summary() or ""
         assert "1 stored · 1 dup · 1 refused" in summary and app.receiver.url in summary
-        await wait_until(pilot, lambda: summary in str(app.query_one("#header-title").render()), what="header")
+        await pilot_until(pilot, lambda: summary in str(app.query_one("#header-title").render()), what="header")
     with reopen(db_path) as store:
         event = store.find_event("github", "tui-1")
         assert event is not None and event.duplicates == 1 and store.find_event("github", "tui-2") is None
@@ -49,7 +50,7 @@ async def test_a_receiver_that_cannot_start_is_a_notification_not_a_crash(
     monkeypatch.delenv("CONSOLE_TEST_GH_SECRET", raising=False)
     app = make_app(db_path, clock, settings={"webhooks": WEBHOOKS})
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_until(pilot, lambda: app.started, what="the engine")
-        await wait_until(pilot, lambda: any("Webhook receiver not started" in (n.title or "")
+        await pilot_until(pilot, lambda: app.started, what="the engine")
+        await pilot_until(pilot, lambda: any("Webhook receiver not started" in (n.title or "")
                                             for n in app._notifications), what="the notification")
         assert app.receiver is None and app.is_running

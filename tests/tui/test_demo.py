@@ -8,7 +8,7 @@ from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
 from console.demo import DEMO_APPROVAL_EXPIRY, demo_settings, run_demo
-from console.runtime.engine import Engine
+from console.runtime.assembly import build_engine
 
 
 async def no_wait(seconds: float) -> None:
@@ -19,7 +19,7 @@ async def test_demo_script_feeds_every_pane(tmp_path: Path) -> None:
     settings = demo_settings(Settings(), tmp_path)
     assert settings.db == tmp_path / "demo-inbox.db" and settings.approval_expiry == DEMO_APPROVAL_EXPIRY
     clock = ManualClock(1_700_000_000)
-    engine = Engine(settings, clock=clock, install_defaults=False)
+    engine = build_engine(settings, clock=clock, install_defaults=False)
     await engine.start()
     steps: list[str] = []
     try:

@@ -11,24 +11,28 @@ from textual.pilot import Pilot
 
 from console.clock import ManualClock
 from console.tui.app import ConsoleApp
+from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
 from console.tui.theme_files import SHIPPED
-from tests.tui.conftest import wait_until
+from console.tui.widgets.approvals_pane import ApprovalsPane
+from tests.support import pilot_until
+from tests.tui.conftest import reopen, wait_until
 from tests.tui.scenes import make_app
+from tests.tui.test_tool_approvals import asked_by_a_webhook
 
 Compare = Callable[..., bool]
 
 
 def ready(app: ConsoleApp, *keys: str, screen: type | None = None) -> Callable[[Pilot[Any]], Awaitable[None]]:
     async def run_before(pilot: Pilot[Any]) -> None:
-        await wait_until(pilot, lambda: app.started and app.query_one("#events").page is not None,  # type: ignore[attr-defined]
+        await pilot_until(pilot, lambda: app.started and app.query_one("#events").page is not None,  # type: ignore[attr-defined]
                          what="first page")
         await app.settle()
         if keys:
             await pilot.press(*keys)
         if screen is not None:
-            await wait_until(pilot, lambda: isinstance(app.screen, screen), what=screen.__name__)
+            await pilot_until(pilot, lambda: isinstance(app.screen, screen), what=screen.__name__)
         await pilot.pause()
 
     return run_before
@@ -47,6 +51,37 @@ def test_main_screen_wide(snap_compare: Compare, filled: Path, clock: ManualCloc
 def test_detail_screen(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     assert snap_compare(app, terminal_size=(80, 24), run_before=ready(app, "enter", screen=DetailScreen))
+
+
+def test_detail_screen_tall(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
+    """A dead event at 120x40: why it died from its fields, its history, its steps spaced and timed."""
+    with reopen(filled) as store:
+        store.run_once("poison-1:look", lambda: {"ok": True}, gen=2, now=clock.now() - 4, event_id=3)
+    app = make_app(filled, clock)
+    assert snap_compare(app, terminal_size=(120, 40),
+                        run_before=ready(app, "down", "down", "down", "down", "enter", screen=DetailScreen))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+def test_approval_screen(snap_compare: Compare, db_path: Path, clock: ManualClock, size: tuple[int, int]) -> None:
+    """A Claude run's approval: the request id and the event that asked, the tool and its arguments, the sources."""
+    asked_by_a_webhook(db_path, clock)
+    app = make_app(db_path, clock)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await ready(app)(pilot)
+        app.query_one(ApprovalsPane).table.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_detail_of_a_claude_run_with_its_approval(snap_compare: Compare, db_path: Path, clock: ManualClock) -> None:
+    asked_by_a_webhook(db_path, clock)
+    app = make_app(db_path, clock)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=ready(app, "enter", screen=DetailScreen))
 
 
 def test_inject_modal(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:

@@ -13,7 +13,8 @@ from console.core.models import BudgetDefaults
 from console.tui.app import ConsoleApp
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.detail import DetailScreen
-from tests.tui.conftest import reopen, wait_until
+from tests.support import pilot_until
+from tests.tui.conftest import reopen
 from tests.tui.scenes import START, make_app
 
 SIZE = (100, 30)
@@ -52,18 +53,18 @@ async def test_the_header_shows_todays_spend_against_the_budget_and_b_sets_it(db
     clock = ManualClock(START)
     app = make_app(db_path, clock, settings={"daily_budget_usd": 0.05, "timezone": "UTC"})
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.started and "today $0.04 of $0.05" in header(app), what="spend shown")
+        await pilot_until(pilot, lambda: app.started and "today $0.04 of $0.05" in header(app), what="spend shown")
         await pilot.press("b")
-        await wait_until(pilot, lambda: isinstance(app.screen, BudgetScreen), what="budget dialog")
+        await pilot_until(pilot, lambda: isinstance(app.screen, BudgetScreen), what="budget dialog")
         assert app.screen.query_one("#budget-daily", Input).value == "0.05"
         assert app.screen.query_one("#budget-monthly", Input).value == "0"
         app.screen.query_one("#budget-daily", Input).value = "lots"
         await pilot.press("ctrl+s")
-        await wait_until(pilot, lambda: "is not a number" in str(app.screen.query_one("#budget-error").render()))
+        await pilot_until(pilot, lambda: "is not a number" in str(app.screen.query_one("#budget-error").render()))
         app.screen.query_one("#budget-daily", Input).value = "2.5"
         await pilot.press("ctrl+s")
-        await wait_until(pilot, lambda: not isinstance(app.screen, BudgetScreen), what="dialog closed")
-        await wait_until(pilot, lambda: "today $0.04 of $2.50" in header(app), what="the raised budget")
+        await pilot_until(pilot, lambda: not isinstance(app.screen, BudgetScreen), what="dialog closed")
+        await pilot_until(pilot, lambda: "today $0.04 of $2.50" in header(app), what="the raised budget")
     with reopen(db_path) as store:
         budgets = store.budgets(BudgetDefaults(daily_usd=0.05))
         assert (budgets["daily"].usd, budgets["daily"].source) == (2.5, "inbox")
@@ -75,11 +76,11 @@ async def test_the_event_detail_shows_each_runs_tokens_and_cost(db_path: Path) -
     clock = ManualClock(START)
     app = make_app(db_path, clock, settings={"timezone": "UTC"})
     async with app.run_test(size=SIZE) as pilot:
-        await wait_until(pilot, lambda: app.started, what="engine")
+        await pilot_until(pilot, lambda: app.started, what="engine")
         await app.settle()
         assert "today unknown" in header(app)  # a call today has no price: not $0.03
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
         spend = str(app.screen.query_one("#detail-spend").render())
         first, second = [line for line in spend.splitlines() if line.startswith("run ")]
         assert "w1 gen 1" in first and "w2 gen 2" in second

@@ -8,10 +8,11 @@ from pathlib import Path
 from console.agents.base import RunContext
 from console.clock import ManualClock
 from console.core import Store
-from console.runtime.engine import Engine
+from console.runtime.assembly import build_engine
 from console.tui.app import ConsoleApp
 from console.tui.widgets.events_pane import EventsPane
-from tests.tui.conftest import reopen, wait_until
+from tests.support import pilot_until
+from tests.tui.conftest import reopen
 from tests.tui.scenes import settings_for
 
 SIZE = (80, 24)
@@ -36,7 +37,7 @@ class GatedAgent:
 def console(db: Path, clock: ManualClock, holder: str, agent: GatedAgent | None = None) -> ConsoleApp:
     settings = settings_for(db, lease_ttl=TTL)
     # idle_cap: the engines re-check within 50 ms of real time, so advancing the shared clock is noticed
-    engine = Engine(settings, clock=clock, holder=holder, agent=agent, install_defaults=False, idle_cap=0.05)
+    engine = build_engine(settings, clock=clock, holder=holder, agent=agent, install_defaults=False, idle_cap=0.05)
     return ConsoleApp(settings, engine=engine, deterministic=True, inbox_label="inbox.db")
 
 
@@ -58,38 +59,39 @@ async def test_second_console_takes_over_a_stalled_one_and_its_late_finish_is_re
     first = console(db_path, clock, "console-a", gate)
     second = console(db_path, clock, "console-b")
     async with first.run_test(size=SIZE) as pilot_a:
-        await wait_until(pilot_a, gate.entered.is_set, what="the first console's run to start")
-        await wait_until(pilot_a, lambda: first_status(first) == "running", what="the event shown running")
+        await pilot_until(pilot_a, gate.entered.is_set, what="the first console's run to start")
+        await pilot_until(pilot_a, lambda: first_status(first) == "running", what="the event shown running")
         await pilot_a.press("x")
-        await wait_until(pilot_a, lambda: "stalled" in lease_text(first), what="the first console stalled")
+        await pilot_until(pilot_a, lambda: "stalled" in lease_text(first), what="the first console stalled")
 
         async with second.run_test(size=SIZE) as pilot_b:
-            await wait_until(pilot_b, lambda: second.engine.mode == "standby", what="the second console on standby")
-            await wait_until(pilot_b, lambda: "console-a" in lease_text(second) and "(other)" in lease_text(second),
+            await pilot_until(pilot_b, lambda: second.engine.mode == "standby", what="the second console on standby")
+            await pilot_until(pilot_b, lambda: "console-a" in lease_text(second) and "(other)" in lease_text(second),
                              what="the second console's lease pane naming the first as holder")
-            await wait_until(pilot_b, lambda: first_status(second) == "running", what="the event shown running")
+            await pilot_until(pilot_b, lambda: first_status(second) == "running", what="the event shown running")
 
             clock.advance(TTL + 1)  # the stalled console renewed nothing: its lease lapses
-            await wait_until(pilot_b, lambda: second.engine.mode == "active", what="the takeover")
+            await pilot_until(pilot_b, lambda: second.engine.mode == "active", what="the takeover")
             # the stranded row's backoff counted from its lost claim, so the new holder runs it at once
-            await wait_until(pilot_b, lambda: first_status(second) == "done", what="the second console's run")
+            await pilot_until(pilot_b, lambda: first_status(second) == "done", what="the second console's run")
             with reopen(db_path) as store:
                 stranded = store.find_event("chat", "c-1")
                 assert stranded is not None and stranded.attempts == 2
                 assert [a.kind for a in store.history(stranded.id)] == ["claim", "lost", "claim", "finish"]
-            await wait_until(pilot_b, lambda: "console-b" in lease_text(second) and "takeovers 1" in lease_text(second),
-                             what="the lease pane showing the takeover")
+            await pilot_until(pilot_b,
+                              lambda: "console-b" in lease_text(second) and "takeovers 1" in lease_text(second),
+                              what="the lease pane showing the takeover")
             assert "refused finishes 0" in lease_text(second)
 
             gate.release.set()  # the first run ends, but a stalled worker holds its finish...
             await pilot_a.press("x")  # ...until it resumes, and then the finish is fenced off
-            await wait_until(pilot_a, lambda: "refused finishes 1" in lease_text(first),
+            await pilot_until(pilot_a, lambda: "refused finishes 1" in lease_text(first),
                              what="the refused finish in the first console's lease pane")
             assert "console-a gen 1" in lease_text(first)
-            await wait_until(pilot_a, lambda: first.engine.mode == "standby", what="the first console on standby")
-            await wait_until(pilot_a, lambda: any("finish refused" in n.message for n in first._notifications),
+            await pilot_until(pilot_a, lambda: first.engine.mode == "standby", what="the first console on standby")
+            await pilot_until(pilot_a, lambda: any("finish refused" in n.message for n in first._notifications),
                              what="the refusal notified")
-            await wait_until(pilot_b, lambda: "refused finishes 1" in lease_text(second),
+            await pilot_until(pilot_b, lambda: "refused finishes 1" in lease_text(second),
                              what="the refusal seen by the second console too")
             with reopen(db_path) as store:  # checked while both run: on exit the standby one may take over again
                 event = store.find_event("chat", "c-1")

@@ -8,7 +8,7 @@ import pytest
 
 from console.clock import ManualClock
 from console.tui.theme_files import SHIPPED, load_themes, parse_theme
-from tests.tui.conftest import wait_until
+from tests.support import pilot_until
 from tests.tui.scenes import make_app
 
 
@@ -53,7 +53,7 @@ async def test_broken_user_theme_gives_one_notification_and_the_default(filled: 
     (themes / "other.toml").write_text("[[[")
     app = make_app(filled, clock, settings={"theme": "other"}, user_theme_dir=themes)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.started)
+        await pilot_until(pilot, lambda: app.started)
         assert app.theme == "agent-dark"
         skipped = [n for n in app._notifications if n.title == "Theme file skipped"]
         assert len(skipped) == 1 and "other.toml" in skipped[0].message and "agent-dark.toml" in skipped[0].message
@@ -63,12 +63,12 @@ async def test_theme_choice_from_the_palette_is_remembered(filled: Path, clock: 
     state = tmp_path / "state" / "console.json"
     app = make_app(filled, clock, state_path=state)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.started)
+        await pilot_until(pilot, lambda: app.started)
         await pilot.press("ctrl+p")
         await pilot.press(*"Theme: agent-light")
         await pilot.pause(0.3)  # the palette searches in a worker; enter picks the top hit
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app.theme == "agent-light", what="theme switched")
-        await wait_until(pilot, lambda: state.exists(), what="state written")
+        await pilot_until(pilot, lambda: app.theme == "agent-light", what="theme switched")
+        await pilot_until(pilot, lambda: state.exists(), what="state written")
     assert make_app(filled, clock, state_path=state).theme == "agent-light"  # the next start uses it
     assert make_app(filled, clock).theme == "agent-dark"

@@ -13,7 +13,8 @@ from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.events_pane import EventsPane
-from tests.tui.conftest import reopen, wait_until
+from tests.support import pilot_until
+from tests.tui.conftest import reopen
 from tests.tui.scenes import make_app
 
 SIZE = (120, 40)
@@ -58,12 +59,12 @@ async def test_an_approval_opens_with_its_call_and_conversation_and_is_answered_
     app: ConsoleApp = make_app(db_path, clock)
     async with app.run_test(size=SIZE) as pilot:
         pane = app.query_one(ApprovalsPane)
-        await wait_until(pilot, lambda: pane.table.row_count == 1, what="the approval listed")
+        await pilot_until(pilot, lambda: pane.table.row_count == 1, what="the approval listed")
         row = str(pane.table.get_row_at(0)[0])
         assert row.startswith("mcp__shop__refund(amount=12.5") and row.endswith("← github")
         pane.table.focus()
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
+        await pilot_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
         screen = app.screen
 
         def shown(selector: str) -> str:
@@ -77,7 +78,7 @@ async def test_an_approval_opens_with_its_call_and_conversation_and_is_answered_
         assert "the PR body" in conversation and "let me check it" in conversation
         assert '→ mcp__shop__refund(amount=12.5, order="881")' in conversation
         await pilot.press("y")
-        await wait_until(pilot, lambda: pane.table.row_count == 0, what="the approval answered")
+        await pilot_until(pilot, lambda: pane.table.row_count == 0, what="the approval answered")
     with reopen(db_path) as store:
         approval = store.approval(rid)
         assert approval is not None and (approval.outcome, approval.answered_via) == ("yes", "console")
@@ -90,9 +91,9 @@ async def test_an_events_detail_shows_the_transcript_with_each_calls_decision(
     app: ConsoleApp = make_app(db_path, clock)
     async with app.run_test(size=SIZE) as pilot:
         events = app.query_one(EventsPane)
-        await wait_until(pilot, lambda: events.page is not None and bool(events.page.events), what="the events")
+        await pilot_until(pilot, lambda: events.page is not None and bool(events.page.events), what="the events")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="the event's detail")
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="the event's detail")
         transcript = str(app.screen.query_one("#detail-transcript").render())
     lines = transcript.splitlines()
     assert lines[0] == f"claude:{event_id} · turn 1"

@@ -13,7 +13,7 @@ from console.tui.commands import ACTIONS
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
-from tests.tui.conftest import wait_until
+from tests.support import pilot_until
 from tests.tui.scenes import make_app
 
 
@@ -35,27 +35,27 @@ async def test_an_empty_inbox_says_how_to_get_events_and_the_hint_goes_when_one_
         store.acquire("elsewhere", now=clock.now() + 10_000)  # this console stays on standby: events stay pending
     app = make_app(db_path, clock)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.started and app.query_one(EventsPane).page is not None, what="first page")
-        await wait_until(pilot, lambda: (hint(app) or "").startswith("No events yet. Press i"), what="empty hint")
+        await pilot_until(pilot, lambda: app.started and app.query_one(EventsPane).page is not None, what="first page")
+        await pilot_until(pilot, lambda: (hint(app) or "").startswith("No events yet. Press i"), what="empty hint")
         await pilot.press("c")
-        await wait_until(pilot, lambda: hint(app) is None, what="the hint hidden by the first event")
+        await pilot_until(pilot, lambda: hint(app) is None, what="the hint hidden by the first event")
         await pilot.press("f", "f")  # running: none of the one pending event
-        await wait_until(pilot, lambda: hint(app) == "No running events (of 1). Press f to change the status "
+        await pilot_until(pilot, lambda: hint(app) == "No running events (of 1). Press f to change the status "
                          "filter, s the source filter.", what="the filter hint")
         await pilot.press("f", "f", "f", "f")
-        await wait_until(pilot, lambda: hint(app) is None, what="all statuses again")
+        await pilot_until(pilot, lambda: hint(app) is None, what="all statuses again")
 
 
 async def test_approvals_keep_the_action_readable_at_80_columns(filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.started and len(row_heights(app)) == 2, what="two approvals")
+        await pilot_until(pilot, lambda: app.started and len(row_heights(app)) == 2, what="two approvals")
         await app.settle()
         table = app.query_one(ApprovalsPane).table
         assert row_heights(app) == [2, 2]  # the action on a line of its own, its countdown below
         assert str(table.get_row_at(0)[0]).startswith("deploy web to prod\n▰")
         await pilot.resize_terminal(140, 36)
-        await wait_until(pilot, lambda: row_heights(app) == [1, 1], what="one line each when there is room")
+        await pilot_until(pilot, lambda: row_heights(app) == [1, 1], what="one line each when there is room")
         assert str(table.get_row_at(0)[0]).endswith("deploy web to prod")
         assert app.query_one(ApprovalsPane).selected().request_id == "apr-8-1"  # type: ignore[union-attr]
 
@@ -63,11 +63,11 @@ async def test_approvals_keep_the_action_readable_at_80_columns(filled: Path, cl
 async def test_f1_and_question_mark_toggle_the_help_panel(filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=(120, 36)) as pilot:
-        await wait_until(pilot, lambda: app.started, what="start")
+        await pilot_until(pilot, lambda: app.started, what="start")
         await pilot.press("f1")
-        await wait_until(pilot, lambda: bool(app.screen.query(HelpPanel)), what="help panel")
+        await pilot_until(pilot, lambda: bool(app.screen.query(HelpPanel)), what="help panel")
         await pilot.press("question_mark")
-        await wait_until(pilot, lambda: not app.screen.query(HelpPanel), what="help panel hidden")
+        await pilot_until(pilot, lambda: not app.screen.query(HelpPanel), what="help panel hidden")
 
 
 def test_every_key_is_also_in_the_command_palette() -> None:
@@ -83,7 +83,7 @@ def test_every_key_is_also_in_the_command_palette() -> None:
 async def test_the_palette_offers_keys_and_quit(filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.started, what="start")
+        await pilot_until(pilot, lambda: app.started, what="start")
         titles = {command.title for command in app.get_system_commands(app.screen)}
         assert {"Keys", "Quit"} <= titles
 
@@ -91,7 +91,7 @@ async def test_the_palette_offers_keys_and_quit(filled: Path, clock: ManualClock
 async def test_the_footer_shows_the_keys_a_newcomer_needs(filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.started, what="start")
+        await pilot_until(pilot, lambda: app.started, what="start")
         shown = {binding.key for _node, binding, _enabled, _tip in app.screen.active_bindings.values() if binding.show}
         assert {"enter", "i", "y", "n", "r", "f", "x", "f1"} <= shown
 
@@ -101,16 +101,16 @@ async def test_live_cursor_on_the_newest_row_follows_new_events_and_elsewhere_st
 ) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=(80, 24)) as pilot:
-        await wait_until(pilot, lambda: app.started and app.query_one(EventsPane).page is not None, what="first page")
+        await pilot_until(pilot, lambda: app.started and app.query_one(EventsPane).page is not None, what="first page")
         pane = app.query_one(EventsPane)
         assert pane.selected_event().id == 7  # type: ignore[union-attr]
         with Store.open(filled, check=False) as other:
             other.ingest("webhook", "new-1", {}, now=clock.now())
-        await wait_until(pilot, lambda: pane.selected_event().id == 8, what="the cursor on the new event")  # type: ignore[union-attr]
+        await pilot_until(pilot, lambda: pane.selected_event().id == 8, what="the cursor on the new event")  # type: ignore[union-attr]
         await pilot.press("down", "down")
-        await wait_until(pilot, lambda: pane.selected_event().id == 6, what="the cursor moved down")  # type: ignore[union-attr]
+        await pilot_until(pilot, lambda: pane.selected_event().id == 6, what="the cursor moved down")  # type: ignore[union-attr]
         with Store.open(filled, check=False) as other:
             other.ingest("webhook", "new-2", {}, now=clock.now())
-        await wait_until(pilot, lambda: pane.page.events[0].id == 9, what="the new row")  # type: ignore[union-attr]
+        await pilot_until(pilot, lambda: pane.page.events[0].id == 9, what="the new row")  # type: ignore[union-attr]
         assert pane.selected_event().id == 6  # type: ignore[union-attr]
         assert pane.table.cursor_row == 3

@@ -1,4 +1,4 @@
--- The whole inbox as SQLite's migrations 0001-0012 leave it, in PostgreSQL's spelling. Runs with
+-- The whole inbox as SQLite's migrations 0001-0013 leave it, in PostgreSQL's spelling. Runs with
 -- search_path set to the inbox's own schema (one schema per inbox). Integers are BIGINT throughout
 -- (times in seconds, costs in nano-dollars); flags stay integers 0/1 as in SQLite, so one SQL text
 -- serves both engines.
@@ -20,6 +20,7 @@ CREATE TABLE inbox (
     last_duplicate_at BIGINT,
     claim_alone     BIGINT  NOT NULL DEFAULT 0,
     pruned_at       BIGINT,
+    dead_reason     TEXT,                         -- failed | lost | out_of_attempts (SQLite migration 0013)
     UNIQUE (source, source_id)
 );
 CREATE INDEX inbox_fresh   ON inbox (id)                   WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0;
@@ -159,6 +160,7 @@ CREATE INDEX outbox_queued ON outbox (urgent, id) WHERE status = 'queued';
 CREATE INDEX outbox_batch ON outbox (batch_id);
 CREATE INDEX outbox_sent ON outbox (sent_at) WHERE status = 'sent';
 CREATE INDEX outbox_approval ON outbox (approval_id) WHERE approval_id IS NOT NULL;
+CREATE INDEX outbox_event ON outbox (event_id, id) WHERE event_id IS NOT NULL;
 
 CREATE TABLE outbox_counts (
     status TEXT PRIMARY KEY,

@@ -27,6 +27,11 @@ LINE_STYLE = {"turn": "bold", "model": "", "call": "$text-primary", "result": "d
 class ApprovalScreen(ModalScreen[str | None]):
     """Dismissed with 'yes' or 'no' when the owner answers here, None when closed unanswered."""
 
+    DEFAULT_CSS = """
+    ApprovalScreen #approval-dialog { height: 90%; }
+    ApprovalScreen #approval-body { height: 1fr; }
+    """
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("y", "answer('yes')", "Yes", id="approval.yes"),
         Binding("n", "answer('no')", "No", id="approval.no"),
@@ -46,7 +51,9 @@ class ApprovalScreen(ModalScreen[str | None]):
             dialog.border_title = f"Approval {approval.request_id}"
             dialog.border_subtitle = "y yes · n no · esc close"
             with VerticalScroll(id="approval-body"):
+                asker = "" if approval.event_id is None else f" · asked by event #{approval.event_id}"
                 yield Static(Content.assemble(
+                    ("Request: ", "bold"), terminal_safe(approval.request_id), (asker, "dim"), "\n",
                     ("Asks: ", "bold"), terminal_safe(approval.action), "\n",
                     (self._deadline(), "$text-warning" if approval.outcome is None else "dim"),
                 ), id="approval-title")

@@ -1,21 +1,31 @@
-"""Event detail: payload, attempt history, journal steps, and why a pending event has not run."""
+"""Event detail: payload, attempt history, journal steps, replies, approvals and why a pending event has not run.
+
+It reads and renders itself: `view` holds the snapshot it shows, re-read every second and whenever the engine
+says something changed, so a status, an attempt or a step shows up while it is open. From here r retries the
+event, y / n answer its waiting approval, c copies its payload, ] and [ move to the next and previous event."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import tzinfo
 from typing import ClassVar
 
+from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
 from textual.highlight import highlight
+from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from console.core import Approval, Event, StoreError
 from console.textsafe import json_terminal_safe, terminal_safe
-from console.timefmt import via_in_words
+from console.timefmt import span, via_in_words
 from console.tui.detail import DetailView, clock_text
 
 Part = str | tuple[str, str]
@@ -23,6 +33,9 @@ STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": 
                 "dead": "$text-error"}
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
 TRANSCRIPT_STYLE = {"turn": "bold", "call": "$text-primary", "result": "dim", "note": "dim italic"}
+HISTORY_STYLE = {"error": "$text-error", "dead": "$text-error", "refused": "$text-warning", "lost": "$text-warning",
+                 "finish": "$text-success"}
+REFRESH_SECONDS = 1.0  # countdowns move, and a change another process made shows within a second
 
 
 def payload_json(payload: object) -> str:
@@ -30,64 +43,152 @@ def payload_json(payload: object) -> str:
     return json_terminal_safe(json.dumps(payload, indent=2, ensure_ascii=False, sort_keys=True))
 
 
+def plural(count: int, word: str) -> str:
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+@dataclass(frozen=True)
+class DetailHost:
+    """What the screen asks of the console: read an event's detail, find the event beside one in the events
+    table, and the console's own retry and answer paths (so a key here does what the same key does there)."""
+
+    load: Callable[[int], Awaitable[DetailView]]
+    neighbour: Callable[[int, bool], Awaitable[int | None]]  # (event id, older?) -> the id beside it
+    retry: Callable[[Event], Awaitable[None]]
+    answer: Callable[[Approval, str], Awaitable[None]]
+
+
 class DetailScreen(ModalScreen[None]):
+    DEFAULT_CSS = """
+    DetailScreen #detail-dialog { height: 90%; }
+    DetailScreen #detail-body { height: 1fr; }
+    DetailScreen #detail-why { margin-top: 1; padding: 0 1; background: $boost; }
+    DetailScreen .detail-optional { display: none; }
+    DetailScreen .detail-optional.-shown { display: block; }
+    """
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "Close", id="detail.close"),
+        Binding("r", "retry", "Retry", id="detail.retry", tooltip="retry this event if it is dead"),
+        Binding("y", "answer('yes')", "Yes", id="detail.approve", tooltip="answer this event's waiting approval yes"),
+        Binding("n", "answer('no')", "No", id="detail.decline", tooltip="answer this event's waiting approval no"),
+        Binding("c", "copy_payload", "Copy", id="detail.copy", tooltip="copy the payload as JSON"),
+        Binding("right_square_bracket", "step(True)", "Next", id="detail.next", key_display="]",
+                tooltip="the next (older) event under the events table's filter"),
+        Binding("left_square_bracket", "step(False)", "Prev", id="detail.previous", key_display="[",
+                tooltip="the previous (newer) event under the events table's filter"),
     ]
 
-    def __init__(self, view: DetailView, now: int, zone: tzinfo | None = None) -> None:
+    view: reactive[DetailView] = reactive(DetailView(0, 0, None), init=False)
+
+    def __init__(self, view: DetailView, host: DetailHost, zone: tzinfo | None = None) -> None:
         super().__init__()
-        self.view = view
-        self.now = now
+        self.host = host
         self.zone = zone
+        self.set_reactive(DetailScreen.view, view)
+        self._payload_shown: tuple[int, int | None] | None = None  # (event id, pruned_at) the payload shows
+        self._target = view.event_id  # the event to read next: this one, or the one ] / [ moved to
+        self._reading = False
+        self._again = False
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)  # this dialog's keys, over the main screen's footer
-        event = self.view.event
-        with Vertical(id="detail-dialog", classes="dialog") as dialog:
-            if event is None:
-                dialog.border_title = "Event"
-                yield Static(Content(terminal_safe(self.view.reasons[0])), id="detail-missing")
-                return
-            dialog.border_title = f"Event #{event.id}"
-            dialog.border_subtitle = "esc close"
+        with Vertical(id="detail-dialog", classes="dialog"):
+            yield Static(id="detail-missing", classes="detail-optional")
             with VerticalScroll(id="detail-body"):
-                yield Static(Content.assemble(
-                    (terminal_safe(event.source), "bold"), " / ", terminal_safe(event.source_id), "  ",
-                    (event.status, f"bold {STATUS_STYLE.get(event.status, '')}"),
-                    (f"  attempts {event.attempts}", "dim"),
-                    (f"  gen {event.claim_gen}" if event.claim_gen is not None else "", "dim"),
-                    (f"  duplicates refused {event.duplicates}" if event.duplicates else "", "dim"),
-                ), id="detail-title")
-                yield Static(self._why(), id="detail-why", classes="section")
+                yield Static(id="detail-title")
+                yield Static(id="detail-why", classes="section")
                 yield Static("Payload", classes="heading")
-                if event.pruned_at is not None:
-                    yield Static(Content.styled(f"pruned {clock_text(event.pruned_at, self.now, self.zone)}", "dim"),
-                                 id="detail-payload")
-                else:
-                    yield Static(highlight(payload_json(event.payload), language="json"), id="detail-payload")
+                yield Static(id="detail-payload")
                 yield Static("Attempt history", classes="heading")
-                yield Static(self._history(), id="detail-history")
-                if not self.view.transcript.empty:
-                    yield Static("Transcript", classes="heading")
-                    yield Static(self._transcript(), id="detail-transcript")
+                yield Static(id="detail-history")
+                yield Static("Transcript", id="detail-transcript-heading", classes="heading detail-optional")
+                yield Static(id="detail-transcript", classes="detail-optional")
                 yield Static("Journal steps", classes="heading")
-                yield Static(self._steps(), id="detail-steps")
+                yield Static(id="detail-steps")
                 yield Static("Model calls", classes="heading")
-                yield Static(self._runs(), id="detail-spend")
-                if self.view.approvals:
-                    yield Static("Approvals", classes="heading")
-                    yield Static(self._approvals(), id="detail-approvals")
-                if self.view.replies:
-                    yield Static("Replies", classes="heading")
-                    yield Static(self._replies(), id="detail-replies")
+                yield Static(id="detail-spend")
+                yield Static("Approvals", id="detail-approvals-heading", classes="heading detail-optional")
+                yield Static(id="detail-approvals", classes="detail-optional")
+                yield Static("Replies", id="detail-replies-heading", classes="heading detail-optional")
+                yield Static(id="detail-replies", classes="detail-optional")
+
+    def on_mount(self) -> None:
+        self.watch_view(self.view)
+        self.set_interval(REFRESH_SECONDS, self.refresh_view)
+
+    # --- reading ----------------------------------------------------------------------------------
+    def refresh_view(self, event_id: int | None = None) -> None:
+        """Read the event again (or another one) and show it. Calls while a read is under way fold into one
+        more read after it, so a flood of engine notices costs at most two reads and never starves the screen."""
+        if event_id is not None:
+            self._target = event_id
+        if self._reading:
+            self._again = True
+            return
+        self._reading = True
+        self._read()
+
+    @work(group="detail-read")
+    async def _read(self) -> None:
+        try:
+            self._again = True
+            while self._again:
+                self._again = False
+                with contextlib.suppress(StoreError):  # a busy or closing file: the next tick reads again
+                    self.view = await self.host.load(self._target)
+        finally:
+            self._reading = False
+
+    def watch_view(self, view: DetailView) -> None:
+        dialog = self.query_one("#detail-dialog", Vertical)
+        event = view.event
+        missing = self.query_one("#detail-missing", Static)
+        missing.set_class(event is None, "-shown")
+        self.query_one("#detail-body").display = event is not None
+        if event is None:
+            dialog.border_title = "Event"
+            missing.update(Content(terminal_safe(view.missing)))
+            return
+        dialog.border_title = f"Event #{event.id}"
+        dialog.border_subtitle = "r retry · y/n answer · c copy · ] next · [ prev · esc close"
+        self.query_one("#detail-title", Static).update(self._title(event))
+        self.query_one("#detail-why", Static).update(self._why())
+        if self._payload_shown != (event.id, event.pruned_at):  # a payload never changes, but for its pruning
+            self._payload_shown = (event.id, event.pruned_at)
+            self.query_one("#detail-payload", Static).update(
+                Content.styled(f"pruned {clock_text(event.pruned_at, view.now, self.zone)}", "dim")
+                if event.pruned_at is not None else highlight(payload_json(event.payload), language="json"))
+        self.query_one("#detail-history", Static).update(self._history())
+        self._optional("transcript", None if view.transcript.empty else self._transcript())
+        self.query_one("#detail-steps", Static).update(self._steps())
+        self.query_one("#detail-spend", Static).update(self._runs())
+        self._optional("approvals", self._approvals() if view.approvals else None)
+        self._optional("replies", self._replies() if view.replies else None)
+
+    def _optional(self, name: str, content: Content | None) -> None:
+        for widget in (self.query_one(f"#detail-{name}-heading"), self.query_one(f"#detail-{name}", Static)):
+            widget.set_class(content is not None, "-shown")
+        if content is not None:
+            self.query_one(f"#detail-{name}", Static).update(content)
+
+    # --- rendering --------------------------------------------------------------------------------
+    def _title(self, event: Event) -> Content:
+        return Content.assemble(
+            (terminal_safe(event.source), "bold"), " / ", terminal_safe(event.source_id), "  ",
+            (event.status, f"bold {STATUS_STYLE.get(event.status, '')}"),
+            (f"  {plural(event.attempts, 'attempt')}", "dim"),
+            (f"  gen {event.claim_gen}" if event.claim_gen is not None else "", "dim"),
+            (f"  {plural(event.duplicates, 'duplicate')} refused" if event.duplicates else "", "dim"),
+        )
 
     def _why(self) -> Content:
-        event = self.view.event
-        title = "Why hasn't this run?" if event is not None and event.status == "pending" else "State"
-        parts: list[Part] = [(title, "bold")]
-        for reason in self.view.reasons:  # they quote errors and approvals, which quote the sender
-            parts += ["\n• ", terminal_safe(reason)]
+        why = self.view.why
+        if why is None:
+            return Content("")
+        parts: list[Part] = [(why.title, "bold")]
+        for sentence in why.sentences:  # they quote errors and approvals, which quote the sender
+            parts += ["\n• ", terminal_safe(sentence)]
         return Content.assemble(*parts)
 
     def _transcript(self) -> Content:
@@ -98,67 +199,112 @@ class DetailScreen(ModalScreen[None]):
         return Content.assemble(*parts[:-1])
 
     def _history(self) -> Content:
-        if not self.view.history:
+        view = self.view
+        if not view.history:
             return Content.styled("no attempts yet", "dim")
         parts: list[Part] = []
-        for line in self.view.history:
-            style = {"error": "$text-error", "dead": "$text-error", "refused": "$text-warning",
-                     "lost": "$text-warning", "finish": "$text-success"}.get(line.kind, "")
-            parts += [(f"{line.kind:<8}", f"bold {style}"),
-                      (f" {clock_text(line.at, self.now, self.zone)}", "dim"),
+        for line in view.history:
+            parts += [(f"{line.kind:<8}", f"bold {HISTORY_STYLE.get(line.kind, '')}"),
+                      (f" {clock_text(line.at, view.now, self.zone)}", "dim"),
                       terminal_safe(f"  {line.holder or '-'} gen {line.gen if line.gen is not None else '-'}"),
                       terminal_safe(f"  {line.detail}") if line.detail else "", "\n"]
         return Content.assemble(*parts[:-1])
 
     def _steps(self) -> Content:
-        if not self.view.steps:
+        """One step a line: its state and key apart, then when it was claimed and how long it took to commit."""
+        view = self.view
+        if not view.steps:
             return Content.styled("no journalled steps", "dim")
         parts: list[Part] = []
-        for step in self.view.steps:
-            parts += [(f"{step.state:<9}", "bold"), terminal_safe(step.idem_key),
-                      (f"  gen {step.gen} · ran {step.executions}× · "
-                       f"{clock_text(step.claimed_at, self.now, self.zone)}", "dim"),
-                      "\n"]
+        for step in view.steps:
+            took = ("not committed" if step.committed_at is None
+                    else f"took {span(max(0, step.committed_at - step.claimed_at), sep='')}")
+            parts += [(f"{step.state:<10}", "bold"), terminal_safe(step.idem_key),
+                      (f"\n{'':<10}{clock_text(step.claimed_at, view.now, self.zone)} · {took} · gen {step.gen}"
+                       f" · ran {step.executions}×", "dim"), "\n"]
         return Content.assemble(*parts[:-1])
 
     def _runs(self) -> Content:
         """Each run's tokens and cost (a batch's calls are filed under its first event, as its journal is)."""
-        if not self.view.runs:
+        view = self.view
+        if not view.runs:
             return Content.styled("no model calls filed under this event", "dim")
         parts: list[Part] = []
-        for run in self.view.runs:
+        for run in view.runs:
             who = f"{run.holder or '-'} gen {run.gen if run.gen is not None else '-'}"
-            parts += [(f"run {clock_text(run.started, self.now, self.zone)}", "bold"),
+            parts += [(f"run {clock_text(run.started, view.now, self.zone)}", "bold"),
                       (terminal_safe(f"  {who}"), "dim"), "\n  ", terminal_safe(run.describe()), "\n"]
         return Content.assemble(*parts[:-1])
 
     def _approvals(self) -> Content:
         """Each approval: what was asked, and its outcome with where the answer came from and when."""
+        view = self.view
         parts: list[Part] = []
-        for trail in self.view.approvals:
+        for trail in view.approvals:
             approval = trail.approval
             parts += [(f"{approval.request_id}  ", "bold"), terminal_safe(approval.action), "\n  "]
             if approval.outcome is None:
-                parts.append((f"waiting · expires {clock_text(approval.expires_at, self.now, self.zone)}",
-                              "$text-warning"))
+                parts.append((f"waiting · expires {clock_text(approval.expires_at, view.now, self.zone)} · y / n "
+                              "answer it", "$text-warning"))
             else:
                 via = via_in_words(approval.answered_via)
                 parts += [(approval.outcome, f"bold {OUTCOME_STYLE.get(approval.outcome, '')}"),
                           f" {via}" if via else "",
-                          (f" · {clock_text(approval.resolved_at, self.now, self.zone)}", "dim")]
+                          (f" · {clock_text(approval.resolved_at, view.now, self.zone)}", "dim")]
             for answer in trail.phone_answers:  # the ledger says which taps counted and which were refused
                 parts += ["\n  ", (f"{answer['channel']}: {answer['answer'] or '?'} → "
                                    f"{answer['verdict'].replace('_', ' ')}"
                                    f"{' (+' + str(answer['repeats']) + ' again)' if answer['repeats'] else ''} · "
-                                   f"{clock_text(answer['at'], self.now, self.zone)}", "dim")]
+                                   f"{clock_text(answer['at'], view.now, self.zone)}", "dim")]
             parts.append("\n")
         return Content.assemble(*parts[:-1])
 
     def _replies(self) -> Content:
         parts: list[Part] = []
         for message in self.view.replies:
-            parts += [(f"{message.status:<8}", "bold"), terminal_safe(" ".join(message.body.split())[:200]), "\n"]
+            lane = " urgent" if message.urgent else ""
+            parts += [(f"{message.status:<8}", "bold"), (lane, "$text-warning"),
+                      " " if lane else "", terminal_safe(" ".join(message.body.split())[:200]), "\n"]
         return Content.assemble(*parts[:-1])
+
+    # --- acting -----------------------------------------------------------------------------------
+    async def action_retry(self) -> None:
+        event = self.view.event
+        if event is None:
+            return
+        await self.host.retry(event)
+        self.refresh_view()
+
+    async def action_answer(self, answer: str) -> None:
+        event = self.view.event
+        approval = self.view.waiting_approval()
+        if event is None:
+            return
+        if approval is None:
+            self.notify(f"No approval of #{event.id} is waiting for an answer", severity="warning")
+            return
+        await self.host.answer(approval, answer)
+        self.refresh_view()
+
+    def action_copy_payload(self) -> None:
+        event = self.view.event
+        if event is None:
+            return
+        if event.pruned_at is not None:
+            self.notify(f"The payload of #{event.id} was pruned: nothing to copy", severity="warning")
+            return
+        text = json.dumps(event.payload, indent=2, ensure_ascii=False, sort_keys=True)
+        self.app.copy_to_clipboard(text)
+        self.notify(f"The payload of #{event.id} is on the clipboard ({plural(len(text), 'character')})",
+                    title="Copied", timeout=3)
+
+    async def action_step(self, older: bool) -> None:
+        found = await self.host.neighbour(self._target, older)  # where a quick ] before this one went
+        if found is None:
+            self.notify("This is the oldest event shown" if older else "This is the newest event shown",
+                        severity="information", timeout=2)
+            return
+        self.refresh_view(found)
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,9 +30,6 @@ from console.tui.widgets.events_table import EventsTable
 Reader = Callable[[Callable[[Store], Any]], Awaitable[Any]]
 COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 7), ("att", 3), ("gen", 3), ("age", 6),
            ("last error", None))
-
-
-DEAD_PREFIX = re.compile(r"^failed \d+ of \d+ attempts; last error: ")
 
 
 def status_colour(variables: dict[str, str], status: str) -> str:
@@ -124,8 +120,8 @@ The inbox, newest first: **enter** shows why an event has (not) run. The keys be
 
     @staticmethod
     def _cells(event: Event, now: int, variables: dict[str, str]) -> list[Text]:
-        # The att column already says how many attempts failed: the table shows the reason itself.
-        error = terminal_safe(DEAD_PREFIX.sub("", " ".join((event.error or "").split())))
+        # The att column already says how many attempts failed: the table shows the last error itself.
+        error = terminal_safe(" ".join((event.error or "").split()))
         source_id = terminal_safe(event.source_id)  # escaped first, so the cut counts what is shown
         source_id = source_id if len(source_id) <= 16 else source_id[:15] + "…"
         return [

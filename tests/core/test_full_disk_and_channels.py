@@ -1,4 +1,5 @@
-"""What the edges added to the core: limit_pages, and a rollback that really happens after SQLITE_FULL."""
+"""The Store under a full disk (limit_pages, a rollback that really happens after SQLITE_FULL) and the checks on
+the channels it dispatches to."""
 
 from __future__ import annotations
 

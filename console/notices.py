@@ -1,4 +1,6 @@
-"""Change notices the engine publishes; a UI subscribes and re-reads the Store. Coalescable by kind."""
+"""Change notices the engine publishes; a UI subscribes and re-reads the Store. Coalescable by kind.
+
+Neutral ground: the runtime publishes them, and the console and the phone channels (edges) name their kinds."""
 
 from __future__ import annotations
 

@@ -1,0 +1,48 @@
+"""StoreOptions: every setting the Store obeys, in one frozen value.
+
+Built from the settings in one place (Settings.store_options) and handed to Store.open, so a knob is
+named once here, once in the settings, and nowhere in between.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+DEFAULT_MAX_PAYLOAD = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class StoreOptions:
+    lease_ttl: int = 120            # seconds a lease lives without a renewal
+    max_attempts: int = 3           # claims before an event is dead
+    outbox_gap: int = 3600          # seconds between two non-urgent sends
+    batch_cap: int = 100            # events one claim takes at most
+    backoff_base: int = 10          # seconds before the first retry; doubles each time
+    backoff_max: int = 900          # the longest wait between retries
+    backoff_jitter: float = 0.2     # each wait is spread by up to this fraction either way
+    max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
+    send_timeout: int = 60          # seconds a send may take before its claim on a batch lapses
+    max_send_attempts: int = 12     # failed sends of one batch to one channel before it is given up
+
+    def __post_init__(self) -> None:
+        for name in ("lease_ttl", "max_attempts", "batch_cap", "max_payload_bytes", "send_timeout",
+                     "max_send_attempts"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
+        for name in ("outbox_gap", "backoff_base", "backoff_max"):
+            if int(getattr(self, name)) < 0:
+                raise ValueError(f"{name} must not be negative, not {getattr(self, name)}")
+        if not 0 <= self.backoff_jitter < 1:
+            raise ValueError(f"backoff_jitter must be in [0, 1), not {self.backoff_jitter}")
+
+    def but(self, **changes: Any) -> StoreOptions:
+        """These options with some changed (Store.open's keyword arguments); an unknown name is a TypeError."""
+        unknown = sorted(set(changes) - STORE_OPTION_NAMES)
+        if unknown:
+            raise TypeError(f"unknown store option(s): {', '.join(unknown)}")
+        return dataclasses.replace(self, **changes) if changes else self
+
+
+STORE_OPTION_NAMES = frozenset(field.name for field in dataclasses.fields(StoreOptions))

@@ -1,0 +1,124 @@
+"""Why hasn't this event run? One answer for every reader: each reason a kind, the facts behind it, and its
+sentence. The console's event detail and `agent-console show` both print it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import tzinfo
+from typing import Any
+
+from console.core import Event, Store
+from console.timefmt import agent_in_words, clock_text, span
+
+AHEAD_LIMIT = 100  # older pending events counted, at most: "100+ ahead" says enough
+
+# The kinds of reason, most decisive first within an answer.
+REASON_KINDS = ("done", "dead", "running", "reply_held", "awaiting_approval", "agent_not_ready", "no_lease",
+                "lease_elsewhere", "stalled", "backing_off", "behind_older", "next_pass")
+
+
+@dataclass(frozen=True)
+class Reason:
+    kind: str  # one of REASON_KINDS
+    sentence: str
+    facts: dict[str, Any] = field(default_factory=dict)  # what the sentence says, as values
+
+
+@dataclass(frozen=True)
+class WhyNotRun:
+    event_id: int
+    status: str
+    reasons: tuple[Reason, ...]
+
+    @property
+    def title(self) -> str:
+        return "Why hasn't this run?" if self.status == "pending" else "State"
+
+    @property
+    def sentences(self) -> list[str]:
+        return [reason.sentence for reason in self.reasons]
+
+    def kinds(self) -> list[str]:
+        return [reason.kind for reason in self.reasons]
+
+    def as_json(self) -> dict[str, Any]:
+        return {"event_id": self.event_id, "status": self.status,
+                "reasons": [{"kind": r.kind, "sentence": r.sentence, **r.facts} for r in self.reasons]}
+
+
+def why_not_run(
+    store: Store, event: Event, *, now: int, zone: tzinfo | None = None, holder: str | None = None,
+    mode: str | None = None,
+) -> WhyNotRun:
+    """The state of `event` and, while it is pending, everything that keeps it from running, most decisive
+    first. holder and mode are the asking console's own worker (None from the command line: no worker of
+    its own)."""
+
+    def at(moment: int | None) -> str:
+        return clock_text(moment, now, zone)
+
+    reasons: list[Reason] = []
+    held = [m for m in store.event_replies(event.id) if m.status == "queued"]
+    if held:
+        next_send = store.next_send_at(now=now)
+        when = "when the next send is due" if next_send is None else at(next_send)
+        reasons.append(Reason("reply_held", f"{len(held)} repl{'y' if len(held) == 1 else 'ies'} held in the "
+                              f"outbox by the send gap; {'it goes' if len(held) == 1 else 'they go'} out {when}",
+                              {"held": len(held), "next_send_at": next_send}))
+    for approval in store.approvals_of_event(event.id):
+        if approval.outcome is None:
+            reasons.append(Reason(
+                "awaiting_approval",
+                f"waiting for approval {approval.request_id!r} ({approval.action}); expires {at(approval.expires_at)}",
+                {"request_id": approval.request_id, "expires_at": approval.expires_at}))
+    if event.status == "done":
+        return _answer(event, reasons or [Reason("done", "done: it ran and finished")])
+    if event.status == "dead":
+        return _answer(event, [Reason("dead", f"dead: {event.death_in_words()}; a retry runs it again",
+                                      {"dead_reason": event.dead_reason, "error": event.error,
+                                       "attempts": event.attempts}), *reasons])
+    if event.status == "running":
+        return _answer(event, [Reason("running", f"running now under lease generation {event.claim_gen} "
+                                      f"(attempt {event.attempts})", {"gen": event.claim_gen,
+                                                                      "attempt": event.attempts}), *reasons])
+    agent = store.agent_state().at(now)
+    if agent.state != "ready":
+        reasons.append(Reason(
+            "agent_not_ready",
+            f"the agent is {agent_in_words(agent.state, agent.reason, agent.until, now, sep='')}; nothing is "
+            f"claimed meanwhile, and the wait costs no event an attempt",
+            {"state": agent.state, "reason": agent.reason, "until": agent.until}))
+    lease = store.lease()
+    if lease is None or not lease.is_live(now):
+        ended = "" if lease is None else f" (it lapsed {at(lease.until)})"
+        reasons.append(Reason("no_lease", f"no worker holds the lease{ended}; the next console or "
+                              "`agent-console run` takes it over",
+                              {"lapsed_at": None if lease is None else lease.until}))
+    elif lease.holder != holder:
+        mine = "" if holder is None else f"; this console is {mode}"
+        another = "another worker, " if holder is not None else "worker "
+        reasons.append(Reason(
+            "lease_elsewhere",
+            f"the lease is held by {another}{lease.holder} (generation {lease.gen}, "
+            f"{span(max(0, lease.until - now), sep='')} left){mine}",
+            {"holder": lease.holder, "gen": lease.gen, "until": lease.until}))
+    elif mode == "stalled":
+        reasons.append(Reason("stalled", "this console's worker is stalled (press the stall key again to resume it)"))
+    if event.attempts and event.next_attempt_at > now:
+        reasons.append(Reason(
+            "backing_off",
+            f"backing off after attempt {event.attempts} of {store.max_attempts}: next try "
+            f"{at(event.next_attempt_at)}; last error: {event.error or 'none'}",
+            {"attempts": event.attempts, "max_attempts": store.max_attempts,
+             "next_attempt_at": event.next_attempt_at, "error": event.error}))
+    ahead = len(store.events(status="pending", before_id=event.id, limit=AHEAD_LIMIT))
+    if ahead:
+        count = f"{ahead}+" if ahead >= AHEAD_LIMIT else str(ahead)
+        reasons.append(Reason(
+            "behind_older", f"{count} older pending event{'' if ahead == 1 else 's'} ahead of it "
+            f"(batches of {store.batch_cap})", {"ahead": ahead, "at_least": ahead >= AHEAD_LIMIT}))
+    return _answer(event, reasons or [Reason("next_pass", "pending: it will be claimed on the worker's next pass")])
+
+
+def _answer(event: Event, reasons: list[Reason]) -> WhyNotRun:
+    return WhyNotRun(event.id, event.status, tuple(reasons))

@@ -1,0 +1,109 @@
+"""The composition root and the narrow host: settings become a running system in one place, the engine runs
+what it is given, and the services share one loop that survives a failing pass."""
+
+from __future__ import annotations
+
+import asyncio
+import typing
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.agents.offline import DIGEST_TIMER_ID
+from console.agents.registry import AGENTS
+from console.clock import ManualClock
+from console.config import AGENT_NAMES, Settings, load_settings
+from console.core import Store
+from console.edges.channels import ConsoleChannel
+from console.runtime.assembly import assemble, build_engine
+from console.runtime.engine import Engine
+from console.runtime.host import THREAD_ROLES, ThreadRole, service_loop
+from tests.support import until
+
+START = 1_800_000_000
+
+
+def test_the_settings_know_exactly_the_agents_the_registry_builds() -> None:
+    assert set(AGENT_NAMES) == set(AGENTS)
+
+
+def test_the_engine_runs_the_agent_and_channels_it_is_given(tmp_path: Path) -> None:
+    class Quiet:
+        name = "quiet"
+
+        def run(self, ctx: Any) -> None:
+            return None
+
+    agent = Quiet()
+    channels = [ConsoleChannel("mine")]
+    engine = Engine(Settings(db=tmp_path / "inbox.db"), agent=agent, channels=channels)
+    assert engine.agent is agent and engine.agent_name == "quiet" and engine.channel_names == ["mine"]
+    with pytest.raises(ValueError, match="at least one outbox channel"):
+        Engine(Settings(db=tmp_path / "inbox.db"), agent=agent, channels=[])
+
+
+def test_the_assembly_builds_the_configured_agent_and_channels(tmp_path: Path) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text(f'db = "{tmp_path / "inbox.db"}"\n[[channels]]\ntype = "file"\nname = "log"\n'
+                      f'path = "{tmp_path / "out.jsonl"}"\n', encoding="utf-8")
+    system = assemble(load_settings(config, env={}))
+    assert system.engine.agent_name == "offline"
+    assert system.engine.channel_names == ["console", "log"]
+    assert system.receiver is None
+
+
+def test_a_role_that_does_not_exist_opens_no_thread(tmp_path: Path) -> None:
+    engine = build_engine(Settings(db=tmp_path / "inbox.db"), install_defaults=False)
+    assert set(typing.get_args(ThreadRole)) == set(THREAD_ROLES)
+    assert typing.get_type_hints(Engine.on)["role"] == ThreadRole
+    with pytest.raises(ValueError, match="no database thread has the role 'writr'"):
+        engine._thread("writr")  # type: ignore[arg-type]
+    assert engine._threads == {}
+
+
+async def test_the_default_timers_are_installed_once_and_only_when_asked(tmp_path: Path) -> None:
+    settings = Settings(db=tmp_path / "inbox.db", digest_cron="0 9 * * *", timezone="UTC")
+    clock = ManualClock(START)
+    plain = build_engine(settings, clock=clock, holder="a", install_defaults=False, idle_cap=0.1)
+    await plain.start()
+    await plain.stop()
+    with Store.open(settings.db) as store:
+        assert store.timers() == []
+    engine = build_engine(settings, clock=clock, holder="b", idle_cap=0.1)
+    await engine.start()
+    await engine.stop()
+    with Store.open(settings.db) as store:
+        [digest] = store.timers()
+        assert (digest.id, digest.cron, digest.tz) == (DIGEST_TIMER_ID, "0 9 * * *", "UTC")
+        store.pause_timer(DIGEST_TIMER_ID, True)  # the owner's change to it stands across restarts
+    again = build_engine(settings, clock=clock, holder="c", idle_cap=0.1)
+    await again.start()
+    await again.stop()
+    with Store.open(settings.db) as store:
+        [digest] = store.timers()
+        assert digest.paused
+
+
+async def test_the_shared_service_loop_survives_a_failing_pass(tmp_path: Path) -> None:
+    """A pass that raises is noted, and the loop idles and passes again."""
+    engine = build_engine(Settings(db=tmp_path / "inbox.db"), clock=ManualClock(START), holder="w",
+                          install_defaults=False, idle_cap=0.01)
+    noted: list[str] = []
+    engine.subscribe(lambda notice: noted.append(notice.detail) if notice.kind == "log" else None)
+    passes = 0
+
+    async def flaky() -> float | None:
+        nonlocal passes
+        passes += 1
+        if passes <= 2:
+            raise OSError("disk hiccup")
+        return None if passes < 5 else 1.0
+
+    loop = asyncio.create_task(service_loop(engine, "probe", flaky))
+    try:
+        await until(lambda: passes >= 5, "five passes of the probe service")
+    finally:
+        loop.cancel()
+    assert noted == ["probe: OSError: disk hiccup"] * 2
+    assert engine.last_error == "probe: OSError: disk hiccup"

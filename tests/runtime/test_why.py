@@ -1,0 +1,52 @@
+"""Why hasn't this event run? One structured answer (kinds with their facts, and sentences) for the console's
+detail and `agent-console show`, read from a real inbox file on a fixed clock."""
+
+from __future__ import annotations
+
+from console.core import Store
+from console.runtime.why import AHEAD_LIMIT, REASON_KINDS, why_not_run
+
+T = 1_790_000_000
+
+
+def test_a_fresh_event_with_nobody_working_waits_for_a_worker_behind_older_ones(store: Store) -> None:
+    store.ingest_many([("chat", f"m{n}", {}) for n in range(3)], now=T)
+    newest = store.events(limit=1)[0]
+    why = why_not_run(store, newest, now=T + 5)
+    assert why.title == "Why hasn't this run?"
+    assert why.kinds() == ["no_lease", "behind_older"]
+    assert why.reasons[1].facts == {"ahead": 2, "at_least": False}
+    assert why.sentences[1] == "2 older pending events ahead of it (batches of 100)"
+    oldest = store.events(limit=3)[-1]
+    gen = store.acquire("me", now=T)
+    assert gen is not None
+    assert why_not_run(store, oldest, now=T + 5, holder="me", mode="active").kinds() == ["next_pass"]
+    assert why_not_run(store, oldest, now=T + 5, holder="me", mode="stalled").kinds() == ["stalled"]
+    lapsed = why_not_run(store, oldest, now=T + 10_000, holder="me", mode="active")
+    assert lapsed.kinds() == ["no_lease"] and lapsed.reasons[0].facts == {"lapsed_at": T + 120}
+
+
+def test_the_count_ahead_stops_at_its_limit(store: Store) -> None:
+    store.ingest_many([("chat", f"m{n}", {}) for n in range(AHEAD_LIMIT + 5)], now=T)
+    why = why_not_run(store, store.events(limit=1)[0], now=T)
+    assert why.reasons[-1].facts == {"ahead": AHEAD_LIMIT, "at_least": True}
+    assert why.sentences[-1].startswith(f"{AHEAD_LIMIT}+ older pending events")
+
+
+def test_a_running_event_and_its_held_replies(store: Store) -> None:
+    store.ingest("chat", "m", {}, now=T)
+    gen = store.acquire("w", now=T)
+    assert gen is not None
+    [event] = store.claim_batch("w", gen, now=T)
+    running = why_not_run(store, event, now=T, holder="w", mode="active")
+    assert running.title == "State" and running.kinds() == ["running"]
+    assert running.reasons[0].facts == {"gen": 1, "attempt": 1}
+    store.queue_message("an update", now=T)  # sent at once: the send gap starts now
+    store.dispatch(lambda batch: None, now=T)
+    assert store.finish("w", gen, [event.id], now=T + 1, messages=["one", "two"])
+    done = why_not_run(store, store.event(event.id), now=T + 2)  # type: ignore[arg-type]
+    assert done.kinds() == ["reply_held"]
+    assert done.reasons[0].facts == {"held": 2, "next_send_at": T + 3600}
+    assert done.sentences[0].startswith("2 replies held in the outbox by the send gap; they go out ")
+    assert set(done.as_json()["reasons"][0]) == {"kind", "sentence", "held", "next_send_at"}
+    assert all(kind in REASON_KINDS for kind in [*running.kinds(), *done.kinds()])
