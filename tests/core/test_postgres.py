@@ -59,6 +59,14 @@ def test_status_counts_read_the_kept_counts_not_the_events(pg_store: Store) -> N
     assert pg_store.integrity_problems() == []
 
 
+def test_an_events_replies_are_read_by_their_index(pg_store: Store) -> None:
+    pg_store.connection.execute(
+        "INSERT INTO outbox (body, created_at, event_id) SELECT 'reply', 1, n % 500 FROM generate_series(1, 20000) n")
+    pg_store.connection.execute("ANALYZE")
+    plan = " ".join(pg_store.query_plan("SELECT id FROM outbox WHERE event_id = ? ORDER BY id", (7,)))
+    assert "outbox_event" in plan and "Seq Scan" not in plan, plan
+
+
 def test_two_inboxes_share_one_database_in_their_own_schemas(postgres_server: PostgresServer) -> None:
     alice, bob = postgres_server.inbox_url("alice_inbox"), postgres_server.inbox_url("bob_inbox")
     try:
