@@ -26,7 +26,8 @@ from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
-from console.core.db import reporting_damage
+from console.core.copy import copy_inbox
+from console.core.db import is_postgres, reporting_damage
 from console.core.models import PHONE_IGNORED, SpendRow
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.redact import install_log_redaction
@@ -86,6 +87,15 @@ class FilePath(click.Path):
             return super().convert(value, param, ctx)
         except click.BadParameter:
             self.fail(f"expected a file, got the folder {str(value)!r}", param, ctx)
+
+
+class InboxTarget(FilePath):
+    """An inbox: a file's path, or a PostgreSQL URL (kept as text: a path would fold its //)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if is_postgres(value):
+            return str(value)
+        return super().convert(value, param, ctx)
 
 
 # An id or a count the inbox can hold (SQLite integers are 64-bit): a larger one is a usage error, not an overflow.
@@ -201,7 +211,7 @@ class CliState:
     """The group's options; settings are loaded on first use so that `--help` works with a broken config."""
 
     config_path: Path | None
-    db: Path | None
+    db: Path | str | None
     demo: bool
     _settings: Settings | None = None
 
@@ -278,14 +288,15 @@ def _clock_time(when: int, zone: ZoneInfo) -> str:
     "found damage; "
     "2 a user error (one line on stderr: bad input, unknown id, bad setting, unusable inbox file).",
 )
-@click.option("--db", type=FilePath(),
-              help="The inbox file (default: inbox.db in your user data folder; env AGENT_CONSOLE_DB).")
+@click.option("--db", type=InboxTarget(), metavar="FILE|URL",
+              help="The inbox: a file (default: inbox.db in your user data folder), or a postgresql:// URL "
+                   "(env AGENT_CONSOLE_DB).")
 @click.option("--config", "config_path", type=FilePath(),
               help="A TOML config file (default: config.toml in your user config folder, if it exists).")
 @click.option("--demo", is_flag=True, help="Open the console with demo data and controls.")
 @click.version_option(__version__, prog_name=PROG)
 @click.pass_context
-def main(ctx: click.Context, db: Path | None, config_path: Path | None, demo: bool) -> None:
+def main(ctx: click.Context, db: Path | str | None, config_path: Path | None, demo: bool) -> None:
     """A terminal console for one person's always-on agent. With no command, opens the console.
 
     Settings come from defaults, then the config file, then AGENT_CONSOLE_<SETTING> environment
@@ -446,6 +457,34 @@ def check(ctx: click.Context) -> None:
     for problem in problems:
         click.echo(f"  {problem}")
     ctx.exit(DAMAGED)
+
+
+@main.command()
+@click.option("--from", "source", required=True, metavar="FILE|URL", help="The inbox to copy (left as it is).")
+@click.option("--to", "target", required=True, metavar="URL|FILE",
+              help="A new, empty inbox to copy it into, e.g. postgresql://me@db.example:5432/agent?schema=me.")
+@click.pass_obj
+def migrate(state: CliState, source: str, target: str) -> None:
+    """Copy a whole inbox into a new one: a SQLite file into PostgreSQL, typically.
+
+    Events and their history, timers, approvals and their sessions, the journal, the outbox, memory, the
+    lease's generation, spend and the phone records move with their ids, in one transaction; every table's
+    rows are counted on both sides afterwards. Refuses a target that already holds anything, and a source
+    whose lease an engine still holds (stop it first). The source is only read."""
+    now = _now()
+    with rejecting_bad_input():
+        source_settings = load_settings(state.config_path, overrides={"db": source})
+        target_settings = load_settings(state.config_path, overrides={"db": target})
+    if source_settings.db == target_settings.db:
+        raise UserError("--from and --to name the same inbox")
+    opened_source = Store.open(source_settings.db, read_only=True, options=source_settings.store_options())
+    with state._opened(opened_source) as old, \
+            state._opened(Store.open(target_settings.db, options=target_settings.store_options())) as new:
+        report = copy_inbox(old, new, now=now)
+    for table, rows in report.rows.items():
+        if rows:
+            _say(f"{table:<18} {rows:>9,}")
+    _say(f"copied {report.total:,} rows from {old.path} to {new.path}; every table's count verified")
 
 
 def _describe_status(info: dict[str, Any], now: int) -> list[str]:

@@ -19,14 +19,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import platformdirs
 import tzlocal
 
 from console.agents.pricing import parse_prices
+from console.core.db import StoreError, is_postgres
 from console.core.models import BudgetDefaults
 from console.core.options import STORE_OPTION_NAMES, StoreOptions
+from console.core.pg_target import parse_target, with_inbox_params
 from console.core.spend import check_budget_usd
 from console.core.timers import validate_cron
 from console.redact import redact_url
@@ -69,7 +72,9 @@ class ConfigError(Exception):
 
 @dataclass
 class Settings:
-    db: Path = field(default_factory=default_db_path)
+    db: Path | str = field(default_factory=default_db_path)  # a SQLite file, or a postgresql:// URL
+    db_schema: str | None = None    # a PostgreSQL inbox's schema, when the URL names none (default agent_console)
+    password_env: str | None = None  # the environment variable holding the PostgreSQL password
     lease_ttl: int = 120            # seconds a worker owns the inbox without renewing
     max_attempts: int = 3           # claims before an event is parked as dead
     outbox_gap: int = 3600          # at most one (non-urgent) send per gap, in seconds
@@ -117,6 +122,14 @@ class Settings:
     def store_options(self) -> StoreOptions:
         """What the Store obeys, from these settings: the one place a store setting is handed over."""
         return StoreOptions(**{name: getattr(self, name) for name in sorted(STORE_OPTION_NAMES)})
+
+    @property
+    def inbox_folder(self) -> Path:
+        """Where files kept beside the inbox live (the example shop's state): the inbox file's folder, or
+        for an inbox on PostgreSQL the user's data folder."""
+        if isinstance(self.db, Path):
+            return self.db.parent
+        return Path(platformdirs.user_data_dir(APP_NAME))
 
     def budget_defaults(self) -> BudgetDefaults:
         """The budgets these settings give, where each came from, and the owner's time zone. A budget
@@ -236,6 +249,37 @@ def _path(value: Any, from_text: bool) -> Path:
     return Path(_text(value, from_text)).expanduser()
 
 
+def _inbox(value: Any, from_text: bool) -> Path | str:
+    """The path of an inbox file, or a PostgreSQL URL (checked here, so a typo is caught at start)."""
+    text = _text(value, from_text)
+    if not is_postgres(text):
+        return Path(text).expanduser()
+    try:
+        parse_target(text)
+    except StoreError as exc:
+        raise ValueError(str(exc)) from None
+    if urlsplit(text).password:
+        raise ValueError("a PostgreSQL URL must not carry the password (it would sit in the config file and "
+                         "show in process lists): use PGPASSWORD, ~/.pgpass or the password_env setting")
+    return text
+
+
+def _schema_name(value: Any, from_text: bool) -> str:
+    name = _text(value, from_text)
+    try:
+        parse_target("postgresql://localhost/", schema=name)
+    except StoreError as exc:
+        raise ValueError(str(exc)) from None
+    return name
+
+
+def _env_name(value: Any, from_text: bool) -> str:
+    name = _text(value, from_text)
+    if not name.replace("_", "a").isalnum() or name[0].isdigit():
+        raise ValueError(f"{name!r} is not the name of an environment variable")
+    return name
+
+
 def _agent(value: Any, from_text: bool) -> str:
     name = _text(value, from_text)
     if name not in AGENT_NAMES:
@@ -299,7 +343,9 @@ def _keys(value: Any, from_text: bool) -> dict[str, str]:
 
 
 CHECKS: dict[str, Checker] = {
-    "db": _path,
+    "db": _inbox,
+    "db_schema": _schema_name,
+    "password_env": _env_name,
     "lease_ttl": _seconds_or_count(1),
     "max_attempts": _seconds_or_count(1),
     "outbox_gap": _seconds_or_count(0),
@@ -391,7 +437,7 @@ def load_settings(
                 f"unknown setting {name!r} in config file {path} (known settings: {', '.join(SETTING_NAMES)})"
             )
         checked = _check(name, value, f"config file {path}")
-        if name in ("db", "instructions"):
+        if name in ("db", "instructions") and isinstance(checked, Path):
             checked = (path.parent / checked).absolute()  # relative to the file, not to where it is run
         values[name] = checked
         origins[name] = f"config file {path}"
@@ -412,8 +458,13 @@ def load_settings(
         values[name] = _check(name, value, f"the command-line option --{name.replace('_', '-')}")
         origins[name] = f"the command-line option --{name.replace('_', '-')}"
 
-    if "db" in values:
+    if "db" in values and not is_postgres(values["db"]):
         values["db"] = Path(values["db"]).absolute()
+    elif "db" in values:
+        # The schema and the password's variable travel in the URL, so every way an inbox is opened from
+        # these settings (the engine's threads, the receiver, each command) finds the same one.
+        values["db"] = with_inbox_params(values["db"], schema=values.get("db_schema"),
+                                         password_env=values.get("password_env"))
     return Settings(**values, origins=origins)
 
 

@@ -60,9 +60,10 @@ async def read_until(engine: Reads, check: Callable[[Store], Any], what: str = "
     return result
 
 
-def inbox_until(db: Path, check: Callable[[Store], Any], what: str = "the condition", *, limit: float = LIMIT,
+def inbox_until(db: Path | str, check: Callable[[Store], Any], what: str = "the condition", *, limit: float = LIMIT,
                 interval: float = 0.05) -> Any:
-    """Poll a condition on the inbox file (which another process writes) until it holds; return what it read."""
+    """Poll a condition on the inbox (a file or a PostgreSQL URL, which another process writes) until it holds;
+    return what it read."""
     with Store.open(db, check=False) as store:
         return wait_until(lambda: check(store), what, limit=limit, interval=interval)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from pathlib import Path
 
 from console.agents.base import Agent, AgentSetupError
 from console.agents.mcp import McpHub, McpServerConfig, parse_mcp_servers
@@ -31,7 +30,7 @@ DEMO_PERMISSIONS = {
 
 
 def demo_servers(settings: Settings) -> dict[str, McpServerConfig]:
-    state = Path(settings.db).parent / "shop.json"
+    state = settings.inbox_folder / "shop.json"
     return {DEMO_SERVER: McpServerConfig(DEMO_SERVER, command=sys.executable,
                                          args=("-m", "console.examples.shop_server"),
                                          env={"SHOP_STATE": str(state)})}

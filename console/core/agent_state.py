@@ -37,7 +37,8 @@ class AgentStateMixin(StoreBase):
                 return False
             for event_id in ids:
                 returned = self._conn.execute(
-                    """UPDATE inbox SET status = 'pending', attempts = MAX(0, attempts - 1), updated_at = ?
+                    """UPDATE inbox SET status = 'pending', updated_at = ?,
+                                       attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END
                        WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING attempts""",
                     (now, event_id, gen),
                 ).fetchall()

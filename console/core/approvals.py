@@ -95,8 +95,11 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
         if not made:
             return False
         self._conn.execute(
-            """INSERT OR REPLACE INTO timers (id, due, payload, ev_source, ev_id, created_at)
-               VALUES (?, ?, ?, 'approval', ?, ?)""",
+            """INSERT INTO timers (id, due, payload, ev_source, ev_id, created_at) VALUES (?, ?, ?, 'approval', ?, ?)
+               ON CONFLICT (id) DO UPDATE SET due = excluded.due, payload = excluded.payload,
+                  ev_source = excluded.ev_source, ev_id = excluded.ev_id, created_at = excluded.created_at,
+                  every = NULL, cron = NULL, tz = NULL, catch_up = 'coalesce', each_cap = 100, paused = 0, done = 0,
+                  last_fired_at = NULL""",
             (expiry_timer_id(request_id), expires_at, _expired(request_id, action), request_id, now),
         )
         return True

@@ -119,7 +119,7 @@ class StoreBase:
             """INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
                VALUES (?, ?, ?, ?, ?)
                ON CONFLICT (source, source_id) DO UPDATE
-                  SET duplicates = duplicates + 1, last_duplicate_at = excluded.created_at
+                  SET duplicates = inbox.duplicates + 1, last_duplicate_at = excluded.created_at
                RETURNING duplicates""",
             (source, source_id, text, now, now),
         ):

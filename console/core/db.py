@@ -44,6 +44,14 @@ class StoreUnavailable(StoreError):
     """The database could not take a write right now (busy for too long, disk or file full)."""
 
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def is_postgres(target: object) -> bool:
+    """A PostgreSQL URL (a str) rather than the path of an inbox file."""
+    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
 def sqlite_version() -> tuple[int, int, int]:
     parts = [int(p) for p in apsw.sqlite_lib_version().split(".")[:3]]
     while len(parts) < 3:
@@ -319,8 +327,13 @@ def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
 
 
 @contextmanager
-def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
-    """A write transaction that always ends: COMMIT on success, ROLLBACK on any error."""
+def transaction(conn: Any) -> Iterator[Any]:
+    """A write transaction that always ends: COMMIT on success, ROLLBACK on any error. conn is an apsw
+    connection or a console.core.pg.PgConnection (which serialises its writers the same way)."""
+    if not isinstance(conn, apsw.Connection):
+        with conn.write_transaction():
+            yield conn
+        return
     try:
         conn.execute("BEGIN IMMEDIATE")
     except apsw.BusyError as exc:
@@ -340,13 +353,17 @@ def transaction(conn: apsw.Connection) -> Iterator[apsw.Connection]:
 
 
 @contextmanager
-def relaxed_durability(conn: apsw.Connection) -> Iterator[None]:
+def relaxed_durability(conn: Any) -> Iterator[None]:
     """Commits inside skip their fsync (WAL + synchronous=NORMAL): they survive a process crash at
     once and a power loss from the next FULL commit on (any connection's: WAL frames become durable
     in order). Only for commits that have told the outside world nothing yet, so that a power cut
     can undo nothing anybody saw: claims, finishes (their messages go out only after the outbox's
     own FULL commit), and the count of refused duplicates. Acks, answers, journalled steps and the
     outbox's claims before a send always wait for their fsync."""
+    if not isinstance(conn, apsw.Connection):
+        with conn.relaxed():
+            yield
+        return
     conn.execute("PRAGMA synchronous=NORMAL")
     try:
         yield
@@ -365,9 +382,28 @@ def translate_errors() -> Iterator[None]:
         raise StoreUnavailable("the inbox is busy") from exc
     except (apsw.IOError, apsw.ReadOnlyError) as exc:
         raise StoreUnavailable(f"the inbox cannot be written: {exc}") from exc
+    except Exception as exc:
+        unavailable = _server_unavailable(exc)
+        if unavailable is None:
+            raise
+        raise unavailable from exc
 
 
-def one(conn: apsw.Connection, sql: str, params: Any = ()) -> Any:
+def _server_unavailable(exc: Exception) -> StoreUnavailable | None:
+    """A PostgreSQL server that went away or refused a write (read-only standby, disk full) is the same
+    kind of trouble as a busy or full SQLite file: the caller tries again later."""
+    module = type(exc).__module__
+    if not module.startswith("psycopg"):
+        return None
+    import psycopg  # only ever loaded when a PostgreSQL inbox is open
+
+    if isinstance(exc, psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction | psycopg.errors.DiskFull):
+        first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+        return StoreUnavailable(f"the inbox database cannot be written: {first}")
+    return None
+
+
+def one(conn: Any, sql: str, params: Any = ()) -> Any:
     """The first column of the first row, or None."""
     for row in conn.execute(sql, params):
         return row[0]

@@ -327,10 +327,11 @@ class InboxMixin(StoreBase):
             "claim_one": (_CLAIM_ONE, (1, 0, 1)),
             "claim_fresh": (_SELECT_FRESH, (1,)),
         }
-        return {
-            name: [str(row[3]) for row in self._conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
-            for name, (sql, params) in statements.items()
-        }
+        return {name: self.query_plan(sql, params) for name, (sql, params) in statements.items()}
+
+    def query_plan(self, sql: str, params: Any = ()) -> list[str]:
+        """How the engine will run a statement, one line per step (SQLite's EXPLAIN QUERY PLAN)."""
+        return [str(row[3]) for row in self._conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
 
     # --- reading ------------------------------------------------------------------------------
     def events(
@@ -351,7 +352,8 @@ class InboxMixin(StoreBase):
         clause = f"WHERE {' AND '.join(where)}" if where else ""
         if after_id is not None:
             # Oldest-first just above after_id, then flipped, so the page is the one next to it.
-            sql = f"SELECT * FROM (SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id LIMIT ?) ORDER BY id DESC"
+            sql = (f"SELECT * FROM (SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id LIMIT ?) AS page "
+                   "ORDER BY id DESC")
         else:
             sql = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id DESC LIMIT ?"
         return [_event(r) for r in self._conn.execute(sql, (*params, int(limit)))]

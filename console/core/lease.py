@@ -30,8 +30,9 @@ class LeaseMixin(StoreBase):
                 return None
             acquired_at = lease.acquired_at if (lease is not None and kind == "renew") else now
             self._conn.execute(
-                """INSERT OR REPLACE INTO lease (one, holder, gen, until, acquired_at, renewed_at)
-                   VALUES (1, ?, ?, ?, ?, ?)""",
+                """INSERT INTO lease (one, holder, gen, until, acquired_at, renewed_at) VALUES (1, ?, ?, ?, ?, ?)
+                   ON CONFLICT (one) DO UPDATE SET holder = excluded.holder, gen = excluded.gen,
+                      until = excluded.until, acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at""",
                 (holder, gen, now + self.lease_ttl, acquired_at, now),
             )
             if kind != "renew":
@@ -98,7 +99,7 @@ class LeaseMixin(StoreBase):
         same holder, it was a restart."""
         return int(self._scalar(
             """SELECT COUNT(*) FROM (SELECT kind, holder, previous_holder, LAG(kind) OVER (ORDER BY id) AS before
-                                     FROM lease_log)
+                                     FROM lease_log) AS log
                WHERE kind = 'takeover' AND previous_holder IS NOT holder AND before IS NOT 'release'"""
         ))
 

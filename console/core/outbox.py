@@ -60,7 +60,7 @@ class OutboxMixin(StoreBase):
                    UNION ALL
                    SELECT MIN(d.at) FROM outbox_batches b INDEXED BY outbox_batches_open
                    JOIN outbox_deliveries d ON d.batch_id = b.id AND d.state = 'sent'
-                   WHERE b.state IN ('sending', 'retry') AND b.urgent = 0 GROUP BY b.id)"""
+                   WHERE b.state IN ('sending', 'retry') AND b.urgent = 0 GROUP BY b.id) AS sends"""
         )
         return None if value is None else int(value)
 
@@ -236,7 +236,8 @@ class OutboxMixin(StoreBase):
         self._conn.execute(
             """INSERT INTO outbox_deliveries (batch_id, channel, state, at, error, attempts) VALUES (?, ?, ?, ?, ?, ?)
                ON CONFLICT (batch_id, channel) DO UPDATE SET state = excluded.state, at = excluded.at,
-                  error = excluded.error, attempts = MAX(attempts, excluded.attempts)""",
+                  error = excluded.error, attempts = CASE WHEN outbox_deliveries.attempts > excluded.attempts
+                                        THEN outbox_deliveries.attempts ELSE excluded.attempts END""",
             (batch_id, channel, state, now, error, attempts),
         )
 

@@ -149,4 +149,4 @@ _COUNT_STEPS = """SELECT COUNT(*) FROM journal j INDEXED BY journal_event JOIN i
 _SETTLED_SESSIONS = """SELECT s.session_id FROM sessions s
                        JOIN inbox i ON i.source = 'approval' AND i.source_id = s.session_id
                        WHERE i.status = 'done' AND i.updated_at < ?"""
-_COUNT_SESSIONS = f"SELECT COUNT(*) FROM ({_SETTLED_SESSIONS})"
+_COUNT_SESSIONS = f"SELECT COUNT(*) FROM ({_SETTLED_SESSIONS}) AS settled"

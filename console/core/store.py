@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import os
 import random
-from typing import Any
+import time
+from typing import Any, Protocol
 
 import apsw
 
 from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
-from console.core.db import connect, integrity_problems, schema_dump, shrink_wal, user_version, wal_path
+from console.core.db import connect, integrity_problems, is_postgres, schema_dump, shrink_wal, user_version, wal_path
 from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
@@ -27,6 +28,37 @@ from console.core.retention import RetentionMixin
 from console.core.spend import SpendMixin
 
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
+
+
+class ChangeFeed(Protocol):
+    def wait(self, timeout: float) -> bool:
+        """True when a commit happened (or may have gone unseen) within timeout seconds."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class PollingFeed:
+    POLL_SECONDS = 0.05
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._seen = store.data_version()
+
+    def wait(self, timeout: float) -> bool:
+        deadline = time.monotonic() + max(0.0, timeout)
+        while True:
+            current = self._store.data_version()
+            if current != self._seen:
+                self._seen = current
+                return True
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            time.sleep(min(self.POLL_SECONDS, left))  # a file cannot announce a commit: look again
+
+    def close(self) -> None:
+        self._store.close()
 
 
 class Store(
@@ -60,11 +92,21 @@ class Store(
         read_only: bool = False,
         seed: int | None = None,
         vfs: str | None = None,
+        schema: str | None = None,
+        password_env: str | None = None,
         **changes: Any,
     ) -> Store:
-        """Open (creating and migrating if need be) the inbox at `path`. The settings come from `options`
-        (defaults: StoreOptions()), with any single option also accepted as a keyword (`lease_ttl=30`)."""
+        """Open (creating and migrating if need be) an inbox: the path of a SQLite file, or a PostgreSQL URL
+        (postgresql://user@host/db, its inbox schema in `?schema=` or schema=, the password from PGPASSWORD,
+        ~/.pgpass or the variable password_env names); both give the same API and behaviour. The settings
+        come from `options` (defaults: StoreOptions()), with any single option also accepted as a keyword
+        (`lease_ttl=30`)."""
         settled = (options or StoreOptions()).but(**changes)
+        if is_postgres(path):
+            from console.core.pg_store import PgStore  # psycopg is loaded only for a PostgreSQL inbox
+
+            return PgStore.open_url(str(path), settled, seed, read_only=read_only, schema=schema,
+                                    password_env=password_env)
         conn = connect(path, check=check, read_only=read_only, vfs=vfs)
         return cls(conn, os.fspath(path), settled, seed)
 
@@ -82,9 +124,20 @@ class Store(
         self.close()
 
     @property
+    def backend(self) -> str:
+        """Which engine holds this inbox: "sqlite" or "postgresql"."""
+        return "sqlite"
+
+    @property
     def connection(self) -> apsw.Connection:
         """For tests and benchmarks inside the core's own tree; application code uses the methods."""
         return self._conn
+
+    def change_feed(self) -> ChangeFeed:
+        """Something to wait on until another connection commits to this inbox. On SQLite it looks at
+        PRAGMA data_version on a connection of its own every 50 ms (a file has no way to announce a
+        commit); on PostgreSQL it LISTENs, and every commit NOTIFYs."""
+        return PollingFeed(self.reopen())
 
     def data_version(self) -> int:
         """Changes when another connection commits to the file (cheap; no disk read)."""

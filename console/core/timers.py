@@ -202,9 +202,12 @@ class TimersMixin(StoreBase):
 
     def _write_timer(self, row: tuple[Any, ...]) -> None:
         self._conn.execute(
-            """INSERT OR REPLACE INTO timers
-               (id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, created_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            """INSERT INTO timers (id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, created_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+               ON CONFLICT (id) DO UPDATE SET due = excluded.due, every = excluded.every, cron = excluded.cron,
+                  tz = excluded.tz, payload = excluded.payload, ev_source = excluded.ev_source,
+                  ev_id = excluded.ev_id, catch_up = excluded.catch_up, each_cap = excluded.each_cap,
+                  created_at = excluded.created_at, paused = 0, done = 0, last_fired_at = NULL""",
             row,
         )
 

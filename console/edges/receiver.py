@@ -277,7 +277,7 @@ def build_receiver(
         )
     verifiers = build_verifiers(config, environ)
     return WebhookReceiver(
-        config, verifiers, Path(store_path) if store_path is not None else settings.db,
+        config, verifiers, store_path if store_path is not None else settings.db,
         store_options=settings.store_options(), clock=clock, group_commit=group_commit, on_stored=on_stored,
     )
 
@@ -286,7 +286,7 @@ class EngineLike(Protocol):
     """What start_receiver needs of console.runtime.engine.Engine (kept structural: edges never import runtime)."""
 
     @property
-    def path(self) -> Path: ...
+    def path(self) -> Path | str: ...
 
     @property
     def clock(self) -> Clock: ...

@@ -22,7 +22,9 @@ from console.agents.base import Agent
 from console.clock import Clock, WallClock
 from console.config import Settings
 from console.core import Store
+from console.core.db import is_postgres
 from console.core.outbox import OutboxChannel
+from console.core.store import ChangeFeed
 from console.notices import Notice, NoticeKind
 from console.runtime.dbthread import DbThread
 from console.runtime.dispatcher import Dispatcher
@@ -32,6 +34,8 @@ from console.runtime.scheduler import Scheduler
 from console.runtime.worker import Worker
 
 T = TypeVar("T")
+# How long one wait on a PostgreSQL inbox's notifications lasts before the watcher looks at _stopping again.
+LISTEN_SECONDS = 0.5
 log = logging.getLogger("agent_console.engine")
 
 
@@ -67,7 +71,7 @@ class Engine:
         self.clock: Clock = clock or WallClock()
         self.agent: Agent = agent
         self.holder = holder or default_holder()
-        self.path = Path(settings.db)
+        self.path: Path | str = settings.db  # an inbox file, or a PostgreSQL URL
         self._set_up = list(set_up)
         self.watch_interval = watch_interval
         # The longest a service sleeps without re-checking (real seconds); a third of the TTL keeps
@@ -271,6 +275,9 @@ class Engine:
 
     async def _watch(self) -> None:
         """Wake everything when any other connection (thread or process) commits to the file."""
+        if is_postgres(self.settings.db):
+            await self._listen()
+            return
         # The first look is inside the loop, so a failure there cannot end the watcher silently. A failed
         # look counts as a change once (None), so what committed meanwhile is not missed.
         last: int | None = None
@@ -286,6 +293,27 @@ class Engine:
                 self.publish("events", "the inbox changed")
             first, last = False, current
             await asyncio.sleep(self.watch_interval)  # a polling interval, not a wait for a result
+
+    async def _listen(self) -> None:
+        """PostgreSQL: every commit to the inbox, by any engine, console or receiver on any host, NOTIFYs
+        its channel; the feed hears it at once instead of polling."""
+        feed: ChangeFeed | None = None
+        try:
+            while not self._stopping:
+                try:
+                    if feed is None:
+                        feed = await self.read(lambda store: store.change_feed())
+                    changed = await asyncio.to_thread(feed.wait, LISTEN_SECONDS)
+                except Exception as exc:
+                    self.note_error(f"watcher: {exc}")
+                    changed = True
+                    await asyncio.sleep(self.idle_cap)  # the server is away: look again later
+                if changed and not self._stopping:
+                    self.wake()
+                    self.publish("events", "the inbox changed")
+        finally:
+            if feed is not None:
+                feed.close()
 
     def note_run_error(self, message: str) -> None:
         """A run failed (its event keeps the error and is retried): kept as the last error, not announced."""

@@ -213,7 +213,9 @@ class ConsoleApp(App[None]):
     def _inbox_label(self) -> str:
         if self.inbox_label is not None:
             return self.inbox_label
-        path = Path(self.settings.db)
+        if isinstance(self.settings.db, str):
+            return self.settings.db  # a PostgreSQL URL (it never carries a password)
+        path = self.settings.db
         with contextlib.suppress(ValueError):
             return "~/" + str(path.relative_to(Path.home()))
         return str(path)

@@ -85,6 +85,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_MEMORY_CHARS": "100", "AGENT_CONSOLE_CONFIRM_APPROVALS": "yes",
         "AGENT_CONSOLE_BACKOFF_JITTER": "0.1",
         "AGENT_CONSOLE_SEND_TIMEOUT": "30", "AGENT_CONSOLE_MAX_SEND_ATTEMPTS": "5",
+        "AGENT_CONSOLE_DB_SCHEMA": "ada", "AGENT_CONSOLE_PASSWORD_ENV": "AGENT_PG_PASSWORD",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -102,6 +103,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.instructions, s.memory_chars) == (Path("/tmp/mine.md"), 100)
     assert (s.claude_prompt_cache, s.daily_budget_usd, s.monthly_budget_usd) == (False, 2.5, 40.0)
     assert s.prices == {"claude-x": {"input": 1, "output": 5}}
+    assert (s.db_schema, s.password_env) == ("ada", "AGENT_PG_PASSWORD")
     assert s.confirm_approvals is True and Settings().confirm_approvals is False
     assert (s.backoff_jitter, s.send_timeout, s.max_send_attempts) == (0.1, 30, 5)
     assert s.origins["daily_budget_usd"] == "environment variable AGENT_CONSOLE_DAILY_BUDGET_USD"
@@ -290,3 +292,19 @@ def _forget_cached_zone() -> None:
     """tzlocal caches the zone per process: make the next caller read the setting again."""
     with contextlib.suppress(ZoneInfoNotFoundError):  # it has cached the name by then; local_zone_name copes
         tzlocal.reload_localzone()
+
+
+def test_db_takes_a_postgresql_url_as_it_is_and_refuses_one_carrying_a_password(tmp_path: Path) -> None:
+    url = "postgresql://me@db.example:5432/agent?schema=ada"
+    assert load_settings(None, env={"AGENT_CONSOLE_DB": url}).db == url
+    # The schema and the password's variable, set apart, travel in the URL every opener is given.
+    folded = load_settings(None, env={"AGENT_CONSOLE_DB": "postgresql://me@db.example/agent",
+                                      "AGENT_CONSOLE_DB_SCHEMA": "bob", "AGENT_CONSOLE_PASSWORD_ENV": "PG_PW"})
+    assert folded.db == "postgresql://me@db.example/agent?schema=bob&password_env=PG_PW"
+    config = tmp_path / "config.toml"
+    config.write_text(f'db = "{url}"\ndb_schema = "bob"\n')
+    assert load_settings(config).db == url  # never made relative to the file; the URL's own schema wins
+    with pytest.raises(ConfigError, match="must not carry the password"):
+        load_settings(None, env={"AGENT_CONSOLE_DB": "postgresql://me:hunter2@db.example/agent"})
+    with pytest.raises(ConfigError, match="not a plain name"):
+        load_settings(None, env={"AGENT_CONSOLE_DB_SCHEMA": "Robert'); DROP"})

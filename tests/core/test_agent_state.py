@@ -3,8 +3,6 @@ process; events a run hands back unrun return to pending without their attempt c
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from console.core import Store
 
 NOW = 1_800_000_000
@@ -35,8 +33,8 @@ def test_unclaimed_events_are_pending_again_with_no_attempt_spent(store: Store) 
     assert [store.event(i).attempts for i in again] == [1, 1]  # type: ignore[union-attr]
 
 
-def test_handing_back_again_and_again_never_makes_an_event_dead(db_path: Path) -> None:
-    with Store.open(db_path, max_attempts=3, backoff_base=0) as store:
+def test_handing_back_again_and_again_never_makes_an_event_dead(inbox_target: str) -> None:
+    with Store.open(inbox_target, max_attempts=3, backoff_base=0) as store:
         store.ingest("chat", "m1", {}, now=NOW)
         for n in range(10):
             gen, ids = claim(store, now=NOW + n)
@@ -45,8 +43,8 @@ def test_handing_back_again_and_again_never_makes_an_event_dead(db_path: Path) -
         assert (event.status, event.attempts) == ("pending", 0)
 
 
-def test_a_retry_handed_back_keeps_its_earlier_attempts(db_path: Path) -> None:
-    with Store.open(db_path, max_attempts=5, backoff_base=0) as store:
+def test_a_retry_handed_back_keeps_its_earlier_attempts(inbox_target: str) -> None:
+    with Store.open(inbox_target, max_attempts=5, backoff_base=0) as store:
         store.ingest("chat", "m1", {}, now=NOW)
         gen, ids = claim(store)
         store.finish("w1", gen, ids, now=NOW, error="boom")

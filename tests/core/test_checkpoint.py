@@ -69,8 +69,8 @@ def test_a_failing_step_drops_its_claim_so_a_retry_runs_it(store: Store) -> None
     assert store.run_once("run-3:step:0", lambda: "ok", gen=gen, now=T + 1) == ("ok", "executed")
 
 
-def test_a_crash_between_execute_and_commit_repeats_the_step_exactly_once(tmp_path: Path) -> None:
-    db, effects = tmp_path / "inbox.db", tmp_path / "effects.log"
+def test_a_crash_between_execute_and_commit_repeats_the_step_exactly_once(tmp_path: Path, inbox_target: str) -> None:
+    db, effects = inbox_target, tmp_path / "effects.log"
     Store.open(db).close()
     crasher = spawn("journal-crash", db, effects, "run-5:step:2", T)
     _, err = crasher.communicate(timeout=30)

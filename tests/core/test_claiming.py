@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-from pathlib import Path
 
 import pytest
 
@@ -18,7 +17,8 @@ def claim(store: Store, holder: str, now: int) -> tuple[int, list[Event]]:
     return gen, store.claim_batch(holder, gen, now=now)
 
 
-def test_claim_statements_use_their_partial_indexes_and_never_scan_the_inbox(store: Store) -> None:
+def test_claim_statements_use_their_partial_indexes_and_never_scan_the_inbox(sqlite_store: Store) -> None:
+    store = sqlite_store  # SQLite's planner; PostgreSQL's plans: tests/core/test_postgres.py
     store.ingest_many([("chat", f"m-{n}", {}) for n in range(2_000)], now=T)
     store.connection.execute("ANALYZE")  # plans must hold with statistics too, not only on an empty file
     plans = store.explain_claim()
@@ -49,8 +49,8 @@ def test_only_the_lease_holder_of_the_current_generation_can_claim(store: Store)
     assert [e.source_id for e in store.claim_batch("A", 1, now=T + 1)] == ["m-1"]
 
 
-def test_a_batch_is_capped_and_the_rest_waits_for_the_next_claim(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", batch_cap=4) as store:
+def test_a_batch_is_capped_and_the_rest_waits_for_the_next_claim(inbox_target: str) -> None:
+    with Store.open(inbox_target, batch_cap=4) as store:
         store.ingest_many([("chat", f"m-{n}", {"n": n}) for n in range(10)], now=T)
         sizes = []
         gen = store.acquire("A", now=T)
@@ -61,9 +61,9 @@ def test_a_batch_is_capped_and_the_rest_waits_for_the_next_claim(tmp_path: Path)
         assert sizes == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9]]
 
 
-def test_a_failed_run_backs_off_with_jitter_and_is_not_claimable_early(tmp_path: Path) -> None:
+def test_a_failed_run_backs_off_with_jitter_and_is_not_claimable_early(inbox_target: str) -> None:
     base, jitter = 10, 0.2
-    with Store.open(tmp_path / "inbox.db", backoff_base=base, backoff_jitter=jitter, max_attempts=5,
+    with Store.open(inbox_target, backoff_base=base, backoff_jitter=jitter, max_attempts=5,
                     seed=11) as store:
         store.ingest("chat", "flaky", {}, now=T)
         now = T
@@ -90,8 +90,8 @@ def test_a_failed_run_backs_off_with_jitter_and_is_not_claimable_early(tmp_path:
         assert event.death_in_words() == "failed 5 attempts; last error: model timeout 5"
 
 
-def test_jitter_spreads_retries_and_the_backoff_is_capped(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", backoff_base=60, backoff_max=300, backoff_jitter=0.2,
+def test_jitter_spreads_retries_and_the_backoff_is_capped(inbox_target: str) -> None:
+    with Store.open(inbox_target, backoff_base=60, backoff_max=300, backoff_jitter=0.2,
                     max_attempts=20, lease_ttl=100_000, seed=5) as store:
         store.ingest_many([("chat", f"m-{n}", {}) for n in range(30)], now=T)
         gen, batch = claim(store, "A", T)
@@ -133,10 +133,10 @@ def test_a_takeover_after_a_lapsed_lease_reclaims_the_lost_events_at_once(store:
     assert [e.source_id for e in store.claim_batch("B", gen_b, now=T + 121)] == ["b"]
 
 
-def test_a_crash_loop_still_backs_off_from_its_last_claim(tmp_path: Path) -> None:
+def test_a_crash_loop_still_backs_off_from_its_last_claim(inbox_target: str) -> None:
     """A backoff longer than the lease still holds after a takeover: the lost event is due backoff seconds
     after the claim that crashed, not at once and not backoff seconds after the takeover."""
-    with Store.open(tmp_path / "inbox.db", lease_ttl=120, backoff_base=600, backoff_jitter=0) as store:
+    with Store.open(inbox_target, lease_ttl=120, backoff_base=600, backoff_jitter=0) as store:
         store.ingest("chat", "a", {}, now=T)
         claim(store, "A", T)
         gen_b, got = claim(store, "B", T + 121)
@@ -159,8 +159,8 @@ def test_release_hands_running_events_back_at_once(store: Store) -> None:
     assert store.release("B", 1) is False  # a stale generation cannot release
 
 
-def test_every_step_of_an_event_is_in_its_history(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", max_attempts=2, backoff_base=0) as store:
+def test_every_step_of_an_event_is_in_its_history(inbox_target: str) -> None:
+    with Store.open(inbox_target, max_attempts=2, backoff_base=0) as store:
         store.ingest("chat", "m", {}, now=T)
         event_id = store.events()[0].id
         gen, _ = claim(store, "A", T)  # claim 1
@@ -185,8 +185,8 @@ def test_every_step_of_an_event_is_in_its_history(tmp_path: Path) -> None:
         assert details["retry"] is not None and "out of attempts" in details["retry"]
 
 
-def test_retry_dead_gives_a_fresh_budget(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", max_attempts=2, backoff_base=0) as store:
+def test_retry_dead_gives_a_fresh_budget(inbox_target: str) -> None:
+    with Store.open(inbox_target, max_attempts=2, backoff_base=0) as store:
         store.ingest("chat", "poison", {}, now=T)
         now = T
         gen, _ = claim(store, "A", now)
@@ -211,8 +211,8 @@ def test_retry_dead_gives_a_fresh_budget(tmp_path: Path) -> None:
         assert store.counts()["dead"] == 1
 
 
-def test_retry_dead_matching_revives_one_source_or_all(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", max_attempts=1, backoff_base=0) as store:
+def test_retry_dead_matching_revives_one_source_or_all(inbox_target: str) -> None:
+    with Store.open(inbox_target, max_attempts=1, backoff_base=0) as store:
         store.ingest_many([("github", "g1", {}), ("github", "g2", {}), ("stripe", "s1", {}), ("chat", "ok", {})],
                           now=T)
         gen, batch = claim(store, "A", T)
@@ -270,8 +270,8 @@ def test_events_pages_newest_first(store: Store) -> None:
         store.events(status="finished")
 
 
-def test_status_describes_the_inbox_at_a_glance(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", outbox_gap=3600) as store:
+def test_status_describes_the_inbox_at_a_glance(inbox_target: str) -> None:
+    with Store.open(inbox_target, outbox_gap=3600) as store:
         assert store.status(now=T)["lease"] is None
         store.ingest_many([("chat", "a", {}), ("chat", "b", {})], now=T)
         gen, batch = claim(store, "A", T)
@@ -281,7 +281,7 @@ def test_status_describes_the_inbox_at_a_glance(tmp_path: Path) -> None:
         store.request_approval("refund-1", "refund order 1", now=T + 500, expires_in=600)
         store.add_timer("digest", T + 900, {"task": "digest"})
         status = store.status(now=T + 510)
-        assert status["path"] == str(tmp_path / "inbox.db")
+        assert status["path"] == store.path == inbox_target
         assert status["events"] == {"pending": 0, "running": 1, "done": 1, "dead": 0}
         assert status["lease"] == {"holder": "B", "gen": 2, "until": T + 620, "expires_in": 110, "live": True}
         assert (status["takeovers"], status["refused_finishes"]) == (1, 1)
@@ -293,8 +293,8 @@ def test_status_describes_the_inbox_at_a_glance(tmp_path: Path) -> None:
         assert status["next_timer"] == {"id": "digest", "due": T + 900, "due_in": 390}
 
 
-def test_an_event_retried_by_hand_is_claimed_alone(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", max_attempts=1, backoff_base=0) as store:
+def test_an_event_retried_by_hand_is_claimed_alone(inbox_target: str) -> None:
+    with Store.open(inbox_target, max_attempts=1, backoff_base=0) as store:
         store.ingest("hook", "poison", {}, now=T)
         gen, batch = claim(store, "A", T)
         store.finish("A", gen, [e.id for e in batch], now=T, error="crash")

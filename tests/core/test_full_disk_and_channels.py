@@ -8,7 +8,8 @@ import pytest
 from console.core import Store, StoreUnavailable
 
 
-def test_full_database_rolls_back_and_the_connection_recovers(store: Store) -> None:
+def test_full_database_rolls_back_and_the_connection_recovers(sqlite_store: Store) -> None:
+    store = sqlite_store  # a page cap is a SQLite file's; PostgreSQL's full disk is its server's
     assert store.ingest("hook", "small", {"n": 1}, now=1)
     size = store.limit_pages(1)
     assert size > 1  # clamped to the file's current size, not to one page
@@ -19,7 +20,8 @@ def test_full_database_rolls_back_and_the_connection_recovers(store: Store) -> N
     assert store.ingest_many([("hook", "after", {"text": "w" * 20_000})], now=3) == [True]
 
 
-def test_limit_pages_refuses_nonsense(store: Store) -> None:
+def test_limit_pages_refuses_nonsense(sqlite_store: Store) -> None:
+    store = sqlite_store
     with pytest.raises(ValueError):
         store.limit_pages(0)
 

@@ -19,8 +19,8 @@ GAP = 3_600
 
 
 @pytest.fixture
-def outbox(tmp_path: Path) -> Iterator[Store]:
-    store = Store.open(tmp_path / "inbox.db", outbox_gap=GAP, backoff_base=10, backoff_jitter=0.0, send_timeout=60)
+def outbox(inbox_target: str) -> Iterator[Store]:
+    store = Store.open(inbox_target, outbox_gap=GAP, backoff_base=10, backoff_jitter=0.0, send_timeout=60)
     try:
         yield store
     finally:
@@ -171,7 +171,7 @@ def test_a_message_must_be_text(outbox: Store) -> None:
     assert outbox.outbox_messages() == []
 
 
-def test_a_channel_that_never_recovers_is_given_up_on_and_the_lane_moves_again(tmp_path: Path) -> None:
+def test_a_channel_that_never_recovers_is_given_up_on_and_the_lane_moves_again(inbox_target: str) -> None:
     class Down:
         name, at_most_once = "down", False
 
@@ -188,7 +188,7 @@ def test_a_channel_that_never_recovers_is_given_up_on_and_the_lane_moves_again(t
             self.keys.append(batch.key)
 
     local = Local()
-    with Store.open(tmp_path / "inbox.db", outbox_gap=0, backoff_base=1, backoff_max=1, backoff_jitter=0,
+    with Store.open(inbox_target, outbox_gap=0, backoff_base=1, backoff_max=1, backoff_jitter=0,
                     max_send_attempts=3) as store:
         store.queue_message("first", now=0)
         now = 0
@@ -233,15 +233,15 @@ def drain(store: Store, channels: list[Recording], now: int) -> int:
 
 
 @contextlib.contextmanager
-def local_and_phone(tmp_path: Path, **options: int) -> Iterator[tuple[Store, Recording, Recording]]:
+def local_and_phone(inbox_target: str, **options: int) -> Iterator[tuple[Store, Recording, Recording]]:
     """A store whose outbox goes to a channel that works and to a phone that is down."""
     settings = {"backoff_base": 10, "backoff_max": 10, "backoff_jitter": 0, "max_send_attempts": 50, **options}
-    with Store.open(tmp_path / "inbox.db", **settings) as store:  # type: ignore[arg-type]
+    with Store.open(inbox_target, **settings) as store:  # type: ignore[arg-type]
         yield store, Recording("local"), Recording("phone", down=True)
 
 
-def test_a_channel_that_is_down_does_not_hold_the_others_back(tmp_path: Path) -> None:
-    with local_and_phone(tmp_path, outbox_gap=100) as (store, local, phone):
+def test_a_channel_that_is_down_does_not_hold_the_others_back(inbox_target: str) -> None:
+    with local_and_phone(inbox_target, outbox_gap=100) as (store, local, phone):
         channels = [local, phone]
         store.queue_message("first", now=0)
         assert drain(store, channels, 0) == 0  # the phone is down: the batch is not sent to every channel
@@ -260,8 +260,8 @@ def test_a_channel_that_is_down_does_not_hold_the_others_back(tmp_path: Path) ->
         assert store.next_send_at(now=110) is None
 
 
-def test_waiting_behind_an_earlier_batch_costs_a_channel_no_attempts(tmp_path: Path) -> None:
-    with local_and_phone(tmp_path, outbox_gap=0, max_send_attempts=3) as (store, local, phone):
+def test_waiting_behind_an_earlier_batch_costs_a_channel_no_attempts(inbox_target: str) -> None:
+    with local_and_phone(inbox_target, outbox_gap=0, max_send_attempts=3) as (store, local, phone):
         channels = [local, phone]
         store.queue_message("first", now=0)
         drain(store, channels, 0)
@@ -279,8 +279,8 @@ def test_waiting_behind_an_earlier_batch_costs_a_channel_no_attempts(tmp_path: P
         assert local.keys == [first, second]
 
 
-def test_the_urgent_lane_does_not_wait_behind_held_batches(tmp_path: Path) -> None:
-    with local_and_phone(tmp_path, outbox_gap=3600) as (store, local, phone):
+def test_the_urgent_lane_does_not_wait_behind_held_batches(inbox_target: str) -> None:
+    with local_and_phone(inbox_target, outbox_gap=3600) as (store, local, phone):
         channels = [local, phone]
         store.queue_message("weekly summary", now=0)
         drain(store, channels, 0)

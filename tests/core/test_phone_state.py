@@ -132,8 +132,8 @@ def test_every_inbox_has_its_own_tag(tmp_path: Path, store: Store) -> None:
     assert store.inbox_tag() == store.inbox_tag()
 
 
-def test_card_reads_use_their_partial_index(store: Store) -> None:
-    plan = [str(row[3]) for row in store.connection.execute(
+def test_card_reads_use_their_partial_index(sqlite_store: Store) -> None:
+    plan = [str(row[3]) for row in sqlite_store.connection.execute(
         """EXPLAIN QUERY PLAN SELECT outbox_id FROM phone_messages INDEXED BY phone_cards_due
            WHERE channel = 'tg' AND wanted IS NOT shown""")]
     assert any("phone_cards_due" in line for line in plan)

@@ -20,7 +20,7 @@ def read_log(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def test_two_processes_racing_for_the_lease_never_overlap(tmp_path: Path) -> None:
+def test_two_processes_racing_for_the_lease_never_overlap(tmp_path: Path, inbox_target: str) -> None:
     """At least 1,000 lease requests from two processes at ticks of a shared clock.
 
     The proof: every generation was handed to exactly one holder; each holder saw its generations
@@ -28,7 +28,7 @@ def test_two_processes_racing_for_the_lease_never_overlap(tmp_path: Path) -> Non
     release) lies before the tick at which the next generation was taken. Together: never two live
     holders at once.
     """
-    db, counter = tmp_path / "inbox.db", tmp_path / "ticks"
+    db, counter = inbox_target, tmp_path / "ticks"
     ttl, rounds = 3, 500
     Store.open(db, lease_ttl=ttl).close()
     logs = {holder: tmp_path / f"{holder}.log" for holder in ("A", "B")}
@@ -109,8 +109,8 @@ def run_until_killed(proc: subprocess.Popen[str], lines_before_kill: int) -> lis
     return seen
 
 
-def test_a_worker_killed_mid_run_50_times_loses_and_repeats_nothing(tmp_path: Path) -> None:
-    db, effects = tmp_path / "inbox.db", tmp_path / "effects.log"
+def test_a_worker_killed_mid_run_50_times_loses_and_repeats_nothing(tmp_path: Path, inbox_target: str) -> None:
+    db, effects = inbox_target, tmp_path / "effects.log"
     effects.touch()
     rng = random.Random(20260329)
     ttl, steps = 30, 2

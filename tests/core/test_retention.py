@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from console.core import Batch, Store
+from tests.core.backends import counting_commits
 
 DAY = 86_400
 T = 1_000_000_000
@@ -29,8 +28,8 @@ def payloads(store: Store) -> dict[str, object]:
     return {e.source_id: e.payload for e in store.events(limit=1_000)}
 
 
-def test_only_old_finished_payloads_are_cleared_and_every_key_still_refuses(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", max_attempts=1) as store:
+def test_only_old_finished_payloads_are_cleared_and_every_key_still_refuses(inbox_target: str) -> None:
+    with Store.open(inbox_target, max_attempts=1) as store:
         run(store, ["old-done"], at=T)
         run(store, ["old-dead"], at=T, error="boom")  # one attempt: dead at once
         store.ingest("chat", "old-pending", {"text": "never run"}, now=T)
@@ -55,8 +54,8 @@ def test_only_old_finished_payloads_are_cleared_and_every_key_still_refuses(tmp_
         assert store.integrity_check() == "ok"
 
 
-def test_an_event_finished_after_the_cutoff_keeps_its_payload(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", backoff_base=0) as store:
+def test_an_event_finished_after_the_cutoff_keeps_its_payload(inbox_target: str) -> None:
+    with Store.open(inbox_target, backoff_base=0) as store:
         store.ingest("chat", "slow", {"text": "retried for weeks"}, now=T)
         gen = store.acquire(HOLDER, now=NOW - DAY)
         assert gen is not None
@@ -66,8 +65,8 @@ def test_an_event_finished_after_the_cutoff_keeps_its_payload(tmp_path: Path) ->
         assert payloads(store)["slow"] == {"text": "retried for weeks"}
 
 
-def test_sent_messages_go_but_queued_ones_and_the_gap_stay(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", outbox_gap=3600) as store:
+def test_sent_messages_go_but_queued_ones_and_the_gap_stay(inbox_target: str) -> None:
+    with Store.open(inbox_target, outbox_gap=3600) as store:
         sent: list[Batch] = []
         for day in range(3):  # three held batches sent long ago, one a day
             store.queue_message(f"old news {day}", now=T + day * DAY)
@@ -86,8 +85,8 @@ def test_sent_messages_go_but_queued_ones_and_the_gap_stay(tmp_path: Path) -> No
         assert store.dispatch(sent.append, now=NOW) == 1
 
 
-def test_the_last_sent_batch_is_kept_however_old_it_is(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", outbox_gap=200 * DAY) as store:
+def test_the_last_sent_batch_is_kept_however_old_it_is(inbox_target: str) -> None:
+    with Store.open(inbox_target, outbox_gap=200 * DAY) as store:
         store.queue_message("the only send", now=T)
         assert store.dispatch(lambda batch: None, now=T) == 1
         assert store.prune(older_than=30 * DAY, now=NOW).batches_deleted == 0
@@ -95,8 +94,8 @@ def test_the_last_sent_batch_is_kept_however_old_it_is(tmp_path: Path) -> None:
         assert store.dispatch(lambda batch: None, now=NOW) == 0  # 200 days from T have not passed
 
 
-def test_a_dry_run_counts_and_changes_nothing(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db") as store:
+def test_a_dry_run_counts_and_changes_nothing(inbox_target: str) -> None:
+    with Store.open(inbox_target) as store:
         run(store, [f"e{n}" for n in range(5)], at=T, messages=("one reply",))
         assert store.dispatch(lambda batch: None, now=T) == 1
         store.queue_message("a later send", now=T + DAY)
@@ -111,30 +110,26 @@ def test_a_dry_run_counts_and_changes_nothing(tmp_path: Path) -> None:
         assert preview == done
 
 
-def test_many_events_are_cleared_in_short_transactions(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", batch_cap=2_000) as store:
+def test_many_events_are_cleared_in_short_transactions(inbox_target: str) -> None:
+    with Store.open(inbox_target, batch_cap=2_000) as store:
         run(store, [f"e{n}" for n in range(1_234)], at=T)
-        commits: list[int] = []
-        store.connection.set_commit_hook(lambda: commits.append(1) or False)  # False: let each commit go
-        try:
+        with counting_commits(store) as commits:
             assert store.prune(older_than=30 * DAY, now=NOW, chunk=100).payloads_cleared == 1_234
-        finally:
-            store.connection.set_commit_hook(None)
         assert all(p is None for p in payloads(store).values())
         assert len(commits) == 13  # 12 chunks of 100 and one of 34: the write lock is never held for long
 
 
 @pytest.mark.parametrize(("older_than", "chunk"), [(DAY - 1, 100), (30 * DAY, 0)])
-def test_too_short_an_age_or_an_empty_chunk_is_refused(tmp_path: Path, older_than: int, chunk: int) -> None:
-    with Store.open(tmp_path / "inbox.db") as store:
+def test_too_short_an_age_or_an_empty_chunk_is_refused(inbox_target: str, older_than: int, chunk: int) -> None:
+    with Store.open(inbox_target) as store:
         run(store, ["e"], at=NOW - 2)
         with pytest.raises(ValueError, match=r"older_than|chunk"):
             store.prune(older_than=older_than, now=NOW, chunk=chunk)
         assert payloads(store)["e"] == {"text": "payload of e"}
 
 
-def test_journal_steps_of_old_finished_events_go_and_others_stay(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db") as store:
+def test_journal_steps_of_old_finished_events_go_and_others_stay(inbox_target: str) -> None:
+    with Store.open(inbox_target) as store:
         for at, sid in ((T, "old"), (NOW - 60, "recent")):
             gen = store.acquire(HOLDER, now=at)
             assert gen is not None and store.ingest("chat", sid, {}, now=at)
@@ -154,8 +149,8 @@ def test_journal_steps_of_old_finished_events_go_and_others_stay(tmp_path: Path)
         assert store.journal_step("maintenance") is not None
 
 
-def test_an_open_approval_keeps_every_step_and_session_until_it_is_settled(tmp_path: Path) -> None:
-    with Store.open(tmp_path / "inbox.db", backoff_base=0) as store:
+def test_an_open_approval_keeps_every_step_and_session_until_it_is_settled(inbox_target: str) -> None:
+    with Store.open(inbox_target, backoff_base=0) as store:
         gen = store.acquire(HOLDER, now=T)
         assert gen is not None and store.ingest("chat", "refund", {"text": "refund 881"}, now=T)
         [event] = store.claim_batch(HOLDER, gen, now=T)

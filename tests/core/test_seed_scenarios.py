@@ -9,7 +9,6 @@ test_claiming.py cover the backoff.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -22,10 +21,10 @@ HOUR = 3_600
 
 
 @pytest.fixture(params=[0, 10], ids=["no-backoff", "default-backoff"])
-def seed_store(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Store]:
+def seed_store(inbox_target: str, request: pytest.FixtureRequest) -> Iterator[Store]:
     """The seed's settings; every scenario also runs with the product's default backoff (10 s doubling),
     which must not change what the seed prints: a lost event's backoff counts from its lost claim."""
-    store = Store.open(tmp_path / "agent.db", lease_ttl=TTL, max_attempts=3, outbox_gap=HOUR,
+    store = Store.open(inbox_target, lease_ttl=TTL, max_attempts=3, outbox_gap=HOUR,
                        backoff_base=request.param)
     try:
         yield store
@@ -135,13 +134,13 @@ def test_5_a_poison_event_does_not_take_the_healthy_one_down(seed_store: Store) 
 
 
 def test_5b_with_real_backoff_a_takeover_retries_oldest_first_and_the_healthy_event_still_finishes(
-    tmp_path: Path,
+    inbox_target: str,
 ) -> None:
     """With backoff counted from each lost claim (issue 8.5), every event a crashed worker held is due again
     when its lease lapses, so the replacement retries them oldest first, as the seed does: the healthy
     event waits behind the poison event's crashes (at most max_attempts - 1 of them), then finishes on its
     second attempt while the poison event is parked dead."""
-    store = Store.open(tmp_path / "agent.db", lease_ttl=TTL, max_attempts=3, backoff_base=10, seed=3)
+    store = Store.open(inbox_target, lease_ttl=TTL, max_attempts=3, backoff_base=10, seed=3)
     store.ingest("chat", "poison", {"text": "x"}, now=T)
     store.ingest("chat", "healthy", {"text": "ok"}, now=T)
     now, worker, crashed = T, 0, True

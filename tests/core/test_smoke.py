@@ -1,4 +1,5 @@
 from console.core import Store
+from tests.core.backends import durability_is_full
 
 
 def test_ingest_refuses_second_copy(store: Store) -> None:
@@ -14,4 +15,4 @@ def test_a_refused_copy_is_counted_and_full_durability_is_restored(store: Store)
         assert store.ingest("github", "d-2", {"again": n}, now=2 + n) is False
     event = store.find_event("github", "d-2")
     assert event is not None and event.duplicates == 3 and event.payload == {}
-    assert store.connection.execute("PRAGMA synchronous").fetchall() == [(2,)]  # FULL again
+    assert durability_is_full(store)

@@ -13,6 +13,7 @@ import pytest
 import console.core.timers as timers_module
 from console.core import Store
 from console.core.timers import validate_cron
+from tests.core.backends import wait_for_locks_at_most
 
 T = 1_000_000
 HOUR = 3_600
@@ -225,7 +226,7 @@ def test_a_long_cron_outage_is_walked_without_holding_the_write_lock(
     start = epoch(2026, 5, 1)
     store.add_timer("minutely", start, {}, cron="* * * * *", tz="Europe/Berlin")
     receiver = store.reopen()
-    receiver.connection.set_busy_timeout(200)  # a held lock would make its ingest fail fast
+    wait_for_locks_at_most(receiver, 200)  # a held lock would make its ingest fail fast
     stored_during_walk: list[bool] = []
     real_occurrences = timers_module.cron_occurrences
 

@@ -119,19 +119,20 @@ def engine_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def cli(db: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+def cli(db: str | Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "console", "--db", str(db), *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=60, check=False)
 
 
 @pytest.fixture
-def engines(tmp_path: Path) -> Iterator[Callable[[dict[str, str]], subprocess.Popen[bytes]]]:
+def engines(tmp_path: Path) -> Iterator[Callable[..., subprocess.Popen[bytes]]]:
     started: list[subprocess.Popen[bytes]] = []
     log = tmp_path / "engines.log"
 
-    def start(env: dict[str, str]) -> subprocess.Popen[bytes]:
+    def start(env: dict[str, str], db: str | Path | None = None) -> subprocess.Popen[bytes]:
+        target = str(db if db is not None else tmp_path / "inbox.db")
         with log.open("ab") as sink:
-            proc = subprocess.Popen([sys.executable, "-m", "console", "--db", str(tmp_path / "inbox.db"), "run"],
+            proc = subprocess.Popen([sys.executable, "-m", "console", "--db", target, "run"],
                                     cwd=ROOT, env=env, stdout=sink, stderr=sink)
         started.append(proc)
         return proc
@@ -145,14 +146,14 @@ def engines(tmp_path: Path) -> Iterator[Callable[[dict[str, str]], subprocess.Po
 
 
 def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
-    tmp_path: Path, held_claude: HeldClaude, engines: Callable[[dict[str, str]], subprocess.Popen[bytes]]
+    tmp_path: Path, inbox_target: str, held_claude: HeldClaude, engines: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
     """The review's repro: engine A is frozen while its model call is in flight; B takes over, asks the same
     turn and gets a call to delete branch old-ui, which the owner is shown; A wakes and its call returns a
     refund of order 881. A's late reply must never count: the owner's yes runs exactly the call the owner saw,
     once (the tools are real Python tools installed through entry points; each call that reaches one is a
     line in a log file)."""
-    db = tmp_path / "inbox.db"
+    db = inbox_target
     env = engine_env(tmp_path, AGENT_CONSOLE_AGENT="claude", AGENT_CONSOLE_CLAUDE_BASE_URL=held_claude.url,
                      ANTHROPIC_API_KEY=FAKE_KEY)
     held_claude.script(1, tool("a1", "refund", order="881"), hold=True)  # A's call, held in flight
@@ -160,10 +161,10 @@ def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
     held_claude.script(3, text("Done."))                                 # resumed on yes, with the result
     assert cli(db, env, "ingest", "chat", "m-1", '{"text": "tidy up the repo"}').stdout.strip() == "stored"
 
-    first = engines(env)
+    first = engines(env, db)
     held_claude.wait_for_requests(1)
     first.send_signal(signal.SIGSTOP)  # the closed lid, with the model call in flight
-    engines(env)
+    engines(env, db)
     (approval,) = inbox_until(db, lambda s: s.pending_approvals(), what="B's approval")
     assert (approval.tool, approval.arguments) == ("delete_branch", {"branch": "old-ui"})
     event = inbox_until(db, lambda s: (e := s.find_event("chat", "m-1")) and e.status == "done" and e,
@@ -198,21 +199,21 @@ def test_a_frozen_worker_cannot_replace_the_approved_action_with_its_own(
 
 
 def test_a_frozen_worker_writes_no_journal_step_after_its_lease_is_taken(
-    tmp_path: Path, engines: Callable[[dict[str, str]], subprocess.Popen[bytes]]
+    tmp_path: Path, inbox_target: str, engines: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
     """A long task: A is frozen mid-task, B takes over and finishes it, A is woken. A's in-flight step and
     everything after it are refused and recorded; no row is committed under A's generation after that."""
-    db = tmp_path / "inbox.db"
+    db = inbox_target
     env = engine_env(tmp_path)
     assert cli(db, env, "ingest", "jobs", "long-1", '{"long_task": 6}').stdout.strip() == "stored"
-    first = engines(env)
+    first = engines(env, db)
     event_id = inbox_until(db, lambda s: (e := s.find_event("jobs", "long-1")) and e.id)
     inbox_until(db, lambda s: (step := s.journal_step(f"long:{event_id}:1")) and step.state == "committed",
              what="two chunks done by A")
     first.send_signal(signal.SIGSTOP)
     with Store.open(db, check=False) as store:
         by_a = {s.idem_key for s in store.journal_steps(event_id) if s.gen == 1 and s.state == "committed"}
-    engines(env)
+    engines(env, db)
     inbox_until(db, lambda s: (e := s.event(event_id)) and e.status == "done", what="B finishing the task")
     first.send_signal(signal.SIGCONT)
     inbox_until(db, lambda s: [r for r in s.refused_finishes() if r.holder != (s.lease().holder if s.lease() else "")
@@ -230,7 +231,7 @@ def test_a_frozen_worker_writes_no_journal_step_after_its_lease_is_taken(
 
 
 def test_a_batch_killed_after_asking_asks_once_per_event_and_each_yes_performs_once(
-    tmp_path: Path, engines: Callable[[dict[str, str]], subprocess.Popen[bytes]]
+    tmp_path: Path, engines: Callable[..., subprocess.Popen[bytes]]
 ) -> None:
     """The fault audit's repro: a batch [refund 1, refund 2] asks its approvals and is killed before its finish;
     each event is then retried alone. Nothing of the killed run was written, each event asks once under an id
@@ -275,7 +276,7 @@ def test_a_batch_killed_after_asking_asks_once_per_event_and_each_yes_performs_o
 
 @pytest.mark.parametrize("seed", [11])
 def test_random_kills_and_freezes_never_ask_twice_perform_twice_or_commit_stale_steps(
-    tmp_path: Path, engines: Callable[[dict[str, str]], subprocess.Popen[bytes]], seed: int
+    tmp_path: Path, engines: Callable[..., subprocess.Popen[bytes]], seed: int
 ) -> None:
     """Engines killed (SIGKILL) or frozen and overtaken (SIGSTOP, a second engine, SIGCONT) at random moments
     while risky requests, long tasks and yes answers flow; then one engine drains the inbox. Each request was

@@ -24,12 +24,12 @@ def cli_env() -> dict[str, str]:
     return env
 
 
-def cli(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def cli(db: str | Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "console", "--db", str(db), *args], cwd=ROOT, env=cli_env(),
                           capture_output=True, text=True, timeout=60, check=False)
 
 
-def start_worker(db: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_worker(db: str | Path, log: Path) -> subprocess.Popen[bytes]:
     with log.open("ab") as sink:
         return subprocess.Popen([sys.executable, "-m", "console", "--db", str(db), "run"], cwd=ROOT,
                                 env=cli_env(), stdout=sink, stderr=sink)
@@ -46,9 +46,9 @@ def workers() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def test_sigkill_mid_task_then_a_second_worker_takes_over_without_repeating_steps(
-    tmp_path: Path, workers: list[subprocess.Popen[bytes]]
+    tmp_path: Path, inbox_target: str, workers: list[subprocess.Popen[bytes]]
 ) -> None:
-    db = tmp_path / "inbox.db"
+    db = inbox_target
     log = tmp_path / "workers.log"
     first = start_worker(db, log)
     workers.append(first)
@@ -75,3 +75,33 @@ def test_sigkill_mid_task_then_a_second_worker_takes_over_without_repeating_step
         assert store.integrity_check() == "ok"
     second.send_signal(signal.SIGTERM)
     assert second.wait(timeout=20) == 0
+
+
+def test_sigkill_of_the_holder_lets_the_running_standby_take_over_within_the_lease_time(
+    tmp_path: Path, inbox_target: str, workers: list[subprocess.Popen[bytes]]
+) -> None:
+    """Two engines on one inbox: one holds the lease, the other stands by. The holder is killed; the
+    standby takes the next generation once the dead holder's lease has run out, and no later than a
+    lease time after that, then works the inbox."""
+    log = tmp_path / "workers.log"
+    workers.append(start_worker(inbox_target, log))
+    first_holder = inbox_until(inbox_target, lambda s: (lease := s.lease()) and lease.holder)
+    workers.append(start_worker(inbox_target, log))
+    holder_pid = int(first_holder.split(":")[1])
+    (holder,) = [proc for proc in workers if proc.pid == holder_pid]
+    (standby,) = [proc for proc in workers if proc.pid != holder_pid]
+    # The standby is up (it renews nothing, but it has run a claim attempt and logged its mode).
+    inbox_until(inbox_target, lambda _s: b"mode: standby" in log.read_bytes())
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=10)
+    with Store.open(inbox_target, check=False) as store:
+        dead_lease = store.lease()
+    assert dead_lease is not None and dead_lease.holder == first_holder
+    taken = inbox_until(inbox_target, lambda s: [row for row in s.lease_log() if row[1] == "takeover"])
+    at, _kind, new_holder, gen, previous = taken[0]
+    assert (previous, gen) == (first_holder, dead_lease.gen + 1) and new_holder != first_holder
+    assert dead_lease.until < at <= dead_lease.until + TTL + 1  # as soon as the lease ran out, give or take a tick
+    assert cli(inbox_target, "ingest", "chat", "after", '{"text": "still there?"}').stdout.strip() == "stored"
+    inbox_until(inbox_target, lambda s: (e := s.find_event("chat", "after")) and e.status == "done")
+    standby.send_signal(signal.SIGTERM)
+    assert standby.wait(timeout=20) == 0

@@ -1,0 +1,111 @@
+"""`agent-console migrate`: a SQLite inbox copied into a new PostgreSQL inbox, row for row, and refused
+where it would lose or mix anything."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from console.core import Store
+from console.core.copy import TABLES, _columns
+from console.core.models import BudgetDefaults
+from tests.cli.helpers import invoke
+
+T = 1_700_000_000
+HOUR = 3_600
+
+
+def fill(store: Store) -> None:
+    """An inbox that has lived a little: every table the product writes holds something."""
+    store.ingest_many([("chat", f"m-{n}", {"text": f"message {n}"}) for n in range(5)], now=T)
+    store.ingest("github", "delivery-1", {"pr": 1}, now=T)
+    store.ingest("github", "delivery-1", {"pr": 1}, now=T + 1)  # a refused copy, counted
+    gen = store.acquire("engine-A", now=T)
+    assert gen is not None
+    batch = store.claim_batch("engine-A", gen, now=T)
+    assert store.run_once("step:1", lambda: "sent the report", gen=gen, now=T, holder="engine-A",
+                          event_id=batch[0].id) == ("sent the report", "executed")
+    assert store.finish("engine-A", gen, [e.id for e in batch[:3]], now=T + 1, messages=["done with three"])
+    assert store.finish("engine-A", gen, [e.id for e in batch[3:]], now=T + 1, error="model unavailable")
+    store.release("engine-A", gen, now=T + 2)
+    store.request_approval("apr-9-aa", "refund order 881", now=T, expires_in=HOUR)
+    store.save_session("apr-9-aa", {"turns": ["refund please"]}, now=T)
+    message = store.queue_message("Approval needed [apr-9-aa]: refund", now=T, approval_id="apr-9-aa", urgent=True)
+    store.record_phone_message("tg", message, "42:7", now=T, request_id="apr-9-aa", shown="ask")
+    store.add_timer("hourly", T + HOUR, {"tick": True}, every=HOUR, now=T)
+    assert store.dispatch(lambda batch: None, now=T + 3) >= 1
+    store.queue_message("held for the gap", now=T + 4)
+    store.set_memory("owner.name", "Ada", now=T)
+    store.set_budget("daily", 2.5, now=T)
+    decision = store.reserve_spend(model="claude-x", worst_nanos=5_000, defaults=BudgetDefaults(), now=T)
+    assert decision.reservation_id is not None
+    store.settle_spend(decision.reservation_id, model="claude-x", cost_nanos=1_234, input_tokens=10,
+                       output_tokens=5, cache_write_tokens=0, cache_read_tokens=0, now=T)
+
+
+def rows(store: Store, table: str, columns: list[str]) -> list[tuple[Any, ...]]:
+    names = ", ".join(columns)
+    return sorted((tuple(r) for r in store.connection.execute(f"SELECT {names} FROM {table}")), key=repr)
+
+
+def test_a_sqlite_inbox_is_copied_into_postgresql_row_for_row(tmp_path: Path, postgres_url: str) -> None:
+    source = tmp_path / "inbox.db"
+    with Store.open(source) as store:
+        fill(store)
+        before = store.status(now=T + 10)
+
+    result = invoke(["migrate", "--from", str(source), "--to", postgres_url])
+    assert result.exit_code == 0, result.output
+    assert "every table's count verified" in result.output
+
+    with Store.open(source, read_only=True) as old, Store.open(postgres_url) as new:
+        for table in TABLES:
+            columns = _columns(old, table)
+            assert rows(old, table, columns) == rows(new, table, columns), table
+        after = new.status(now=T + 10)
+        assert {**after, "path": None} == {**before, "path": None}
+        # The copy is a working inbox: its counters continue after the copied ids, its lease's generation
+        # after the source's, and the approval carried over can be answered there.
+        assert new.ingest("chat", "after-the-move", {}, now=T + 20)
+        newest = new.find_event("chat", "after-the-move")
+        assert newest is not None and newest.id == max(e.id for e in old.events(limit=100)) + 1
+        assert new.acquire("engine-B", now=T + 30) == 2
+        assert new.answer_approval("apr-9-aa", "yes", now=T + 31, via="cli") == "yes"
+        assert new.inbox_tag() == old.inbox_tag()  # the phone answer keys are derived from it
+
+
+def test_a_target_that_already_holds_an_inbox_is_refused_and_left_alone(tmp_path: Path, postgres_url: str) -> None:
+    source = tmp_path / "inbox.db"
+    with Store.open(source) as store:
+        fill(store)
+    with Store.open(postgres_url) as target:
+        target.ingest("chat", "mine", {}, now=T)
+    result = invoke(["migrate", "--from", str(source), "--to", postgres_url])
+    assert result.exit_code == 2 and "is not empty (1 inbox)" in result.output and "Traceback" not in result.output
+    with Store.open(postgres_url) as target:
+        assert [e.source_id for e in target.events()] == ["mine"]
+
+
+def test_a_source_an_engine_still_holds_is_refused(tmp_path: Path, postgres_url: str) -> None:
+    source = tmp_path / "inbox.db"
+    with Store.open(source) as store:
+        store.ingest("chat", "m-1", {}, now=T)
+        assert store.acquire("engine-A", now=2**40) == 1  # held far into the future
+    result = invoke(["migrate", "--from", str(source), "--to", postgres_url])
+    assert result.exit_code == 2 and "an engine holds the source inbox's lease (engine-A" in result.output
+    with Store.open(postgres_url) as target:
+        assert target.events() == []
+
+
+def test_bad_targets_are_one_line_errors(tmp_path: Path) -> None:
+    source = tmp_path / "inbox.db"
+    Store.open(source).close()
+    for target, said in [
+        ("postgresql://me:secret@127.0.0.1:1/db", "must not carry the password"),
+        ("postgresql://127.0.0.1:1/db?schema=Bad-Name", "is not a plain name"),
+        ("postgresql://127.0.0.1:1/db", "cannot reach the inbox database postgresql://127.0.0.1:1/db"),
+        (str(source), "name the same inbox"),
+    ]:
+        result = invoke(["migrate", "--from", str(source), "--to", target])
+        assert result.exit_code == 2, (target, result.output)
+        assert said in result.output and "Traceback" not in result.output and "secret" not in result.output
