@@ -47,6 +47,17 @@ class PgStore(Store):
         """A LISTEN on this inbox's channel: every write transaction NOTIFYs it as it commits."""
         return pg.ChangeFeed(self.target)
 
+    DURABILITY_SETTINGS = ("server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
+
+    def durability_settings(self) -> dict[str, str]:
+        """The server's settings that decide what an acknowledged commit survives, as this connection sees
+        them (benchmarks print them; `relaxed` commits still turn synchronous_commit off for themselves)."""
+        rows = self._conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY(?)", (list(self.DURABILITY_SETTINGS),)
+        ).fetchall()
+        found = {str(name): str(value) for name, value in rows}
+        return {name: found.get(name, "?") for name in self.DURABILITY_SETTINGS}
+
     def data_version(self) -> int:
         """Changes when a transaction that wrote commits anywhere on the server (it may be another inbox's:
         a spare wake-up, never a missed one). Waiters use change_feed(), which hears this inbox only."""
