@@ -31,7 +31,6 @@ import multiprocessing as mp
 import os
 import platform
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -325,13 +324,15 @@ class Bench:
         self.claim_plans: dict[str, list[str]] = {}
         self.pair: list[dict[str, Any]] = []
         self._made = 0
+        self.schemas: list[str] = []
 
     def place(self) -> tuple[Path, str]:
         """A fresh SQLite folder and a fresh schema name."""
         self._made += 1
         folder = self.root / f"{self._made:03d}"
         folder.mkdir(parents=True)
-        return folder, f"bench_{os.getpid()}_{self._made:03d}"
+        self.schemas.append(f"bench_{os.getpid()}_{self._made:03d}")
+        return folder, self.schemas[-1]
 
     def inbox_url(self, schema: str) -> str:
         return f"{self.url}{'&' if '?' in self.url else '?'}schema={schema}"
@@ -360,14 +361,21 @@ class Bench:
             print_line(line)
 
     def timed_rounds(self, total: int, subjects: dict[str, Subject],
-                     work: Callable[[Subject, int, int], int]) -> Timings:
-        timings = Timings()
+                     work: Callable[[Subject, int, int], int], *also: dict[str, Subject]) -> list[Timings]:
+        """Each system does its share of total in every round, on subjects and then on each of also (so a
+        slow spell on the shared machine lands on both table sizes alike); a figure is the median round's
+        rate. One Timings per set of subjects."""
+        sets = [subjects, *also]
+        timings = [Timings() for _ in sets]
         for first, size, order in self.rounds(total):
             for kind in order:
-                with timings.timed(kind) as done:
-                    done[0] = work(subjects[kind], first, size)
-                if done[0] != size:
-                    raise RuntimeError(f"{kind}: {done[0]} of {size} in a round")
+                for group, timing in zip(sets, timings, strict=True):
+                    with timing.timed(kind) as done:
+                        done[0] = work(group[kind], first, size)
+        for timing in timings:
+            for kind in subjects:
+                if timing.count.get(kind) != total:  # a drain's batches may overrun a round's share, not the total
+                    raise RuntimeError(f"{kind}: {timing.count.get(kind)} of {total}")
         return timings
 
     # 1 ---------------------------------------------------------------------------------------------
@@ -375,7 +383,7 @@ class Bench:
         n = self.args.ingest
         line = Line("ingest", f"durable ingest, one transaction each ({n} events)", "events/s")
         subjects = self.fresh_all()
-        timings = self.timed_rounds(n, subjects, lambda s, a, k: s.ingest_each([f"e{i}" for i in range(a, a + k)]))
+        [timings] = self.timed_rounds(n, subjects, lambda s, a, k: s.ingest_each([f"e{i}" for i in range(a, a + k)]))
         for kind, subject in subjects.items():
             line.figures[kind] = timings.rate(kind)
             subject.close()
@@ -390,7 +398,7 @@ class Bench:
         keys = [f"e{i}" for i in range(n)]
         for subject in subjects.values():
             subject.fill(keys)
-        timings = self.timed_rounds(n, subjects, lambda s, a, k: s.refuse_each(keys[a:a + k]))
+        [timings] = self.timed_rounds(n, subjects, lambda s, a, k: s.refuse_each(keys[a:a + k]))
         for kind, subject in subjects.items():
             line.figures[kind] = timings.rate(kind)
             subject.close()
@@ -405,7 +413,7 @@ class Bench:
         subjects = self.fresh_all()
         for subject in subjects.values():
             subject.fill([f"d{i}" for i in range(n)])
-        timings = self.timed_rounds(n, subjects, lambda s, a, k: s.drain(k))
+        [timings] = self.timed_rounds(n, subjects, lambda s, a, k: s.drain(k))
         for kind, subject in subjects.items():
             if subject.step() != 0:
                 raise RuntimeError(f"{kind} still had events after draining {n}")
@@ -425,8 +433,8 @@ class Bench:
         small, large = self.fresh_all(), self.fresh_all()
         for subject in large.values():
             subject.fill_done(rows)
-        small_t = self.timed_rounds(n, small, lambda s, a, k: s.cycle_each([f"c{i}" for i in range(a, a + k)]))
-        large_t = self.timed_rounds(n, large, lambda s, a, k: s.cycle_each([f"c{i}" for i in range(a, a + k)]))
+        small_t, large_t = self.timed_rounds(
+            n, small, lambda s, a, k: s.cycle_each([f"c{i}" for i in range(a, a + k)]), large)
         for kind in KINDS:
             empty.figures[kind] = small_t.rate(kind)
             full.figures[kind] = large_t.rate(kind)
@@ -499,7 +507,7 @@ class Bench:
         n, batch = self.args.group_events, self.args.group_batch
         line = Line("group", f"group-committed ingest: {batch} events a call ({n} events)", "events/s")
         subjects = self.fresh_all()
-        timings = self.timed_rounds(
+        [timings] = self.timed_rounds(
             n, subjects, lambda s, a, k: s.ingest_batches([f"g{i}" for i in range(a, a + k)], batch))
         for kind, subject in subjects.items():
             line.figures[kind] = timings.rate(kind)
@@ -649,6 +657,13 @@ def run_pair(target: str, events: int, *, batch: int, lease_ttl: int) -> dict[st
             "status_reads": by_holder["engine-b"]["status_reads"], "lease_gen": lease.gen}
 
 
+def drop_schemas(url: str, schemas: list[str]) -> None:
+    """Leave an existing server (--url) as it was found: the inboxes and peer queues made here go."""
+    with psycopg.connect(url, autocommit=True) as conn:
+        for schema in schemas:
+            conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
 # --- command line ---------------------------------------------------------------------------------
 STEPS = ("ingest", "duplicates", "drain", "cycles", "producers", "group", "pair")
 
@@ -662,7 +677,7 @@ SIZES = {
     "per_producer": (1500, 15, "events per producer"),
     "group_events": (20000, 400, "events for group-committed ingest"),
     "group_batch": (100, 100, "events per group-committed call"),
-    "pair_events": (20000, 300, "events the producer ingests while two engines share the inbox"),
+    "pair_events": (10000, 300, "events the producer ingests while two engines share the inbox"),
     "pair_batch": (100, 100, "events per ingest_many call of that producer"),
     "pair_lease_ttl": (30, 30, "the engines' lease time in seconds"),
     "rounds": (7, 2, "interleaved rounds each line is split into"),
@@ -746,6 +761,8 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
         if server is not None:
             server.stop()
+        else:
+            drop_schemas(url, bench.schemas)
     print("\ndurability as read back from the live connections:")
     for kind, settings in bench.durability.items():
         print(f"  {kind:20} " + ", ".join(f"{k}={v}" for k, v in settings.items()))
