@@ -334,9 +334,6 @@ class Bench:
         self.schemas.append(f"bench_{os.getpid()}_{self._made:03d}")
         return folder, self.schemas[-1]
 
-    def inbox_url(self, schema: str) -> str:
-        return f"{self.url}{'&' if '?' in self.url else '?'}schema={schema}"
-
     def open(self, kind: str, where: tuple[Path, str], *, consumer: bool = True) -> Subject:
         return open_subject(kind, where, self.url, batch_cap=self.args.batch_cap, consumer=consumer)
 
@@ -525,7 +522,7 @@ class Bench:
                     "events/s")
         for kind in (PG, SQLITE):
             folder, schema = self.place()
-            target = self.inbox_url(schema) if kind == PG else str(folder / "inbox.db")
+            target = inbox_url(self.url, schema) if kind == PG else str(folder / "inbox.db")
             result = run_pair(target, n, batch=self.args.pair_batch, lease_ttl=self.args.pair_lease_ttl)
             result["system"] = kind
             self.pair.append(result)
@@ -538,13 +535,17 @@ class Bench:
         self.record(line)
 
 
+def inbox_url(url: str, schema: str) -> str:
+    """The URL of our inbox in its own schema of the server's database."""
+    return f"{url}{'&' if '?' in url else '?'}schema={schema}"
+
+
 def open_subject(kind: str, where: tuple[Path, str], url: str, *, batch_cap: int, consumer: bool) -> Subject:
     folder, schema = where
     if kind == SQLITE:
         return StoreSubject(kind, CoreSubject(folder, consumer=consumer, batch_cap=batch_cap))
     if kind == PG:
-        inbox = f"{url}{'&' if '?' in url else '?'}schema={schema}"
-        return StoreSubject(kind, PgCoreSubject(inbox, consumer=consumer, batch_cap=batch_cap))
+        return StoreSubject(kind, PgCoreSubject(inbox_url(url, schema), consumer=consumer, batch_cap=batch_cap))
     if kind == PGQ:
         return PgqSubject(url, schema, batch=batch_cap, install=consumer)
     raise ValueError(f"unknown system {kind!r}")
