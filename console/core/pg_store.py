@@ -44,7 +44,7 @@ class PgStore(Store):
         return "postgresql"
 
     def change_feed(self) -> pg.ChangeFeed:
-        """A LISTEN on this inbox's channel: every write transaction NOTIFYs it as it commits."""
+        """A LISTEN on this inbox's channel: every write transaction that wrote NOTIFYs it as it commits."""
         return pg.ChangeFeed(self.target)
 
     DURABILITY_SETTINGS = ("server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
