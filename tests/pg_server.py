@@ -65,7 +65,9 @@ def _as_server_user(command: list[str], *, check: bool = True) -> subprocess.Com
     return subprocess.run(command, check=check, capture_output=True, text=True, timeout=120)
 
 
-def start_server() -> PostgresServer:
+def start_server(*, durable: bool = False) -> PostgresServer:
+    """A fresh server. The tests' server skips fsync (nothing in a test outlives the machine); durable=True
+    keeps PostgreSQL's own defaults (fsync, full_page_writes, synchronous_commit on), as benchmarks need."""
     initdb, pg_ctl = _binary("initdb"), _binary("pg_ctl")
     folder = Path(tempfile.mkdtemp(prefix="agent-console-pg-"))
     data = folder / "data"
@@ -81,7 +83,9 @@ def start_server() -> PostgresServer:
         _as_server_user([initdb, "-D", str(data), "-U", user, "--auth=trust", "--encoding=UTF8",
                          "--no-sync", "--locale=C"])
         options = (f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={folder} "
-                   "-c fsync=off -c full_page_writes=off -c max_connections=200 -c shared_buffers=64MB")
+                   "-c max_connections=200 -c shared_buffers=64MB")
+        if not durable:
+            options += " -c fsync=off -c full_page_writes=off"
         _as_server_user([pg_ctl, "start", "-D", str(data), "-w", "-t", "60", "-o", options,
                          "-l", str(folder / "server.log")])
     except subprocess.CalledProcessError as exc:

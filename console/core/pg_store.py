@@ -40,8 +40,19 @@ class PgStore(Store):
         return "postgresql"
 
     def change_feed(self) -> pg.ChangeFeed:
-        """A LISTEN on this inbox's channel: every write transaction NOTIFYs it as it commits."""
+        """A LISTEN on this inbox's channel: every write transaction that wrote NOTIFYs it as it commits."""
         return pg.ChangeFeed(self.target)
+
+    DURABILITY_SETTINGS = ("server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
+
+    def durability_settings(self) -> dict[str, str]:
+        """The server's settings that decide what an acknowledged commit survives, as this connection sees
+        them (benchmarks print them; `relaxed` commits still turn synchronous_commit off for themselves)."""
+        rows = self._conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY(?)", (list(self.DURABILITY_SETTINGS),)
+        ).fetchall()
+        found = {str(name): str(value) for name, value in rows}
+        return {name: found.get(name, "?") for name in self.DURABILITY_SETTINGS}
 
     def data_version(self) -> int:
         """Changes when a transaction that writes starts or ends anywhere on the server (it may be another
