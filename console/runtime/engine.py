@@ -311,6 +311,9 @@ class Engine:
                 if changed and not self._stopping:
                     self.wake()
                     self.publish("events", "the inbox changed")
+                    # A burst of commits wakes once, as the SQLite watcher's polling interval makes it: a
+                    # standby tries the lease on every wake-up, and each try takes the writers' lock.
+                    await asyncio.sleep(self.watch_interval)
         finally:
             if feed is not None:
                 feed.close()
