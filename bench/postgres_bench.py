@@ -576,7 +576,7 @@ def run_engine(target: str, holder: str, lease_ttl: int, ready: Any, stop: Any, 
     """One engine process. The standby one also reads status every 100 ms, as a console's refresh does."""
     from console.config import Settings
     from console.core.lease import LeaseMixin
-    from console.runtime.engine import Engine
+    from console.runtime.assembly import build_engine
 
     acquires = {"refused": 0}
     original = LeaseMixin.acquire
@@ -590,8 +590,8 @@ def run_engine(target: str, holder: str, lease_ttl: int, ready: Any, stop: Any, 
     LeaseMixin.acquire = counting  # type: ignore[method-assign]
 
     async def main() -> None:
-        engine = Engine(Settings(db=target, lease_ttl=lease_ttl), agent=NullAgent(), holder=holder,
-                        install_defaults=False)
+        engine = build_engine(Settings(db=target, lease_ttl=lease_ttl), agent=NullAgent(), holder=holder,
+                              install_defaults=False)
         await engine.start()
         status_reads = 0
         try:

@@ -342,7 +342,8 @@ class ConsoleApp(App[None]):
     def _on_notice(self, message: EngineNotice) -> None:
         notice = message.notice
         self._mark(*NOTICE_PANES.get(notice.kind, PANES))
-        if isinstance(self.screen, DetailScreen) and notice.kind != "log":
+        # A notice can arrive before the first screen is pushed (an engine that starts fast): no screen yet.
+        if self.screen_stack and isinstance(self.screen, DetailScreen) and notice.kind != "log":
             self.screen.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
