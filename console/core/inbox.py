@@ -10,6 +10,8 @@ from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import STATUSES, ApprovalDraft, Attempt, Event, MemoryWrite, TimerDraft, ToolCallRecord
 
 MAX_KEY_CHARS = 512
+# What a retry by hand brings back: a dead event, or one the owner discarded and thinks better of.
+REVIVABLE = ("dead", "discarded")
 _EVENT_COLUMNS = (
     "id, source, source_id, payload, status, attempts, claim_gen, error, "
     "created_at, updated_at, next_attempt_at, duplicates, pruned_at"
@@ -407,11 +409,19 @@ class InboxMixin(StoreBase):
             found.append(low)
         return found
 
-    # --- dead events --------------------------------------------------------------------------
+    # --- dead events ---------------------------------------------------------------------------
     def retry_dead(self, event_id: int, *, now: int) -> bool:
         """Return one dead event to pending with a fresh attempt budget."""
         with translate_errors(), transaction(self._conn):
-            return self._revive(event_id, now)
+            return self._revive(event_id, now, ("dead",))
+
+    def retry_events(self, event_ids: Iterable[int], *, now: int) -> list[int]:
+        """Return each dead or discarded event among event_ids to pending with a fresh attempt budget, in one
+        transaction (the console's retry of a selection, `agent-console retry ID...`). Returns the ids that
+        moved, in the order given; an unknown id or one in another state is left alone."""
+        with translate_errors(), transaction(self._conn):
+            return [event_id for event_id in dict.fromkeys(event_ids)
+                    if self._revive(event_id, now, REVIVABLE)]
 
     def retry_dead_matching(self, *, source: str | None = None, now: int) -> int:
         """Return every dead event (of one source, if given) to pending. Returns how many."""
@@ -421,18 +431,37 @@ class InboxMixin(StoreBase):
             else:
                 ids = [r[0] for r in self._conn.execute(
                     "SELECT id FROM inbox WHERE status = 'dead' AND source = ?", (source,))]
-            return sum(self._revive(event_id, now) for event_id in ids)
+            return sum(self._revive(event_id, now, ("dead",)) for event_id in ids)
 
     def count_dead(self, *, source: str | None = None) -> int:
         if source is None:
             return int(self._scalar("SELECT n FROM inbox_counts WHERE status = 'dead'"))
         return int(self._scalar("SELECT COUNT(*) FROM inbox WHERE status = 'dead' AND source = ?", (source,)))
 
-    def _revive(self, event_id: int, now: int) -> bool:
+    def discard(self, event_ids: Iterable[int], *, now: int, reason: str | None = None) -> list[int]:
+        """Give up on dead or pending events, in one transaction: they become `discarded`, are never claimed
+        again, and stay for the record (their key still refuses a redelivery; their error and history stay;
+        `retry` brings one back). A running event belongs to its worker and is left alone, as are done ones.
+        Returns the ids that moved, in the order given."""
+        moved: list[int] = []
+        with translate_errors(), transaction(self._conn):
+            for event_id in dict.fromkeys(event_ids):
+                changed = self._conn.execute(
+                    """UPDATE inbox SET status = 'discarded', claim_alone = 0, updated_at = ?
+                       WHERE id = ? AND status IN ('dead', 'pending') RETURNING id""",
+                    (now, event_id),
+                ).fetchall()
+                if changed:
+                    self._log_attempt(event_id, now, "discard", None, None, reason or "discarded by hand")
+                    moved.append(event_id)
+        return moved
+
+    def _revive(self, event_id: int, now: int, states: tuple[str, ...]) -> bool:
+        marks = ", ".join("?" for _ in states)
         changed = self._conn.execute(
-            """UPDATE inbox SET status = 'pending', attempts = 0, next_attempt_at = 0, claim_gen = NULL,
-                   claim_alone = 1, updated_at = ? WHERE id = ? AND status = 'dead' RETURNING error""",
-            (now, event_id),
+            f"""UPDATE inbox SET status = 'pending', attempts = 0, next_attempt_at = 0, claim_gen = NULL,
+                   claim_alone = 1, updated_at = ? WHERE id = ? AND status IN ({marks}) RETURNING error""",
+            (now, event_id, *states),
         ).fetchall()
         if changed:
             self._log_attempt(event_id, now, "retry", None, None, f"retried by hand (was: {changed[0][0]})")

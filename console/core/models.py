@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("pending", "running", "done", "dead")
+STATUSES = ("pending", "running", "done", "dead", "discarded")
 
 
 @dataclass(frozen=True)
@@ -27,7 +27,7 @@ class Event:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One line of an event's history: claim, finish, error, lost, dead, retry or refusal."""
+    """One line of an event's history: claim, finish, error, lost, dead, retry, discard or refusal."""
 
     event_id: int
     at: int
@@ -354,3 +354,20 @@ class PhoneCard:
     shown: str | None
     answered_via: str | None
     tries: int
+
+
+@dataclass(frozen=True)
+class EventSearch:
+    """One page of events matching a search, newest first. next_before: pass it as before_id to go on
+    searching older events; None once the oldest event has been looked at."""
+
+    events: list[Event]
+    next_before: int | None
+
+
+@dataclass(frozen=True)
+class OutboxSearch:
+    """One page of outbox messages matching a search, newest first; next_before as in EventSearch."""
+
+    messages: list[OutboxMessage]
+    next_before: int | None
