@@ -12,6 +12,9 @@ from console.core.models import STATUSES, ApprovalDraft, Attempt, Event, MemoryW
 MAX_KEY_CHARS = 512
 # What a retry by hand brings back: a dead event, or one the owner discarded and thinks better of.
 REVIVABLE = ("dead", "discarded")
+# What the owner may give up on: a dead event, or a pending one (a poison event backing off). A running event
+# belongs to its worker.
+DISCARDABLE = ("dead", "pending")
 _EVENT_COLUMNS = (
     "id, source, source_id, payload, status, attempts, claim_gen, error, "
     "created_at, updated_at, next_attempt_at, duplicates, pruned_at"
@@ -448,8 +451,8 @@ class InboxMixin(StoreBase):
             for event_id in dict.fromkeys(event_ids):
                 changed = self._conn.execute(
                     """UPDATE inbox SET status = 'discarded', claim_alone = 0, updated_at = ?
-                       WHERE id = ? AND status IN ('dead', 'pending') RETURNING id""",
-                    (now, event_id),
+                       WHERE id = ? AND status IN (?, ?) RETURNING id""",
+                    (now, event_id, *DISCARDABLE),
                 ).fetchall()
                 if changed:
                     self._log_attempt(event_id, now, "discard", None, None, reason or "discarded by hand")
