@@ -39,6 +39,7 @@ from console.textsafe import terminal_safe, terminal_safe_lines
 from console.tui.backend import EngineLike
 from console.tui.commands import ConsoleCommands
 from console.tui.detail import read_detail
+from console.tui.finding import read_message
 from console.tui.reads import (
     Activity,
     EventFilter,
@@ -53,7 +54,10 @@ from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
+from console.tui.screens.filter_picker import FilterScreen
 from console.tui.screens.inject import InjectScreen
+from console.tui.screens.message import MessageScreen
+from console.tui.screens.search import SearchScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
 from console.tui.widgets.approvals_pane import ApprovalsPane
@@ -115,6 +119,14 @@ class ConsoleApp(App[None]):
         Binding("f", "cycle_status", "Filter", id="console.filter_status", tooltip="cycle the status filter"),
         Binding("s", "cycle_source", "Source", id="console.filter_source", show=False,
                 tooltip="cycle the source filter"),
+        Binding("slash", "search", "Find", id="console.search",
+                tooltip="find events and outbox messages by source, id, payload text or error"),
+        Binding("F", "pick_filter", "Pick filter", id="console.filter_pick", show=False,
+                tooltip="pick the status or source filter from a list"),
+        Binding("D,delete", "discard", "Discard", id="console.discard", show=False,
+                tooltip="discard the marked events (or the selected one): kept for the record, never run"),
+        Binding("o", "outbox_messages", "Outbox", id="console.outbox_messages", show=False,
+                tooltip="the newest outbox messages, each openable in full"),
         Binding("b", "budget", "Budget", id="console.budget", show=False,
                 tooltip="set the daily and monthly budgets for model calls"),
         Binding("x", "stall", "Stall", id="console.stall",
@@ -198,7 +210,7 @@ class ConsoleApp(App[None]):
     # --- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield ConsoleHeader(self._inbox_label(), self.engine.agent_name, id="header")
-        yield EventsPane(self.read, self.clock, id="events")
+        yield EventsPane(self.read, self.clock, zone=ZoneInfo(self.settings.timezone), id="events")
         with Horizontal(id="bottom"):
             yield LeasePane(self._engine_info, id="lease")
             yield ApprovalsPane(id="approvals")
@@ -407,11 +419,38 @@ class ConsoleApp(App[None]):
         if event is None:
             self.notify("No event selected", severity="warning")
             return
+        await self.open_event_detail(event.id)
+
+    async def open_event_detail(self, event_id: int) -> None:
         now = self.clock.now()
         zone = ZoneInfo(self.settings.timezone)
-        view = await self.read(read_detail(event.id, now=now, holder=self.engine.holder, mode=self.engine.mode,
+        view = await self.read(read_detail(event_id, now=now, holder=self.engine.holder, mode=self.engine.mode,
                                            zone=zone))
         await self.push_screen(DetailScreen(view, now, zone))
+
+    async def open_message(self, message_id: int) -> None:
+        message = await self.read(read_message(message_id))
+        if message is None:
+            self.notify(f"Outbox message {message_id} is gone (pruned)", severity="warning")
+            return
+        await self.push_screen(MessageScreen(message, self.clock.now(), ZoneInfo(self.settings.timezone)))
+
+    async def action_search(self) -> None:
+        await self.push_screen(SearchScreen(self.read, self.filter, self.open_event_detail, self.open_message,
+                                            now=self.clock.now()))
+
+    async def action_outbox_messages(self) -> None:
+        await self.push_screen(SearchScreen(self.read, self.filter, self.open_event_detail, self.open_message,
+                                            now=self.clock.now(), start_in_outbox=True))
+
+    async def action_pick_filter(self) -> None:
+        counts = await self.read(lambda store: store.counts())
+        self.push_screen(FilterScreen(self.filter, counts, self.known_sources), self._filter_picked)
+
+    async def _filter_picked(self, picked: EventFilter | None) -> None:
+        if picked is not None and picked != self.filter:
+            self.filter = picked
+            await self.query_one(EventsPane).set_filter(picked)
 
     async def action_inject(self) -> None:
         source_id = await self.unique_source_id()
@@ -513,20 +552,63 @@ class ConsoleApp(App[None]):
                         severity="warning")
 
     async def action_retry(self) -> None:
-        event = self.query_one(EventsPane).selected_event()
+        pane = self.query_one(EventsPane)
+        marked = pane.marked_ids()
+        if marked:
+            now = self.clock.now()
+            retried = await self.engine.write(lambda store: store.retry_events(marked, now=now))
+            pane.clear_marks()
+            self._mark("events", "header")
+            left = len(marked) - len(retried)
+            self.notify(f"{len(retried)} of {len(marked)} marked event{'s' if len(marked) != 1 else ''} back to "
+                        f"pending" + (f"; {left} not dead or discarded, left as they are" if left else ""),
+                        title="Retry", severity="warning" if left else "information")
+            return
+        event = pane.selected_event()
         if event is None:
             self.notify("No event selected", severity="warning")
             return
-        if event.status != "dead":
-            self.notify(f"#{event.id} is {event.status}; only dead events are retried", severity="warning")
+        if event.status not in ("dead", "discarded"):
+            self.notify(f"#{event.id} is {event.status}; only dead events (or discarded ones) are retried",
+                        severity="warning")
             return
         now = self.clock.now()
-        retried = await self.engine.write(lambda store: store.retry_dead(event.id, now=now))
+        retried = await self.engine.write(lambda store: store.retry_events([event.id], now=now))
         self._mark("events", "header")
         if retried:
             self.notify(f"#{event.id} is pending again", title="Retry")
         else:
-            self.notify(f"#{event.id} is no longer dead", severity="warning")
+            self.notify(f"#{event.id} is no longer {event.status}", severity="warning")
+
+    async def action_discard(self) -> None:
+        """Discard the marked events, or the selected one, after a yes: Sidekiq's and Oban's discard."""
+        pane = self.query_one(EventsPane)
+        marked = pane.marked_ids()
+        event = pane.selected_event()
+        ids = marked or ([event.id] if event is not None else [])
+        if not ids:
+            self.notify("No event selected", severity="warning")
+            return
+        if not marked and event is not None and event.status not in ("dead", "pending"):
+            self.notify(f"#{event.id} is {event.status}; only dead or pending events are discarded",
+                        severity="warning")
+            return
+        what = f"#{ids[0]}" if len(ids) == 1 else f"{len(ids)} marked events"
+        self.push_screen(ConfirmScreen(f"Discard {what}? Kept for the record and never run again "
+                                       "(r brings one back).", yes_label="Discard"),
+                         partial(self._discard_confirmed, ids))
+
+    async def _discard_confirmed(self, ids: list[int], confirmed: bool | None) -> None:
+        if not confirmed:
+            return
+        now = self.clock.now()
+        discarded = await self.engine.write(lambda store: store.discard(ids, now=now))
+        self.query_one(EventsPane).clear_marks()
+        self._mark("events", "header")
+        left = len(ids) - len(discarded)
+        self.notify(f"{len(discarded)} event{'s' if len(discarded) != 1 else ''} discarded"
+                    + (f"; {left} running or done, left as they are" if left else ""),
+                    title="Discard", severity="warning" if left else "information")
 
     async def action_retry_all(self) -> None:
         flt = self.filter
@@ -610,6 +692,12 @@ class ConsoleApp(App[None]):
 
     async def action_oldest(self) -> None:
         self.query_one(EventsTable).action_oldest()
+
+    async def action_toggle_mark(self) -> None:
+        self.query_one(EventsTable).action_toggle_mark()
+
+    async def action_clear_marks(self) -> None:
+        self.query_one(EventsTable).action_clear_marks()
 
 
 def run_app(settings: Settings, *, demo: bool = False) -> None:
