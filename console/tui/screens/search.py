@@ -41,9 +41,9 @@ def one_line(text: str, width: int = 200) -> str:
 class SearchScreen(Screen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Close", id="search.close"),
-        Binding("ctrl+e", "focus('search-events')", "Events", id="search.events"),
-        Binding("ctrl+o", "focus('search-outbox')", "Outbox", id="search.outbox"),
-        Binding("ctrl+f", "focus('search-input')", "Search", id="search.input"),
+        Binding("ctrl+e", "focus_part('search-events')", "Events", id="search.events"),
+        Binding("ctrl+o", "focus_part('search-outbox')", "Outbox", id="search.outbox"),
+        Binding("ctrl+f", "focus_part('search-input')", "Search", id="search.input"),
     ]
 
     DEFAULT_CSS = """
@@ -106,6 +106,9 @@ class SearchScreen(Screen[None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+    def action_focus_part(self, part: str) -> None:
+        self.query_one(f"#{part}").focus()
 
     @on(Input.Changed, "#search-input")
     def _typed(self, message: Input.Changed) -> None:

@@ -1,7 +1,8 @@
-"""A table of search results that asks for the next page when the cursor goes past its last row."""
+"""A table of search results that asks for the next page when the cursor reaches its last row."""
 
 from __future__ import annotations
 
+from textual.coordinate import Coordinate
 from textual.message import Message
 from textual.widgets import DataTable
 
@@ -16,7 +17,8 @@ class ResultsTable(DataTable[object]):
 
     more = False
 
-    def action_cursor_down(self) -> None:
-        if self.more and self.row_count and self.cursor_row >= self.row_count - 1:
+    def watch_cursor_coordinate(self, old: Coordinate, new: Coordinate) -> None:
+        super().watch_cursor_coordinate(old, new)
+        # However the cursor got there (down, page down, a click), the last row asks for the next page.
+        if self.more and self.row_count and new.row == self.row_count - 1 and old.row != new.row:
             self.post_message(self.More(self))
-        super().action_cursor_down()
