@@ -24,7 +24,7 @@ def message_facts(message: OutboxMessage, now: int, zone: tzinfo | None = None) 
     parts: list[str | tuple[str, str]] = [
         (message.status, f"bold {STATUS_STYLE.get(message.status, '')}"),
         ("  urgent" if message.urgent else "", "$text-accent bold"),
-        (f"  queued {clock_text(message.created_at, now, zone)}", "dim"),
+        (f"  written {clock_text(message.created_at, now, zone)}", "dim"),
     ]
     if message.sent_at is not None:
         parts.append((f"  sent {clock_text(message.sent_at, now, zone)}", "dim"))

@@ -16,7 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
-from textual.screen import Screen
+from textual.screen import ModalScreen
 from textual.timer import Timer
 from textual.widgets import Footer, Input, Label, Static
 
@@ -38,7 +38,9 @@ def one_line(text: str, width: int = 200) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
-class SearchScreen(Screen[None]):
+class SearchScreen(ModalScreen[None]):
+    """Modal, so the main screen's keys (r, y, n...) do not act on rows hidden behind it."""
+
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "close", "Close", id="search.close"),
         Binding("ctrl+e", "focus_part('search-events')", "Events", id="search.events"),
@@ -47,6 +49,8 @@ class SearchScreen(Screen[None]):
     ]
 
     DEFAULT_CSS = """
+    SearchScreen { background: $background; }
+    SearchScreen #search { width: 100%; height: 100%; }
     SearchScreen #search-input { margin: 0 1; }
     SearchScreen #search-scope { color: $text-muted; padding: 0 2; height: 1; }
     SearchScreen .search-title { text-style: bold; color: $text-primary; padding: 0 1; margin-top: 1; }
