@@ -72,6 +72,7 @@ class SearchScreen(ModalScreen[None]):
         self.events_next: int | None = None
         self.messages_next: int | None = None
         self._typing: Timer | None = None
+        self._titles = {"search-events": "Events", "search-outbox": "Outbox messages"}
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)
@@ -112,7 +113,9 @@ class SearchScreen(ModalScreen[None]):
         self.dismiss(None)
 
     def action_focus_part(self, part: str) -> None:
-        self.query_one(f"#{part}").focus()
+        # At once, not after a refresh as widget.focus() does: a key typed right after (ctrl+o, enter) must
+        # reach the part it moved to.
+        self.set_focus(self.query_one(f"#{part}"))
 
     @on(Input.Changed, "#search-input")
     def _typed(self, message: Input.Changed) -> None:
@@ -127,7 +130,7 @@ class SearchScreen(ModalScreen[None]):
         if self._typing is not None:
             self._typing.stop()
         self.search()
-        self.events_table.focus()
+        self.set_focus(self.events_table)
 
     @work(exclusive=True, group="search")
     async def search(self) -> None:
@@ -174,7 +177,7 @@ class SearchScreen(ModalScreen[None]):
             title = f"Events: {shown} found (all searched)"
         else:
             title = f"Events: {shown} found, searched back to #{found.next_before:,} (↓ past the end: more)"
-        self.query_one("#search-events-title", Label).update(title)
+        self._set_title("search-events", title)
 
     def _add_messages(self, found: OutboxSearch) -> None:
         table = self.outbox_table
@@ -188,7 +191,20 @@ class SearchScreen(ModalScreen[None]):
         table.more = found.next_before is not None
         what = "newest" if not self.text.strip() else "found"
         more = "" if found.next_before is None else " (↓ past the end: more)"
-        self.query_one("#search-outbox-title", Label).update(f"Outbox messages: {table.row_count:,} {what}{more}")
+        self._set_title("search-outbox", f"Outbox messages: {table.row_count:,} {what}{more}")
+
+    def _set_title(self, part: str, title: str) -> None:
+        self._titles[part] = title
+        self._show_titles()
+
+    def _show_titles(self) -> None:
+        """The list enter acts on is marked ▸ (the events found, or the messages)."""
+        focused = self.focused.id if self.focused is not None else None
+        for part, title in self._titles.items():
+            self.query_one(f"#{part}-title", Label).update(f"{'▸ ' if part == focused else ''}{title}")
+
+    def on_descendant_focus(self) -> None:
+        self._show_titles()
 
     @on(ResultsTable.More)
     async def _more(self, message: ResultsTable.More) -> None:
