@@ -215,7 +215,7 @@ async def test_o_lists_the_outbox_and_opens_a_message_in_full(filled: Path, cloc
         screen = app.screen
         assert isinstance(screen, SearchScreen)
         await wait_until(pilot, lambda: screen.outbox_table.row_count == 5, what="the newest messages")
-        assert list(screen.outbox_table.rows)[0] == str(message_id)
+        assert next(iter(screen.outbox_table.rows)) == str(message_id)
         await pilot.press("enter")
         await wait_until(pilot, lambda: isinstance(app.screen, MessageScreen), what="the message")
         assert text_of(app, "#message-text") == long_body  # all of it, every line
