@@ -12,6 +12,16 @@ from console.core.models import STATUSES, ApprovalDraft, Attempt, Event, MemoryW
 MAX_KEY_CHARS = 512
 # What a retry by hand brings back: a dead event, or one the owner discarded and thinks better of.
 REVIVABLE = ("dead", "discarded")
+# The orders the console can sort the whole inbox by, each read through an index: (status, id), (source, id).
+SORT_ORDERS = ("id", "status", "source")
+
+
+def sort_key(event: Event, order: str) -> tuple[Any, int]:
+    """Where event stands in an order of events_in_order."""
+    value: Any = event.id if order == "id" else getattr(event, order)
+    return value, event.id
+
+
 # What the owner may give up on: a dead event, or a pending one (a poison event backing off). A running event
 # belongs to its worker.
 DISCARDABLE = ("dead", "pending")
@@ -349,6 +359,44 @@ class InboxMixin(StoreBase):
         else:
             sql = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id DESC LIMIT ?"
         return [_event(r) for r in self._conn.execute(sql, (*params, int(limit)))]
+
+    def events_in_order(
+        self,
+        *,
+        order: str = "id",
+        descending: bool = True,
+        status: str | None = None,
+        source: str | None = None,
+        start: tuple[Any, int] | None = None,
+        inclusive: bool = False,
+        backwards: bool = False,
+        limit: int = 100,
+    ) -> list[Event]:
+        """A run of events in the order the console shows them: by (order, id), both descending or both
+        ascending; order is id, status or source (each has an index that reads in that order). From start
+        on (a key as sort_key returns; after it, or from it with inclusive), or with backwards the rows just
+        before it, still in display order. Reads only the rows it returns (keyset paging)."""
+        if order not in SORT_ORDERS:
+            raise ValueError(f"unknown order {order!r}; expected one of {', '.join(SORT_ORDERS)}")
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
+        where = [condition for condition, value in (("status = ?", status), ("source = ?", source))
+                 if value is not None]
+        params: list[Any] = [value for value in (status, source) if value is not None]
+        # Reading forwards in a descending order is reading downwards; backwards flips both.
+        downwards = descending != backwards
+        if start is not None:
+            compare = ("<" if downwards else ">") + ("=" if inclusive and not backwards else "")
+            where.append(f"({order}, id) {compare} (?, ?)")
+            params += [start[0], start[1]]
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        direction = "DESC" if downwards else "ASC"
+        rows = self._conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY {order} {direction}, id {direction} LIMIT ?",
+            (*params, int(limit)),
+        ).fetchall()
+        events = [_event(row) for row in rows]
+        return events[::-1] if backwards else events
 
     def event(self, event_id: int) -> Event | None:
         for row in self._conn.execute(f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE id = ?", (event_id,)):

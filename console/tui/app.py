@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -87,6 +88,9 @@ FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
 TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes
 ACTIVITY_SECONDS = 5.0
 APPROVAL_TEXT = "refund order 881"
+# The orders S steps through: (column, descending). Each reads through an index (console.core.inbox).
+SORT_CYCLE = [("id", True), ("id", False), ("status", True), ("status", False), ("source", True),
+              ("source", False)]
 
 
 def source_id_taken(source_id: str, store: Store) -> bool:
@@ -121,6 +125,8 @@ class ConsoleApp(App[None]):
                 tooltip="cycle the source filter"),
         Binding("slash", "search", "Find", id="console.search",
                 tooltip="find events and outbox messages by source, id, payload text or error"),
+        Binding("S", "sort", "Sort", id="console.sort", show=False,
+                tooltip="sort the whole inbox: newest or oldest first, by status, by source (or click a header)"),
         Binding("F", "pick_filter", "Pick filter", id="console.filter_pick", show=False,
                 tooltip="pick the status or source filter from a list"),
         Binding("D,delete", "discard", "Discard", id="console.discard", show=False,
@@ -680,11 +686,21 @@ class ConsoleApp(App[None]):
         await self.set_source_filter(order[(order.index(current) + 1) % len(order)])
 
     async def set_status_filter(self, status: str | None) -> None:
-        self.filter = EventFilter(status, self.filter.source)
+        self.filter = replace(self.filter, status=status)
         await self.query_one(EventsPane).set_filter(self.filter)
 
     async def set_source_filter(self, source: str | None) -> None:
-        self.filter = EventFilter(self.filter.status, source)
+        self.filter = replace(self.filter, source=source)
+        await self.query_one(EventsPane).set_filter(self.filter)
+
+    async def action_sort(self, order: str = "") -> None:
+        """S: the next order in SORT_CYCLE; a column's header: sort by it, again to turn the order round."""
+        flt = self.filter
+        if not order:
+            order, descending = SORT_CYCLE[(SORT_CYCLE.index((flt.order, flt.descending)) + 1) % len(SORT_CYCLE)]
+        else:
+            descending = not flt.descending if order == flt.order else True
+        self.filter = replace(flt, order=order, descending=descending)
         await self.query_one(EventsPane).set_filter(self.filter)
 
     async def action_newest(self) -> None:

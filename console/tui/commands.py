@@ -27,6 +27,7 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
      "search"),
     ("Read outbox messages", "The newest outbox messages, each openable in full", "outbox_messages"),
     ("Pick the filter from a list", "Each status with its count, each source", "pick_filter"),
+    ("Sort the events", "Newest or oldest first, by status, by source (each turned round too)", "sort"),
     ("Retry all dead events matching the filter", "Asks for confirmation with the exact count", "retry_all"),
     ("Set the budgets", "Daily and monthly US dollars for model calls, stored in the inbox (agent-console budget)",
      "budget"),

@@ -107,6 +107,9 @@ def why_not_run(
         return reasons or ["done: it ran and finished"]
     if event.status == "dead":
         return [f"dead: {event.error or 'no reason recorded'} (press r to retry it)", *reasons]
+    if event.status == "discarded":
+        return [f"discarded {clock_text(event.updated_at, now, zone)}: it is never run again (press r to retry "
+                f"it); it had failed: {event.error or 'no reason recorded'}", *reasons]
     if event.status == "running":
         return [f"running now under lease generation {event.claim_gen} (attempt {event.attempts})", *reasons]
     agent = store.agent_state().at(now)

@@ -220,3 +220,35 @@ async def test_o_lists_the_outbox_and_opens_a_message_in_full(filled: Path, cloc
         await wait_until(pilot, lambda: isinstance(app.screen, MessageScreen), what="the message")
         assert text_of(app, "#message-text") == long_body  # all of it, every line
         assert text_of(app, "#message-facts").startswith("queued  written")
+
+
+async def test_s_sorts_the_whole_inbox_and_paging_follows_the_order(db_path: Path, clock: ManualClock) -> None:
+    with reopen(db_path) as store:
+        store.ingest_many([(("chat", "github")[i % 2], f"b-{i}", {"i": i}) for i in range(300)], now=clock.now())
+        store.connection.execute("UPDATE inbox SET status = 'dead', error = 'x' WHERE id % 10 = 0")
+        store.acquire("elsewhere", now=clock.now() + 10_000)  # keep this console on standby
+    app = make_app(db_path, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        pane = app.query_one(EventsPane)
+        rows = pane.table.visible_rows()
+        await pilot.press("S")  # oldest first
+        await wait_until(pilot, lambda: shown_ids(app) == list(range(1, rows + 1)), what="oldest first")
+        assert "oldest first" in str(pane.border_title)
+        await pilot.press("pagedown")
+        await wait_until(pilot, lambda: shown_ids(app)[0] == rows + 1, what="the next page in that order")
+        await pilot.press("end")
+        await wait_until(pilot, lambda: pane.selected_event().id == 300, what="the last row: the newest")  # type: ignore[union-attr]
+        await pilot.press("S")  # by status, descending: pending before dead, newest first within each
+        await wait_until(pilot, lambda: shown_ids(app)[:2] == [299, 298], what="by status")
+        await pilot.press("end")
+        await wait_until(pilot, lambda: pane.selected_event().id == 10, what="the oldest dead event last")  # type: ignore[union-attr]
+        await pilot.press("home")
+        await pilot.click("#events-table", offset=(14, 0))  # the source column's header
+        await wait_until(pilot, lambda: app.filter.order == "source" and app.filter.descending, what="by source")
+        await wait_until(pilot, lambda: [e.source for e in pane.page.events] == ["github"] * rows,  # type: ignore[union-attr]
+                         what="github first")
+        await pilot.click("#events-table", offset=(14, 0))  # again: turned round
+        await wait_until(pilot, lambda: pane.page is not None and pane.page.events[0].id == 1, what="chat, oldest")
+        await pilot.press("f")  # a filter keeps the order
+        await wait_until(pilot, lambda: app.filter.status == "pending" and app.filter.order == "source")

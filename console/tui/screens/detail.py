@@ -20,7 +20,7 @@ from console.tui.detail import DetailView, clock_text
 
 Part = str | tuple[str, str]
 STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": "$text-success",
-                "dead": "$text-error"}
+                "dead": "$text-error", "discarded": "$text-muted"}
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
 TRANSCRIPT_STYLE = {"turn": "bold", "call": "$text-primary", "result": "dim", "note": "dim italic"}
 

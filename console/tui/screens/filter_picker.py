@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import ClassVar
 
 from textual import on
@@ -68,6 +69,6 @@ class FilterScreen(ModalScreen[EventFilter | None]):
     def _picked(self, message: OptionList.OptionSelected) -> None:
         kind, _, value = (message.option.id or "").partition(":")
         if kind == "status":
-            self.dismiss(EventFilter(value or None, self.current.source))
+            self.dismiss(replace(self.current, status=value or None))
         else:
-            self.dismiss(EventFilter(self.current.status, value or None))
+            self.dismiss(replace(self.current, source=value or None))

@@ -29,6 +29,7 @@ from console.tui.detail import human_span
 from console.tui.reads import (
     EventFilter,
     EventsPage,
+    Key,
     read_newer_top,
     read_older_top,
     read_oldest_top,
@@ -41,6 +42,7 @@ Reader = Callable[[Callable[[Store], Any]], Awaitable[Any]]
 COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 9), ("att", 3), ("gen", 3), ("age", 6),
            ("retry", 7), ("last error", None))
 MARK = "●"
+SORTABLE = {"id": "id", "age": "id", "status": "status", "source": "source"}  # column → order (an index each)
 
 
 DEAD_PREFIX = re.compile(r"^failed \d+ of \d+ attempts; last error: ")
@@ -85,7 +87,7 @@ class EventsView:
 
 
 class EventsPane(Vertical):
-    """top_id None means live: the newest page, following new events as they arrive."""
+    """top None means live: the first page (the newest events), following new events as they arrive."""
 
     DEFAULT_CSS = """
     EventsPane #events-table {
@@ -119,7 +121,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         self.clock = clock
         self.zone = zone
         self.filter = EventFilter()
-        self.top_id: int | None = None
+        self.top: Key | None = None  # the first row's place in the filter's order
         self.selected_id: int | None = None
         self.marked: set[int] = set()
         self.border_title = "Events"
@@ -156,13 +158,13 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     async def reload(self) -> None:
         rows = self.table.visible_rows()
-        page = await self.reader(read_page(self.filter, top_id=self.top_id, limit=rows))
-        if self.top_id is not None and page.at_top:
-            self.top_id = None  # scrolled back to the newest page: follow new events again
+        page = await self.reader(read_page(self.filter, top=self.top, limit=rows))
+        if self.top is not None and page.at_top:
+            self.top = None  # scrolled back to the first page: follow new events again
         self.show(page)
 
     def show(self, page: EventsPage) -> None:
-        self.view = EventsView(page, self.filter, self.top_id is None, self.clock.now(), frozenset(self.marked))
+        self.view = EventsView(page, self.filter, self.top is None, self.clock.now(), frozenset(self.marked))
 
     def watch_view(self, view: EventsView | None) -> None:
         if view is None:
@@ -199,8 +201,9 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         keys = [key for key, _ in rows]
         if keys == [str(row_key.value) for row_key in table.rows]:
             for key, cells in rows:
-                for (label, _), cell in zip(COLUMNS, cells, strict=True):
-                    table.update_cell(key, label, cell)
+                for (label, width), cell in zip(COLUMNS, cells, strict=True):
+                    # the error column is as wide as its longest error: it is measured again
+                    table.update_cell(key, label, cell, update_width=width is None)
             return
         scroll_x = table.scroll_x
         table.clear()
@@ -238,6 +241,15 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             self.selected_id = int(message.row_key.value)
             self._show_error()
 
+    @on(EventsTable.HeaderSelected)
+    async def _header_clicked(self, message: EventsTable.HeaderSelected) -> None:
+        message.stop()
+        order = SORTABLE.get(str(message.column_key.value))
+        if order is None:
+            self.notify("The inbox sorts by id or age, status or source (S steps through them)", timeout=4)
+            return
+        await self.app.run_action(f"sort({order!r})")
+
     @on(EventsTable.ToggleMark)
     def _toggle_mark(self, message: EventsTable.ToggleMark) -> None:
         message.stop()
@@ -268,40 +280,41 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         message.stop()
         events = self.page.events if self.page else []
         rows = self.table.visible_rows()
+        key = self.filter.key
         if message.kind == "newest":
-            self.top_id = None
+            self.top = None
             self.selected_id = None
         elif message.kind == "oldest":
             top = await self.reader(read_oldest_top(self.filter, rows))
             if top is None:
                 return
-            self.top_id = top
+            self.top = top
             self.selected_id = None  # the cursor goes to the last row, the oldest event itself (below)
         elif not events:
             return
         elif message.kind == "down":
             if len(events) < 2:
                 return
-            older = await self.reader(read_older_top(self.filter, events[-1].id, 1))
+            older = await self.reader(read_older_top(self.filter, key(events[-1]), 1))
             if older is None:
                 return
-            self.top_id = events[1].id
-            self.selected_id = older
+            self.top = key(events[1])
+            self.selected_id = older[1]
         elif message.kind == "up":
-            above = await self.reader(read_newer_top(self.filter, events[0].id, 1))
+            above = await self.reader(read_newer_top(self.filter, key(events[0]), 1))
             if above is None:
                 return
-            self.top_id = above
-            self.selected_id = above
+            self.top = above
+            self.selected_id = above[1]
         elif message.kind == "page_down":
-            older = await self.reader(read_older_top(self.filter, events[-1].id, rows))
+            older = await self.reader(read_older_top(self.filter, key(events[-1]), rows))
             if older is None:
                 self.table.move_cursor(row=len(events) - 1)
                 return
-            self.top_id = older
+            self.top = older
             self.selected_id = None
         elif message.kind == "page_up":
-            self.top_id = await self.reader(read_newer_top(self.filter, events[0].id, rows))
+            self.top = await self.reader(read_newer_top(self.filter, key(events[0]), rows))
             self.selected_id = None
         await self.reload()
         if message.kind == "oldest" and self.page is not None and self.page.events:
@@ -310,7 +323,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     async def set_filter(self, flt: EventFilter) -> None:
         self.filter = flt
-        self.top_id = None
+        self.top = None
         self.selected_id = None
         await self.reload()
 
