@@ -9,6 +9,7 @@ from textual.widgets import Input, OptionList
 
 from console.clock import ManualClock
 from console.tui.app import ConsoleApp
+from console.tui.detail import why_not_run
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.filter_picker import FilterScreen
@@ -16,7 +17,7 @@ from console.tui.screens.message import MessageScreen
 from console.tui.screens.search import SearchScreen
 from console.tui.widgets.events_pane import EventsPane
 from tests.tui.conftest import reopen, wait_until
-from tests.tui.scenes import make_app
+from tests.tui.scenes import HOLDER, make_app
 
 SIZE = (80, 24)
 DEAD = 3  # manual/poison-1 in the filled scene: dead after two failed attempts
@@ -252,3 +253,15 @@ async def test_s_sorts_the_whole_inbox_and_paging_follows_the_order(db_path: Pat
         await wait_until(pilot, lambda: pane.page is not None and pane.page.events[0].id == 1, what="chat, oldest")
         await pilot.press("f")  # a filter keeps the order
         await wait_until(pilot, lambda: app.filter.status == "pending" and app.filter.order == "source")
+
+
+def test_why_a_discarded_event_does_not_run(db_path: Path, clock: ManualClock) -> None:
+    with reopen(db_path) as store:
+        store.ingest("manual", "poison-9", {"poison": True}, now=clock.now() - 120)
+        store.connection.execute("UPDATE inbox SET status = 'dead', error = 'PoisonEventError: boom'")
+        [discarded] = store.discard([1], now=clock.now() - 60)
+        event = store.event(discarded)
+        assert event is not None
+        reasons = why_not_run(store, event, now=clock.now(), holder=HOLDER, mode="active", approvals=[], replies=[])
+    assert reasons[0].startswith("discarded ") and "(1m00s ago)" in reasons[0]
+    assert "never run again (press r to retry it); it had failed: PoisonEventError: boom" in reasons[0]
