@@ -73,7 +73,8 @@ async def test_r_in_the_detail_retries_the_dead_event_and_shows_it_pending(fille
         await wait_until(pilot, lambda: "pending" in shown(app, "#detail-title"), what="pending again")
         assert "retry" in shown(app, "#detail-history")
         await pilot.press("r")  # no longer dead: refused with a reason
-        await wait_until(pilot, lambda: any("only dead events are retried" in t for t in toasts(app)), what="refusal")
+        await wait_until(pilot, lambda: any("only dead events (or discarded ones) are retried" in t
+                                            for t in toasts(app)), what="refusal")
     with reopen(filled) as store:
         event = store.event(3)
         assert event is not None and (event.status, event.dead_reason) == ("pending", None)
