@@ -360,7 +360,8 @@ class ConsoleApp(App[None]):
     def _on_notice(self, message: EngineNotice) -> None:
         notice = message.notice
         self._mark(*NOTICE_PANES.get(notice.kind, PANES))
-        if isinstance(self.screen, DetailScreen) and notice.kind != "log":
+        # The engine stops after the screens have gone (on_unmount): a notice sent meanwhile finds none.
+        if notice.kind != "log" and self.screen_stack and isinstance(self.screen, DetailScreen):
             self.screen.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
