@@ -28,6 +28,7 @@ from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, 
 from console.core.approvals import ANSWERS
 from console.core.copy import copy_inbox
 from console.core.db import is_postgres, reporting_damage
+from console.core.inbox import DISCARDABLE, REVIVABLE
 from console.core.models import PHONE_IGNORED, SpendRow
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.redact import install_log_redaction
@@ -663,29 +664,81 @@ def approve(ctx: click.Context, request_id: str, answer: str) -> None:
 
 
 @main.command()
-@click.argument("event_id", type=SQLITE_COUNT, required=False)
+@click.argument("event_ids", metavar="[EVENT_ID]...", type=SQLITE_COUNT, nargs=-1)
 @click.option("--all-dead", is_flag=True, help="Retry every dead event (of --source, if given).")
 @click.option("--source", help="With --all-dead: only dead events from this source.")
 @click.pass_obj
-def retry(state: CliState, event_id: int | None, all_dead: bool, source: str | None) -> None:
-    """Retry dead events with a fresh attempt budget.
+def retry(state: CliState, event_ids: tuple[int, ...], all_dead: bool, source: str | None) -> None:
+    """Retry dead (or discarded) events with a fresh attempt budget.
 
-    `retry EVENT_ID` retries one; `retry --all-dead [--source S]` retries every dead event (of one
-    source) and prints how many."""
-    if (event_id is None) == (not all_dead):
+    `retry EVENT_ID...` retries those events, all or none; `retry --all-dead [--source S]` retries every
+    dead event (of one source) and prints how many."""
+    if bool(event_ids) == all_dead:
         raise UserError("give either an EVENT_ID or --all-dead")
     if source is not None and not all_dead:
         raise UserError("--source goes with --all-dead")
     with state.store() as store:
-        if event_id is None:
+        if not event_ids:
             click.echo(f"retried {count(store.retry_dead_matching(source=source, now=_now()))}")
             return
+        _check_states(store, event_ids, REVIVABLE, "retried", "not dead")
+        retried = store.retry_events(event_ids, now=_now())
+    click.echo("retried" if len(event_ids) == 1 else f"retried {count(len(retried))}")
+
+
+@main.command()
+@click.argument("event_ids", metavar="EVENT_ID...", type=SQLITE_COUNT, nargs=-1, required=True)
+@click.option("--reason", help="Why, kept in each event's history.")
+@click.pass_obj
+def discard(state: CliState, event_ids: tuple[int, ...], reason: str | None) -> None:
+    """Give up on dead (or pending) events: they become `discarded`.
+
+    A discarded event is never run again and stays for the record: its payload, error and history are
+    kept, its key still refuses a redelivery, and `retry` brings it back. All or none: an id that is
+    running, done or unknown changes nothing."""
+    with state.store() as store:
+        _check_states(store, event_ids, DISCARDABLE, "discarded", "not dead or pending")
+        discarded = store.discard(event_ids, now=_now(), reason=reason)
+    click.echo(f"discarded {count(len(discarded))}")
+
+
+def _check_states(store: Store, event_ids: tuple[int, ...], allowed: tuple[str, ...], verb: str, what: str) -> None:
+    """One line naming the first event that cannot be {verb}, before anything changes."""
+    for event_id in event_ids:
         event = store.event(event_id)
         if event is None:
             raise UserError(f"no event with id {event_id}")
-        if not store.retry_dead(event_id, now=_now()):
-            raise UserError(f"event {event_id} is {event.status}, not dead: only dead events can be retried")
-    click.echo("retried")
+        if event.status not in allowed:
+            raise UserError(f"event {event_id} is {event.status}, {what}: only {' or '.join(allowed)} events "
+                            f"can be {verb}")
+
+
+@main.command()
+@click.option("--source", help="Only dead events from this source.")
+@click.option("--limit", type=SQLITE_COUNT, default=50, show_default=True, help="At most this many.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list: id, source, source_id, attempts, died_at, "
+              "dead_reason (failed, lost, out_of_attempts; null if it died before the field), error (its last).")
+@click.pass_obj
+def dead(state: CliState, source: str | None, limit: int, as_json: bool) -> None:
+    """List dead events, newest first: when each died and why.
+
+    Then `retry ID...` runs them again with a fresh attempt budget, `discard ID...` gives up on them."""
+    now = _now()
+    with state.reader() as store:
+        found = store.events(status="dead", source=source, limit=limit)
+    # A dead event's updated_at is the moment it died: nothing else writes a dead row but retry and discard,
+    # which move it out of this state.
+    if as_json:
+        _print_json([{"id": e.id, "source": e.source, "source_id": e.source_id, "attempts": e.attempts,
+                      "died_at": e.updated_at, "dead_reason": e.dead_reason, "error": e.error} for e in found])
+        return
+    if not found:
+        click.echo("no dead events")
+        return
+    zone = state.zone()
+    for event in found:
+        _say(f"{event.id:>6}  died {_clock_time(event.updated_at, zone)} ({span(max(0, now - event.updated_at))} ago)  "
+             f"{event.source}/{event.source_id}  {event.death_in_words()}")
 
 
 @main.command()

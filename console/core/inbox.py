@@ -19,6 +19,21 @@ from console.core.models import (
 )
 
 MAX_KEY_CHARS = 512
+# What a retry by hand brings back: a dead event, or one the owner discarded and thinks better of.
+REVIVABLE = ("dead", "discarded")
+# The orders the console can sort the whole inbox by, each read through an index: (status, id), (source, id).
+SORT_ORDERS = ("id", "status", "source")
+
+
+def sort_key(event: Event, order: str) -> tuple[Any, int]:
+    """Where event stands in an order of events_in_order."""
+    value: Any = event.id if order == "id" else getattr(event, order)
+    return value, event.id
+
+
+# What the owner may give up on: a dead event, or a pending one (a poison event backing off). A running event
+# belongs to its worker.
+DISCARDABLE = ("dead", "pending")
 _EVENT_COLUMNS = (
     "id, source, source_id, payload, status, attempts, claim_gen, error, "
     "created_at, updated_at, next_attempt_at, duplicates, pruned_at, dead_reason"
@@ -358,6 +373,44 @@ class InboxMixin(StoreBase):
             sql = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id DESC LIMIT ?"
         return [_event(r) for r in self._conn.execute(sql, (*params, int(limit)))]
 
+    def events_in_order(
+        self,
+        *,
+        order: str = "id",
+        descending: bool = True,
+        status: str | None = None,
+        source: str | None = None,
+        start: tuple[Any, int] | None = None,
+        inclusive: bool = False,
+        backwards: bool = False,
+        limit: int = 100,
+    ) -> list[Event]:
+        """A run of events in the order the console shows them: by (order, id), both descending or both
+        ascending; order is id, status or source (each has an index that reads in that order). From start
+        on (a key as sort_key returns; after it, or from it with inclusive), or with backwards the rows just
+        before it, still in display order. Reads only the rows it returns (keyset paging)."""
+        if order not in SORT_ORDERS:
+            raise ValueError(f"unknown order {order!r}; expected one of {', '.join(SORT_ORDERS)}")
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
+        where = [condition for condition, value in (("status = ?", status), ("source = ?", source))
+                 if value is not None]
+        params: list[Any] = [value for value in (status, source) if value is not None]
+        # Reading forwards in a descending order is reading downwards; backwards flips both.
+        downwards = descending != backwards
+        if start is not None:
+            compare = ("<" if downwards else ">") + ("=" if inclusive and not backwards else "")
+            where.append(f"({order}, id) {compare} (?, ?)")
+            params += [start[0], start[1]]
+        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        direction = "DESC" if downwards else "ASC"
+        rows = self._conn.execute(
+            f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY {order} {direction}, id {direction} LIMIT ?",
+            (*params, int(limit)),
+        ).fetchall()
+        events = [_event(row) for row in rows]
+        return events[::-1] if backwards else events
+
     def event(self, event_id: int) -> Event | None:
         for row in self._conn.execute(f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE id = ?", (event_id,)):
             return _event(row)
@@ -420,11 +473,19 @@ class InboxMixin(StoreBase):
             found.append(low)
         return found
 
-    # --- dead events --------------------------------------------------------------------------
+    # --- dead events ---------------------------------------------------------------------------
     def retry_dead(self, event_id: int, *, now: int) -> bool:
         """Return one dead event to pending with a fresh attempt budget."""
         with translate_errors(), transaction(self._conn):
-            return self._revive(event_id, now)
+            return self._revive(event_id, now, ("dead",))
+
+    def retry_events(self, event_ids: Iterable[int], *, now: int) -> list[int]:
+        """Return each dead or discarded event among event_ids to pending with a fresh attempt budget, in one
+        transaction (the console's retry of a selection, `agent-console retry ID...`). Returns the ids that
+        moved, in the order given; an unknown id or one in another state is left alone."""
+        with translate_errors(), transaction(self._conn):
+            return [event_id for event_id in dict.fromkeys(event_ids)
+                    if self._revive(event_id, now, REVIVABLE)]
 
     def retry_dead_matching(self, *, source: str | None = None, now: int) -> int:
         """Return every dead event (of one source, if given) to pending. Returns how many."""
@@ -434,27 +495,50 @@ class InboxMixin(StoreBase):
             else:
                 ids = [r[0] for r in self._conn.execute(
                     "SELECT id FROM inbox WHERE status = 'dead' AND source = ?", (source,))]
-            return sum(self._revive(event_id, now) for event_id in ids)
+            return sum(self._revive(event_id, now, ("dead",)) for event_id in ids)
 
     def count_dead(self, *, source: str | None = None) -> int:
         if source is None:
             return int(self._scalar("SELECT n FROM inbox_counts WHERE status = 'dead'"))
         return int(self._scalar("SELECT COUNT(*) FROM inbox WHERE status = 'dead' AND source = ?", (source,)))
 
-    def _revive(self, event_id: int, now: int) -> bool:
-        dead = self._conn.execute(
-            "SELECT dead_reason, attempts, error FROM inbox WHERE id = ? AND status = 'dead'", (event_id,)
+    def discard(self, event_ids: Iterable[int], *, now: int, reason: str | None = None) -> list[int]:
+        """Give up on dead or pending events, in one transaction: they become `discarded`, are never claimed
+        again, and stay for the record (their key still refuses a redelivery; their error, dead_reason and
+        history stay; `retry` brings one back). A running event belongs to its worker and is left alone, as
+        are done ones. Returns the ids that moved, in the order given."""
+        moved: list[int] = []
+        with translate_errors(), transaction(self._conn):
+            for event_id in dict.fromkeys(event_ids):
+                changed = self._conn.execute(
+                    """UPDATE inbox SET status = 'discarded', claim_alone = 0, updated_at = ?
+                       WHERE id = ? AND status IN (?, ?) RETURNING id""",
+                    (now, event_id, *DISCARDABLE),
+                ).fetchall()
+                if changed:
+                    self._log_attempt(event_id, now, "discard", None, None, reason or "discarded by hand")
+                    moved.append(event_id)
+        return moved
+
+    def _revive(self, event_id: int, now: int, states: tuple[str, ...]) -> bool:
+        """Return one event in one of states (dead, discarded) to pending; its history says what it was."""
+        marks = ", ".join("?" for _ in states)
+        found = self._conn.execute(
+            f"SELECT status, dead_reason, attempts, error FROM inbox WHERE id = ? AND status IN ({marks})",
+            (event_id, *states),
         ).fetchall()
-        if not dead:
+        if not found:
             return False
-        reason, attempts, error = dead[0]
+        status, reason, attempts, error = found[0]
         changed = self._conn.execute(
-            """UPDATE inbox SET status = 'pending', attempts = 0, next_attempt_at = 0, claim_gen = NULL,
+            f"""UPDATE inbox SET status = 'pending', attempts = 0, next_attempt_at = 0, claim_gen = NULL,
                    claim_alone = 1, dead_reason = NULL, updated_at = ?
-               WHERE id = ? AND status = 'dead' RETURNING id""",
-            (now, event_id),
+               WHERE id = ? AND status IN ({marks}) RETURNING id""",
+            (now, event_id, *states),
         ).fetchall()
         if changed:
             was = death_in_words(reason, attempts, error)
+            if status == "discarded":  # given up on while dead (its reason kept) or while still pending
+                was = f"discarded; {was}" if reason is not None or error else "discarded"
             self._log_attempt(event_id, now, "retry", None, None, f"retried by hand (was: {was})")
         return bool(changed)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-STATUSES = ("pending", "running", "done", "dead")
+STATUSES = ("pending", "running", "done", "dead", "discarded")
 
 
 @dataclass(frozen=True)
@@ -23,7 +23,7 @@ class Event:
     next_attempt_at: int = 0
     duplicates: int = 0
     pruned_at: int | None = None  # when `prune` cleared its payload (the row and its key stay)
-    dead_reason: str | None = None  # one of DEAD_REASONS while the event is dead
+    dead_reason: str | None = None  # one of DEAD_REASONS once it died (kept if discarded)
 
     def death_in_words(self) -> str | None:
         """Why a dead event died, as a sentence built from its fields (None unless it is dead)."""
@@ -52,7 +52,7 @@ def death_in_words(reason: str | None, attempts: int, error: str | None) -> str:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One line of an event's history: claim, finish, error, lost, dead, retry or refusal."""
+    """One line of an event's history: claim, finish, error, lost, dead, retry, discard or refusal."""
 
     event_id: int
     at: int
@@ -379,3 +379,20 @@ class PhoneCard:
     shown: str | None
     answered_via: str | None
     tries: int
+
+
+@dataclass(frozen=True)
+class EventSearch:
+    """One page of events matching a search, newest first. next_before: pass it as before_id to go on
+    searching older events; None once the oldest event has been looked at."""
+
+    events: list[Event]
+    next_before: int | None
+
+
+@dataclass(frozen=True)
+class OutboxSearch:
+    """One page of outbox messages matching a search, newest first; next_before as in EventSearch."""
+
+    messages: list[OutboxMessage]
+    next_before: int | None

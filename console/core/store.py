@@ -25,6 +25,7 @@ from console.core.outbox import OutboxMixin
 from console.core.phone import PhoneMixin
 from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
+from console.core.search import SearchMixin
 from console.core.spend import SpendMixin
 
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
@@ -63,7 +64,7 @@ class PollingFeed:
 
 class Store(
     RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin, JournalMixin,
-    InsightsMixin, AgentStateMixin, SpendMixin,
+    InsightsMixin, AgentStateMixin, SpendMixin, SearchMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, options: StoreOptions, seed: int | None = None) -> None:
         self._conn = conn

@@ -3,18 +3,20 @@ sentence. The console's event detail and `agent-console show` both print it."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any
 
 from console.core import Event, Store
+from console.core.models import death_in_words
 from console.timefmt import agent_in_words, clock_text, span
 
 AHEAD_LIMIT = 100  # older pending events counted, at most: "100+ ahead" says enough
 
 # The kinds of reason, most decisive first within an answer.
-REASON_KINDS = ("done", "dead", "running", "reply_held", "awaiting_approval", "agent_not_ready", "no_lease",
-                "lease_elsewhere", "stalled", "backing_off", "behind_older", "next_pass")
+REASON_KINDS = ("done", "dead", "discarded", "running", "reply_held", "awaiting_approval", "agent_not_ready",
+                "no_lease", "lease_elsewhere", "stalled", "backing_off", "behind_older", "next_pass")
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,8 @@ def why_not_run(
         return _answer(event, [Reason("dead", f"dead: {event.death_in_words()}; a retry runs it again",
                                       {"dead_reason": event.dead_reason, "error": event.error,
                                        "attempts": event.attempts}), *reasons])
+    if event.status == "discarded":
+        return _answer(event, [_discarded(event, at), *reasons])
     if event.status == "running":
         return _answer(event, [Reason("running", f"running now under lease generation {event.claim_gen} "
                                       f"(attempt {event.attempts})", {"gen": event.claim_gen,
@@ -118,6 +122,20 @@ def why_not_run(
             "behind_older", f"{count} older pending event{'' if ahead == 1 else 's'} ahead of it "
             f"(batches of {store.batch_cap})", {"ahead": ahead, "at_least": ahead >= AHEAD_LIMIT}))
     return _answer(event, reasons or [Reason("next_pass", "pending: it will be claimed on the worker's next pass")])
+
+
+def _discarded(event: Event, at: Callable[[int | None], str]) -> Reason:
+    """The owner gave up on it: never claimed again. What it had been through, when it went: its death (the
+    reason kept) or, given up on while still pending, its last error if it had one."""
+    if event.dead_reason is not None:
+        before = f"; it had died: {death_in_words(event.dead_reason, event.attempts, event.error)}"
+    elif event.error:
+        before = f"; last error: {event.error}"
+    else:
+        before = ""
+    return Reason("discarded", f"discarded {at(event.updated_at)}: it is never run again; a retry brings it back"
+                  f"{before}", {"discarded_at": event.updated_at, "dead_reason": event.dead_reason,
+                                "error": event.error, "attempts": event.attempts})
 
 
 def _answer(event: Event, reasons: list[Reason]) -> WhyNotRun:

@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
@@ -33,6 +34,7 @@ from textual.widgets import DataTable, Footer, HelpPanel
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import STATUSES, Approval, Event, Store, StoreError
+from console.core.inbox import REVIVABLE
 from console.demo import demo_settings, run_demo
 from console.notices import Notice
 from console.textsafe import terminal_safe, terminal_safe_lines
@@ -40,6 +42,7 @@ from console.timefmt import span
 from console.tui.backend import EngineLike
 from console.tui.commands import ConsoleCommands
 from console.tui.detail import DetailView, read_detail, read_neighbour
+from console.tui.finding import read_message
 from console.tui.reads import (
     Activity,
     EventFilter,
@@ -54,7 +57,10 @@ from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailHost, DetailScreen
+from console.tui.screens.filter_picker import FilterScreen
 from console.tui.screens.inject import InjectScreen
+from console.tui.screens.message import MessageScreen
+from console.tui.screens.search import SearchScreen
 from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
@@ -86,6 +92,9 @@ TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing 
 ACTIVITY_SECONDS = 5.0
 APPROVAL_TEXT = "refund order 881"
 CONFIRM_AFTER_SECONDS = 60  # with confirm_approvals, a yes with more time than this left asks once more
+# The orders S steps through: (column, descending). Each reads through an index (console.core.inbox).
+SORT_CYCLE = [("id", True), ("id", False), ("status", True), ("status", False), ("source", True),
+              ("source", False)]
 
 
 def source_id_taken(source_id: str, store: Store) -> bool:
@@ -112,12 +121,23 @@ class ConsoleApp(App[None]):
         Binding("i", "inject", "Inject", id="console.inject", tooltip="store an event typed in a form"),
         Binding("y", "answer('yes')", "Yes", id="console.approve", tooltip="answer the highlighted approval yes"),
         Binding("n", "answer('no')", "No", id="console.decline", tooltip="answer the highlighted approval no"),
-        Binding("r", "retry", "Retry", id="console.retry", tooltip="retry the selected dead event"),
+        Binding("r", "retry", "Retry", id="console.retry",
+                tooltip="retry the marked events (or the selected one) if dead or discarded"),
         Binding("R", "retry_all", "Retry all", id="console.retry_all", show=False,
                 tooltip="retry every dead event the filter shows (asks first)"),
         Binding("f", "cycle_status", "Filter", id="console.filter_status", tooltip="cycle the status filter"),
         Binding("s", "cycle_source", "Source", id="console.filter_source", show=False,
                 tooltip="cycle the source filter"),
+        Binding("slash", "search", "Find", id="console.search",
+                tooltip="find events and outbox messages by source, id, payload text or error"),
+        Binding("S", "sort", "Sort", id="console.sort", show=False,
+                tooltip="sort the whole inbox: newest or oldest first, by status, by source (or click a header)"),
+        Binding("F", "pick_filter", "Pick filter", id="console.filter_pick", show=False,
+                tooltip="pick the status or source filter from a list"),
+        Binding("D,delete", "discard", "Discard", id="console.discard", show=False,
+                tooltip="discard the marked events (or the selected one): kept for the record, never run"),
+        Binding("o", "outbox_messages", "Outbox", id="console.outbox_messages", show=False,
+                tooltip="the newest outbox messages, each openable in full"),
         Binding("b", "budget", "Budget", id="console.budget", show=False,
                 tooltip="set the daily and monthly budgets for model calls"),
         Binding("t", "timers", "Timers", id="console.timers", show=False,
@@ -203,7 +223,7 @@ class ConsoleApp(App[None]):
     # --- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
         yield ConsoleHeader(self._inbox_label(), self.engine.agent_name, id="header")
-        yield EventsPane(self.read, self.clock, id="events")
+        yield EventsPane(self.read, self.clock, zone=ZoneInfo(self.settings.timezone), id="events")
         with Horizontal(id="bottom"):
             yield LeasePane(self._engine_info, id="lease")
             yield ApprovalsPane(id="approvals")
@@ -342,8 +362,8 @@ class ConsoleApp(App[None]):
     def _on_notice(self, message: EngineNotice) -> None:
         notice = message.notice
         self._mark(*NOTICE_PANES.get(notice.kind, PANES))
-        # A notice can arrive before the first screen is pushed (an engine that starts fast): no screen yet.
-        if self.screen_stack and isinstance(self.screen, DetailScreen) and notice.kind != "log":
+        # A notice can come before the first screen is pushed, or after the screens have gone (on_unmount).
+        if notice.kind != "log" and self.screen_stack and isinstance(self.screen, DetailScreen):
             self.screen.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
@@ -429,6 +449,30 @@ class ConsoleApp(App[None]):
 
         host = DetailHost(load, neighbour, self.retry_event, self._answer)
         await self.push_screen(DetailScreen(await load(event_id), host, zone))
+
+    async def open_message(self, message_id: int) -> None:
+        message = await self.read(read_message(message_id))
+        if message is None:
+            self.notify(f"Outbox message {message_id} is gone (pruned)", severity="warning")
+            return
+        await self.push_screen(MessageScreen(message, self.clock.now(), ZoneInfo(self.settings.timezone)))
+
+    async def action_search(self) -> None:
+        await self.push_screen(SearchScreen(self.read, self.filter, self.open_detail, self.open_message,
+                                            now=self.clock.now()))
+
+    async def action_outbox_messages(self) -> None:
+        await self.push_screen(SearchScreen(self.read, self.filter, self.open_detail, self.open_message,
+                                            now=self.clock.now(), start_in_outbox=True))
+
+    async def action_pick_filter(self) -> None:
+        counts = await self.read(lambda store: store.counts())
+        self.push_screen(FilterScreen(self.filter, counts, self.known_sources), self._filter_picked)
+
+    async def _filter_picked(self, picked: EventFilter | None) -> None:
+        if picked is not None and picked != self.filter:
+            self.filter = picked
+            await self.query_one(EventsPane).set_filter(picked)
 
     async def action_inject(self) -> None:
         source_id = await self.unique_source_id()
@@ -544,24 +588,67 @@ class ConsoleApp(App[None]):
                         severity="warning")
 
     async def action_retry(self) -> None:
-        event = self.query_one(EventsPane).selected_event()
+        pane = self.query_one(EventsPane)
+        marked = pane.marked_ids()
+        if marked:
+            now = self.clock.now()
+            retried = await self.engine.write(lambda store: store.retry_events(marked, now=now))
+            pane.clear_marks()
+            self._mark("events", "header")
+            left = len(marked) - len(retried)
+            self.notify(f"{len(retried)} of {len(marked)} marked event{'s' if len(marked) != 1 else ''} back to "
+                        f"pending" + (f"; {left} not dead or discarded, left as they are" if left else ""),
+                        title="Retry", severity="warning" if left else "information")
+            return
+        event = pane.selected_event()
         if event is None:
             self.notify("No event selected", severity="warning")
             return
         await self.retry_event(event)
 
     async def retry_event(self, event: Event) -> None:
-        """Retry one dead event (the events pane's r and the detail's r)."""
-        if event.status != "dead":
-            self.notify(f"#{event.id} is {event.status}; only dead events are retried", severity="warning")
+        """Retry one dead or discarded event (the events pane's r and the detail's r)."""
+        if event.status not in REVIVABLE:
+            self.notify(f"#{event.id} is {event.status}; only dead events (or discarded ones) are retried",
+                        severity="warning")
             return
         now = self.clock.now()
-        retried = await self.engine.write(lambda store: store.retry_dead(event.id, now=now))
+        retried = await self.engine.write(lambda store: store.retry_events([event.id], now=now))
         self._mark("events", "header")
         if retried:
             self.notify(f"#{event.id} is pending again", title="Retry")
         else:
-            self.notify(f"#{event.id} is no longer dead", severity="warning")
+            self.notify(f"#{event.id} is no longer {event.status}", severity="warning")
+
+    async def action_discard(self) -> None:
+        """Discard the marked events, or the selected one, after a yes: Sidekiq's and Oban's discard."""
+        pane = self.query_one(EventsPane)
+        marked = pane.marked_ids()
+        event = pane.selected_event()
+        ids = marked or ([event.id] if event is not None else [])
+        if not ids:
+            self.notify("No event selected", severity="warning")
+            return
+        if not marked and event is not None and event.status not in ("dead", "pending"):
+            self.notify(f"#{event.id} is {event.status}; only dead or pending events are discarded",
+                        severity="warning")
+            return
+        what = f"#{ids[0]}" if len(ids) == 1 else f"{len(ids)} marked events"
+        self.push_screen(ConfirmScreen(f"Discard {what}? Kept for the record and never run again "
+                                       "(r brings one back).", yes_label="Discard"),
+                         partial(self._discard_confirmed, ids))
+
+    async def _discard_confirmed(self, ids: list[int], confirmed: bool | None) -> None:
+        if not confirmed:
+            return
+        now = self.clock.now()
+        discarded = await self.engine.write(lambda store: store.discard(ids, now=now))
+        self.query_one(EventsPane).clear_marks()
+        self._mark("events", "header")
+        left = len(ids) - len(discarded)
+        self.notify(f"{len(discarded)} event{'s' if len(discarded) != 1 else ''} discarded"
+                    + (f"; {left} running or done, left as they are" if left else ""),
+                    title="Discard", severity="warning" if left else "information")
 
     async def action_retry_all(self) -> None:
         flt = self.filter
@@ -636,11 +723,21 @@ class ConsoleApp(App[None]):
         await self.set_source_filter(order[(order.index(current) + 1) % len(order)])
 
     async def set_status_filter(self, status: str | None) -> None:
-        self.filter = EventFilter(status, self.filter.source)
+        self.filter = replace(self.filter, status=status)
         await self.query_one(EventsPane).set_filter(self.filter)
 
     async def set_source_filter(self, source: str | None) -> None:
-        self.filter = EventFilter(self.filter.status, source)
+        self.filter = replace(self.filter, source=source)
+        await self.query_one(EventsPane).set_filter(self.filter)
+
+    async def action_sort(self, order: str = "") -> None:
+        """S: the next order in SORT_CYCLE; a column's header: sort by it, again to turn the order round."""
+        flt = self.filter
+        if not order:
+            order, descending = SORT_CYCLE[(SORT_CYCLE.index((flt.order, flt.descending)) + 1) % len(SORT_CYCLE)]
+        else:
+            descending = not flt.descending if order == flt.order else True
+        self.filter = replace(flt, order=order, descending=descending)
         await self.query_one(EventsPane).set_filter(self.filter)
 
     async def action_newest(self) -> None:
@@ -648,6 +745,12 @@ class ConsoleApp(App[None]):
 
     async def action_oldest(self) -> None:
         self.query_one(EventsTable).action_oldest()
+
+    async def action_toggle_mark(self) -> None:
+        self.query_one(EventsTable).action_toggle_mark()
+
+    async def action_clear_marks(self) -> None:
+        self.query_one(EventsTable).action_clear_marks()
 
 
 def run_app(settings: Settings, *, demo: bool = False) -> None:

@@ -19,7 +19,15 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Show event detail", "Payload, attempt history, journal steps, why it has not run", "detail"),
     ("Approve the selected approval", "Answer yes to the approval highlighted in the approvals pane", "answer('yes')"),
     ("Decline the selected approval", "Answer no to the approval highlighted in the approvals pane", "answer('no')"),
-    ("Retry the selected dead event", "Return it to pending with a fresh attempt budget", "retry"),
+    ("Retry the selected dead event", "Or every marked one (space marks): back to pending with a fresh attempt "
+     "budget", "retry"),
+    ("Discard the selected dead event", "Or every marked one: kept for the record, never run again (asks first)",
+     "discard"),
+    ("Find events and outbox messages", "Search source, source id, payload text and error; open what is found",
+     "search"),
+    ("Read outbox messages", "The newest outbox messages, each openable in full", "outbox_messages"),
+    ("Pick the filter from a list", "Each status with its count, each source", "pick_filter"),
+    ("Sort the events", "Newest or oldest first, by status, by source (each turned round too)", "sort"),
     ("Retry all dead events matching the filter", "Asks for confirmation with the exact count", "retry_all"),
     ("Set the budgets", "Daily and monthly US dollars for model calls, stored in the inbox (agent-console budget)",
      "budget"),
@@ -29,10 +37,12 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Inject a poison event", 'A {"poison": true} event: it fails every attempt and goes dead', "quick_poison"),
     ("Redeliver the last event", "The same source and source id again: the duplicate is refused", "quick_redeliver"),
     ("Inject a message that needs approval", 'Chat text "refund order 881"', "quick_approval"),
-    ("Cycle the status filter", "all → pending → running → done → dead", "cycle_status"),
+    ("Cycle the status filter", "all → pending → running → done → dead → discarded", "cycle_status"),
     ("Cycle the source filter", "all sources → each source in the inbox", "cycle_source"),
     ("Jump to the newest events", "Follow new events live", "newest"),
     ("Jump to the oldest events", "Page from the start of the inbox", "oldest"),
+    ("Mark or unmark the selected event", "For retry (r) and discard (D) of several", "toggle_mark"),
+    ("Unmark every event", "Clear the marks", "clear_marks"),
 )
 
 

@@ -75,14 +75,14 @@ def read_detail(
 
 
 def read_neighbour(event_id: int, flt: EventFilter, *, older: bool) -> Callable[[Store], int | None]:
-    """The id of the event beside event_id in the events table under its filter: the row below (older) or
-    above (newer); None at either end."""
+    """The id of the event beside event_id in the events table under its filter and order: the row below
+    (older, when sorted newest first) or above; None at either end."""
 
     def read(store: Store) -> int | None:
-        if older:
-            found = store.events(status=flt.status, source=flt.source, before_id=event_id, limit=1)
-        else:
-            found = store.events(status=flt.status, source=flt.source, after_id=event_id, limit=1)
+        event = store.event(event_id)
+        if event is None:
+            return None
+        found = flt.run(store, start=flt.key(event), backwards=not older, limit=1)
         return found[0].id if found else None
 
     return read

@@ -9,8 +9,10 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from console.core import AgentState, Approval, Event, Lease, OutboxMessage, RefusedFinish, Store
+from console.core.inbox import sort_key
 from console.core.models import BudgetDefaults
 from console.tui.transcript import Line, conversation_lines
 
@@ -18,64 +20,84 @@ SPARK_MINUTES = 30
 RECENT = 8
 
 
+ORDER_WORDS = {("id", True): "newest first", ("id", False): "oldest first", ("status", True): "by status ↓",
+               ("status", False): "by status ↑", ("source", True): "by source ↓", ("source", False): "by source ↑"}
+Key = tuple[Any, int]  # where an event stands in the filter's order (console.core.inbox.sort_key)
+
+
 @dataclass(frozen=True)
 class EventFilter:
+    """Which events the pane shows, and in what order: by id (newest first, the default), status or source,
+    each descending or ascending, newest first within a status or source when descending."""
+
     status: str | None = None
     source: str | None = None
+    order: str = "id"
+    descending: bool = True
 
     def describe(self) -> str:
-        return f"{self.status or 'all'} · {self.source or 'all sources'}"
+        shown = f"{self.status or 'all'} · {self.source or 'all sources'}"
+        return shown if (self.order, self.descending) == ("id", True) else \
+            f"{shown} · {ORDER_WORDS[(self.order, self.descending)]}"
+
+    def key(self, event: Event) -> Key:
+        return sort_key(event, self.order)
+
+    def run(self, store: Store, *, start: Key | None = None, inclusive: bool = False, backwards: bool = False,
+            limit: int) -> list[Event]:
+        return store.events_in_order(order=self.order, descending=self.descending, status=self.status,
+                                     source=self.source, start=start, inclusive=inclusive, backwards=backwards,
+                                     limit=limit)
 
 
 @dataclass(frozen=True)
 class EventsPage:
     events: list[Event]
     counts: dict[str, int]
-    at_top: bool  # no newer event matches the filter: the page is live
+    at_top: bool  # no event above the first row matches the filter: the page is live
 
 
 def read_page(
-    flt: EventFilter, *, top_id: int | None, limit: int
+    flt: EventFilter, *, top: Key | None, limit: int
 ) -> Callable[[Store], EventsPage]:
-    """The page whose first (newest) row is top_id, or the newest page when top_id is None."""
+    """The page whose first row is the event at key `top`, or the first page when top is None."""
 
     def read(store: Store) -> EventsPage:
-        before = None if top_id is None else top_id + 1
-        events = store.events(status=flt.status, source=flt.source, before_id=before, limit=limit)
-        at_top = top_id is None or not store.events(
-            status=flt.status, source=flt.source, after_id=top_id, limit=1
-        )
+        events = flt.run(store, start=top, inclusive=True, limit=limit)
+        at_top = top is None or not flt.run(store, start=top, backwards=True, limit=1)
         return EventsPage(events, store.counts(), at_top)
 
     return read
 
 
-def read_newer_top(flt: EventFilter, first_id: int, rows: int) -> Callable[[Store], int | None]:
-    """The top id of the window `rows` rows newer than first_id, or None when that reaches the newest."""
+def read_newer_top(flt: EventFilter, first: Key, rows: int) -> Callable[[Store], Key | None]:
+    """The top of the window `rows` rows above first, or None when that reaches the first page."""
 
-    def read(store: Store) -> int | None:
-        newer = store.events(status=flt.status, source=flt.source, after_id=first_id, limit=rows)
-        if len(newer) < rows:
+    def read(store: Store) -> Key | None:
+        above = flt.run(store, start=first, backwards=True, limit=rows)
+        if len(above) < rows:
             return None
-        return newer[0].id
+        return flt.key(above[0])
 
     return read
 
 
-def read_older_top(flt: EventFilter, last_id: int, rows: int) -> Callable[[Store], int | None]:
-    """The top id of the window that starts `rows` rows below... the row after last_id, if any."""
+def read_older_top(flt: EventFilter, last: Key, rows: int) -> Callable[[Store], Key | None]:
+    """The key of the row just below last, if there is one (rows: how many to look at)."""
 
-    def read(store: Store) -> int | None:
-        older = store.events(status=flt.status, source=flt.source, before_id=last_id, limit=rows)
-        return older[0].id if older else None
+    def read(store: Store) -> Key | None:
+        below = flt.run(store, start=last, limit=rows)
+        return flt.key(below[0]) if below else None
 
     return read
 
 
-def read_oldest_top(flt: EventFilter, rows: int) -> Callable[[Store], int | None]:
-    def read(store: Store) -> int | None:
-        oldest = store.events(status=flt.status, source=flt.source, after_id=0, limit=rows)
-        return oldest[0].id if oldest else None
+def read_oldest_top(flt: EventFilter, rows: int) -> Callable[[Store], Key | None]:
+    """The top of the last page."""
+
+    def read(store: Store) -> Key | None:
+        last_page = flt.run(store, backwards=True, limit=rows)
+        return flt.key(last_page[0]) if last_page else None
 
     return read
 

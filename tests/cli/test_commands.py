@@ -118,7 +118,7 @@ def test_status_json_reports_every_part(db: Path) -> None:
         store.queue_message("held", now=now)
         store.add_timer("tick", now + 300, {}, every=300, now=now)
     info = json.loads(ok(db, "status", "--json"))
-    assert info["events"] == {"pending": 2, "running": 0, "done": 0, "dead": 0}
+    assert info["events"] == {"pending": 2, "running": 0, "done": 0, "dead": 0, "discarded": 0}
     assert info["lease"]["holder"] == "worker-a" and info["lease"]["gen"] == 1 and info["lease"]["live"] is True
     assert 0 < info["lease"]["expires_in"] <= 120
     assert [a["request_id"] for a in info["approvals_pending"]] == ["refund-881"]
@@ -140,7 +140,7 @@ def test_status_text_shows_lease_approvals_outbox_timer_and_fencing(db: Path) ->
         store.queue_message("held", now=now)
         store.add_timer("tick", now + 7200, {}, every=7200, now=now)
     text = ok(db, "status")
-    assert "1 pending · 0 running · 0 done · 0 dead" in text
+    assert "1 pending · 0 running · 0 done · 0 dead · 0 discarded" in text
     assert "held by new-worker, generation 2" in text
     assert "deploy-1  deploy web" in text and "left)" in text
     assert "1 queued · 0 sent · 0 failed" in text
@@ -344,6 +344,70 @@ def test_retry_all_dead_prints_how_many(db: Path) -> None:
         assert [store.event(i).status for i in ids] == ["pending", "pending", "dead"]  # type: ignore[union-attr]
     assert ok(db, "retry", "--all-dead") == "retried 1\n"
     assert ok(db, "retry", "--all-dead") == "retried 0\n"
+
+
+def test_retry_several_events_at_once(db: Path) -> None:
+    ids = [make_dead(db, "github", "d-1"), make_dead(db, "github", "d-2"), make_dead(db, "chat", "m-1")]
+    assert ok(db, "discard", str(ids[1])) == "discarded 1\n"
+    assert ok(db, "retry", str(ids[0]), str(ids[1])) == "retried 2\n"  # a discarded event comes back too
+    with open_store(db) as store:
+        assert [store.event(i).status for i in ids] == ["pending", "pending", "dead"]  # type: ignore[union-attr]
+
+
+def test_retry_of_several_is_all_or_none(db: Path) -> None:
+    dead_id = make_dead(db, "github", "d-1")
+    ok(db, "ingest", "chat", "m-1")
+    result = cli(db, "retry", str(dead_id), "2")
+    assert result.exit_code == 2 and "event 2 is pending, not dead" in result.stderr
+    result = cli(db, "retry", str(dead_id), "99")
+    assert result.exit_code == 2 and "no event with id 99" in result.stderr
+    with open_store(db) as store:
+        assert store.event(dead_id).status == "dead"  # type: ignore[union-attr]
+
+
+def test_discard_keeps_the_event_and_status_counts_it(db: Path) -> None:
+    ids = [make_dead(db, "github", "d-1"), make_dead(db, "github", "d-2")]
+    ok(db, "ingest", "chat", "m-1")
+    assert ok(db, "discard", *map(str, ids), "3", "--reason", "spam") == "discarded 3\n"
+    with open_store(db) as store:
+        events = [store.event(i) for i in (*ids, 3)]
+        assert [e.status for e in events] == ["discarded"] * 3  # type: ignore[union-attr]
+        assert store.history(ids[0])[-1].detail == "spam"
+    assert json.loads(ok(db, "status", "--json"))["events"] == {
+        "pending": 0, "running": 0, "done": 0, "dead": 0, "discarded": 3}
+    assert "0 dead · 3 discarded" in ok(db, "status")
+    assert [e["id"] for e in json.loads(ok(db, "events", "--json", "--status", "discarded"))] == [3, *ids[::-1]]
+
+
+def test_discard_refuses_a_done_event_and_changes_nothing(db: Path) -> None:
+    dead_id = make_dead(db, "github", "d-1")
+    with open_store(db) as store:
+        store.ingest("chat", "m-1", {}, now=wall())
+        gen = store.acquire("w", now=wall())
+        assert gen is not None
+        [event] = store.claim_batch("w", gen, now=wall())
+        store.finish("w", gen, [event.id], now=wall())
+    result = cli(db, "discard", str(dead_id), str(event.id))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"agent-console: error: event {event.id} is done, not dead or pending: only dead "
+                                     "or pending events can be discarded")
+    with open_store(db) as store:
+        assert store.event(dead_id).status == "dead"  # type: ignore[union-attr]
+
+
+def test_dead_lists_when_each_event_died_and_why(db: Path) -> None:
+    Store.open(db).close()
+    assert ok(db, "dead") == "no dead events\n"
+    first, second = make_dead(db, "github", "d-1"), make_dead(db, "chat", "m-1")
+    lines = ok(db, "dead").splitlines()
+    assert [line.split()[0] for line in lines] == [str(second), str(first)]
+    assert "died " in lines[0] and " ago)" in lines[0]
+    assert lines[0].endswith("  chat/m-1  failed 1 attempt; last error: boom")
+    listed = json.loads(ok(db, "dead", "--json", "--source", "github"))
+    with open_store(db) as store:
+        died = store.event(first).updated_at  # type: ignore[union-attr]
+    assert listed == [{"id": first, "source": "github", "source_id": "d-1", "attempts": 1, "died_at": died,
+                       "dead_reason": "failed", "error": "boom"}]
 
 
 # --- say ---------------------------------------------------------------------------------------

@@ -77,7 +77,7 @@ def test_unknown_command_and_option_are_one_line_too(db: Path) -> None:
     user_error(["--db", str(db), "events", "--colour"], "there is no option --colour",
                "(see 'agent-console events --help')")
     user_error(["--db", str(db), "events", "--status", "lost"],
-               "bad value for --status: expected one of pending, running, done, dead, got 'lost'")
+               "bad value for --status: expected one of pending, running, done, dead, discarded, got 'lost'")
 
 
 @pytest.mark.parametrize(

@@ -224,7 +224,7 @@ def test_retry_dead_matching_revives_one_source_or_all(inbox_target: str) -> Non
         assert store.count_dead() == 1 and store.count_dead(source="github") == 0
         assert store.retry_dead_matching(now=T + 2) == 1
         assert store.retry_dead_matching(now=T + 3) == 0
-        assert store.counts() == {"pending": 3, "running": 0, "done": 1, "dead": 0}
+        assert store.counts() == {"pending": 3, "running": 0, "done": 1, "dead": 0, "discarded": 0}
 
 
 def test_a_duplicate_is_counted_in_the_ledger(store: Store) -> None:
@@ -282,7 +282,7 @@ def test_status_describes_the_inbox_at_a_glance(inbox_target: str) -> None:
         store.add_timer("digest", T + 900, {"task": "digest"})
         status = store.status(now=T + 510)
         assert status["path"] == store.path == inbox_target
-        assert status["events"] == {"pending": 0, "running": 1, "done": 1, "dead": 0}
+        assert status["events"] == {"pending": 0, "running": 1, "done": 1, "dead": 0, "discarded": 0}
         assert status["lease"] == {"holder": "B", "gen": 2, "until": T + 620, "expires_in": 110, "live": True}
         assert (status["takeovers"], status["refused_finishes"]) == (1, 1)
         assert status["approvals_pending"] == [

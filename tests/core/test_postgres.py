@@ -55,7 +55,7 @@ def test_status_counts_read_the_kept_counts_not_the_events(pg_store: Store) -> N
     analysed(pg_store, done=3_000, pending=5)
     plan = pg_store.query_plan("SELECT status, n FROM inbox_counts")
     assert not any(" on inbox " in f"{line} " or line.endswith(" on inbox") for line in plan), plan
-    assert pg_store.counts() == {"pending": 5, "running": 0, "done": 3_000, "dead": 0}
+    assert pg_store.counts() == {"pending": 5, "running": 0, "done": 3_000, "dead": 0, "discarded": 0}
     assert pg_store.integrity_problems() == []
 
 
@@ -65,6 +65,14 @@ def test_an_events_replies_are_read_by_their_index(pg_store: Store) -> None:
     pg_store.connection.execute("ANALYZE")
     plan = " ".join(pg_store.query_plan("SELECT id FROM outbox WHERE event_id = ? ORDER BY id", (7,)))
     assert "outbox_event" in plan and "Seq Scan" not in plan, plan
+
+
+@pytest.mark.parametrize("order", ["status", "source"])
+def test_a_sorted_page_reads_through_an_index_without_sorting_the_inbox(pg_store: Store, order: str) -> None:
+    analysed(pg_store, done=3_000, pending=5)
+    plan = " | ".join(pg_store.query_plan(
+        f"SELECT id FROM inbox WHERE ({order}, id) < (?, ?) ORDER BY {order} DESC, id DESC LIMIT 7", ("m", 10)))
+    assert f"inbox_{order}_id" in plan and "Sort" not in plan and "Seq Scan" not in plan, plan
 
 
 def test_two_inboxes_share_one_database_in_their_own_schemas(postgres_server: PostgresServer) -> None:

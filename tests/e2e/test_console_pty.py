@@ -137,3 +137,43 @@ def test_control_characters_from_outside_never_reach_the_terminal(tmp_path: Path
     for hostile in ("\x1b]0;PWNED", "PWNED\x07", "\x07\x1b[2J", "\x9b31m", "hi\x1b[8m", "\u202egnp", "exe\x7f"):
         at = raw.find(hostile.encode())
         assert at < 0, f"{hostile!r} reached the terminal: {raw[max(0, at - 80):at + 40]!r}"
+
+
+def test_slash_finds_an_event_by_its_payload_in_a_real_terminal(tmp_path: Path) -> None:
+    db = tmp_path / "inbox.db"
+    now = int(time.time())
+    with Store.open(db) as store:
+        store.ingest_many([("github", f"d-{n}", {"note": f"routine push {n}"}) for n in range(300)], now=now)
+        store.ingest("chat", "c-77", {"text": "where is the pelican invoice?"}, now=now)
+        store.ingest_many([("github", f"e-{n}", {"note": "more pushes"}) for n in range(300)], now=now)
+        store.queue_message("Reminder: the pelican invoice is due Friday", now=now)
+    term = Terminal(db, tmp_path)
+    try:
+        term.wait_for(lambda s: "Events" in s and "active" in s, "the console to start and take the lease")
+        term.send("/")
+        term.wait_for(lambda s: "every word must match" in s, "the search screen")
+        term.send("PELICAN\r")
+        term.wait_for(lambda s: "Events: 1 found (all searched)" in s and "c-77" in s, "the event found")
+        term.send("\r")  # the event found, in detail
+        term.wait_for(lambda s: "Event #301" in s and "pelican invoice" in s, "the event's detail")
+        term.send("\x1b")
+        term.wait_for(lambda s: "Event #301" not in s and "^o Outbox" in s, "back to the results (their keys)")
+        # Each key that moves the focus is waited on: a key typed before the move lands where the focus was.
+        term.send("\x1b")
+        term.wait_for(lambda s: "every word must match" not in s, "the search closed")
+        term.send("/")
+        term.wait_for(lambda s: "every word must match" in s and "type to search" in s, "a new search")
+        term.send("friday\r")
+        term.wait_for(lambda s: "▸ Events: 0 found" in s and "Outbox messages: 1 found" in s, "the message found")
+        term.send("\x0f")  # ctrl+o: to the messages found
+        term.wait_for(lambda s: "▸ Outbox messages" in s, "the messages focused")
+        term.send("\r")
+        term.wait_for(lambda s: "Outbox message #1" in s and "due Friday" in s, "the message in full")
+        term.send("\x1b")
+        term.send("\x1b")
+        term.wait_for(lambda s: "every word must match" not in s and "Events" in s, "the main screen again")
+        term.send("\x11")  # ctrl+q
+        term.child.expect(pexpect.EOF, timeout=30)
+    finally:
+        term.child.close(force=True)
+    assert term.child.exitstatus == 0, term.text()

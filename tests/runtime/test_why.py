@@ -50,3 +50,37 @@ def test_a_running_event_and_its_held_replies(store: Store) -> None:
     assert done.sentences[0].startswith("2 replies held in the outbox by the send gap; they go out ")
     assert set(done.as_json()["reasons"][0]) == {"kind", "sentence", "held", "next_send_at"}
     assert all(kind in REASON_KINDS for kind in [*running.kinds(), *done.kinds()])
+
+
+def _dead(store: Store, source_id: str, *, now: int) -> int:
+    store.ingest("chat", source_id, {}, now=now)
+    for attempt in range(store.max_attempts):
+        at = now + 10_000 * attempt  # past every backoff
+        gen = store.acquire("w", now=at)
+        assert gen is not None
+        [event] = store.claim_batch("w", gen, now=at)
+        assert store.finish("w", gen, [event.id], now=at + 1, error="boom")
+        store.release("w", gen, now=at + 1)
+    return event.id
+
+
+def test_a_discarded_event_is_never_run_again_and_says_how_it_had_died(store: Store) -> None:
+    dead = _dead(store, "m", now=T)
+    gone = T + 100_000
+    assert store.discard([dead], now=gone) == [dead]
+    why = why_not_run(store, store.event(dead), now=gone + 60)  # type: ignore[arg-type]
+    assert why.title == "State" and why.kinds() == ["discarded"]
+    assert why.reasons[0].facts == {"discarded_at": gone, "dead_reason": "failed", "error": "boom",
+                                    "attempts": store.max_attempts}
+    assert why.sentences[0].startswith("discarded ")
+    assert why.sentences[0].endswith("(1m00s ago): it is never run again; a retry brings it back; it had died: "
+                                     f"failed {store.max_attempts} attempts; last error: boom")
+
+
+def test_a_pending_event_discarded_before_it_failed_says_only_that(store: Store) -> None:
+    store.ingest("chat", "m", {}, now=T)
+    [event] = store.events()
+    store.discard([event.id], now=T + 5)
+    why = why_not_run(store, store.event(event.id), now=T + 65)  # type: ignore[arg-type]
+    assert why.kinds() == ["discarded"] and why.reasons[0].facts["dead_reason"] is None
+    assert why.sentences[0].endswith("(1m00s ago): it is never run again; a retry brings it back")

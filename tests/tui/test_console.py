@@ -209,7 +209,7 @@ async def test_status_and_source_filters(filled: Path, clock: ManualClock) -> No
         await pilot_until(pilot, lambda: shown_ids(app) == [7], what="pending only")
         await pilot.press("f")
         await pilot_until(pilot, lambda: shown_ids(app) == [6, 5, 4], what="running only")
-        await pilot.press("f", "f", "f")
+        await pilot.press("f", "f", "f", "f")  # done, dead, discarded, all
         await pilot_until(pilot, lambda: len(shown_ids(app)) == 7, what="all again")
         await pilot.press("s")  # sources in order: approval, chat, github, manual, webhook
         await pilot.press("s")
@@ -312,10 +312,17 @@ async def test_paging_reads_one_window_at_a_time(db_path: Path, clock: ManualClo
         assert table.row_count == rows  # only the visible window is loaded
         await pilot.press("pagedown")
         await pilot_until(pilot, lambda: shown_ids(app)[0] == 500 - rows, what="next page")
-        await pilot.press("end")
-        await pilot_until(pilot, lambda: shown_ids(app)[-1] == 1, what="oldest page")
-        await pilot.press("up")  # at the top row of the oldest page: the window moves by one
-        await pilot_until(pilot, lambda: shown_ids(app)[0] == rows + 1, what="shifted up")
+        pane = app.query_one(EventsPane)
+        await pilot.press("end")  # the oldest event itself, not the top row of the oldest page
+        await pilot_until(pilot, lambda: shown_ids(app)[-1] == 1 and pane.selected_event().id == 1,  # type: ignore[union-attr]
+                          what="the oldest event selected")
+        assert table.cursor_row == rows - 1
+        await pilot.press("up")
+        await pilot_until(pilot, lambda: pane.selected_event().id == 2, what="the cursor up one")  # type: ignore[union-attr]
+        await pilot.press("pageup")  # paging follows from there
+        await pilot_until(pilot, lambda: shown_ids(app) == list(range(2 * rows, rows, -1)), what="the page above")
+        await pilot.press("end", "down")  # at the oldest event, down goes nowhere
+        await pilot_until(pilot, lambda: pane.selected_event().id == 1, what="the oldest again")  # type: ignore[union-attr]
         await pilot.press("home")
         await pilot_until(pilot, lambda: shown_ids(app)[0] == 500, what="newest again")
         assert "live" in str(app.query_one(EventsPane).border_subtitle)

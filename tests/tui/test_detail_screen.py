@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from console.clock import ManualClock
-from console.tui.app import ConsoleApp
+from console.notices import Notice
+from console.tui.app import ConsoleApp, EngineNotice
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
@@ -73,7 +74,8 @@ async def test_r_in_the_detail_retries_the_dead_event_and_shows_it_pending(fille
         await wait_until(pilot, lambda: "pending" in shown(app, "#detail-title"), what="pending again")
         assert "retry" in shown(app, "#detail-history")
         await pilot.press("r")  # no longer dead: refused with a reason
-        await wait_until(pilot, lambda: any("only dead events are retried" in t for t in toasts(app)), what="refusal")
+        await wait_until(pilot, lambda: any("only dead events (or discarded ones) are retried" in t
+                                            for t in toasts(app)), what="refusal")
     with reopen(filled) as store:
         event = store.event(3)
         assert event is not None and (event.status, event.dead_reason) == ("pending", None)
@@ -223,3 +225,12 @@ async def test_a_flood_of_refreshes_folds_into_one_more_read(filled: Path, clock
             assert set(loads[2:]) <= {6} and len(loads) <= 3
     finally:
         store.close()
+
+
+def test_a_notice_arriving_after_the_screens_are_gone_touches_no_screen(db_path: Path, clock: ManualClock) -> None:
+    """The engine stops after the app's screens have gone: a notice it sent meanwhile still arrives. It marks the
+    panes to re-read and looks for an open detail only while there is a screen at all."""
+    app = make_app(db_path, clock)
+    assert not app.screen_stack
+    app._on_notice(EngineNotice(Notice("events")))
+    assert "events" in app._dirty

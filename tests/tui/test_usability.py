@@ -41,7 +41,7 @@ async def test_an_empty_inbox_says_how_to_get_events_and_the_hint_goes_when_one_
         await pilot_until(pilot, lambda: hint(app) is None, what="the hint hidden by the first event")
         await pilot.press("f", "f")  # running: none of the one pending event
         await pilot_until(pilot, lambda: hint(app) == "No running events (of 1). Press f to change the status "
-                         "filter, s the source filter.", what="the filter hint")
+                          "filter, s the source filter, F to pick either from a list.", what="the filter hint")
         await pilot.press("f", "f", "f", "f")
         await pilot_until(pilot, lambda: hint(app) is None, what="all statuses again")
 

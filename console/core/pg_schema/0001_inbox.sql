@@ -1,4 +1,4 @@
--- The whole inbox as SQLite's migrations 0001-0013 leave it, in PostgreSQL's spelling. Runs with
+-- The whole inbox as SQLite's migrations 0001-0014 leave it, in PostgreSQL's spelling. Runs with
 -- search_path set to the inbox's own schema (one schema per inbox). Integers are BIGINT throughout
 -- (times in seconds, costs in nano-dollars); flags stay integers 0/1 as in SQLite, so one SQL text
 -- serves both engines.
@@ -9,7 +9,7 @@ CREATE TABLE inbox (
     source_id       TEXT    NOT NULL,
     payload         TEXT    NOT NULL,
     status          TEXT    NOT NULL DEFAULT 'pending'
-                    CHECK (status IN ('pending', 'running', 'done', 'dead')),
+                    CHECK (status IN ('pending', 'running', 'done', 'dead', 'discarded')),
     attempts        BIGINT  NOT NULL DEFAULT 0,
     claim_gen       BIGINT,
     error           TEXT,
@@ -35,7 +35,8 @@ CREATE TABLE inbox_counts (
     status TEXT PRIMARY KEY,
     n      BIGINT NOT NULL
 );
-INSERT INTO inbox_counts (status, n) VALUES ('pending', 0), ('running', 0), ('done', 0), ('dead', 0);
+INSERT INTO inbox_counts (status, n) VALUES ('pending', 0), ('running', 0), ('done', 0), ('dead', 0),
+    ('discarded', 0);
 
 CREATE FUNCTION inbox_count() RETURNS trigger LANGUAGE plpgsql SET search_path FROM CURRENT AS $$
 BEGIN

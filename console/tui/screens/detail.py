@@ -30,7 +30,7 @@ from console.tui.detail import DetailView, clock_text
 
 Part = str | tuple[str, str]
 STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": "$text-success",
-                "dead": "$text-error"}
+                "dead": "$text-error", "discarded": "$text-muted"}
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
 TRANSCRIPT_STYLE = {"turn": "bold", "call": "$text-primary", "result": "dim", "note": "dim italic"}
 HISTORY_STYLE = {"error": "$text-error", "dead": "$text-error", "refused": "$text-warning", "lost": "$text-warning",
@@ -69,7 +69,7 @@ class DetailScreen(ModalScreen[None]):
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "Close", id="detail.close"),
-        Binding("r", "retry", "Retry", id="detail.retry", tooltip="retry this event if it is dead"),
+        Binding("r", "retry", "Retry", id="detail.retry", tooltip="retry this event if it is dead or discarded"),
         Binding("y", "answer('yes')", "Yes", id="detail.approve", tooltip="answer this event's waiting approval yes"),
         Binding("n", "answer('no')", "No", id="detail.decline", tooltip="answer this event's waiting approval no"),
         Binding("c", "copy_payload", "Copy", id="detail.copy", tooltip="copy the payload as JSON"),

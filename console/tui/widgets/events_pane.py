@@ -1,8 +1,15 @@
-"""The events pane: a live, filtered window onto the inbox, read one visible page at a time."""
+"""The events pane: a live, filtered window onto the inbox, read one visible page at a time.
+
+The pane reads and renders itself: reload() reads a page into `view`, a frozen snapshot, and watch_view draws
+it. A redraw keeps the table's sideways scroll and the cursor's event: the clock ticks once a second, and a
+user reading a long error to the right must not be thrown back to the left each time.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from datetime import tzinfo
 from typing import Any
 
 from rich.text import Text
@@ -11,29 +18,35 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.events import Resize
+from textual.reactive import reactive
 from textual.widgets import Static
 
 from console.clock import Clock
-from console.core import Event, Store
+from console.core import STATUSES, Event, Store
 from console.textsafe import terminal_safe
 from console.tui.detail import human_span
 from console.tui.reads import (
     EventFilter,
     EventsPage,
+    Key,
     read_newer_top,
     read_older_top,
     read_oldest_top,
     read_page,
 )
+from console.tui.widgets.event_error import EventError
 from console.tui.widgets.events_table import EventsTable
 
 Reader = Callable[[Callable[[Store], Any]], Awaitable[Any]]
-COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 7), ("att", 3), ("gen", 3), ("age", 6),
-           ("last error", None))
+COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 9), ("att", 3), ("gen", 3), ("age", 6),
+           ("retry", 7), ("last error", None))
+MARK = "●"
+SORTABLE = {"id": "id", "age": "id", "status": "status", "source": "source"}  # column → order (an index each)
 
 
 def status_colour(variables: dict[str, str], status: str) -> str:
-    return variables.get(f"status-{status}", "")
+    # discarded has no colour of its own in the themes: it reads as muted, done with
+    return variables.get(f"status-{status}", "" if status != "discarded" else "dim")
 
 
 EMPTY_INBOX = ("No events yet. Press i to inject one (c: a quick chat message, a: one that needs approval); "
@@ -46,26 +59,67 @@ def empty_hint(flt: EventFilter, total: int) -> str:
         return EMPTY_INBOX
     what = f"{flt.status} events" if flt.status else "events"
     where = f" from source {flt.source}" if flt.source else ""
-    return f"No {what}{where} (of {total:,}). Press f to change the status filter, s the source filter."
+    return (f"No {what}{where} (of {total:,}). Press f to change the status filter, s the source filter, "
+            "F to pick either from a list.")
+
+
+def retry_in(event: Event, now: int) -> str:
+    """When a failed event is tried again: 'in 12s', 'due' once its backoff is over, '' for the rest."""
+    if event.status != "pending" or event.attempts == 0:
+        return ""
+    wait = event.next_attempt_at - now
+    return f"in {human_span(wait)}" if wait > 0 else "due"
+
+
+@dataclass(frozen=True)
+class EventsView:
+    """What the pane shows: one page, the filter it was read with, the moment ages count from, the marks."""
+
+    page: EventsPage
+    filter: EventFilter
+    live: bool
+    now: int
+    marked: frozenset[int] = field(default_factory=frozenset)
 
 
 class EventsPane(Vertical):
-    """top_id None means live: the newest page, following new events as they arrive."""
+    """top None means live: the first page (the newest events), following new events as they arrive."""
+
+    DEFAULT_CSS = """
+    EventsPane #events-table {
+        height: 1fr;
+        scrollbar-size: 0 0;
+    }
+    /* drawn over the empty table, so showing it never changes how many rows a page reads */
+    EventsPane #events-empty {
+        position: absolute;
+        offset: 2 2;
+        width: 100%;
+        height: auto;
+        padding: 0 2 0 0;
+        color: $text-muted;
+        display: none;
+    }
+    """
 
     HELP = """
 ## Events
-The inbox, newest first: **enter** shows why an event has (not) run. The keys below work here;
-**ctrl+p** finds every action by name.
+The inbox, newest first: **enter** shows why an event has (not) run, **/** finds events and outbox
+messages, **space** marks events for **r** (retry) and **D** (discard). The selected event's full error
+is under the table. The keys below work here; **ctrl+p** finds every action by name.
 """
 
-    def __init__(self, reader: Reader, clock: Clock, *, id: str | None = None) -> None:
+    view: reactive[EventsView | None] = reactive(None, init=False)
+
+    def __init__(self, reader: Reader, clock: Clock, *, zone: tzinfo | None = None, id: str | None = None) -> None:
         super().__init__(id=id)
         self.reader = reader
         self.clock = clock
+        self.zone = zone
         self.filter = EventFilter()
-        self.top_id: int | None = None
-        self.page: EventsPage | None = None
+        self.top: Key | None = None  # the first row's place in the filter's order
         self.selected_id: int | None = None
+        self.marked: set[int] = set()
         self.border_title = "Events"
 
     def compose(self) -> ComposeResult:
@@ -74,10 +128,19 @@ The inbox, newest first: **enter** shows why an event has (not) run. The keys be
             table.add_column(label, width=width, key=label)
         yield table
         yield Static(id="events-empty")
+        yield EventError(id="events-error")
+
+    def on_mount(self) -> None:
+        # A view equal to the last one is not drawn again; a new theme must still recolour the rows.
+        self.app.theme_changed_signal.subscribe(self, lambda _theme: self.watch_view(self.view))
 
     @property
     def table(self) -> EventsTable:
         return self.query_one(EventsTable)
+
+    @property
+    def page(self) -> EventsPage | None:
+        return None if self.view is None else self.view.page
 
     def selected_event(self) -> Event | None:
         if self.page is None or not self.page.events:
@@ -85,106 +148,178 @@ The inbox, newest first: **enter** shows why an event has (not) run. The keys be
         row = min(self.table.cursor_row, len(self.page.events) - 1)
         return self.page.events[max(0, row)]
 
+    def marked_ids(self) -> list[int]:
+        """The marked events, newest first."""
+        return sorted(self.marked, reverse=True)
+
     async def reload(self) -> None:
         rows = self.table.visible_rows()
-        page = await self.reader(read_page(self.filter, top_id=self.top_id, limit=rows))
-        if self.top_id is not None and page.at_top:
-            self.top_id = None  # scrolled back to the newest page: follow new events again
+        page = await self.reader(read_page(self.filter, top=self.top, limit=rows))
+        if self.top is not None and page.at_top:
+            self.top = None  # scrolled back to the first page: follow new events again
         self.show(page)
 
     def show(self, page: EventsPage) -> None:
-        self.page = page
+        self.view = EventsView(page, self.filter, self.top is None, self.clock.now(), frozenset(self.marked))
+
+    def watch_view(self, view: EventsView | None) -> None:
+        if view is None:
+            return
         table = self.table
-        now = self.clock.now()
-        variables = self.app.theme_variables
+        page = view.page
         keep = self.selected_id
-        if self.top_id is None and table.row_count and table.cursor_row == 0:
+        if view.live and table.row_count and table.cursor_row == 0:
             keep = None  # live, with the cursor on the newest row: it stays on the newest row, like tail -f
-        table.clear()
-        for event in page.events:
-            table.add_row(*self._cells(event, now, variables), key=str(event.id))
+        self._fill(table, view)
         total = sum(page.counts.values())
-        counts = " ".join(f"{s} {page.counts.get(s, 0):,}" for s in ("pending", "running", "done", "dead"))
-        self.border_title = Content(f"Events · {terminal_safe(self.filter.describe())}")  # plain: no markup
-        self.border_subtitle = f"{'live' if self.top_id is None else 'paused'} · {total:,} · {counts}"
+        counts = " ".join(f"{s} {page.counts.get(s, 0):,}" for s in STATUSES if s != "discarded"
+                          or page.counts.get(s, 0))
+        marked = f" · {len(view.marked)} marked" if view.marked else ""
+        self.border_title = Content(f"Events · {terminal_safe(view.filter.describe())}{marked}")  # plain: no markup
+        self.border_subtitle = f"{'live' if view.live else 'paused'} · {total:,} · {counts}"
         hint = self.query_one("#events-empty", Static)
         hint.display = not page.events
         if not page.events:
-            hint.update(Content(terminal_safe(empty_hint(self.filter, total))))
+            hint.update(Content(terminal_safe(empty_hint(view.filter, total))))
         if page.events:
-            index = next((i for i, e in enumerate(page.events) if e.id == keep), None)
-            if index is None:
-                index = 0
-            table.move_cursor(row=index, animate=False, scroll=False)
+            index = next((i for i, e in enumerate(page.events) if e.id == keep), 0)
+            if table.cursor_row != index:
+                table.move_cursor(row=index, animate=False, scroll=False)
             self.selected_id = page.events[index].id
+        self._show_error()
+
+    def _fill(self, table: EventsTable, view: EventsView) -> None:
+        """The page's rows, in place when they are the same events (the common tick), so the table keeps its
+        sideways scroll; rebuilt when the window moved, with the scroll put back."""
+        variables = self.app.theme_variables
+        rows = [(str(event.id), self._cells(event, view.now, variables, event.id in view.marked))
+                for event in view.page.events]
+        keys = [key for key, _ in rows]
+        if keys == [str(row_key.value) for row_key in table.rows]:
+            for key, cells in rows:
+                for (label, width), cell in zip(COLUMNS, cells, strict=True):
+                    # the error column is as wide as its longest error: it is measured again
+                    table.update_cell(key, label, cell, update_width=width is None)
+            return
+        scroll_x = table.scroll_x
+        table.clear()
+        for key, cells in rows:
+            table.add_row(*cells, key=key)
+        if scroll_x:
+            table.call_after_refresh(table.scroll_to, x=scroll_x, animate=False)
 
     @staticmethod
-    def _cells(event: Event, now: int, variables: dict[str, str]) -> list[Text]:
+    def _cells(event: Event, now: int, variables: dict[str, str], marked: bool) -> list[Text]:
         # The att column already says how many attempts failed: the table shows the last error itself.
         error = terminal_safe(" ".join((event.error or "").split()))
         source_id = terminal_safe(event.source_id)  # escaped first, so the cut counts what is shown
         source_id = source_id if len(source_id) <= 16 else source_id[:15] + "…"
         return [
-            Text(str(event.id), justify="right"),
+            Text(f"{MARK} {event.id}" if marked else str(event.id), justify="right",
+                 style="bold reverse" if marked else ""),
             Text(terminal_safe(event.source)),
             Text(source_id),
             Text(event.status, style=status_colour(variables, event.status)),
             Text(str(event.attempts), justify="right"),
             Text("" if event.claim_gen is None else str(event.claim_gen), justify="right"),
             Text(human_span(now - event.created_at), justify="right"),
-            Text(error, style=status_colour(variables, "dead") if error else ""),
+            Text(retry_in(event, now), justify="right"),
+            Text(error, style=status_colour(variables, "dead") if error and event.status != "discarded" else ""),
         ]
+
+    def _show_error(self) -> None:
+        now = self.view.now if self.view is not None else self.clock.now()
+        self.query_one(EventError).show(self.selected_event(), now, self.zone)
 
     @on(EventsTable.RowHighlighted)
     def _remember_selection(self, message: EventsTable.RowHighlighted) -> None:
         if message.row_key.value is not None:
             self.selected_id = int(message.row_key.value)
+            self._show_error()
+
+    @on(EventsTable.HeaderSelected)
+    async def _header_clicked(self, message: EventsTable.HeaderSelected) -> None:
+        message.stop()
+        order = SORTABLE.get(str(message.column_key.value))
+        if order is None:
+            self.notify("The inbox sorts by id or age, status or source (S steps through them)", timeout=4)
+            return
+        await self.app.run_action(f"sort({order!r})")
+
+    @on(EventsTable.ToggleMark)
+    def _toggle_mark(self, message: EventsTable.ToggleMark) -> None:
+        message.stop()
+        event = self.selected_event()
+        if event is None:
+            return
+        self.marked.symmetric_difference_update({event.id})
+        self._remark()
+        self.table.action_cursor_down()  # marking runs down a list, as in a file manager
+
+    @on(EventsTable.ClearMarks)
+    def _clear_marks(self, message: EventsTable.ClearMarks) -> None:
+        message.stop()
+        self.clear_marks()
+
+    def clear_marks(self) -> None:
+        if self.marked:
+            self.marked.clear()
+            self._remark()
+
+    def _remark(self) -> None:
+        if self.view is not None:
+            self.view = EventsView(self.view.page, self.view.filter, self.view.live, self.view.now,
+                                   frozenset(self.marked))
 
     @on(EventsTable.Shift)
     async def _shift(self, message: EventsTable.Shift) -> None:
         message.stop()
         events = self.page.events if self.page else []
         rows = self.table.visible_rows()
+        key = self.filter.key
         if message.kind == "newest":
-            self.top_id = None
+            self.top = None
             self.selected_id = None
         elif message.kind == "oldest":
             top = await self.reader(read_oldest_top(self.filter, rows))
             if top is None:
                 return
-            self.top_id = top
-            self.selected_id = None
+            self.top = top
+            self.selected_id = None  # the cursor goes to the last row, the oldest event itself (below)
         elif not events:
             return
         elif message.kind == "down":
             if len(events) < 2:
                 return
-            older = await self.reader(read_older_top(self.filter, events[-1].id, 1))
+            older = await self.reader(read_older_top(self.filter, key(events[-1]), 1))
             if older is None:
                 return
-            self.top_id = events[1].id
-            self.selected_id = older
+            self.top = key(events[1])
+            self.selected_id = older[1]
         elif message.kind == "up":
-            above = await self.reader(read_newer_top(self.filter, events[0].id, 1))
+            above = await self.reader(read_newer_top(self.filter, key(events[0]), 1))
             if above is None:
                 return
-            self.top_id = above
-            self.selected_id = above
+            self.top = above
+            self.selected_id = above[1]
         elif message.kind == "page_down":
-            older = await self.reader(read_older_top(self.filter, events[-1].id, rows))
+            older = await self.reader(read_older_top(self.filter, key(events[-1]), rows))
             if older is None:
                 self.table.move_cursor(row=len(events) - 1)
                 return
-            self.top_id = older
+            self.top = older
             self.selected_id = None
         elif message.kind == "page_up":
-            self.top_id = await self.reader(read_newer_top(self.filter, events[0].id, rows))
+            self.top = await self.reader(read_newer_top(self.filter, key(events[0]), rows))
             self.selected_id = None
         await self.reload()
+        if message.kind == "oldest" and self.page is not None and self.page.events:
+            self.selected_id = self.page.events[-1].id
+            self.table.move_cursor(row=len(self.page.events) - 1, animate=False, scroll=False)
 
     async def set_filter(self, flt: EventFilter) -> None:
         self.filter = flt
-        self.top_id = None
+        self.top = None
         self.selected_id = None
         await self.reload()
 

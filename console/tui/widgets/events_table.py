@@ -27,7 +27,16 @@ class EventsTable(DataTable[object], inherit_bindings=False):
         Binding("end", "oldest", "Oldest", show=False, id="events.oldest"),
         Binding("left", "scroll_left", "Scroll left", show=False),
         Binding("right", "scroll_right", "Scroll right", show=False, tooltip="to read a long error"),
+        Binding("space", "toggle_mark", "Mark", show=False, id="events.mark",
+                tooltip="mark or unmark the event, for r (retry) and D (discard)"),
+        Binding("escape", "clear_marks", "Unmark all", show=False, id="events.unmark"),
     ]
+
+    class ToggleMark(Message):
+        """Mark the highlighted event, or unmark it."""
+
+    class ClearMarks(Message):
+        """Unmark every event."""
 
     class Shift(Message):
         """Ask for another window: kind is up, down, page_up, page_down, newest or oldest."""
@@ -62,3 +71,9 @@ class EventsTable(DataTable[object], inherit_bindings=False):
 
     def action_oldest(self) -> None:
         self.post_message(self.Shift("oldest"))
+
+    def action_toggle_mark(self) -> None:
+        self.post_message(self.ToggleMark())
+
+    def action_clear_marks(self) -> None:
+        self.post_message(self.ClearMarks())

@@ -1,0 +1,76 @@
+"""One outbox message in full: its whole body, where it stands, where it went, its batch's last error."""
+
+from __future__ import annotations
+
+from datetime import tzinfo
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Vertical, VerticalScroll
+from textual.content import Content
+from textual.screen import ModalScreen
+from textual.widgets import Footer, Static
+
+from console.core import OutboxMessage
+from console.textsafe import terminal_safe, terminal_safe_lines
+from console.tui.detail import clock_text
+
+STATUS_STYLE = {"queued": "$text-warning", "sending": "$text-primary", "sent": "$text-success",
+                "failed": "$text-error"}
+
+
+def message_facts(message: OutboxMessage, now: int, zone: tzinfo | None = None) -> Content:
+    parts: list[str | tuple[str, str]] = [
+        (message.status, f"bold {STATUS_STYLE.get(message.status, '')}"),
+        ("  urgent" if message.urgent else "", "$text-accent bold"),
+        (f"  written {clock_text(message.created_at, now, zone)}", "dim"),
+    ]
+    if message.sent_at is not None:
+        parts.append((f"  sent {clock_text(message.sent_at, now, zone)}", "dim"))
+    if message.channel:
+        parts.append((f"  → {terminal_safe(message.channel)}", "dim"))
+    if message.event_id is not None:
+        parts.append((f"  from event #{message.event_id}", "dim"))
+    if message.approval_id:
+        parts.append((f"  announces approval {terminal_safe(message.approval_id)}", "dim"))
+    if message.status == "sending" and message.next_try_at is not None:
+        parts.append((f"  next try {clock_text(message.next_try_at, now, zone)}", "$text-warning"))
+    return Content.assemble(*parts)
+
+
+class MessageScreen(ModalScreen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape,q", "close", "Close", id="message.close"),
+        Binding("c", "copy", "Copy", id="message.copy", tooltip="copy the message's text"),
+    ]
+
+    def __init__(self, message: OutboxMessage, now: int, zone: tzinfo | None = None) -> None:
+        super().__init__()
+        self.message = message
+        self.now = now
+        self.zone = zone
+
+    def compose(self) -> ComposeResult:
+        yield Footer(compact=True)
+        message = self.message
+        with Vertical(id="message-dialog", classes="dialog") as dialog:
+            dialog.border_title = f"Outbox message #{message.id}"
+            dialog.border_subtitle = "c copy · esc close"
+            yield Static(message_facts(message, self.now, self.zone), id="message-facts")
+            if message.error:
+                yield Static(Content.assemble(("last send error: ", "bold"),
+                                              (terminal_safe_lines(message.error), "$text-error")),
+                             id="message-error")
+            if message.batch_key:
+                yield Static(Content.styled(f"idempotency key {terminal_safe(message.batch_key)}", "dim"),
+                             id="message-key")
+            with VerticalScroll(id="message-body"):
+                yield Static(Content(terminal_safe_lines(message.body)), id="message-text")
+
+    def action_close(self) -> None:
+        self.dismiss(None)
+
+    def action_copy(self) -> None:
+        self.app.copy_to_clipboard(self.message.body)
+        self.notify("Copied the message's text", timeout=2)
