@@ -492,7 +492,7 @@ class ConsoleApp(App[None]):
         if outbox.view is not None and outbox.view.counts_down():
             outbox.view = outbox.view.at(now)
         header = self.query_one(ConsoleHeader)
-        if header.view is not None and header.view.counts_down():
+        if header.view is not None and header.view.moves_at(now):
             header.view = header.view.at(now)
         self.query_one(EventsPane).refresh_ages(now)
         if self._activity_due(now):

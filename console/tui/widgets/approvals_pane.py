@@ -17,9 +17,9 @@ from textual.widgets import DataTable, Static
 from console.core import Approval
 from console.textsafe import terminal_safe
 from console.timefmt import VIA_SHORT
-from console.tui.detail import human_span
 from console.tui.reads import ApprovalsView
-from console.tui.widgets.countdown_bar import bar_text
+from console.tui.render import show
+from console.tui.widgets.countdown_bar import bar_text, coarse_span, quantized
 
 BAR_CELLS = 6
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
@@ -30,7 +30,7 @@ def countdown_bar(approval: Approval, now: int, cells: int = BAR_CELLS) -> str:
     """A text bar that empties as the deadline nears, then the time left."""
     span = max(1, approval.expires_at - approval.requested_at)
     left = approval.seconds_left(now)
-    return bar_text(left, span, cells) + f" {human_span(left)}"
+    return bar_text(quantized(left), span, cells) + f" {coarse_span(left)}"
 
 
 def approval_cell(approval: Approval, now: int, width: int) -> tuple[Text, int]:
@@ -109,6 +109,7 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.border_title = "Approvals"
+        self._rows: list[tuple[str, Text, int]] = []
 
     def compose(self) -> ComposeResult:
         table: DataTable[str | Text] = DataTable(cursor_type="row", show_header=False, id="approvals-table")
@@ -139,7 +140,7 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
                       terminal_safe(approval.action)]
             if approval.answered_via:  # where the answer came from: console, CLI, ntfy, Telegram, deadline
                 lines.append((f" · {VIA_SHORT.get(approval.answered_via, approval.answered_via)}", "dim"))
-        self.query_one("#approvals-resolved", Static).update(Content.assemble(*lines))
+        show(self.query_one("#approvals-resolved", Static), Content.assemble(*lines))
         if previous is None:
             return
         waiting_before = {a.request_id for a in previous.pending}
@@ -161,11 +162,21 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
             return
         table = self.table
         width = max(1, table.scrollable_content_region.width - 2)  # the cell's own padding
+        rows = [(approval.request_id, *approval_cell(approval, view.now, width)) for approval in view.pending]
+        same_shape = table.row_count == len(rows) and [(r[0], r[2]) for r in rows] == [(r[0], r[2]) for r in self._rows]
+        if same_shape:
+            # Only the countdowns moved: change those cells in place. Clearing the table would lay out and
+            # repaint the whole screen, once a second, which is most of what an idle console would spend.
+            for (request_id, cell, _), (_, before, _) in zip(rows, self._rows, strict=True):
+                if cell != before:
+                    table.update_cell(request_id, "approval", cell)
+            self._rows = rows
+            return
+        self._rows = rows
         table.clear()
         self.query_one("#approvals-empty", Static).display = not view.pending
-        for approval in view.pending:
-            cell, height = approval_cell(approval, view.now, width)
-            table.add_row(cell, key=approval.request_id, height=height)
+        for request_id, cell, height in rows:
+            table.add_row(cell, key=request_id, height=height)
         if not view.pending:
             return
         index = next((i for i, a in enumerate(view.pending) if keep and a.request_id == keep.request_id), 0)

@@ -16,6 +16,7 @@ from console.spendfmt import dollars
 from console.textsafe import terminal_safe
 from console.tui.detail import human_span
 from console.tui.reads import Activity, HeaderFacts, SpendView
+from console.tui.render import show
 
 
 @dataclass(frozen=True)
@@ -30,9 +31,12 @@ class HeaderView:
     def at(self, now: int) -> HeaderView:
         return replace(self, now=now)
 
-    def counts_down(self) -> bool:
-        """The banner says how long ago the lease lapsed, and the lease may lapse: both move with the clock."""
-        return self.facts is not None and self.facts.lease is not None
+    def moves_at(self, now: int) -> bool:
+        """Whether the header reads differently at `now`: the banner appears when the lease lapses, and says
+        how long ago it did."""
+        if self.facts is None or self.facts.lease is None:
+            return False
+        return self.nobody_working or not self.facts.lease.is_live(now)
 
     @property
     def nobody_working(self) -> bool:
@@ -132,14 +136,14 @@ class ConsoleHeader(Vertical):
             *self._spend(facts.spend if facts else None), (" · ", "dim"), self.inbox,
             *((("  ", ""), (view.webhooks, "$text-accent")) if view.webhooks else ()),
         )
-        self.query_one("#header-title", Static).update(title)
+        show(self.query_one("#header-title", Static), title)
         if view.activity is not None:
-            self.query_one("#header-rate", Static).update(f" {view.activity.last_60s}/min ")
+            show(self.query_one("#header-rate", Static), f" {view.activity.last_60s}/min ")
             self.query_one("#header-sparkline", Sparkline).data = view.activity.per_minute or [0]
         banner = self.query_one("#header-banner", Static)
         banner.set_class(view.nobody_working, "-shown")
         if view.nobody_working:
-            banner.update(Content(banner_text(view)))
+            show(banner, Content(banner_text(view)))
 
     @staticmethod
     def _badge(facts: HeaderFacts | None) -> tuple[tuple[str, str], ...]:

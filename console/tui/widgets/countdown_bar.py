@@ -13,6 +13,24 @@ from console.tui.detail import human_span
 FULL, EMPTY = "▰", "▱"
 
 
+SECONDS_SHOWN_BELOW = 600  # under ten minutes a countdown shows its seconds; above, whole minutes
+
+
+def coarse_span(seconds: int) -> str:
+    """A countdown or an age as it is worth showing: the seconds while they matter (under ten minutes), then
+    whole minutes, so a long countdown redraws once a minute instead of every second."""
+    seconds = max(0, seconds)
+    if SECONDS_SHOWN_BELOW <= seconds < 3600:
+        return f"{seconds // 60}m"
+    return human_span(seconds)
+
+
+def quantized(seconds: int) -> int:
+    """`seconds` as coarse_span shows it: rounded down to the minute from ten minutes up (a view that holds the
+    quantized value compares equal within the minute, and nothing is redrawn)."""
+    return seconds if seconds < SECONDS_SHOWN_BELOW else seconds - seconds % 60
+
+
 def bar_cells(left: int, span: int, cells: int) -> tuple[int, int]:
     """(full, empty) cells for `left` seconds of a `span`-second countdown: full when it starts, empty at zero."""
     cells = max(0, cells)
@@ -55,7 +73,7 @@ class CountdownBar(Widget):
         if countdown.left is None:
             return Content.assemble(label, countdown.idle)
         left = max(0, countdown.left)
-        when = f" {countdown.done}" if left == 0 else f" {countdown.prefix}{human_span(left)}"
+        when = f" {countdown.done}" if left == 0 else f" {countdown.prefix}{coarse_span(left)}"
         full, empty = bar_cells(left, countdown.span, self.size.width - len(countdown.label) - len(when))
         return Content.assemble(label, (FULL * full, "$accent"), (EMPTY * empty, "$foreground 30%"),
                                 (when, "$text-warning" if left == 0 else ""))

@@ -38,6 +38,15 @@ COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 7), ("att", 3
 DEAD_PREFIX = re.compile(r"^failed \d+ of \d+ attempts; last error: ")
 
 
+def table_age(seconds: int) -> str:
+    """An event's age: to the second in its first minute, then whole minutes (the seconds of an older event
+    are noise, and counting them redrew the whole table every second)."""
+    seconds = max(0, seconds)
+    if 60 <= seconds < 3600:
+        return f"{seconds // 60}m"
+    return human_span(seconds)
+
+
 def status_colour(variables: dict[str, str], status: str) -> str:
     return variables.get(f"status-{status}", "")
 
@@ -137,12 +146,15 @@ The inbox, newest first: **enter** shows why an event has (not) run. The keys be
 
     def refresh_ages(self, now: int) -> None:
         """The age column at `now`, cell by cell: the clock moving re-reads nothing and keeps the cursor and
-        the sideways scroll where they are."""
+        the sideways scroll where they are. Redrawing the table is what an idle console spends its time on, so
+        ages past a minute (whole minutes, see table_age) are brought up to date every ten seconds together."""
         if self.page is None:
             return
         table = self.table
         for event in self.page.events:
-            age = human_span(now - event.created_at)
+            if now - event.created_at >= 60 and now % 10:
+                continue
+            age = table_age(now - event.created_at)
             key = str(event.id)
             with contextlib.suppress(CellDoesNotExist):  # a row the table no longer holds
                 if str(table.get_cell(key, "age")) != age:
@@ -161,7 +173,7 @@ The inbox, newest first: **enter** shows why an event has (not) run. The keys be
             Text(event.status, style=status_colour(variables, event.status)),
             Text(str(event.attempts), justify="right"),
             Text("" if event.claim_gen is None else str(event.claim_gen), justify="right"),
-            Text(human_span(now - event.created_at), justify="right"),
+            Text(table_age(now - event.created_at), justify="right"),
             Text(error, style=status_colour(variables, "dead") if error else ""),
         ]
 

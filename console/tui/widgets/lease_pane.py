@@ -14,6 +14,7 @@ from console.textsafe import terminal_safe
 from console.timefmt import agent_in_words
 from console.tui.detail import human_span
 from console.tui.reads import LeaseView
+from console.tui.render import show
 from console.tui.widgets.countdown_bar import Countdown, CountdownBar
 
 Part = str | tuple[str, str]
@@ -96,7 +97,7 @@ over) and resumes it.
                 who.append((" (you)" if lease.holder == view.holder else " (other)", "dim"))
             left = max(0, lease.until - now)
             countdown = Countdown(left, max(view.ttl, left, 1), label="left ", done="lapsed")
-        self.query_one("#lease-who", Static).update(Content.assemble(*who))
+        show(self.query_one("#lease-who", Static), Content.assemble(*who))
         self.query_one(CountdownBar).countdown = countdown
         fencing: list[Part] = [
             ("takeovers ", "dim"), (str(data.takeovers), "bold"),
@@ -106,10 +107,10 @@ over) and resumes it.
             ago = human_span(now - refusal.at)
             fencing.append(("\n↳ " + terminal_safe(f"{refusal.holder} gen {refusal.gen}, {ago} ago: {refusal.reason}"),
                             "dim"))
-        self.query_one("#lease-fencing", Static).update(Content.assemble(*fencing))
+        show(self.query_one("#lease-fencing", Static), Content.assemble(*fencing))
         agent = data.agent
         words = "ready" if agent is None else agent_in_words(agent.state, agent.reason, agent.until, now, sep="")
         agent_style = {"ready": "", "waiting": "$text-warning", "paused": "$text-error bold"}
         state = "ready" if agent is None else agent.state
-        self.query_one("#lease-agent", Static).update(
+        show(self.query_one("#lease-agent", Static),
             Content.assemble(("agent ", "dim"), (words, agent_style.get(state, ""))))

@@ -13,7 +13,8 @@ from textual.widgets import Static
 from console.textsafe import terminal_safe
 from console.tui.detail import human_span
 from console.tui.reads import OutboxView
-from console.tui.widgets.countdown_bar import Countdown, CountdownBar
+from console.tui.render import show
+from console.tui.widgets.countdown_bar import Countdown, CountdownBar, coarse_span, quantized
 
 Part = str | tuple[str, str]
 NBSP = "\u00a0"
@@ -89,12 +90,12 @@ A failed send is retried, never dropped.
         ]
         if counts.get("retrying"):
             head += [(f" · retrying{NBSP}", "dim"), (str(counts["retrying"]), "$text-warning bold")]
-        self.query_one("#outbox-counts", Static).update(Content.assemble(*head))
+        show(self.query_one("#outbox-counts", Static), Content.assemble(*head))
         if data.next_send_at is None:
             countdown = Countdown(None, idle="nothing held")
         else:
             wait = max(0, data.next_send_at - now)
-            countdown = Countdown(wait, max(view.gap, wait, 1), label="next ", prefix="in ")
+            countdown = Countdown(quantized(wait), max(view.gap, wait, 1), label="next ", prefix="in ")
         self.query_one(CountdownBar).countdown = countdown
         lines: list[Part] = []
         for message in data.troubled[:2]:
@@ -106,8 +107,8 @@ A failed send is retried, never dropped.
                       one_line(message.body), "\n"]
         # The urgent lane sends out of id order: the newest send first.
         for message in sorted(data.sent, key=lambda m: m.sent_at or 0, reverse=True)[:3]:
-            ago = human_span(now - (message.sent_at or now))
+            ago = coarse_span(now - (message.sent_at or now))
             # The body first: a narrow pane cuts the end of the line, and the channel matters least.
             lines += [("✓ ", "$text-success"), (f"{ago} ago ", "dim"), one_line(message.body),
                       (f" → {message.channel}" if message.channel else "", "dim"), "\n"]
-        self.query_one("#outbox-lines", Static).update(Content.assemble(*lines[:-1]) if lines else "")
+        show(self.query_one("#outbox-lines", Static), Content.assemble(*lines[:-1]) if lines else "")
