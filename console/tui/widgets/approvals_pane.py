@@ -110,6 +110,7 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
         super().__init__(id=id)
         self.border_title = "Approvals"
         self._rows: list[tuple[str, Text, int]] = []
+        self._width = 0  # the width the rows were laid out for: a new width lays them out again
 
     def compose(self) -> ComposeResult:
         table: DataTable[str | Text] = DataTable(cursor_type="row", show_header=False, id="approvals-table")
@@ -163,7 +164,8 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
         table = self.table
         width = max(1, table.scrollable_content_region.width - 2)  # the cell's own padding
         rows = [(approval.request_id, *approval_cell(approval, view.now, width)) for approval in view.pending]
-        same_shape = table.row_count == len(rows) and [(r[0], r[2]) for r in rows] == [(r[0], r[2]) for r in self._rows]
+        same_shape = (width == self._width and table.row_count == len(rows)
+                      and [(r[0], r[2]) for r in rows] == [(r[0], r[2]) for r in self._rows])
         if same_shape:
             # Only the countdowns moved: change those cells in place. Clearing the table would lay out and
             # repaint the whole screen, once a second, which is most of what an idle console would spend.
@@ -172,7 +174,7 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
                     table.update_cell(request_id, "approval", cell)
             self._rows = rows
             return
-        self._rows = rows
+        self._rows, self._width = rows, width
         table.clear()
         self.query_one("#approvals-empty", Static).display = not view.pending
         for request_id, cell, height in rows:
