@@ -561,6 +561,7 @@ class ConsoleApp(App[None]):
         await self._read_activity()
         for pane in PANES:
             await self._reload_pane(pane)
+        self.query_one(ApprovalsPane).redraw()
 
     @on(ApprovalsPane.Arrived)
     def _approvals_arrived(self, message: ApprovalsPane.Arrived) -> None:

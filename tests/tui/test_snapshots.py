@@ -20,15 +20,23 @@ from tests.tui.scenes import make_app
 Compare = Callable[..., bool]
 
 
+async def quiet(app: ConsoleApp, pilot: Pilot[Any]) -> None:
+    """No pane marked for a read nor being read: what the screen shows is what the file holds."""
+    await wait_until(pilot, lambda: not app._dirty and not app._busy and not app._flush_due, what="quiet panes")
+
+
 def ready(app: ConsoleApp, *keys: str, screen: type | None = None) -> Callable[[Pilot[Any]], Awaitable[None]]:
     async def run_before(pilot: Pilot[Any]) -> None:
         await wait_until(pilot, lambda: app.started and app.query_one("#events").page is not None,  # type: ignore[attr-defined]
                          what="first page")
+        await wait_until(pilot, lambda: app.engine.mode != "starting", what="the engine's first pass")
+        await quiet(app, pilot)
         await app.settle()
         if keys:
             await pilot.press(*keys)
         if screen is not None:
             await wait_until(pilot, lambda: isinstance(app.screen, screen), what=screen.__name__)
+        await quiet(app, pilot)
         await pilot.pause()
         await pilot.pause()  # a table given new rows sizes its columns on the refresh after
 

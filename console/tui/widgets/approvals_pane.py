@@ -164,15 +164,9 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
         table = self.table
         width = max(1, table.scrollable_content_region.width - 2)  # the cell's own padding
         rows = [(approval.request_id, *approval_cell(approval, view.now, width)) for approval in view.pending]
-        same_shape = (width == self._width and table.row_count == len(rows)
-                      and [(r[0], r[2]) for r in rows] == [(r[0], r[2]) for r in self._rows])
-        if same_shape:
-            # Only the countdowns moved: change those cells in place. Clearing the table would lay out and
-            # repaint the whole screen, once a second, which is most of what an idle console would spend.
-            for (request_id, cell, _), (_, before, _) in zip(rows, self._rows, strict=True):
-                if cell != before:
-                    table.update_cell(request_id, "approval", cell)
-            self._rows = rows
+        if width == self._width and rows == self._rows and table.row_count == len(rows):
+            # The same text: nothing to redraw. Countdowns past ten minutes change once a minute (coarse_span),
+            # so an idle console rebuilds this table once a minute, not every second.
             return
         self._rows, self._width = rows, width
         table.clear()
@@ -183,6 +177,11 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
             return
         index = next((i for i, a in enumerate(view.pending) if keep and a.request_id == keep.request_id), 0)
         table.move_cursor(row=index, animate=False, scroll=False)
+
+    def redraw(self) -> None:
+        """Lay the rows out again even if their text is the same (settle: a screen drawn the same every time)."""
+        self._rows, self._width = [], 0
+        self._render_rows(self.selected())
 
     @on(Resize)
     def _resized(self) -> None:
