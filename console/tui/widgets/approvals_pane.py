@@ -104,7 +104,7 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
             super().__init__()
             self.approvals = approvals
 
-    view: reactive[ApprovalsView | None] = reactive(None, init=False)
+    view: reactive[ApprovalsView | None] = reactive(None, init=False, repaint=False)  # the watcher updates what changed
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -134,7 +134,9 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
         if view is None:
             return
         self._render_rows(self._selected_in(previous))
-        self.border_subtitle = f"{len(view.pending)} waiting"
+        subtitle = f"{len(view.pending)} waiting"
+        if self.border_subtitle != subtitle:
+            self.border_subtitle = subtitle
         lines: list[str | tuple[str, str]] = [("recent", "dim") if view.resolved else ("nothing resolved yet", "dim")]
         for approval in view.resolved[:4]:
             lines += ["\n", (f"{approval.outcome:<8}", OUTCOME_STYLE.get(approval.outcome or "", "")),

@@ -111,7 +111,7 @@ class ConsoleHeader(Vertical):
     }
     """
 
-    view: reactive[HeaderView | None] = reactive(None, init=False)
+    view: reactive[HeaderView | None] = reactive(None, init=False, repaint=False)  # the watcher updates what changed
 
     def __init__(self, inbox: str, agent: str, *, id: str | None = None) -> None:
         super().__init__(id=id)

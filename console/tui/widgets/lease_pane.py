@@ -68,7 +68,7 @@ over) and resumes it.
     }
     """
 
-    view: reactive[LeasePaneView | None] = reactive(None, init=False)
+    view: reactive[LeasePaneView | None] = reactive(None, init=False, repaint=False)  # the watcher updates what changed
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)

@@ -64,7 +64,7 @@ A failed send is retried, never dropped.
     }
     """
 
-    view: reactive[OutboxPaneView | None] = reactive(None, init=False)
+    view: reactive[OutboxPaneView | None] = reactive(None, init=False, repaint=False)
 
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
