@@ -151,6 +151,7 @@ class ConsoleApp(App[None]):
     BINDING_GROUP_TITLE = "Console"
     # Screen.-narrow in app.tcss; App types it as an instance attribute, so it cannot be a ClassVar here
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # noqa: RUF012
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (20, "-tall")]  # noqa: RUF012  (Screen.-short in app.tcss)
     # The footer shows the keys a newcomer needs first; f1 (or ?) lists the rest with what each does.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("i", "inject", "Inject", id="console.inject", tooltip="store an event typed in a form"),

@@ -95,3 +95,8 @@ def test_nobody_working_banner(snap_compare: Compare, filled: Path, clock: Manua
                                size: tuple[int, int]) -> None:
     app = make_app(filled, clock)
     assert snap_compare(app, terminal_size=size, run_before=nobody_working(app, clock))
+
+
+def test_main_screen_60x15_has_no_stray_characters(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    assert snap_compare(app, terminal_size=(60, 15), run_before=ready(app))
