@@ -83,7 +83,7 @@ NOTICE_PANES: dict[str, tuple[str, ...]] = {
     "events": PANES,
     "run": ("events", "lease", "outbox", "header"),
     "lease": ("lease", "header", "events"),
-    "approvals": ("approvals", "events"),
+    "approvals": ("approvals", "events", "header"),  # the header counts the waiting ones
     "outbox": ("outbox",),
     "timers": ("events",),
     "log": (),
