@@ -281,3 +281,13 @@ async def test_header_badge_names_one_approval_in_the_singular(filled: Path, clo
         await pilot.press("n")
         await wait_until(pilot, lambda: "1 approval waiting" in text(app, "#header-title"), what="one left")
         assert app.query_one(ConsoleHeader).view.facts.waiting == 1  # type: ignore[union-attr]
+
+
+async def test_the_demos_empty_hint_names_its_test_keys(db_path: Path, clock: ManualClock) -> None:
+    with Store.open(db_path) as store:
+        store.acquire("elsewhere", now=clock.now() + 10_000)  # standby: nothing runs
+    app = make_app(db_path, clock, demo=True, settings={"keys": {"console.quick_chat": "C"}})
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        assert text(app, "#events-empty").startswith(
+            "No events yet. Press i to inject one (C: a quick chat message, a: one that needs approval);")
