@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -12,11 +13,12 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.events import Resize
 from textual.widgets import Static
+from textual.widgets.data_table import CellDoesNotExist
 
 from console.clock import Clock
 from console.core import Event, Store
 from console.textsafe import terminal_safe
-from console.tui.detail import human_span
+from console.timefmt import coarse_span
 from console.tui.reads import (
     EventFilter,
     EventsPage,
@@ -32,21 +34,37 @@ COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 7), ("att", 3
            ("last error", None))
 
 
+def table_age(seconds: int) -> str:
+    """An event's age: to the second in its first minute, then whole minutes (the seconds of an older event
+    are noise, and counting them redrew the whole table every second)."""
+    return coarse_span(seconds, seconds_below=60)
+
+
 def status_colour(variables: dict[str, str], status: str) -> str:
     return variables.get(f"status-{status}", "")
 
 
-EMPTY_INBOX = ("No events yet. Press i to inject one (c: a quick chat message, a: one that needs approval); "
-               "`agent-console --demo` shows every pane moving.")
+# binding id -> the key that runs it as the footer shows it (after `[keys]` remaps), None if not available here
+KeyFor = Callable[[str], str | None]
+DEFAULT_KEYS = {"console.inject": "i", "console.quick_chat": "c", "console.quick_approval": "a",
+                "console.filter_status": "f", "console.filter_source": "s"}
 
 
-def empty_hint(flt: EventFilter, total: int) -> str:
-    """What to tell someone looking at an empty table: how to get events, or that the filter hides them."""
+def empty_hint(flt: EventFilter, total: int, key_for: KeyFor = DEFAULT_KEYS.get) -> str:
+    """What to tell someone looking at an empty table: how to get events, or that the filter hides them,
+    naming the keys as they are bound now."""
     if total == 0:
-        return EMPTY_INBOX
+        inject, chat, ask = (key_for(i) for i in ("console.inject", "console.quick_chat", "console.quick_approval"))
+        how = f"Press {inject} to inject one" if inject else "Inject one with `agent-console ingest`"
+        quick = [f"{chat}: a quick chat message"] * bool(chat) + [f"{ask}: one that needs approval"] * bool(ask)
+        more = f" ({', '.join(quick)})" if quick else ""
+        return f"No events yet. {how}{more}; `agent-console --demo` shows every pane moving."
     what = f"{flt.status} events" if flt.status else "events"
     where = f" from source {flt.source}" if flt.source else ""
-    return f"No {what}{where} (of {total:,}). Press f to change the status filter, s the source filter."
+    status, source = key_for("console.filter_status"), key_for("console.filter_source")
+    keys = [f"{key} {'to change ' * (not i)}the {which} filter"
+            for i, (key, which) in enumerate((k, w) for k, w in ((status, "status"), (source, "source")) if k)]
+    return f"No {what}{where} (of {total:,})." + (f" Press {', '.join(keys)}." if keys else "")
 
 
 class EventsPane(Vertical):
@@ -110,13 +128,30 @@ The inbox, newest first: **enter** shows why an event has (not) run. The keys be
         hint = self.query_one("#events-empty", Static)
         hint.display = not page.events
         if not page.events:
-            hint.update(Content(terminal_safe(empty_hint(self.filter, total))))
+            key_for = getattr(self.app, "key_for", DEFAULT_KEYS.get)
+            hint.update(Content(terminal_safe(empty_hint(self.filter, total, key_for))))
         if page.events:
             index = next((i for i, e in enumerate(page.events) if e.id == keep), None)
             if index is None:
                 index = 0
             table.move_cursor(row=index, animate=False, scroll=False)
             self.selected_id = page.events[index].id
+
+    def refresh_ages(self, now: int) -> None:
+        """The age column at `now`, cell by cell: the clock moving re-reads nothing and keeps the cursor and
+        the sideways scroll where they are. Redrawing the table is what an idle console spends its time on, so
+        ages past a minute (whole minutes, see table_age) are brought up to date every ten seconds together."""
+        if self.page is None:
+            return
+        table = self.table
+        for event in self.page.events:
+            if now - event.created_at >= 60 and now % 10:
+                continue
+            age = table_age(now - event.created_at)
+            key = str(event.id)
+            with contextlib.suppress(CellDoesNotExist):  # a row the table no longer holds
+                if str(table.get_cell(key, "age")) != age:
+                    table.update_cell(key, "age", Text(age, justify="right"))
 
     @staticmethod
     def _cells(event: Event, now: int, variables: dict[str, str]) -> list[Text]:
@@ -131,7 +166,7 @@ The inbox, newest first: **enter** shows why an event has (not) run. The keys be
             Text(event.status, style=status_colour(variables, event.status)),
             Text(str(event.attempts), justify="right"),
             Text("" if event.claim_gen is None else str(event.claim_gen), justify="right"),
-            Text(human_span(now - event.created_at), justify="right"),
+            Text(table_age(now - event.created_at), justify="right"),
             Text(error, style=status_colour(variables, "dead") if error else ""),
         ]
 
