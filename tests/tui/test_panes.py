@@ -300,3 +300,14 @@ async def test_the_demos_empty_hint_names_its_test_keys(db_path: Path, clock: Ma
         await started(app, pilot)
         assert text(app, "#events-empty").startswith(
             "No events yet. Press i to inject one (C: a quick chat message, a: one that needs approval);")
+
+
+async def test_below_100_columns_the_sparkline_gives_the_inbox_path_room(filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await started(app, pilot)
+        sparkline = app.query_one("#header-sparkline")
+        await wait_until(pilot, lambda: sparkline.size.width > 0, what="the sparkline laid out")
+        assert sparkline.size.width == 10
+        await pilot.resize_terminal(120, 40)
+        await wait_until(pilot, lambda: sparkline.size.width == 20, what="the whole sparkline at 120 columns")

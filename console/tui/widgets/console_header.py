@@ -65,6 +65,9 @@ def banner_text(view: HeaderView) -> str:
 
 
 class ConsoleHeader(Vertical):
+    # Textual would prefix every rule below with ConsoleHeader, and the screen's -narrow rule would then match
+    # nothing; each rule names ConsoleHeader itself.
+    SCOPED_CSS = False
     DEFAULT_CSS = """
     ConsoleHeader {
         dock: top;
