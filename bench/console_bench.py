@@ -1,6 +1,8 @@
-"""The console on a 1,000,000-event inbox: first frame, memory, page-down and keystroke latency.
+"""The console on a 1,000,000-event inbox: first frame, memory, page-down and keystroke latency; and the
+CPU an idle console uses on a small inbox.
 
     python bench/console_bench.py [--events 1000000] [--drain-rate 1000] [--peer-rows 100000]
+    python bench/console_bench.py --idle-only [--idle-seconds 30] [--before FOLDER]
 
 The inbox is built once with Store.ingest_many in large batches and cached in /tmp; each run works
 on a copy. Every measurement runs in a fresh child process, so its peak RSS is the console's own.
@@ -9,6 +11,12 @@ on a copy. Every measurement runs in a fresh child process, so its peak RSS is t
 - keystroke-to-frame while draining: another thread ingests `--drain-rate` events/s and the console's
   own engine drains them with the offline agent; a filter key press is timed until the pane redraws.
 The peer is a plain Textual DataTable given `--peer-rows` rows up front (time to its first frame).
+
+Idle cost: the real `agent-console` in a pseudo-terminal (120x40) on a small inbox (40 recent events, a
+pending approval counting down, its own engine holding the lease), left alone: the CPU time of its process
+tree over `--idle-seconds` of wall time, as a share of one core. The peer is a plain Textual app (a
+DataTable of 40 rows and a Footer) in the same terminal, idle the same time. `--before FOLDER` measures
+another checkout's console (e.g. `git archive main | tar -x -C /tmp/before`) in the same run.
 """
 
 from __future__ import annotations
@@ -16,11 +24,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -188,6 +198,108 @@ async def child_peer(rows: int) -> dict[str, Any]:
     return {"first_frame_ms": first, "rows": rows, "peak_rss_mb": peak_rss_mb()}
 
 
+IDLE_SIZE = (40, 120)  # rows, columns
+IDLE_PEER = """
+from textual.app import App
+from textual.widgets import DataTable, Footer
+
+class Plain(App):
+    BINDINGS = [("q", "quit", "Quit")]
+
+    def compose(self):
+        table = DataTable()
+        table.add_columns("id", "source", "source id", "status", "age")
+        table.add_rows([(str(i), "chat", f"c-{i}", "done", f"{i}s") for i in range(40)])
+        yield table
+        yield Footer()
+
+Plain().run()
+"""
+
+
+def small_inbox(path: Path) -> None:
+    now = WallClock().now()
+    with Store.open(path, check=False) as store:
+        store.ingest_many([("chat", f"c-{i}", {"text": f"message {i}"}) for i in range(40)], now=now - 120)
+        store.connection.execute("UPDATE inbox SET status = 'done', attempts = 1, claim_gen = 1")
+        store.request_approval("apr-idle", "refund order 881", now=now, expires_in=3600)
+        store.queue_message("held for the next send", now=now)
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of pid and every live descendant (the MCP servers the engine starts)."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    parents: dict[int, int] = {}
+    times: dict[int, float] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
+    tree, grew = {pid}, True
+    while grew:
+        found = {child for child, parent in parents.items() if parent in tree} - tree
+        grew = bool(found)
+        tree |= found
+    return sum(times.get(p, 0.0) for p in tree)
+
+
+def idle_cpu(argv: list[str], cwd: Path, seconds: float, warmup: float = 8.0) -> dict[str, float]:
+    """Share of one core the program uses while nobody touches it, after `warmup` seconds of start-up."""
+    import pexpect
+
+    with tempfile.TemporaryDirectory(prefix="agent-console-idle-") as home:
+        env = dict(os.environ, PYTHONPATH=str(cwd), TERM="xterm-256color", XDG_CONFIG_HOME=f"{home}/config",
+                   XDG_DATA_HOME=f"{home}/data", XDG_STATE_HOME=f"{home}/state")
+        env.pop("TEXTUAL", None)
+        child = pexpect.spawn(argv[0], argv[1:], cwd=str(cwd), env=env, dimensions=IDLE_SIZE)
+        written = [0]
+
+        def drain(until: float) -> None:
+            while time.monotonic() < until:
+                try:
+                    written[0] += len(child.read_nonblocking(65536, timeout=0.2))
+                except pexpect.TIMEOUT:
+                    continue
+                except pexpect.EOF as exc:
+                    raise RuntimeError(f"{argv} ended early") from exc
+
+        try:
+            drain(time.monotonic() + warmup)  # start-up is not idle: the first frames, the engine's check
+            cpu_before, wall_before, written[0] = tree_cpu_seconds(child.pid), time.monotonic(), 0
+            drain(wall_before + seconds)
+            cpu = tree_cpu_seconds(child.pid) - cpu_before
+            wall = time.monotonic() - wall_before
+        finally:
+            child.terminate(force=True)
+    return {"core_percent": 100 * cpu / wall, "cpu_seconds": cpu, "wall_seconds": wall,
+            "bytes_written_per_s": written[0] / wall}
+
+
+def idle_report(seconds: float, before: Path | None) -> dict[str, Any]:
+    report: dict[str, Any] = {"idle_seconds": seconds}
+    with tempfile.TemporaryDirectory(prefix="agent-console-idle-db-") as folder:
+        for name, root in (("console", ROOT), *((("console_before", before),) if before else ())):
+            db = Path(folder) / f"{name}.db"
+            small_inbox(db)
+            report[name] = idle_cpu([sys.executable, "-m", "console", "--db", str(db)], root, seconds)
+        script = Path(folder) / "plain_textual.py"
+        script.write_text(IDLE_PEER)
+        report["peer_plain_textual"] = idle_cpu([sys.executable, str(script)], ROOT, seconds)
+    peer = max(report["peer_plain_textual"]["core_percent"], 0.01)
+    for name in ("console", "console_before"):
+        if name in report:
+            report[f"{name}_over_peer"] = report[name]["core_percent"] / peer
+    if before:
+        report["before_over_after"] = report["console_before"]["core_percent"] / max(
+            report["console"]["core_percent"], 0.01)
+    return report
+
+
 def summary(samples: list[float]) -> dict[str, float]:
     ordered = sorted(samples)
     return {"median": statistics.median(ordered), "p95": ordered[int(len(ordered) * 0.95) - 1], "max": ordered[-1]}
@@ -204,8 +316,14 @@ def main() -> None:
     parser.add_argument("--events", type=int, default=1_000_000)
     parser.add_argument("--drain-rate", type=int, default=1000)
     parser.add_argument("--peer-rows", type=int, default=100_000)
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--idle-only", action="store_true", help="only the idle-cost measurement")
+    parser.add_argument("--before", type=Path, help="another checkout whose idle console is measured too")
     parser.add_argument("--child", nargs="+")
     options = parser.parse_args()
+    if options.idle_only:
+        print(json.dumps(idle_report(options.idle_seconds, options.before), indent=2))
+        return
     if options.child:
         kind, *rest = options.child
         if kind == "console":
@@ -224,6 +342,7 @@ def main() -> None:
     report = {
         "events": options.events, "console": console, "peer_datatable": peer,
         "first_frame_ratio_peer_over_console": peer["first_frame_ms"] / console["first_frame_ms"],
+        "idle": idle_report(options.idle_seconds, options.before),
     }
     print(json.dumps(report, indent=2))
 

@@ -109,6 +109,7 @@ class Settings:
     digest_cron: str = "0 9 * * *"  # the daily digest timer installed on first start
     timezone: str = field(default_factory=local_zone_name)  # this machine's zone (UTC if it cannot tell)
     theme: str = "agent-dark"
+    approval_bell: bool = False     # ring the terminal's bell when an approval arrives in the console
     webhooks: dict[str, Any] = field(default_factory=dict)
     # Seconds a webhook sender has to send its request's head, and again its body; then it is cut off.
     webhook_read_timeout: int = DEFAULT_WEBHOOK_READ_TIMEOUT
@@ -377,6 +378,7 @@ CHECKS: dict[str, Checker] = {
     "digest_cron": _cron,
     "timezone": _zone_name,
     "theme": _text,
+    "approval_bell": _flag,
     "webhooks": _structured(dict, "a table"),
     "webhook_read_timeout": _seconds_or_count(1),
     "webhook_max_connections": _seconds_or_count(1),

@@ -29,6 +29,19 @@ def span(seconds: int, *, sep: str = "") -> str:
     return f"{seconds // 86400}d{sep}{seconds % 86400 // 3600:02d}h"
 
 
+SECONDS_SHOWN_BELOW = 600  # under ten minutes a console countdown shows its seconds; above, whole minutes
+
+
+def coarse_span(seconds: int, *, seconds_below: int = SECONDS_SHOWN_BELOW) -> str:
+    """A countdown or an age the console redraws with the clock: as span prints it while its seconds matter
+    (under `seconds_below`), then whole minutes up to the hour (10m), so it changes once a minute, not every
+    second; hours and days as span prints them."""
+    seconds = max(0, int(seconds))
+    if seconds_below <= seconds < 3600:
+        return f"{seconds // 60}m"
+    return span(seconds)
+
+
 def schedule_in_words(every: int | None, cron: str | None, tz: str | None, *, sep: str = "") -> str:
     """A timer's schedule: 'every 5m 00s', "cron '0 9 * * *' Europe/Berlin" or 'once'."""
     if every is not None:

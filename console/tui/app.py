@@ -2,14 +2,17 @@
 
 The engine runs on the app's own event loop; every SQLite read happens on its reader thread
 (`await engine.read(fn)`), so the screen never waits on the disk. Engine notices arrive as typed
-messages and only mark panes dirty: a 10 Hz flush re-reads each dirty pane at most once, so a worker
-draining a backlog cannot flood the screen.
+messages and only mark panes dirty: a flush 0.1 s after the first mark re-reads each dirty pane at most
+once, so a worker draining a backlog cannot flood the screen. Nothing is read while nothing changes: the
+engine's watcher posts a notice on any commit to the file (PRAGMA data_version), and the once-a-second tick
+only redraws the countdowns and ages from what the panes already hold.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import difflib
 import logging
 import signal
 import sys
@@ -26,6 +29,7 @@ from textual.app import App, ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
+from textual.dom import DOMNode
 from textual.driver import Driver
 from textual.message import Message
 from textual.notifications import SeverityLevel
@@ -36,9 +40,9 @@ from console.config import ConfigError, Settings
 from console.core import STATUSES, Approval, Event, Store, StoreError
 from console.core.inbox import REVIVABLE
 from console.demo import demo_settings, run_demo
-from console.notices import Notice
+from console.notices import Notice, NoticeKind
 from console.textsafe import terminal_safe, terminal_safe_lines
-from console.timefmt import span
+from console.timefmt import plural, span
 from console.tui.backend import EngineLike
 from console.tui.commands import ConsoleCommands
 from console.tui.detail import DetailView, read_detail, read_neighbour
@@ -49,6 +53,7 @@ from console.tui.reads import (
     read_activity,
     read_approval,
     read_approvals,
+    read_header,
     read_lease,
     read_outbox,
     read_spend,
@@ -64,12 +69,13 @@ from console.tui.screens.search import SearchScreen
 from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
-from console.tui.widgets.approvals_pane import ApprovalsPane
-from console.tui.widgets.console_header import ConsoleHeader
+from console.tui.widgets.approvals_pane import ApprovalsPane, started_by
+from console.tui.widgets.approvals_pane import at as approvals_at
+from console.tui.widgets.console_header import ConsoleHeader, HeaderView
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
-from console.tui.widgets.lease_pane import LeasePane
-from console.tui.widgets.outbox_pane import OutboxPane
+from console.tui.widgets.lease_pane import LeasePane, LeasePaneView
+from console.tui.widgets.outbox_pane import OutboxPane, OutboxPaneView
 
 if TYPE_CHECKING:
     from console.edges.receiver import WebhookReceiver
@@ -78,23 +84,63 @@ T = TypeVar("T")
 log = logging.getLogger("agent_console.tui")
 
 PANES = ("events", "lease", "approvals", "outbox", "header")
-NOTICE_PANES: dict[str, tuple[str, ...]] = {
-    "events": ("events", "header", "approvals"),
+# "events" is also what the engine's watcher posts when any other connection or process commits to the
+# file: it could be anything, so every pane is read again.
+NOTICE_PANES: dict[NoticeKind, tuple[str, ...]] = {
+    "events": PANES,
     "run": ("events", "lease", "outbox", "header"),
     "lease": ("lease", "header", "events"),
-    "approvals": ("approvals", "events"),
+    "approvals": ("approvals", "events", "header"),  # the header counts the waiting ones
     "outbox": ("outbox",),
     "timers": ("events",),
     "log": (),
 }
 FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
-TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes
-ACTIVITY_SECONDS = 5.0
+TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes: redrawn, not re-read
+ACTIVITY_SECONDS = 5  # the sparkline is read at most this often, and only when it can have changed
 APPROVAL_TEXT = "refund order 881"
 CONFIRM_AFTER_SECONDS = 60  # with confirm_approvals, a yes with more time than this left asks once more
 # The orders S steps through: (column, descending). Each reads through an index (console.core.inbox).
 SORT_CYCLE = [("id", True), ("id", False), ("status", True), ("status", False), ("source", True),
               ("source", False)]
+# The test keys write made-up events into the inbox: only in `--demo`, whose inbox is a throwaway.
+DEMO_ACTIONS = frozenset({"quick_chat", "quick_poison", "quick_redeliver", "quick_approval"})
+
+
+def binding_ids() -> set[str]:
+    """Every binding id the console's app, screens and widgets declare (what `[keys]` may remap)."""
+    found: set[str] = set()
+    pending: list[type] = [DOMNode]
+    while pending:
+        cls = pending.pop()
+        pending.extend(cls.__subclasses__())
+        if cls.__module__.startswith("console."):
+            found.update(b.id for b in getattr(cls, "BINDINGS", ()) if isinstance(b, Binding) and b.id)
+    return found
+
+
+def unknown_key_ids(keys: dict[str, str], known: set[str]) -> list[str]:
+    """One line per `[keys]` entry that names no binding, with the nearest id when one is close."""
+    lines = []
+    for name in sorted(set(keys) - known):
+        ids = sorted(known)
+        close = [i for i in ids if i.endswith("." + name)] or difflib.get_close_matches(name, ids, n=1)
+        hint = f" (did you mean {close[0]}?)" if close else " (docs/console.md lists the ids)"
+        lines.append(f"[keys] {terminal_safe(name)}: no such binding id{hint}")
+    return lines
+
+
+def screenshot_folder() -> Path:
+    """The Downloads folder when this machine has one, else one of our own that is made on demand (Textual's
+    default, Downloads, does not exist on a server and the screenshot was lost)."""
+    import platformdirs
+
+    downloads = Path(platformdirs.user_downloads_dir())
+    if downloads.is_dir():
+        return downloads
+    folder = Path(platformdirs.user_state_dir("agent-console")) / "screenshots"
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
 
 
 def source_id_taken(source_id: str, store: Store) -> bool:
@@ -116,6 +162,7 @@ class ConsoleApp(App[None]):
     BINDING_GROUP_TITLE = "Console"
     # Screen.-narrow in app.tcss; App types it as an instance attribute, so it cannot be a ClassVar here
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # noqa: RUF012
+    VERTICAL_BREAKPOINTS = [(0, "-short"), (20, "-tall")]  # noqa: RUF012  (Screen.-short in app.tcss)
     # The footer shows the keys a newcomer needs first; f1 (or ?) lists the rest with what each does.
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("i", "inject", "Inject", id="console.inject", tooltip="store an event typed in a form"),
@@ -153,6 +200,8 @@ class ConsoleApp(App[None]):
                 tooltip='chat "refund order 881": the agent asks first'),
         Binding("f1,question_mark", "toggle_help", "Keys", id="console.help",
                 tooltip="show or hide this panel of keys"),
+        Binding("q", "request_quit", "Quit", id="console.quit_asking",
+                tooltip="quit; asks first while a run is in progress"),
         Binding("ctrl+q", "quit", "Quit", id="console.quit", priority=True, show=False,
                 tooltip="the run finishes, the lease is released"),
     ]
@@ -170,9 +219,11 @@ class ConsoleApp(App[None]):
         install_defaults: bool = True,
         after_start: Callable[[ConsoleApp], Any] | None = None,
         inbox_label: str | None = None,
+        demo: bool = False,
     ) -> None:
         super().__init__()
         self.settings = settings
+        self.demo = demo
         self.clock: Clock = clock or (engine.clock if engine is not None else WallClock())
         if engine is None:
             from console.runtime.assembly import build_engine
@@ -192,6 +243,9 @@ class ConsoleApp(App[None]):
         self._stalled = False
         self._dirty: set[str] = set()
         self._busy: set[str] = set()
+        self._flush_due = False
+        self._activity_stale = True
+        self._activity_read_at: int | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._last_injected: tuple[str, str, Any] | None = None
         self._serial = 0
@@ -207,6 +261,7 @@ class ConsoleApp(App[None]):
                 break
         if settings.keys:
             self.set_keymap(dict(settings.keys))
+        self._key_problems = unknown_key_ids(dict(settings.keys), binding_ids())
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's own driver, except that on Linux and macOS a closed terminal cannot wedge it."""
@@ -225,9 +280,9 @@ class ConsoleApp(App[None]):
         yield ConsoleHeader(self._inbox_label(), self.engine.agent_name, id="header")
         yield EventsPane(self.read, self.clock, zone=ZoneInfo(self.settings.timezone), id="events")
         with Horizontal(id="bottom"):
-            yield LeasePane(self._engine_info, id="lease")
+            yield LeasePane(id="lease")
             yield ApprovalsPane(id="approvals")
-            yield OutboxPane(self.settings.outbox_gap, id="outbox")
+            yield OutboxPane(id="outbox")
         yield Footer(compact=True)
 
     def _inbox_label(self) -> str:
@@ -240,8 +295,30 @@ class ConsoleApp(App[None]):
             return "~/" + str(path.relative_to(Path.home()))
         return str(path)
 
-    def _engine_info(self) -> tuple[str, str, int]:
-        return self.engine.mode, self.engine.holder, self.settings.lease_ttl
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """The test keys exist only in `--demo` (hidden from the footer, the help panel and the palette)."""
+        return self.demo or action not in DEMO_ACTIONS
+
+    def key_for(self, binding_id: str) -> str | None:
+        """The key that runs a binding as the footer shows it, after `[keys]` remaps; None when it is not
+        available here (a demo key outside the demo)."""
+        for bindings in self._bindings.key_to_bindings.values():
+            for binding in bindings:
+                if binding.id != binding_id:
+                    continue
+                if self.check_action(binding.action.split("(")[0], ()) is False:
+                    return None
+                key = self._keymap.get(binding_id, binding.key).split(",")[0].strip()
+                return self.get_key_display(binding.with_key(key, key_display=None))
+        return None
+
+    def _relabel(self, binding_id: str, description: str) -> None:
+        """A binding's footer label changed in place (Textual has no public call for it); remaps still apply,
+        as they are looked up by id."""
+        for key, bindings in self._bindings.key_to_bindings.items():
+            self._bindings.key_to_bindings[key] = [
+                replace(b, description=description) if b.id == binding_id else b for b in bindings]
+        self.refresh_bindings()
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         defaults = {
@@ -266,6 +343,11 @@ class ConsoleApp(App[None]):
                 loop.add_signal_handler(signum, lambda: self.call_later(self.action_quit))
         if self._theme_errors:
             self.notify("\n".join(self._theme_errors), title="Theme file skipped", severity="warning", timeout=10)
+        if self._key_problems:
+            for problem in self._key_problems:
+                log.warning("%s", problem)
+            self.notify("\n".join(self._key_problems), title="Config: [keys] entries ignored", severity="warning",
+                        timeout=15)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.query_one(EventsTable).focus()
         # The first frame is drawn from plain reads; the engine starts behind it, because its opening
@@ -285,9 +367,7 @@ class ConsoleApp(App[None]):
         await self._start_receiver()
         self._unsubscribe = self.engine.subscribe(self._post_notice)
         self._mark(*PANES)
-        self.set_interval(FLUSH_SECONDS, self._flush_dirty)
-        self.set_interval(TICK_SECONDS, lambda: self._mark("lease", "approvals", "outbox", "events"))
-        self.set_interval(ACTIVITY_SECONDS, self._refresh_activity)
+        self.set_interval(TICK_SECONDS, self._tick)
         self._refresh_activity()
         self._flush_dirty()
         if self.after_start is not None:
@@ -334,6 +414,40 @@ class ConsoleApp(App[None]):
         await self.shutdown_engine()  # releases the lease before the screen goes away
         self.exit()
 
+    async def action_request_quit(self) -> None:
+        """q: quit at once when idle; while this console's worker is running events, ask first."""
+        running = await self._running_here()
+        if not running:
+            await self.action_quit()
+            return
+        self.push_screen(ConfirmScreen(
+            f"A run is in progress ({plural(running, 'event')}). Quit anyway? The run gets a few seconds to "
+            "finish; what it does not finish goes back to pending for the next worker.", yes_label="Quit"),
+            self._quit_confirmed)
+
+    async def _quit_confirmed(self, confirmed: bool | None) -> None:
+        if confirmed:
+            await self.action_quit()
+
+    async def _running_here(self) -> int:
+        """How many events this console's own worker has claimed and not finished."""
+        if not self.started or self.engine.mode != "active" or self.engine.gen is None:
+            return 0
+        gen = self.engine.gen
+        running = await self.read(lambda store: store.events(status="running", limit=self.settings.batch_cap))
+        return sum(1 for event in running if event.claim_gen == gen)
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """The palette's Screenshot, saved where a folder exists (see screenshot_folder)."""
+        if path is None:
+            try:
+                path = str(screenshot_folder())
+            except OSError as exc:
+                self.notify(f"no folder to save it in: {exc}", title="Screenshot", severity="error")
+                return None
+        return super().deliver_screenshot(filename, path, time_format)
+
     def action_toggle_help(self) -> None:
         """Textual's help panel: the focused pane's help and every key that works here."""
         if self.screen.query(HelpPanel):
@@ -370,14 +484,58 @@ class ConsoleApp(App[None]):
 
     def _mark(self, *panes: str) -> None:
         self._dirty.update(panes)
+        if "events" in panes:
+            self._activity_stale = True
+        self._schedule_flush()
+
+    def _schedule_flush(self) -> None:
+        """One flush FLUSH_SECONDS after the first mark: no timer runs while nothing is dirty."""
+        if self.started and not self._flush_due and self._dirty - self._busy:
+            self._flush_due = True
+            self.set_timer(FLUSH_SECONDS, self._flush_dirty)
 
     def _flush_dirty(self) -> None:
+        self._flush_due = False
         if not self.started:
             return
         for pane in sorted(self._dirty - self._busy):
             self._dirty.discard(pane)
             self._busy.add(pane)
             self._reload(pane)
+
+    def _tick(self) -> None:
+        """Once a second: redraw what moves with the clock from the views the panes hold (no reads), and
+        read again only what time alone can change (an agent's wait ending, the sparkline's minute)."""
+        now = self.clock.now()
+        lease = self.query_one(LeasePane)
+        if lease.view is not None:
+            if lease.view.stale(now):
+                self._mark("lease")
+            elif lease.view.counts_down():
+                lease.view = lease.view.at(now)
+        approvals = self.query_one(ApprovalsPane)
+        if approvals.view is not None and approvals.view.pending:
+            approvals.view = approvals_at(approvals.view, now)
+        outbox = self.query_one(OutboxPane)
+        if outbox.view is not None and outbox.view.counts_down():
+            outbox.view = outbox.view.at(now)
+        header = self.query_one(ConsoleHeader)
+        if header.view is not None and header.view.moves_at(now):
+            header.view = header.view.at(now)
+        self.query_one(EventsPane).refresh_ages(now)
+        if self._activity_due(now):
+            self._refresh_activity()
+
+    def _activity_due(self, now: int) -> bool:
+        """The sparkline moves when events arrive, when a minute ends (while it shows any) and while the
+        rolling minute counts any."""
+        read_at, activity = self._activity_read_at, self.activity
+        if read_at is None or activity is None:
+            return True
+        if now - read_at < ACTIVITY_SECONDS:
+            return False
+        return (self._activity_stale or activity.last_60s > 0
+                or (now // 60 != read_at // 60 and any(activity.per_minute)))
 
     @work(group="reload")
     async def _reload(self, pane: str) -> None:
@@ -389,6 +547,7 @@ class ConsoleApp(App[None]):
             pass  # the screen is closing: the pane has gone
         finally:
             self._busy.discard(pane)
+            self._schedule_flush()  # marked again while it was read
 
     async def _reload_pane(self, pane: str) -> None:
         now = self.clock.now()
@@ -396,33 +555,62 @@ class ConsoleApp(App[None]):
             events = self.query_one(EventsPane)
             await events.reload()
         elif pane == "lease":
-            view = await self.read(read_lease(now))
-            self.query_one(LeasePane).show(view)
+            data = await self.read(read_lease(now))
+            self.query_one(LeasePane).view = LeasePaneView(data, self.engine.mode, self.engine.holder,
+                                                           self.settings.lease_ttl)
         elif pane == "approvals":
-            approvals = await self.read(read_approvals(now))
-            for expired in self.query_one(ApprovalsPane).show(approvals):
-                self.notify(f"{expired.action} ({expired.request_id}) expired unanswered",
-                            title="Approval expired", severity="warning", timeout=8)
+            self.query_one(ApprovalsPane).view = await self.read(read_approvals(now))
         elif pane == "outbox":
-            self.query_one(OutboxPane).show(await self.read(read_outbox(now)))
+            self.query_one(OutboxPane).view = OutboxPaneView(await self.read(read_outbox(now)),
+                                                             self.settings.outbox_gap)
         elif pane == "header":
-            spend = await self.read(read_spend(now, self.settings.budget_defaults()))
-            self.query_one(ConsoleHeader).show(self.engine.mode, self.activity, self.receiver_summary(), spend)
+            facts = await self.read(read_header(now, self.settings.budget_defaults()))
+            self.query_one(ConsoleHeader).view = HeaderView(now, self.engine.mode, facts, self.activity,
+                                                            self.receiver_summary(), self.key_for("console.stall"))
 
     @work(group="activity", exclusive=True)
     async def _refresh_activity(self) -> None:
         if not self.started:
             return
-        self.activity = await self.read(read_activity(self.clock.now()))
+        await self._read_activity()
+        header = self.query_one(ConsoleHeader)
+        if header.view is not None:
+            header.view = replace(header.view, activity=self.activity)
+
+    async def _read_activity(self) -> None:
+        now = self.clock.now()
+        self._activity_stale = False
+        self._activity_read_at = now
+        self.activity = await self.read(read_activity(now))
         self.known_sources = await self.read(lambda store: store.sources())
-        self._mark("header")
 
     async def settle(self) -> None:
         """Re-read every pane now (tests and snapshots wait on this instead of on time)."""
-        self.activity = await self.read(read_activity(self.clock.now()))
-        self.known_sources = await self.read(lambda store: store.sources())
+        await self._read_activity()
         for pane in PANES:
             await self._reload_pane(pane)
+        self.query_one(ApprovalsPane).redraw()
+
+    @on(ApprovalsPane.Arrived)
+    def _approvals_arrived(self, message: ApprovalsPane.Arrived) -> None:
+        """A new question must not go unseen: a toast (and the terminal's bell when the config asks)."""
+        yes, no = self.key_for("console.approve"), self.key_for("console.decline")
+        keys = f"{yes} / {no} answer it, enter opens it" if yes and no else "enter opens it"
+        for approval in message.approvals[:3]:
+            origin = started_by(approval)
+            where = f" ← {origin}" if origin else ""
+            self.notify(f"{approval.action}{where}\n{approval.request_id} · {keys}", title="Approval needed",
+                        severity="warning", timeout=20)
+        if len(message.approvals) > 3:
+            self.notify(f"and {len(message.approvals) - 3} more", title="Approval needed", severity="warning")
+        if self.settings.approval_bell:
+            self.bell()
+
+    @on(ApprovalsPane.Expired)
+    def _approvals_expired(self, message: ApprovalsPane.Expired) -> None:
+        for expired in message.approvals:
+            self.notify(f"{expired.action} ({expired.request_id}) expired unanswered",
+                        title="Approval expired", severity="warning", timeout=8)
 
     # --- actions --------------------------------------------------------------------------------
     @on(EventsTable.RowSelected)
@@ -706,6 +894,7 @@ class ConsoleApp(App[None]):
     def action_stall(self) -> None:
         self._stalled = not self._stalled
         self.engine.stall(self._stalled)
+        self._relabel("console.stall", "Resume" if self._stalled else "Stall")
         self._mark("lease", "header")
         if self._stalled:
             self.notify("The worker stops renewing its lease; another console takes over when it lapses",
@@ -764,7 +953,8 @@ def run_app(settings: Settings, *, demo: bool = False) -> None:
 
 
 def _run(settings: Settings, *, demo: bool) -> None:
-    app = ConsoleApp(settings, state_path=default_state_path(), after_start=_start_demo if demo else None)
+    app = ConsoleApp(settings, state_path=default_state_path(), after_start=_start_demo if demo else None,
+                     demo=demo)
     app.run()
     if app.start_error:
         raise StoreError(app.start_error)

@@ -218,9 +218,30 @@ class SpendView:
 
 def read_spend(now: int, defaults: BudgetDefaults) -> Callable[[Store], SpendView]:
     def read(store: Store) -> SpendView:
-        summary = store.spend_summary(defaults, now=now)
-        return SpendView(summary["today_usd"], summary["daily_budget_usd"], summary["monthly_budget_usd"],
-                         summary["daily_budget_from"], summary["monthly_budget_from"],
-                         store.agent_state().at(now).budget is not None)
+        return _spend(store, now, defaults)
+
+    return read
+
+
+def _spend(store: Store, now: int, defaults: BudgetDefaults) -> SpendView:
+    summary = store.spend_summary(defaults, now=now)
+    return SpendView(summary["today_usd"], summary["daily_budget_usd"], summary["monthly_budget_usd"],
+                     summary["daily_budget_from"], summary["monthly_budget_from"],
+                     store.agent_state().at(now).budget is not None)
+
+
+@dataclass(frozen=True)
+class HeaderFacts:
+    """What the header shows from the file: today's spend, the lease (is anyone working this inbox?) and how
+    many approvals wait for an answer."""
+
+    spend: SpendView
+    lease: Lease | None
+    waiting: int
+
+
+def read_header(now: int, defaults: BudgetDefaults) -> Callable[[Store], HeaderFacts]:
+    def read(store: Store) -> HeaderFacts:
+        return HeaderFacts(_spend(store, now, defaults), store.lease(), len(store.pending_approvals()))
 
     return read

@@ -86,6 +86,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_BACKOFF_JITTER": "0.1",
         "AGENT_CONSOLE_SEND_TIMEOUT": "30", "AGENT_CONSOLE_MAX_SEND_ATTEMPTS": "5",
         "AGENT_CONSOLE_DB_SCHEMA": "ada", "AGENT_CONSOLE_PASSWORD_ENV": "AGENT_PG_PASSWORD",
+        "AGENT_CONSOLE_APPROVAL_BELL": "true",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -101,6 +102,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.claude_max_turns, s.claude_timeout, s.claude_batch_tokens) == (4, 7.5, 20000)
     assert (s.mcp_servers, s.permissions) == ({"shop": {"command": "shop-server"}}, {"allow": ["recall"]})
     assert (s.instructions, s.memory_chars) == (Path("/tmp/mine.md"), 100)
+    assert s.approval_bell is True
     assert (s.claude_prompt_cache, s.daily_budget_usd, s.monthly_budget_usd) == (False, 2.5, 40.0)
     assert s.prices == {"claude-x": {"input": 1, "output": 5}}
     assert (s.db_schema, s.password_env) == ("ada", "AGENT_PG_PASSWORD")
@@ -250,7 +252,8 @@ def test_the_readme_config_example_loads(tmp_path: Path) -> None:
     settings = load_settings(write(tmp_path / "c.toml", example), env={})
     assert settings.db == Path("~/agent/inbox.db").expanduser()
     assert settings.webhooks["sources"]["github"]["secret_env"] == "GITHUB_WEBHOOK_SECRET"
-    assert settings.keys == {"quit": "ctrl+q"}
+    assert settings.keys == {"console.quit": "ctrl+q"}  # a binding id the console knows (docs/console.md)
+    assert settings.approval_bell is False
 
 
 @pytest.mark.parametrize("tz", ["Asia/Tokyo", "America/Sao_Paulo"])

@@ -1,4 +1,5 @@
-"""The real `agent-console` in a pseudo-terminal: inject by keyboard, approve, quit, check the file."""
+"""The real `agent-console` in a pseudo-terminal: inject by keyboard, an approval's toast, approve, quit, check
+the file."""
 
 from __future__ import annotations
 
@@ -69,7 +70,15 @@ def test_inject_approve_quit_in_a_real_terminal(tmp_path: Path) -> None:
         term.wait_for(lambda s: "Inject an event" in s, "the inject modal")
         term.send("\x13")  # ctrl+s: inject the pre-filled chat event
         term.wait_for(lambda s: "Inject an event" not in s, "the modal to close")
-        term.send("a")  # quick key: a chat message that needs approval
+        term.send("a")  # a test key: outside the demo it writes nothing
+        term.send("i")
+        term.wait_for(lambda s: "Inject an event" in s, "the inject modal again")
+        term.send("\x1b")  # escape: closed without storing
+        term.wait_for(lambda s: "Inject an event" not in s, "the modal to close")
+        with Store.open(db) as store:  # another process asks the owner: the console toasts it
+            store.request_approval("apr-e2e-1", "refund order 881", now=int(time.time()), expires_in=600)
+        term.wait_for(lambda s: "Approval needed" in s and "apr-e2e-1" in s, "the approval toast")
+        term.wait_for(lambda s: "1 approval waiting" in s, "the header badge")
         term.wait_for(lambda s: "1 waiting" in s, "the approval to appear")
         term.send("y")
         term.wait_for(lambda s: "0 waiting" in s, "the approval to be answered")
@@ -80,11 +89,9 @@ def test_inject_approve_quit_in_a_real_terminal(tmp_path: Path) -> None:
     assert term.child.exitstatus == 0, term.text()
     with Store.open(db) as store:
         chats = store.events(source="chat")
-        assert {"text": "hello"} in [e.payload for e in chats]
-        assert {"text": "refund order 881"} in [e.payload for e in chats]
+        assert [e.payload for e in chats] == [{"text": "hello"}]  # the `a` key stored nothing outside the demo
         resolved = store.resolved_approvals()
-        assert [a.outcome for a in resolved] == ["yes"]
-        assert (resolved[0].tool, resolved[0].arguments) == ("mcp__shop__refund", {"order": "881"})
+        assert [(a.request_id, a.outcome, a.answered_via) for a in resolved] == [("apr-e2e-1", "yes", "console")]
         lease = store.lease()
         assert lease is not None and lease.until < int(time.time())  # released on quit
         assert store.lease_log(1)[0][1] == "release"

@@ -228,8 +228,10 @@ async def test_x_stalls_the_worker(filled: Path, clock: ManualClock) -> None:
         await pilot_until(pilot, lambda: app.engine.mode != "stalled", what="resumed")
 
 
-async def test_quick_keys_inject_chat_poison_redelivery_and_approval(filled: Path, clock: ManualClock) -> None:
-    app = make_app(filled, clock)
+async def test_quick_keys_inject_chat_poison_redelivery_and_approval_in_the_demo(
+    filled: Path, clock: ManualClock
+) -> None:
+    app = make_app(filled, clock, demo=True)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("c")
@@ -260,7 +262,7 @@ async def test_keys_are_remapped_from_the_config(filled: Path, clock: ManualCloc
 
 
 async def test_palette_runs_an_action(filled: Path, clock: ManualClock) -> None:
-    app = make_app(filled, clock)
+    app = make_app(filled, clock, demo=True)  # the poison event is a test key's: the demo's
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         await pilot.press("ctrl+p")

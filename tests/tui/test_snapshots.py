@@ -24,16 +24,25 @@ from tests.tui.test_tool_approvals import asked_by_a_webhook
 Compare = Callable[..., bool]
 
 
+async def quiet(app: ConsoleApp, pilot: Pilot[Any]) -> None:
+    """No pane marked for a read nor being read: what the screen shows is what the file holds."""
+    await wait_until(pilot, lambda: not app._dirty and not app._busy and not app._flush_due, what="quiet panes")
+
+
 def ready(app: ConsoleApp, *keys: str, screen: type | None = None) -> Callable[[Pilot[Any]], Awaitable[None]]:
     async def run_before(pilot: Pilot[Any]) -> None:
         await pilot_until(pilot, lambda: app.started and app.query_one("#events").page is not None,  # type: ignore[attr-defined]
                          what="first page")
+        await wait_until(pilot, lambda: app.engine.mode != "starting", what="the engine's first pass")
+        await quiet(app, pilot)
         await app.settle()
         if keys:
             await pilot.press(*keys)
         if screen is not None:
             await pilot_until(pilot, lambda: isinstance(app.screen, screen), what=screen.__name__)
+        await quiet(app, pilot)
         await pilot.pause()
+        await pilot.pause()  # a table given new rows sizes its columns on the refresh after
 
     return run_before
 
@@ -94,3 +103,35 @@ def test_each_shipped_theme(snap_compare: Compare, filled: Path, clock: ManualCl
     app = make_app(filled, clock, settings={"theme": theme})
     assert app.theme == theme
     assert snap_compare(app, terminal_size=(80, 24), run_before=ready(app))
+
+
+def test_main_screen_120x40(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    assert snap_compare(app, terminal_size=(120, 40), run_before=ready(app))
+
+
+def nobody_working(app: ConsoleApp, clock: ManualClock) -> Callable[[Pilot[Any]], Awaitable[None]]:
+    """This console stalled, then the other holder's lease lapsed: the banner, and x reads Resume."""
+    first = ready(app, "x")
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await first(pilot)
+        await wait_until(pilot, lambda: app.engine.mode == "stalled", what="stalled")
+        clock.advance(200)
+        await app.settle()
+        await pilot.pause()
+        await pilot.pause()
+
+    return run_before
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_nobody_working_banner(snap_compare: Compare, filled: Path, clock: ManualClock,
+                               size: tuple[int, int]) -> None:
+    app = make_app(filled, clock)
+    assert snap_compare(app, terminal_size=size, run_before=nobody_working(app, clock))
+
+
+def test_main_screen_60x15_has_no_stray_characters(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    assert snap_compare(app, terminal_size=(60, 15), run_before=ready(app))

@@ -10,6 +10,7 @@ from console.clock import ManualClock
 from console.core import Store
 from console.tui.app import ConsoleApp
 from console.tui.commands import ACTIONS
+from console.tui.screens.inject import InjectScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
@@ -36,8 +37,11 @@ async def test_an_empty_inbox_says_how_to_get_events_and_the_hint_goes_when_one_
     app = make_app(db_path, clock)
     async with app.run_test(size=(80, 24)) as pilot:
         await pilot_until(pilot, lambda: app.started and app.query_one(EventsPane).page is not None, what="first page")
-        await pilot_until(pilot, lambda: (hint(app) or "").startswith("No events yet. Press i"), what="empty hint")
-        await pilot.press("c")
+        await pilot_until(pilot, lambda: hint(app) == "No events yet. Press i to inject one; `agent-console --demo` "
+                         "shows every pane moving.", what="empty hint, without the demo's test keys")
+        await pilot.press("i")
+        await pilot_until(pilot, lambda: isinstance(app.screen, InjectScreen), what="the inject form")
+        await pilot.press("ctrl+s")
         await pilot_until(pilot, lambda: hint(app) is None, what="the hint hidden by the first event")
         await pilot.press("f", "f")  # running: none of the one pending event
         await pilot_until(pilot, lambda: hint(app) == "No running events (of 1). Press f to change the status "
@@ -53,10 +57,12 @@ async def test_approvals_keep_the_action_readable_at_80_columns(filled: Path, cl
         await app.settle()
         table = app.query_one(ApprovalsPane).table
         assert row_heights(app) == [2, 2]  # the action on a line of its own, its countdown below
+        # the action on a line of its own; below it the countdown and the request id
         assert str(table.get_row_at(0)[0]).startswith("deploy web to prod\n▰")
+        assert str(table.get_row_at(0)[0]).endswith(" apr-8-1")
         await pilot.resize_terminal(140, 36)
         await pilot_until(pilot, lambda: row_heights(app) == [1, 1], what="one line each when there is room")
-        assert str(table.get_row_at(0)[0]).endswith("deploy web to prod")
+        assert str(table.get_row_at(0)[0]).endswith("deploy web to prod  apr-8-1")
         assert app.query_one(ApprovalsPane).selected().request_id == "apr-8-1"  # type: ignore[union-attr]
 
 

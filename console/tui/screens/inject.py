@@ -1,4 +1,5 @@
-"""Inject an event by keyboard: choose the source, edit the source id and the JSON payload."""
+"""Inject an event by keyboard: any source (the inbox's own suggested as you type), the source id and the JSON
+payload. The sources only the engine writes (approval outcomes, timers) are refused in the form."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from textual.binding import Binding, BindingType
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, Select, TextArea
+from textual.suggester import SuggestFromList
+from textual.widgets import Button, Footer, Input, Label, TextArea
 
 from console.core import MAX_PAYLOAD_DEPTH
+from console.core.base import RESERVED_SOURCES
 from console.textsafe import terminal_safe
 
 # (source, source_id, payload) -> None when stored, else the message to show inline
@@ -34,8 +37,8 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
     ) -> None:
         super().__init__()
         self.submit = submit
-        self.sources = sorted(set(DEFAULT_SOURCES) | set(sources) - {"approval", "timer"})
-        self.source = source if source in self.sources else self.sources[0]
+        self.sources = sorted(set(DEFAULT_SOURCES) | set(sources) - set(RESERVED_SOURCES))
+        self.source = source
         self.source_id = source_id
         self.payload = payload
         self.blink = blink
@@ -47,8 +50,9 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
             dialog.border_subtitle = "ctrl+s inject · esc cancel"
             with Horizontal(classes="row"):
                 yield Label("source", classes="field-label")
-                yield Select([(s, s) for s in self.sources], value=self.source, allow_blank=False,
-                             id="inject-source", compact=True)
+                yield Input(self.source, id="inject-source", compact=True,
+                            placeholder="any name: " + ", ".join(self.sources[:4]),
+                            suggester=SuggestFromList(self.sources, case_sensitive=True))
             with Horizontal(classes="row"):
                 yield Label("source id", classes="field-label")
                 yield Input(self.source_id, id="inject-source-id", compact=True)
@@ -63,6 +67,7 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
 
     def on_mount(self) -> None:
         self.query_one("#inject-source-id", Input).cursor_blink = self.blink
+        self.query_one("#inject-source", Input).cursor_blink = self.blink
         self.query_one("#inject-payload", TextArea).focus()
 
     def show_error(self, message: str) -> None:
@@ -70,11 +75,24 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
         label.update(Content(terminal_safe(message)))  # it may quote the source id: plain text, escaped
         label.set_class(bool(message), "-error")
 
+    @on(Input.Changed)
+    @on(TextArea.Changed)
+    def _edited(self) -> None:
+        """An error is about what was submitted: once a field changes it no longer applies."""
+        self.show_error("")
+
     @on(Button.Pressed, "#inject-ok")
     async def action_submit(self) -> None:
-        source = str(self.query_one("#inject-source", Select).value)
+        source = self.query_one("#inject-source", Input).value.strip()
         source_id = self.query_one("#inject-source-id", Input).value.strip()
         text = self.query_one("#inject-payload", TextArea).text
+        if not source:
+            self.show_error("source: must not be empty (e.g. chat, manual, or any name of your own)")
+            return
+        if source in RESERVED_SOURCES:
+            self.show_error(f"source: {source} is reserved for the engine's own events (approval outcomes and "
+                            "timers); pick another name")
+            return
         if not source_id:
             self.show_error("source id: must not be empty")
             return

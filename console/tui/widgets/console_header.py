@@ -1,39 +1,160 @@
-"""The header: which inbox, which agent, this console's mode, today's spend on model calls against the daily
-budget, and a sparkline of events per minute."""
+"""The header: which inbox, which agent, this console's mode, a badge while approvals wait, today's spend on
+model calls against the daily budget, and a sparkline of events per minute; below it, a banner while nobody
+holds a live lease on the inbox."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from textual.app import ComposeResult
-from textual.containers import Horizontal
+from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
 from console.spendfmt import dollars
-from console.tui.reads import Activity, SpendView
+from console.textsafe import terminal_safe
+from console.timefmt import plural
+from console.tui.detail import human_span
+from console.tui.reads import Activity, HeaderFacts, SpendView
+from console.tui.render import show
 
 
-class ConsoleHeader(Horizontal):
+@dataclass(frozen=True)
+class HeaderView:
+    now: int
+    mode: str
+    facts: HeaderFacts | None = None
+    activity: Activity | None = None
+    webhooks: str | None = None
+    resume_key: str | None = None  # the key that resumes a stalled worker, as the footer shows it
+
+    def at(self, now: int) -> HeaderView:
+        return replace(self, now=now)
+
+    def moves_at(self, now: int) -> bool:
+        """Whether the header reads differently at `now`: the banner appears when the lease lapses, and says
+        how long ago it did."""
+        if self.facts is None or self.facts.lease is None:
+            return False
+        return self.nobody_working or not self.facts.lease.is_live(now)
+
+    @property
+    def nobody_working(self) -> bool:
+        """No live lease: no worker claims this inbox's events until one takes it."""
+        if self.facts is None:
+            return False
+        lease = self.facts.lease
+        return lease is None or not lease.is_live(self.now)
+
+
+def banner_text(view: HeaderView) -> str:
+    lease = view.facts.lease if view.facts else None
+    if lease is None:
+        why = "no worker has ever held its lease"
+    else:
+        why = (f"the lease of {terminal_safe(lease.holder)} (gen {lease.gen}) lapsed "
+               f"{human_span(view.now - lease.until)} ago")
+    if view.mode == "stalled":
+        then = f"; press {view.resume_key} to resume this console's worker" if view.resume_key else ""
+    elif view.mode == "standby":
+        then = "; this console takes the lease over at its next try"
+    else:
+        then = "; run `agent-console run` or open the console to work it"
+    return f"⚠ Nobody is working this inbox: {why}{then}"
+
+
+class ConsoleHeader(Vertical):
+    # Textual would prefix every rule below with ConsoleHeader, and the screen's -narrow rule would then match
+    # nothing; each rule names ConsoleHeader itself.
+    SCOPED_CSS = False
+    DEFAULT_CSS = """
+    ConsoleHeader {
+        dock: top;
+        height: auto;
+        background: $panel;
+    }
+    ConsoleHeader > #header-line {
+        height: 1;
+    }
+    ConsoleHeader #header-title {
+        width: 1fr;
+        height: 1;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    ConsoleHeader #header-rate {
+        width: auto;
+        height: 1;
+        color: $text-muted;
+    }
+    ConsoleHeader #header-sparkline {
+        width: 20;
+        height: 1;
+    }
+    ConsoleHeader #header-sparkline > .sparkline--max-color {
+        color: $accent;
+    }
+    ConsoleHeader #header-sparkline > .sparkline--min-color {
+        color: $primary 50%;
+    }
+    /* below 100 columns (HORIZONTAL_BREAKPOINTS): the inbox path needs the room more than the sparkline */
+    Screen.-narrow ConsoleHeader #header-sparkline {
+        width: 10;
+    }
+    ConsoleHeader > #header-banner {
+        height: auto;
+        padding: 0 1;
+        background: $error 30%;
+        color: $text;
+        text-style: bold;
+        display: none;
+    }
+    ConsoleHeader > #header-banner.-shown {
+        display: block;
+    }
+    """
+
+    view: reactive[HeaderView | None] = reactive(None, init=False, repaint=False)  # the watcher updates what changed
+
     def __init__(self, inbox: str, agent: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.inbox = inbox
         self.agent = agent
 
     def compose(self) -> ComposeResult:
-        yield Static(id="header-title")
-        yield Static("ev/min", id="header-rate")
-        yield Sparkline([0], id="header-sparkline")
+        with Horizontal(id="header-line"):
+            yield Static(id="header-title")
+            yield Static("ev/min", id="header-rate")
+            yield Sparkline([0], id="header-sparkline")
+        yield Static(id="header-banner")
 
-    def show(self, mode: str, activity: Activity | None, webhooks: str | None = None,
-             spend: SpendView | None = None) -> None:
+    def watch_view(self, view: HeaderView | None) -> None:
+        if view is None:
+            return
+        facts = view.facts
+        mode = view.mode
         title = Content.assemble(
             ("agent-console ", "bold $text-primary"), (mode, "$text-success" if mode == "active" else "$text-warning"),
-            (" · agent ", "dim"), (self.agent, "bold"), *self._spend(spend), (" · ", "dim"), self.inbox,
-            *((("  ", ""), (webhooks, "$text-accent")) if webhooks else ()),
+            *self._badge(facts), (" · agent ", "dim"), (self.agent, "bold"),
+            *self._spend(facts.spend if facts else None), (" · ", "dim"), self.inbox,
+            *((("  ", ""), (view.webhooks, "$text-accent")) if view.webhooks else ()),
         )
-        self.query_one("#header-title", Static).update(title)
-        if activity is not None:
-            self.query_one("#header-rate", Static).update(f" {activity.last_60s}/min ")
-            self.query_one("#header-sparkline", Sparkline).data = activity.per_minute or [0]
+        show(self.query_one("#header-title", Static), title)
+        if view.activity is not None:
+            show(self.query_one("#header-rate", Static), f" {view.activity.last_60s}/min ")
+            self.query_one("#header-sparkline", Sparkline).data = view.activity.per_minute or [0]
+        banner = self.query_one("#header-banner", Static)
+        banner.set_class(view.nobody_working, "-shown")
+        if view.nobody_working:
+            show(banner, Content(banner_text(view)))
+
+    @staticmethod
+    def _badge(facts: HeaderFacts | None) -> tuple[tuple[str, str], ...]:
+        """' ⚑ 2 approvals waiting', in reverse colours, so a question is seen from across the room."""
+        if facts is None or not facts.waiting:
+            return ()
+        return (("  ", ""), (f" ⚑ {plural(facts.waiting, 'approval')} waiting ", "bold $text-warning reverse"))
 
     @staticmethod
     def _spend(spend: SpendView | None) -> tuple[tuple[str, str], ...]:

@@ -7,6 +7,7 @@ user reading a long error to the right must not be thrown back to the left each 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import tzinfo
@@ -20,11 +21,12 @@ from textual.content import Content
 from textual.events import Resize
 from textual.reactive import reactive
 from textual.widgets import Static
+from textual.widgets.data_table import CellDoesNotExist
 
 from console.clock import Clock
 from console.core import STATUSES, Event, Store
 from console.textsafe import terminal_safe
-from console.tui.detail import human_span
+from console.timefmt import coarse_span
 from console.tui.reads import (
     EventFilter,
     EventsPage,
@@ -44,23 +46,40 @@ MARK = "●"
 SORTABLE = {"id": "id", "age": "id", "status": "status", "source": "source"}  # column → order (an index each)
 
 
+def table_age(seconds: int) -> str:
+    """An event's age: to the second in its first minute, then whole minutes (the seconds of an older event
+    are noise, and counting them redrew the whole table every second)."""
+    return coarse_span(seconds, seconds_below=60)
+
+
 def status_colour(variables: dict[str, str], status: str) -> str:
     # discarded has no colour of its own in the themes: it reads as muted, done with
     return variables.get(f"status-{status}", "" if status != "discarded" else "dim")
 
 
-EMPTY_INBOX = ("No events yet. Press i to inject one (c: a quick chat message, a: one that needs approval); "
-               "`agent-console --demo` shows every pane moving.")
+# binding id -> the key that runs it as the footer shows it (after `[keys]` remaps), None if not available here
+KeyFor = Callable[[str], str | None]
+DEFAULT_KEYS = {"console.inject": "i", "console.quick_chat": "c", "console.quick_approval": "a",
+                "console.filter_status": "f", "console.filter_source": "s", "console.filter_pick": "F"}
 
 
-def empty_hint(flt: EventFilter, total: int) -> str:
-    """What to tell someone looking at an empty table: how to get events, or that the filter hides them."""
+def empty_hint(flt: EventFilter, total: int, key_for: KeyFor = DEFAULT_KEYS.get) -> str:
+    """What to tell someone looking at an empty table: how to get events, or that the filter hides them,
+    naming the keys as they are bound now."""
     if total == 0:
-        return EMPTY_INBOX
+        inject, chat, ask = (key_for(i) for i in ("console.inject", "console.quick_chat", "console.quick_approval"))
+        how = f"Press {inject} to inject one" if inject else "Inject one with `agent-console ingest`"
+        quick = [f"{chat}: a quick chat message"] * bool(chat) + [f"{ask}: one that needs approval"] * bool(ask)
+        more = f" ({', '.join(quick)})" if quick else ""
+        return f"No events yet. {how}{more}; `agent-console --demo` shows every pane moving."
     what = f"{flt.status} events" if flt.status else "events"
     where = f" from source {flt.source}" if flt.source else ""
-    return (f"No {what}{where} (of {total:,}). Press f to change the status filter, s the source filter, "
-            "F to pick either from a list.")
+    status, source = key_for("console.filter_status"), key_for("console.filter_source")
+    keys = [f"{key} {'to change ' * (not i)}the {which} filter"
+            for i, (key, which) in enumerate((k, w) for k, w in ((status, "status"), (source, "source")) if k)]
+    pick = key_for("console.filter_pick")
+    keys += [f"{pick} to pick either from a list"] * bool(pick)
+    return f"No {what}{where} (of {total:,})." + (f" Press {', '.join(keys)}." if keys else "")
 
 
 def retry_in(event: Event, now: int) -> str:
@@ -68,7 +87,7 @@ def retry_in(event: Event, now: int) -> str:
     if event.status != "pending" or event.attempts == 0:
         return ""
     wait = event.next_attempt_at - now
-    return f"in {human_span(wait)}" if wait > 0 else "due"
+    return f"in {coarse_span(wait)}" if wait > 0 else "due"
 
 
 @dataclass(frozen=True)
@@ -180,7 +199,8 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         hint = self.query_one("#events-empty", Static)
         hint.display = not page.events
         if not page.events:
-            hint.update(Content(terminal_safe(empty_hint(view.filter, total))))
+            key_for = getattr(self.app, "key_for", DEFAULT_KEYS.get)
+            hint.update(Content(terminal_safe(empty_hint(view.filter, total, key_for))))
         if page.events:
             index = next((i for i, e in enumerate(page.events) if e.id == keep), 0)
             if table.cursor_row != index:
@@ -208,6 +228,25 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         if scroll_x:
             table.call_after_refresh(table.scroll_to, x=scroll_x, animate=False)
 
+    def refresh_ages(self, now: int) -> None:
+        """The age column at `now`, cell by cell: the clock moving re-reads nothing and keeps the cursor and
+        the sideways scroll where they are. Redrawing the table is what an idle console spends its time on, so
+        ages past a minute (whole minutes, see table_age) are brought up to date every ten seconds together."""
+        if self.page is None:
+            return
+        table = self.table
+        for event in self.page.events:
+            key = str(event.id)
+            with contextlib.suppress(CellDoesNotExist):  # a row the table no longer holds
+                retry = retry_in(event, now)  # a waiting retry's countdown (few rows have one) moves every second
+                if str(table.get_cell(key, "retry")) != retry:
+                    table.update_cell(key, "retry", Text(retry, justify="right"))
+                if now - event.created_at >= 60 and now % 10:
+                    continue
+                age = table_age(now - event.created_at)
+                if str(table.get_cell(key, "age")) != age:
+                    table.update_cell(key, "age", Text(age, justify="right"))
+
     @staticmethod
     def _cells(event: Event, now: int, variables: dict[str, str], marked: bool) -> list[Text]:
         # The att column already says how many attempts failed: the table shows the last error itself.
@@ -222,7 +261,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             Text(event.status, style=status_colour(variables, event.status)),
             Text(str(event.attempts), justify="right"),
             Text("" if event.claim_gen is None else str(event.claim_gen), justify="right"),
-            Text(human_span(now - event.created_at), justify="right"),
+            Text(table_age(now - event.created_at), justify="right"),
             Text(retry_in(event, now), justify="right"),
             Text(error, style=status_colour(variables, "dead") if error and event.status != "discarded" else ""),
         ]
@@ -326,4 +365,12 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
     @on(Resize)
     async def _resized(self) -> None:
         if self.is_mounted:
+            await self.reload()
+
+    @on(EventsTable.Resized)
+    async def _table_resized(self) -> None:
+        """The pane kept its size but the table inside it did not (the selected event's error line shows or
+        hides): read a page that fills it, when the one shown does not fit or leaves rows empty."""
+        page = self.page
+        if self.is_mounted and page is not None and len(page.events) != self.table.visible_rows():
             await self.reload()

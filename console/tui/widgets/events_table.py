@@ -45,6 +45,12 @@ class EventsTable(DataTable[object], inherit_bindings=False):
             super().__init__()
             self.kind = kind
 
+    class Resized(Message):
+        """The table's own height changed (the error line under it came or went): the page may no longer fit."""
+
+    def on_resize(self) -> None:
+        self.post_message(self.Resized())
+
     def visible_rows(self) -> int:
         return max(1, self.scrollable_content_region.height - (self.header_height if self.show_header else 0))
 

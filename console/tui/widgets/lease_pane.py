@@ -2,69 +2,115 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.content import Content
-from textual.widgets import Label, ProgressBar, Static
+from textual.reactive import reactive
+from textual.widgets import Static
 
 from console.textsafe import terminal_safe
 from console.timefmt import agent_in_words
 from console.tui.detail import human_span
 from console.tui.reads import LeaseView
+from console.tui.render import show
+from console.tui.widgets.countdown_bar import Countdown, CountdownBar
 
-# (mode, holder, lease ttl) of this console's own engine
-EngineInfo = Callable[[], tuple[str, str, int]]
 Part = str | tuple[str, str]
 
 
+@dataclass(frozen=True)
+class LeasePaneView:
+    """The lease as the file holds it, and this console's own engine: its mode, holder and lease TTL."""
+
+    data: LeaseView
+    mode: str
+    holder: str
+    ttl: int
+
+    @property
+    def now(self) -> int:
+        return self.data.now
+
+    def at(self, now: int) -> LeasePaneView:
+        """The same facts seen at a later second: what a countdown redraw needs, without reading the file."""
+        return replace(self, data=replace(self.data, now=now))
+
+    def counts_down(self) -> bool:
+        lease, agent = self.data.lease, self.data.agent
+        return (lease is not None and lease.until >= self.now) or (agent is not None and agent.until is not None)
+
+    def stale(self, now: int) -> bool:
+        """The agent's wait or pause was due to end by now: its state is read again."""
+        agent = self.data.agent
+        return agent is not None and agent.until is not None and agent.until <= now
+
+
 class LeasePane(Vertical):
-    def __init__(self, engine_info: EngineInfo, *, id: str | None = None) -> None:
+    HELP = """
+## Lease
+One worker at a time owns the inbox: the lease's holder and generation, the time left before it lapses
+unless renewed, takeovers, and late finishes refused because a newer generation took over (fencing).
+**x** stalls this console's worker (it stops renewing, so another console or `agent-console run` takes
+over) and resumes it.
+"""
+
+    DEFAULT_CSS = """
+    LeasePane > #lease-fencing, LeasePane > #lease-agent {
+        height: auto;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    /* wraps in a narrow pane rather than lose its end (the holder's "(you)") */
+    LeasePane > #lease-who {
+        height: auto;
+    }
+    """
+
+    view: reactive[LeasePaneView | None] = reactive(None, init=False, repaint=False)  # the watcher updates what changed
+
+    def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.engine_info = engine_info
         self.border_title = "Lease"
-        self.view: LeaseView | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="lease-who")
-        with Horizontal(id="lease-left"):
-            yield Label("left ", id="lease-left-label")
-            yield ProgressBar(total=1, show_eta=False, show_percentage=False, id="lease-bar")
-            yield Label("", id="lease-left-time")
+        yield CountdownBar(id="lease-left")
         yield Static(id="lease-fencing")
         yield Static(id="lease-agent")
 
-    def show(self, view: LeaseView) -> None:
-        self.view = view
-        mode, holder, ttl = self.engine_info()
-        lease = view.lease
-        mode_style = {"active": "$text-success bold", "stalled": "$text-error bold"}.get(mode, "$text-warning bold")
-        who: list[Part] = [("mode ", "dim"), (mode, mode_style)]
-        left = 0
+    def watch_view(self, view: LeasePaneView | None) -> None:
+        if view is None:
+            return
+        data, now = view.data, view.now
+        lease = data.lease
+        mode_style = {"active": "$text-success bold", "stalled": "$text-error bold"}.get(
+            view.mode, "$text-warning bold")
+        who: list[Part] = [("mode ", "dim"), (view.mode, mode_style)]
+        countdown = Countdown(None, label="left ", idle="no lease")
         if lease is None:
             who += [("\nholder ", "dim"), "nobody yet"]
         else:
             who += [(" gen ", "dim"), (str(lease.gen), "bold"), ("\nholder ", "dim"), terminal_safe(lease.holder)]
-            if lease.is_live(view.now):
-                who.append((" (you)" if lease.holder == holder else " (other)", "dim"))
-            left = max(0, lease.until - view.now)
-        self.query_one("#lease-who", Static).update(Content.assemble(*who))
-        self.query_one("#lease-bar", ProgressBar).update(total=max(ttl, left, 1), progress=left)
-        lapsed = lease is not None and not lease.is_live(view.now)
-        self.query_one("#lease-left-time", Label).update(" lapsed" if lapsed else f" {human_span(left)}")
+            if lease.is_live(now):
+                who.append((" (you)" if lease.holder == view.holder else " (other)", "dim"))
+            left = max(0, lease.until - now)
+            countdown = Countdown(left, max(view.ttl, left, 1), label="left ", done="lapsed")
+        show(self.query_one("#lease-who", Static), Content.assemble(*who))
+        self.query_one(CountdownBar).countdown = countdown
         fencing: list[Part] = [
-            ("takeovers ", "dim"), (str(view.takeovers), "bold"),
-            ("\nrefused finishes ", "dim"), (str(view.refused), "$text-error bold" if view.refused else "bold"),
+            ("takeovers ", "dim"), (str(data.takeovers), "bold"),
+            ("\nrefused finishes ", "dim"), (str(data.refused), "$text-error bold" if data.refused else "bold"),
         ]
-        for refusal in view.recent_refusals[:1]:
-            ago = human_span(view.now - refusal.at)
+        for refusal in data.recent_refusals[:1]:
+            ago = human_span(now - refusal.at)
             fencing.append(("\n↳ " + terminal_safe(f"{refusal.holder} gen {refusal.gen}, {ago} ago: {refusal.reason}"),
                             "dim"))
-        self.query_one("#lease-fencing", Static).update(Content.assemble(*fencing))
-        agent = view.agent
-        words = "ready" if agent is None else agent_in_words(agent.state, agent.reason, agent.until, view.now, sep="")
+        show(self.query_one("#lease-fencing", Static), Content.assemble(*fencing))
+        agent = data.agent
+        words = "ready" if agent is None else agent_in_words(agent.state, agent.reason, agent.until, now, sep="")
         agent_style = {"ready": "", "waiting": "$text-warning", "paused": "$text-error bold"}
         state = "ready" if agent is None else agent.state
-        self.query_one("#lease-agent", Static).update(
+        show(self.query_one("#lease-agent", Static),
             Content.assemble(("agent ", "dim"), (words, agent_style.get(state, ""))))

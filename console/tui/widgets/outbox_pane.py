@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+
 from textual.app import ComposeResult
-from textual.containers import Horizontal, Vertical
+from textual.containers import Vertical
 from textual.content import Content
-from textual.widgets import Label, ProgressBar, Static
+from textual.reactive import reactive
+from textual.widgets import Static
 
 from console.textsafe import terminal_safe
+from console.timefmt import coarse_span
 from console.tui.detail import human_span
 from console.tui.reads import OutboxView
+from console.tui.render import show
+from console.tui.widgets.countdown_bar import Countdown, CountdownBar, quantized
 
 Part = str | tuple[str, str]
 NBSP = "\u00a0"
@@ -20,25 +26,62 @@ def one_line(text: str, width: int = 60) -> str:
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
+@dataclass(frozen=True)
+class OutboxPaneView:
+    """The outbox as read, and the send gap the countdown is measured against."""
+
+    data: OutboxView
+    gap: int
+
+    @property
+    def now(self) -> int:
+        return self.data.now
+
+    def at(self, now: int) -> OutboxPaneView:
+        return replace(self, data=replace(self.data, now=now))
+
+    def counts_down(self) -> bool:
+        """Something on screen moves with the clock: the next send's countdown, a retry's, or a send's age."""
+        data = self.data
+        return data.next_send_at is not None or bool(data.troubled) or bool(data.sent)
+
+
 class OutboxPane(Vertical):
-    def __init__(self, gap: int, *, id: str | None = None) -> None:
+    HELP = """
+## Outbox
+What the agent says to you: at most one send per gap (the countdown), urgent messages (**!**) at once.
+A failed send is retried, never dropped.
+"""
+
+    DEFAULT_CSS = """
+    OutboxPane > #outbox-lines {
+        height: auto;
+        text-wrap: nowrap;
+        text-overflow: ellipsis;
+    }
+    /* wraps in a narrow pane rather than lose its end (the failed count) */
+    OutboxPane > #outbox-counts {
+        height: auto;
+    }
+    """
+
+    view: reactive[OutboxPaneView | None] = reactive(None, init=False, repaint=False)
+
+    def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.gap = gap
         self.border_title = "Outbox"
-        self.view: OutboxView | None = None
 
     def compose(self) -> ComposeResult:
         yield Static(id="outbox-counts")
-        with Horizontal(id="outbox-next"):
-            yield Label("next ", id="outbox-next-label")
-            yield ProgressBar(total=1, show_eta=False, show_percentage=False, id="outbox-bar")
-            yield Label("", id="outbox-next-time")
+        yield CountdownBar(id="outbox-next")
         yield Static(id="outbox-lines")
 
-    def show(self, view: OutboxView) -> None:
-        self.view = view
-        counts = view.counts
-        urgent = sum(1 for m in view.queued if m.urgent)
+    def watch_view(self, view: OutboxPaneView | None) -> None:
+        if view is None:
+            return
+        data, now = view.data, view.now
+        counts = data.counts
+        urgent = sum(1 for m in data.queued if m.urgent)
         # Non-breaking spaces keep each label with its number when a narrow pane wraps the line.
         head: list[Part] = [
             (f"queued{NBSP}", "dim"), (str(counts["queued"]), "bold"),
@@ -48,31 +91,25 @@ class OutboxPane(Vertical):
         ]
         if counts.get("retrying"):
             head += [(f" · retrying{NBSP}", "dim"), (str(counts["retrying"]), "$text-warning bold")]
-        self.query_one("#outbox-counts", Static).update(Content.assemble(*head))
-        bar = self.query_one("#outbox-bar", ProgressBar)
-        when = self.query_one("#outbox-next-time", Label)
-        bar.display = view.next_send_at is not None
-        self.query_one("#outbox-next-label", Label).display = view.next_send_at is not None
-        if view.next_send_at is None:
-            bar.update(total=1, progress=0)
-            when.update("nothing held")
+        show(self.query_one("#outbox-counts", Static), Content.assemble(*head))
+        if data.next_send_at is None:
+            countdown = Countdown(None, idle="nothing held")
         else:
-            wait = max(0, view.next_send_at - view.now)
-            span = max(self.gap, wait, 1)
-            bar.update(total=span, progress=span - wait)
-            when.update(" now" if wait == 0 else f" in {human_span(wait)}")
+            wait = max(0, data.next_send_at - now)
+            countdown = Countdown(quantized(wait), max(view.gap, wait, 1), label="next ", prefix="in ")
+        self.query_one(CountdownBar).countdown = countdown
         lines: list[Part] = []
-        for message in view.troubled[:2]:
-            retry = f", retry in {human_span((message.next_try_at or view.now) - view.now)}" if (
+        for message in data.troubled[:2]:
+            retry = f", retry in {human_span((message.next_try_at or now) - now)}" if (
                 message.status != "failed") else ""
             lines += [("✗ ", "$text-error"), (one_line(f"{message.error}{retry}"), "$text-error"), "\n"]
-        for message in view.queued[:3]:
+        for message in data.queued[:3]:
             lines += [("! " if message.urgent else "· ", "$text-accent bold" if message.urgent else "dim"),
                       one_line(message.body), "\n"]
         # The urgent lane sends out of id order: the newest send first.
-        for message in sorted(view.sent, key=lambda m: m.sent_at or 0, reverse=True)[:3]:
-            ago = human_span(view.now - (message.sent_at or view.now))
+        for message in sorted(data.sent, key=lambda m: m.sent_at or 0, reverse=True)[:3]:
+            ago = coarse_span(now - (message.sent_at or now))
             # The body first: a narrow pane cuts the end of the line, and the channel matters least.
             lines += [("✓ ", "$text-success"), (f"{ago} ago ", "dim"), one_line(message.body),
                       (f" → {message.channel}" if message.channel else "", "dim"), "\n"]
-        self.query_one("#outbox-lines", Static).update(Content.assemble(*lines[:-1]) if lines else "")
+        show(self.query_one("#outbox-lines", Static), Content.assemble(*lines[:-1]) if lines else "")
