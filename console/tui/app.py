@@ -506,6 +506,12 @@ class ConsoleApp(App[None]):
     def _tick(self) -> None:
         """Once a second: redraw what moves with the clock from the views the panes hold (no reads), and
         read again only what time alone can change (an agent's wait ending, the sparkline's minute)."""
+        try:
+            self._tick_panes()
+        except NoMatches:
+            pass  # the console is closing: its screens and panes have gone before the timer stopped
+
+    def _tick_panes(self) -> None:
         now = self.clock.now()
         lease = self.query_one(LeasePane)
         if lease.view is not None:
