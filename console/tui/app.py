@@ -506,10 +506,8 @@ class ConsoleApp(App[None]):
     def _tick(self) -> None:
         """Once a second: redraw what moves with the clock from the views the panes hold (no reads), and
         read again only what time alone can change (an agent's wait ending, the sparkline's minute)."""
-        try:
+        with contextlib.suppress(NoMatches):  # the console is closing: its panes have gone before the timer
             self._tick_panes()
-        except NoMatches:
-            pass  # the console is closing: its screens and panes have gone before the timer stopped
 
     def _tick_panes(self) -> None:
         now = self.clock.now()
