@@ -70,18 +70,23 @@ def check_sqlite_version(version: tuple[int, int, int] | None = None) -> None:
         )
 
 
-def migrations() -> list[tuple[int, str, str]]:
-    """The numbered schema migrations shipped in console/core/schema, in order."""
+def numbered_migrations(folder: str) -> list[tuple[int, str, str]]:
+    """The numbered migrations shipped in console/core/<folder>, in order: (number, file name, SQL)."""
     found = []
-    for entry in resources.files("console.core").joinpath("schema").iterdir():
+    for entry in resources.files("console.core").joinpath(folder).iterdir():
         match = _MIGRATION_NAME.match(entry.name)
         if match:
             found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
     found.sort()
     numbers = [n for n, _, _ in found]
     if numbers != list(range(1, len(numbers) + 1)):
-        raise RuntimeError(f"schema migrations must be numbered 1..N without gaps, found {numbers}")
+        raise RuntimeError(f"{folder} migrations must be numbered 1..N without gaps, found {numbers}")
     return found
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """The SQLite schema's numbered migrations (console/core/schema), in order."""
+    return numbered_migrations("schema")
 
 
 SCHEMA_VERSION = len(migrations())

@@ -21,18 +21,16 @@ import threading
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager, suppress
 from decimal import Decimal
-from importlib import resources
 from typing import Any
 
 import psycopg
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
 
-from console.core.db import StoreError, StoreUnavailable, is_postgres
+from console.core.db import StoreError, StoreUnavailable, is_postgres, numbered_migrations
 from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, parse_target
 
 __all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgConnection", "PgTarget", "connect", "is_postgres", "parse_target"]
-_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
 CONNECT_TIMEOUT = 10  # seconds; a server that is down is one clear line, not a hang
 IDLE_IN_WRITE_MS = 5_000
 LOCK_WAIT_MS = 10_000  # longer than IDLE_IN_WRITE_MS: a waiter outlasts a frozen holder's transaction
@@ -40,16 +38,7 @@ LOCK_WAIT_MS = 10_000  # longer than IDLE_IN_WRITE_MS: a waiter outlasts a froze
 
 def migrations() -> list[tuple[int, str, str]]:
     """The PostgreSQL schema's own numbered migrations (console/core/pg_schema), in order."""
-    found = []
-    for entry in resources.files("console.core").joinpath("pg_schema").iterdir():
-        match = _MIGRATION_NAME.match(entry.name)
-        if match:
-            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    numbers = [n for n, _, _ in found]
-    if numbers != list(range(1, len(numbers) + 1)):
-        raise RuntimeError(f"PostgreSQL migrations must be numbered 1..N without gaps, found {numbers}")
-    return found
+    return numbered_migrations("pg_schema")
 
 
 SCHEMA_VERSION = len(migrations())

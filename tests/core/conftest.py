@@ -11,30 +11,23 @@ import pytest
 from console.core import Store
 
 
+def opened(target: str | Path) -> Iterator[Store]:
+    with Store.open(target, seed=7) as store:
+        yield store
+
+
 @pytest.fixture
 def store(inbox_target: str) -> Iterator[Store]:
-    s = Store.open(inbox_target, seed=7)
-    try:
-        yield s
-    finally:
-        s.close()
+    yield from opened(inbox_target)
 
 
 @pytest.fixture
 def sqlite_store(db_path: Path) -> Iterator[Store]:
     """For the facts only SQLite has (its query planner's words, its pragmas)."""
-    s = Store.open(db_path, seed=7)
-    try:
-        yield s
-    finally:
-        s.close()
+    yield from opened(db_path)
 
 
 @pytest.fixture
 def pg_store(postgres_url: str) -> Iterator[Store]:
     """For the facts only PostgreSQL has (its plans, NOTIFY, schemas)."""
-    s = Store.open(postgres_url, seed=7)
-    try:
-        yield s
-    finally:
-        s.close()
+    yield from opened(postgres_url)
