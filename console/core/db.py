@@ -233,13 +233,9 @@ def _prepare_reader(conn: apsw.Connection, target: Path, check: bool) -> None:
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     current = user_version(conn)
     if current > SCHEMA_VERSION:
-        raise _newer_schema(target, current)
+        raise newer_schema(target, current)
     if current < SCHEMA_VERSION:
-        raise StoreError(
-            f"inbox {target} has schema version {current}, older than this agent-console's "
-            f"({SCHEMA_VERSION}), and this command only reads: run a writing command once (`agent-console run`, "
-            f"or open the console) to upgrade it"
-        )
+        raise older_schema_to_read(target, current)
     if check:
         _refuse_damage(conn, target)
 
@@ -309,10 +305,20 @@ def user_version(conn: apsw.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchall()[0][0])
 
 
-def _newer_schema(path: Path, current: int) -> StoreError:
+def newer_schema(where: str | Path, current: int, known: int = SCHEMA_VERSION) -> StoreError:
+    """An inbox migrated by a later agent-console than this one (known: this one's last migration)."""
     return StoreError(
-        f"inbox {path} has schema version {current}, newer than this agent-console "
-        f"understands ({SCHEMA_VERSION}); upgrade agent-console"
+        f"inbox {where} has schema version {current}, newer than this agent-console "
+        f"understands ({known}); upgrade agent-console"
+    )
+
+
+def older_schema_to_read(where: str | Path, current: int, known: int = SCHEMA_VERSION) -> StoreError:
+    """A command that only reads met an inbox not yet migrated to this agent-console's schema."""
+    return StoreError(
+        f"inbox {where} has schema version {current}, older than this agent-console's "
+        f"({known}), and this command only reads: run a writing command once (`agent-console run`, "
+        f"or open the console) to upgrade it"
     )
 
 
@@ -320,7 +326,7 @@ def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
     # Looked at outside a transaction first: a current file (nearly every open) takes no write lock.
     current = user_version(conn)
     if current > SCHEMA_VERSION:
-        raise _newer_schema(path, current)
+        raise newer_schema(path, current)
     if current >= upto:
         return
     with transaction(conn):

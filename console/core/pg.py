@@ -27,7 +27,14 @@ import psycopg
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
 
-from console.core.db import StoreError, StoreUnavailable, is_postgres, numbered_migrations
+from console.core.db import (
+    StoreError,
+    StoreUnavailable,
+    is_postgres,
+    newer_schema,
+    numbered_migrations,
+    older_schema_to_read,
+)
 from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, parse_target
 
 __all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgConnection", "PgTarget", "connect", "is_postgres", "parse_target"]
@@ -285,18 +292,15 @@ def _check_readable(conn: PgConnection) -> None:
         raise StoreError(f"no inbox at {where}: the schema {conn.target.schema} holds none (a command that only "
                          "reads never creates one: `agent-console run`, the console or `ingest` create it)")
     if current > SCHEMA_VERSION:
-        raise StoreError(f"inbox {where} has schema version {current}, newer than this agent-console understands "
-                         f"({SCHEMA_VERSION}); upgrade agent-console")
+        raise newer_schema(where, current, SCHEMA_VERSION)
     if current < SCHEMA_VERSION:
-        raise StoreError(f"inbox {where} has schema version {current}, older than this agent-console's "
-                         f"({SCHEMA_VERSION}), and this command only reads: run a writing command once to upgrade it")
+        raise older_schema_to_read(where, current, SCHEMA_VERSION)
 
 
 def _migrate(conn: PgConnection) -> None:
     current = schema_version(conn)
     if current > SCHEMA_VERSION:
-        raise StoreError(f"inbox {conn.target.display} has schema version {current}, newer than this "
-                         f"agent-console understands ({SCHEMA_VERSION}); upgrade agent-console")
+        raise newer_schema(conn.target.display, current, SCHEMA_VERSION)
     if current == SCHEMA_VERSION:
         return
     schema = conn.target.schema
