@@ -11,7 +11,8 @@ and every table's rows with the source.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,20 +110,15 @@ def _chunks(rows: Any) -> Any:
         yield chunk
 
 
-class _snapshot:  # a context manager, named like contextlib's
+@contextmanager
+def _snapshot(store: Store) -> Iterator[None]:
     """One read transaction on the source, so every table is read as of the same moment."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    def __enter__(self) -> None:
-        if self._store.backend == "postgresql":
-            self._store.connection.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
-        else:
-            self._store.connection.execute("BEGIN")
-
-    def __exit__(self, *exc: object) -> None:
-        self._store.connection.execute("COMMIT")
+    begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if store.backend == "postgresql" else "BEGIN"
+    store.connection.execute(begin)
+    try:
+        yield
+    finally:
+        store.connection.execute("COMMIT")
 
 
 def _advance_identities(target: Store) -> None:
