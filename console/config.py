@@ -172,40 +172,43 @@ def _seconds_or_count(minimum: int, maximum: int = MAX_WHOLE_NUMBER) -> Checker:
     return check
 
 
+def _finite_number(value: Any, from_text: bool) -> float | None:
+    """The number a setting holds (text from the environment is read as one), or None when it is not a
+    finite number (a bool from a TOML file is not one either)."""
+    if from_text:
+        try:
+            value = float(str(value).strip())
+        except ValueError:
+            return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
 def _seconds_between(minimum: float, maximum: float) -> Checker:
     """A duration that may have a fraction (a request timeout)."""
 
     def check(value: Any, from_text: bool) -> float:
-        given = value
-        if from_text:
-            try:
-                value = float(str(value).strip())
-            except ValueError:
-                value = None
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-            raise ValueError(f"expected a number of seconds, got {given!r}")
-        if value < minimum:
-            raise ValueError(f"must be at least {minimum:g} second{'s' if minimum != 1 else ''}, got {value:g}")
-        if value > maximum:
-            raise ValueError(f"must be at most {maximum:g} seconds, got {value:g}")
-        return float(value)
+        number = _finite_number(value, from_text)
+        if number is None:
+            raise ValueError(f"expected a number of seconds, got {value!r}")
+        if number < minimum:
+            raise ValueError(f"must be at least {minimum:g} second{'s' if minimum != 1 else ''}, got {number:g}")
+        if number > maximum:
+            raise ValueError(f"must be at most {maximum:g} seconds, got {number:g}")
+        return number
 
     return check
 
 
 def _fraction(value: Any, from_text: bool) -> float:
     """A share of something: 0 or more and less than 1 (0.2 = up to 20 %)."""
-    given = value
-    if from_text:
-        try:
-            value = float(str(value).strip())
-        except ValueError:
-            value = None
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
-        raise ValueError(f"expected a fraction such as 0.2, got {given!r}")
-    if not 0 <= value < 1:
-        raise ValueError(f"must be at least 0 and less than 1, got {value:g}")
-    return float(value)
+    number = _finite_number(value, from_text)
+    if number is None:
+        raise ValueError(f"expected a fraction such as 0.2, got {value!r}")
+    if not 0 <= number < 1:
+        raise ValueError(f"must be at least 0 and less than 1, got {number:g}")
+    return number
 
 
 def _usd(value: Any, from_text: bool) -> float:
