@@ -316,7 +316,9 @@ class Engine:
                     await asyncio.sleep(self.watch_interval)
         finally:
             if feed is not None:
-                feed.close()
+                # Stopping cancels this task while a thread may still be in feed.wait, holding the feed for up
+                # to LISTEN_SECONDS: the feed is closed in a thread, so stop() never blocks the event loop on it.
+                asyncio.get_running_loop().run_in_executor(None, feed.close)
 
     def note_run_error(self, message: str) -> None:
         """A run failed (its event keeps the error and is retried): kept as the last error, not announced."""
