@@ -576,8 +576,14 @@ class ConsoleApp(App[None]):
     async def _refresh_activity(self) -> None:
         if not self.started:
             return
-        await self._read_activity()
-        header = self.query_one(ConsoleHeader)
+        try:
+            await self._read_activity()
+            header = self.query_one(ConsoleHeader)
+        except StoreError as exc:
+            log.warning("reading the activity failed: %s", exc)
+            return
+        except NoMatches:
+            return  # the console is closing: the header went while the activity was read
         if header.view is not None:
             header.view = replace(header.view, activity=self.activity)
 

@@ -15,6 +15,7 @@ from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
+from console.tui.widgets.console_header import ConsoleHeader
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.lease_pane import LeasePane
 from tests.support import pilot_until
@@ -299,6 +300,19 @@ async def test_ctrl_q_quits_and_releases_the_lease(db_path: Path, clock: ManualC
         lease = store.lease()
         assert lease is not None and lease.holder == HOLDER and not lease.is_live(clock.now())
         assert store.lease_log(1)[0][1] == "release"
+
+
+async def test_an_activity_read_finishing_after_the_header_went_is_not_a_crash(
+    filled: Path, clock: ManualClock
+) -> None:
+    """Closing removes the panes while a sparkline read may still be in its thread (CI saw this crash)."""
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await app.query_one(ConsoleHeader).remove()
+        worker = app._refresh_activity()
+        await worker.wait()
+        assert worker.is_finished and worker.error is None and app.is_running
 
 
 async def test_paging_reads_one_window_at_a_time(db_path: Path, clock: ManualClock) -> None:
