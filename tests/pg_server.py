@@ -32,6 +32,9 @@ def _binary(name: str) -> str:
     raise PostgresMissing(f"{name} not found: install PostgreSQL (the server package) to run these tests")
 
 
+PORT_TRIES = 3
+
+
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -78,22 +81,32 @@ def start_server(*, durable: bool = False) -> PostgresServer:
     else:
         user = pwd.getpwuid(os.geteuid()).pw_name
     os.chmod(folder, 0o700)
-    port = _free_port()
+    log = folder / "server.log"
     try:
         _as_server_user([initdb, "-D", str(data), "-U", user, "--auth=trust", "--encoding=UTF8",
                          "--no-sync", "--locale=C"])
-        options = (f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={folder} "
-                   "-c max_connections=200 -c shared_buffers=64MB")
-        if not durable:
-            options += " -c fsync=off -c full_page_writes=off"
-        _as_server_user([pg_ctl, "start", "-D", str(data), "-w", "-t", "60", "-o", options,
-                         "-l", str(folder / "server.log")])
+        # The free port is only free when probed: a test worker running beside this one may take it first
+        # (each xdist worker starts its own server), so a port found taken is tried again with another.
+        for tries_left in reversed(range(PORT_TRIES)):
+            port = _free_port()
+            options = (f"-c listen_addresses=127.0.0.1 -c port={port} -c unix_socket_directories={folder} "
+                       "-c max_connections=200 -c shared_buffers=64MB")
+            if not durable:
+                options += " -c fsync=off -c full_page_writes=off"
+            try:
+                _as_server_user([pg_ctl, "start", "-D", str(data), "-w", "-t", "60", "-o", options,
+                                 "-l", str(log)])
+                return PostgresServer(folder, port, user)
+            except subprocess.CalledProcessError:
+                taken = log.exists() and "could not bind" in log.read_text(errors="replace")
+                if not taken or not tries_left:
+                    raise
+                log.unlink()
     except subprocess.CalledProcessError as exc:
-        log = folder / "server.log"
         detail = log.read_text(errors="replace") if log.exists() else ""
         shutil.rmtree(folder, ignore_errors=True)
         raise RuntimeError(f"PostgreSQL did not start: {exc.stderr}\n{detail}") from exc
-    return PostgresServer(folder, port, user)
+    raise AssertionError("unreachable: the last try returns or raises")
 
 
 def drop_schema(server: PostgresServer, url: str) -> None:
