@@ -15,6 +15,8 @@ from console.core.models import ApprovalDraft, Lease, MemoryWrite, TimerDraft, T
 # Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
 # (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick.
 RESERVED_SOURCES = ("approval", "timer")
+# One line of an event's history: (event_id, at, kind, holder, gen, detail), the columns of `attempts`.
+AttemptEntry = tuple[int, int, str, str | None, int | None, str | None]
 
 
 class SendError(Exception):
@@ -133,6 +135,11 @@ class StoreBase:
             "INSERT INTO attempts (event_id, at, kind, holder, gen, detail) VALUES (?, ?, ?, ?, ?, ?)",
             (event_id, at, kind, holder, gen, detail),
         )
+
+    def _log_attempts(self, entries: Sequence[AttemptEntry]) -> None:
+        """Many history lines at once, in order (a backend where a statement is a round trip writes them in one)."""
+        for entry in entries:
+            self._log_attempt(*entry)
 
     def _scalar(self, sql: str, params: Any = ()) -> Any:
         return one(self._conn, sql, params)

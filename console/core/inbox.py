@@ -48,12 +48,15 @@ _SELECT_DUE_RETRY = """SELECT id, attempts FROM inbox INDEXED BY inbox_retry
                        ORDER BY id LIMIT 1"""
 _SELECT_HAND_RETRY = """SELECT id FROM inbox INDEXED BY inbox_alone
                         WHERE status = 'pending' AND claim_alone = 1 ORDER BY id LIMIT 1"""
-_CLAIM_ONE = f"""UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?, updated_at = ?,
-                 claim_alone = 0 WHERE id = ? RETURNING {_EVENT_COLUMNS}"""
+_CLAIM_SET = """UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?, updated_at = ?,
+                 claim_alone = 0"""
+_CLAIM_ONE = f"""{_CLAIM_SET} WHERE id = ? RETURNING {_EVENT_COLUMNS}"""
 # Fresh events are picked from their partial index, then claimed one UPDATE by primary key each: on
 # SQLite 3.54 that is 4-6x cheaper than one UPDATE ... WHERE id IN (subquery) for the usual small batch.
 _SELECT_FRESH = """SELECT id FROM inbox INDEXED BY inbox_fresh
                    WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0 ORDER BY id LIMIT ?"""
+_FINISH_ONE = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
+                 WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING id"""
 
 
 # The deepest payload the inbox takes (a scalar is 0 deep, {} or [] 1). Every reader of a payload walks it
@@ -181,7 +184,11 @@ class InboxMixin(StoreBase):
         if not encoded:
             return []
         with translate_errors(), transaction(self._conn):
-            return [self._insert_event(source, source_id, text, now) for source, source_id, text in encoded]
+            return self._insert_events(encoded, now)
+
+    def _insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
+        """_insert_event for each (source, source_id, payload text), in order (PgStore: in one statement)."""
+        return [self._insert_event(source, source_id, text, now) for source, source_id, text in encoded]
 
     # --- claim and finish ---------------------------------------------------------------------
     def claim_batch(self, holder: str, gen: int, *, now: int) -> list[Event]:
@@ -217,12 +224,47 @@ class InboxMixin(StoreBase):
             if retry:
                 rows = self._conn.execute(_CLAIM_ONE, (gen, now, event_id)).fetchall()
             else:
-                fresh = [row[0] for row in self._conn.execute(_SELECT_FRESH, (self.batch_cap,))]
-                rows = [row for event_id in fresh for row in self._conn.execute(_CLAIM_ONE, (gen, now, event_id))]
+                rows = self._claim_fresh(gen, now)
             events = sorted((_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
-            for event in events:
-                self._log_attempt(event.id, now, "claim", holder, gen, f"attempt {event.attempts}")
+            self._log_attempts([(event.id, now, "claim", holder, gen, f"attempt {event.attempts}")
+                                for event in events])
             return events
+
+    # How a batch is claimed, finished and logged. These defaults write one row a statement, cheapest where a
+    # statement is a function call (SQLite); a backend where each statement is a round trip overrides them
+    # with one statement for the whole set (PgStore, which also logs attempts in one). They run inside the
+    # caller's fenced transaction.
+    def _claim_fresh(self, gen: int, now: int) -> list[Any]:
+        """Claim up to a batch of fresh events (never tried, not set to run alone); their rows, any order."""
+        fresh = [row[0] for row in self._conn.execute(_SELECT_FRESH, (self.batch_cap,))]
+        return [row for event_id in fresh for row in self._conn.execute(_CLAIM_ONE, (gen, now, event_id))]
+
+    def _finish_done(self, ids: Sequence[int], gen: int, now: int) -> set[int]:
+        """Mark done those of ids still running under gen; the ids that moved."""
+        moved: set[int] = set()
+        for event_id in ids:
+            moved.update(row[0] for row in self._conn.execute(_FINISH_ONE, (now, event_id, gen)))
+        return moved
+
+    def _finish_failed(self, event_id: int, holder: str, gen: int, now: int, error: str) -> bool:
+        """The run failed: back to pending after a backoff, or dead once out of attempts. False when the event
+        is not running under gen (another generation has it, or it was listed twice)."""
+        running = self._conn.execute(
+            "SELECT attempts FROM inbox WHERE id = ? AND status = 'running' AND claim_gen = ?", (event_id, gen)
+        ).fetchall()
+        if not running:
+            return False
+        attempts = running[0][0]
+        self._log_attempt(event_id, now, "error", holder, gen, error)
+        if attempts >= self.max_attempts:
+            self._mark_dead(event_id, now, "failed", error, holder, gen)
+        else:
+            self._conn.execute(
+                "UPDATE inbox SET status = 'pending', error = ?, next_attempt_at = ?, updated_at = ? WHERE id = ?",
+                (error, now + self._backoff(attempts), now, event_id),
+            )
+        return True
+
 
     def _recover_lost(self, holder: str, gen: int, now: int) -> None:
         lost = self._conn.execute(_SELECT_LOST, (gen,)).fetchall()
@@ -295,33 +337,13 @@ class InboxMixin(StoreBase):
             if not self._holds(holder, gen, now):
                 self._record_fenced("finish", holder, gen, now, ids)
                 return False
-            moved = 0
-            for event_id in ids:
-                if error is None:
-                    changed = self._conn.execute(
-                        """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
-                           WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING id""",
-                        (now, event_id, gen),
-                    ).fetchall()
-                    if changed:
-                        self._log_attempt(event_id, now, "finish", holder, gen, (notes or {}).get(event_id))
-                else:
-                    changed = self._conn.execute(
-                        """SELECT attempts FROM inbox WHERE id = ? AND status = 'running' AND claim_gen = ?""",
-                        (event_id, gen),
-                    ).fetchall()
-                    if changed:
-                        attempts = changed[0][0]
-                        self._log_attempt(event_id, now, "error", holder, gen, error)
-                        if attempts >= self.max_attempts:
-                            self._mark_dead(event_id, now, "failed", error, holder, gen)
-                        else:
-                            self._conn.execute(
-                                """UPDATE inbox SET status = 'pending', error = ?, next_attempt_at = ?,
-                                   updated_at = ? WHERE id = ?""",
-                                (error, now + self._backoff(attempts), now, event_id),
-                            )
-                moved += len(changed)
+            if error is None:
+                done = self._finish_done(ids, gen, now)
+                self._log_attempts([(event_id, now, "finish", holder, gen, (notes or {}).get(event_id))
+                                    for event_id in dict.fromkeys(ids) if event_id in done])
+                moved = len(done)
+            else:
+                moved = sum(self._finish_failed(event_id, holder, gen, now, error) for event_id in ids)
             if error is None and (moved or not ids):
                 source_event = ids[0] if ids else None
                 for body, urgent, announces in outgoing:
@@ -335,14 +357,17 @@ class InboxMixin(StoreBase):
     def explain_claim(self) -> dict[str, list[str]]:
         """The query plans of claim_batch's statements (for tests and benchmarks: claiming must read
         only what it claims, never scan the inbox)."""
-        statements = {
+        return {name: self.query_plan(sql, params) for name, (sql, params) in self._claim_statements().items()}
+
+    def _claim_statements(self) -> dict[str, tuple[str, tuple[int, ...]]]:
+        """claim_batch's statements by name, with sample parameters."""
+        return {
             "lost": (_SELECT_LOST, (1,)),
             "due_retry": (_SELECT_DUE_RETRY, (0,)),
             "hand_retry": (_SELECT_HAND_RETRY, ()),
             "claim_one": (_CLAIM_ONE, (1, 0, 1)),
             "claim_fresh": (_SELECT_FRESH, (1,)),
         }
-        return {name: self.query_plan(sql, params) for name, (sql, params) in statements.items()}
 
     def query_plan(self, sql: str, params: Any = ()) -> list[str]:
         """How the engine will run a statement, one line per step (SQLite's EXPLAIN QUERY PLAN)."""

@@ -133,6 +133,7 @@ class PgConnection:
         self._changes = 0
         self._wrote = False  # the open write transaction ran a statement that may change rows
         self.commits = 0  # write transactions committed on this connection (tests count them)
+        self.statements = 0  # the core's statements run on this connection (tests and benchmarks count them)
         self._raw = self._connect()
 
     def _connect(self) -> psycopg.Connection[Any]:
@@ -188,6 +189,7 @@ class PgConnection:
 
     def executemany(self, sql: str, seq: Sequence[Sequence[Any]]) -> None:
         self._wrote = True
+        self.statements += 1
         with self._usable().cursor() as cursor:
             cursor.executemany(translate(sql), list(seq))
             self._changes = cursor.rowcount
@@ -195,6 +197,7 @@ class PgConnection:
     def _run(self, sql: str, params: Sequence[Any] | None) -> _Rows:
         if not _READS.match(sql):
             self._wrote = True
+        self.statements += 1
         with self._usable().cursor() as cursor:
             cursor.execute(translate(sql), tuple(params) if params is not None else ())
             self._changes = cursor.rowcount

@@ -15,6 +15,7 @@ import psycopg
 import pytest
 
 from console.core import Store, StoreError
+from console.core.pg import PgConnection
 from console.core.pg_target import parse_target
 from tests.pg_server import PostgresServer
 
@@ -49,6 +50,37 @@ def test_claims_read_only_what_they_claim_by_their_indexes(pg_store: Store) -> N
         assert condition is None or f"Index Cond: ({condition}" in text or f"Index Cond: (inbox.{condition}" in text, (
             name, text)
     assert "inbox_pkey" in " ".join(plans["claim_one"])
+
+
+def test_a_batch_is_stored_claimed_finished_and_logged_in_statements_that_do_not_grow_with_it(
+    pg_store: Store
+) -> None:
+    """Each statement is a round trip and a plan on PostgreSQL: a batch of 100 costs what a batch of 2 does."""
+    connection = pg_store.connection
+    assert isinstance(connection, PgConnection)
+    gen = pg_store.acquire("me", now=T)
+    assert gen
+    cost = {}
+    for size in (2, 100):
+        before = connection.statements
+        assert all(pg_store.ingest_many([("chat", f"{size}-{n}", {"n": n}) for n in range(size)], now=T))
+        storing = connection.statements - before
+        before = connection.statements
+        claimed = pg_store.claim_batch("me", gen, now=T)
+        claiming = connection.statements - before
+        assert len(claimed) == size
+        before = connection.statements
+        assert pg_store.finish("me", gen, [e.id for e in claimed], now=T,
+                               notes={claimed[0].id: "first"}) is True
+        cost[size] = (storing, claiming, connection.statements - before)
+    assert cost[100] == cost[2], cost
+    assert pg_store.counts()["done"] == 102
+    history = pg_store.history(claimed[0].id)
+    assert [(a.kind, a.detail) for a in history] == [("claim", "attempt 1"), ("finish", "first")]
+    ids = [e.id for e in claimed]
+    finishes = [row[0] for row in connection.execute(
+        "SELECT event_id FROM attempts WHERE kind = 'finish' AND event_id = ANY(?) ORDER BY id", (ids,))]
+    assert finishes == ids  # one history line each, written in the batch's order
 
 
 def test_status_counts_read_the_kept_counts_not_the_events(pg_store: Store) -> None:
