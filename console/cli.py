@@ -682,6 +682,11 @@ def retry(state: CliState, event_ids: tuple[int, ...], all_dead: bool, source: s
             click.echo(f"retried {count(store.retry_dead_matching(source=source, now=_now()))}")
             return
         _check_states(store, event_ids, REVIVABLE, "retried", "not dead")
+        for event_id in event_ids:
+            event = store.event(event_id)
+            if event is not None and event.pruned_at is not None:
+                raise UserError(f"event {event_id} was discarded and retention cleared it on "
+                                f"{_clock_time(event.pruned_at, state.zone())}: it cannot be retried")
         retried = store.retry_events(event_ids, now=_now())
     click.echo("retried" if len(event_ids) == 1 else f"retried {count(len(retried))}")
 
@@ -694,8 +699,9 @@ def discard(state: CliState, event_ids: tuple[int, ...], reason: str | None) -> 
     """Give up on dead (or pending) events: they become `discarded`.
 
     A discarded event is never run again and stays for the record: its payload, error and history are
-    kept, its key still refuses a redelivery, and `retry` brings it back. All or none: an id that is
-    running, done or unknown changes nothing."""
+    kept, its key still refuses a redelivery, and `retry` brings it back, until retention (`prune`,
+    `retain_days`) clears it like a done event. All or none: an id that is running, done or unknown
+    changes nothing."""
     with state.store() as store:
         _check_states(store, event_ids, DISCARDABLE, "discarded", "not dead or pending")
         discarded = store.discard(event_ids, now=_now(), reason=reason)
@@ -843,16 +849,17 @@ def _usage_line(label: str, row: dict[str, Any]) -> str:
 @click.option("--dry-run", is_flag=True, help="Only say what would be pruned.")
 @click.pass_obj
 def prune(state: CliState, days: int, dry_run: bool) -> None:
-    """Forget old finished work: payloads of done events, sent messages, journal steps and saved
-    sessions older than --days.
+    """Forget old finished work: payloads of done (and discarded) events, sent messages, journal steps
+    and saved sessions older than --days.
 
-    Every event keeps its row, so a redelivery of a pruned event is still refused; pending, running
-    and dead events are never touched, nor any step or session while an approval is unsettled. Freed
-    space is reused by new events (the file does not shrink)."""
+    Every event keeps its row, so a redelivery of a pruned event is still refused; a discarded event
+    once cleared can no longer be retried. Pending, running and dead events are never touched, nor any
+    step or session while an approval is unsettled. Freed space is reused by new events (the file does
+    not shrink)."""
     with (state.reader() if dry_run else state.store()) as store:
         report = store.prune(older_than=days * 86_400, now=_now(), dry_run=dry_run)
     clear, delete = ("would clear", "would delete") if dry_run else ("cleared", "deleted")
-    click.echo(f"{clear} the payloads of {plural(report.payloads_cleared, 'done event')} and {delete} "
+    click.echo(f"{clear} the payloads of {plural(report.payloads_cleared, 'finished event')} and {delete} "
                f"{plural(report.messages_deleted, 'sent message')}, {plural(report.steps_deleted, 'journal step')} and "
                f"{plural(report.sessions_deleted, 'saved session')} older than "
                f"{_clock_time(report.cutoff, state.zone())}")

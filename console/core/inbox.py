@@ -549,7 +549,9 @@ class InboxMixin(StoreBase):
         """Return one event in one of states (dead, discarded) to pending; its history says what it was."""
         marks = ", ".join("?" for _ in states)
         found = self._conn.execute(
-            f"SELECT status, dead_reason, attempts, error FROM inbox WHERE id = ? AND status IN ({marks})",
+            # A discarded event retention cleared has no payload to run, nor the journal that stops a repeat.
+            f"""SELECT status, dead_reason, attempts, error FROM inbox
+                WHERE id = ? AND status IN ({marks}) AND pruned_at IS NULL""",
             (event_id, *states),
         ).fetchall()
         if not found:
@@ -558,7 +560,7 @@ class InboxMixin(StoreBase):
         changed = self._conn.execute(
             f"""UPDATE inbox SET status = 'pending', attempts = 0, next_attempt_at = 0, claim_gen = NULL,
                    claim_alone = 1, dead_reason = NULL, updated_at = ?
-               WHERE id = ? AND status IN ({marks}) RETURNING id""",
+               WHERE id = ? AND status IN ({marks}) AND pruned_at IS NULL RETURNING id""",
             (now, event_id, *states),
         ).fetchall()
         if changed:

@@ -3,10 +3,12 @@
 An always-on agent's inbox grows for as long as it runs, and most of its bytes are payloads of events
 that finished long ago, bodies of messages sent long ago and, for a model-backed agent, the replies its
 journal keeps. Pruning clears those. It never deletes an event row: the row's (source, source_id) key is
-what refuses a redelivery, and its status, attempts and history stay readable. Pending, running and dead
-events are never touched, nor is anything newer than the cutoff, nor the last sent batch (the outbox's
-gap counts from it), nor any journal step or saved session while an approval is unsettled (a resumed
-conversation reads them).
+what refuses a redelivery, and its status, attempts and history stay readable. An event the owner
+discarded is finished as far as retention goes: cleared like a done one once discarded before the cutoff,
+after which `retry` can no longer bring it back (its payload and the journal that stops a repeated side
+effect are gone). Pending, running and dead events are never touched, nor is anything newer than the
+cutoff, nor the last sent batch (the outbox's gap counts from it), nor any journal step or saved session
+while an approval is unsettled (a resumed conversation reads them).
 
 Work is done in short transactions of at most `chunk` rows, so a webhook delivery arriving meanwhile
 waits for milliseconds, not for the whole prune. Freed pages are reused by new events; the file
@@ -51,6 +53,8 @@ class RetentionMixin(InboxMixin):
         [end_id] = self.first_ids_at([cutoff])
         # A conversation waiting on an approval (or on its answer's run) replays its journalled steps
         # when it resumes, and may reach back to any earlier event of it: keep every step until none is.
+        # (Counted again after the payloads below: a discarded answer cleared there settles its conversation.
+        # A dry run counts them as they stand, so it may say less would go than a real prune deletes.)
         open_conversations = int(self._scalar(_COUNT_OPEN_CONVERSATIONS))
         if dry_run:
             return PruneReport(
@@ -66,7 +70,7 @@ class RetentionMixin(InboxMixin):
             _SELECT_PAYLOADS, (end_id, cutoff), chunk,
             # Re-checked under the lock: the read that found the event took none.
             """UPDATE inbox SET payload = 'null', pruned_at = ?
-               WHERE id = ? AND status = 'done' AND updated_at < ? AND pruned_at IS NULL""",
+               WHERE id = ? AND status IN ('done', 'discarded') AND updated_at < ? AND pruned_at IS NULL""",
             lambda event_id: (now, event_id, cutoff),
         )
         messages, batches = self._delete_sent(cutoff, chunk)
@@ -74,6 +78,7 @@ class RetentionMixin(InboxMixin):
             with translate_errors(), transaction(self._conn):  # the answers phones gave, kept as long as messages
                 self._conn.execute("DELETE FROM phone_answers WHERE at < ?", (cutoff,))
         steps = sessions = 0
+        open_conversations = int(self._scalar(_COUNT_OPEN_CONVERSATIONS))
         if not open_conversations:
             steps = self._in_chunks(_SELECT_STEP_EVENTS, (end_id, cutoff), chunk,
                                     "DELETE FROM journal WHERE event_id = ?", lambda event_id: (event_id,))
@@ -120,13 +125,14 @@ class RetentionMixin(InboxMixin):
                 batches += len(batch_ids)
 
 
-# Finished before the cutoff and not pruned yet, read by primary-key range: only events created before
-# the cutoff (ids below end_id) can have finished before it.
+# Finished (done, or discarded by the owner) before the cutoff and not pruned yet, read by primary-key
+# range: only events created before the cutoff (ids below end_id) can have finished before it.
 _SELECT_PAYLOADS = """SELECT id FROM inbox
-                      WHERE id > ? AND id < ? AND status = 'done' AND updated_at < ? AND pruned_at IS NULL
+                      WHERE id > ? AND id < ? AND status IN ('done', 'discarded') AND updated_at < ?
+                        AND pruned_at IS NULL
                       ORDER BY id LIMIT ?"""
 _COUNT_PAYLOADS = """SELECT COUNT(*) FROM inbox
-                     WHERE id < ? AND status = 'done' AND updated_at < ? AND pruned_at IS NULL"""
+                     WHERE id < ? AND status IN ('done', 'discarded') AND updated_at < ? AND pruned_at IS NULL"""
 # Sent batches older than the cutoff, except the newest sent held batch: the gap counts from it.
 _OLD_BATCHES = """FROM outbox_batches
                   WHERE state = 'sent' AND sent_at < ?
@@ -134,19 +140,24 @@ _OLD_BATCHES = """FROM outbox_batches
 _SELECT_BATCHES = f"SELECT id {_OLD_BATCHES} ORDER BY id LIMIT ?"
 _COUNT_BATCHES = f"SELECT COUNT(*) {_OLD_BATCHES}"
 _COUNT_MESSAGES = f"SELECT COUNT(*) FROM outbox WHERE batch_id IN (SELECT id {_OLD_BATCHES})"
-# An approval is settled once its answer (or expiry) has run to the end: its answer event is done.
-_COUNT_OPEN_CONVERSATIONS = """SELECT COUNT(*) FROM approvals a
-                               WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.source = 'approval'
-                                                 AND i.source_id = a.request_id AND i.status = 'done')"""
-# Events with journalled steps that finished before the cutoff, read through the journal's event index.
+# An approval is settled once its answer (or expiry) has run to the end: its answer event is done. Or the
+# owner gave up on that event and retention has cleared it: discarded and pruned, it can never run (a
+# discarded answer that could still be retried keeps the conversation open, as a dead one does).
+_SETTLED_ANSWER = "(i.status = 'done' OR (i.status = 'discarded' AND i.pruned_at IS NOT NULL))"
+_COUNT_OPEN_CONVERSATIONS = f"""SELECT COUNT(*) FROM approvals a
+                                WHERE NOT EXISTS (SELECT 1 FROM inbox i WHERE i.source = 'approval'
+                                                  AND i.source_id = a.request_id AND {_SETTLED_ANSWER})"""
+# Events with journalled steps that finished (or were discarded) before the cutoff, read through the
+# journal's event index.
 _SELECT_STEP_EVENTS = """SELECT DISTINCT j.event_id FROM journal j INDEXED BY journal_event
                           JOIN inbox i ON i.id = j.event_id
-                          WHERE j.event_id > ? AND j.event_id < ? AND i.status = 'done' AND i.updated_at < ?
+                          WHERE j.event_id > ? AND j.event_id < ? AND i.status IN ('done', 'discarded')
+                            AND i.updated_at < ?
                           ORDER BY j.event_id LIMIT ?"""
 _COUNT_STEPS = """SELECT COUNT(*) FROM journal j INDEXED BY journal_event JOIN inbox i ON i.id = j.event_id
-                  WHERE j.event_id < ? AND i.status = 'done' AND i.updated_at < ?"""
+                  WHERE j.event_id < ? AND i.status IN ('done', 'discarded') AND i.updated_at < ?"""
 # Saved sessions of approvals whose answer finished running before the cutoff.
-_SETTLED_SESSIONS = """SELECT s.session_id FROM sessions s
-                       JOIN inbox i ON i.source = 'approval' AND i.source_id = s.session_id
-                       WHERE i.status = 'done' AND i.updated_at < ?"""
+_SETTLED_SESSIONS = f"""SELECT s.session_id FROM sessions s
+                        JOIN inbox i ON i.source = 'approval' AND i.source_id = s.session_id
+                        WHERE {_SETTLED_ANSWER} AND i.updated_at < ?"""
 _COUNT_SESSIONS = f"SELECT COUNT(*) FROM ({_SETTLED_SESSIONS}) AS settled"

@@ -133,9 +133,13 @@ def _discarded(event: Event, at: Callable[[int | None], str]) -> Reason:
         before = f"; last error: {event.error}"
     else:
         before = ""
-    return Reason("discarded", f"discarded {at(event.updated_at)}: it is never run again; a retry brings it back"
+    if event.pruned_at is None:
+        undo = "a retry brings it back"
+    else:
+        undo = f"retention cleared it {at(event.pruned_at)}, so it cannot be retried"
+    return Reason("discarded", f"discarded {at(event.updated_at)}: it is never run again; {undo}"
                   f"{before}", {"discarded_at": event.updated_at, "dead_reason": event.dead_reason,
-                                "error": event.error, "attempts": event.attempts})
+                                "error": event.error, "attempts": event.attempts, "pruned_at": event.pruned_at})
 
 
 def _answer(event: Event, reasons: list[Reason]) -> WhyNotRun:

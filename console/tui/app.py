@@ -795,7 +795,8 @@ class ConsoleApp(App[None]):
             self._mark("events", "header")
             left = len(marked) - len(retried)
             self.notify(f"{len(retried)} of {len(marked)} marked event{'s' if len(marked) != 1 else ''} back to "
-                        f"pending" + (f"; {left} not dead or discarded, left as they are" if left else ""),
+                        f"pending" + (f"; {left} not dead or discarded (or cleared by retention), left as they are"
+                                         if left else ""),
                         title="Retry", severity="warning" if left else "information")
             return
         event = pane.selected_event()
@@ -808,6 +809,10 @@ class ConsoleApp(App[None]):
         """Retry one dead or discarded event (the events pane's r and the detail's r)."""
         if event.status not in REVIVABLE:
             self.notify(f"#{event.id} is {event.status}; only dead events (or discarded ones) are retried",
+                        severity="warning")
+            return
+        if event.pruned_at is not None:
+            self.notify(f"#{event.id} was discarded and retention has cleared it: it cannot be retried",
                         severity="warning")
             return
         now = self.clock.now()

@@ -547,10 +547,10 @@ def test_prune_clears_old_payloads_and_sent_messages(db: Path) -> None:
         store.ingest("chat", "fresh", {"text": "today"}, now=wall())
 
     preview = ok(db, "prune", "--days", "30", "--dry-run")
-    assert preview.startswith("would clear the payloads of 3 done events and would delete 1 sent message, "
+    assert preview.startswith("would clear the payloads of 3 finished events and would delete 1 sent message, "
                               "0 journal steps and 0 saved sessions older than ")
-    assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 3 done events and deleted 1 sent")
-    assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 0 done events and deleted 0 sent")
+    assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 3 finished events and deleted 1 sent")
+    assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 0 finished events and deleted 0 sent")
 
     shown = ok(db, "show", "1")
     assert "payload: pruned " in shown and "x" * 1000 not in shown
@@ -558,6 +558,22 @@ def test_prune_clears_old_payloads_and_sent_messages(db: Path) -> None:
     assert listed["old-0"]["payload"] is None and listed["old-0"]["pruned_at"] is not None
     assert listed["fresh"]["payload"] == {"text": "today"} and listed["fresh"]["pruned_at"] is None
     assert ok(db, "ingest", "chat", "old-0", '{"text": "again"}').strip() == "duplicate"  # the key still refuses
+
+
+def test_a_discarded_event_retention_cleared_cannot_be_retried_and_says_so(db: Path) -> None:
+    long_ago = wall() - 40 * 86_400
+    with open_store(db) as store:
+        store.ingest("chat", "spam", {"text": "buy now"}, now=long_ago)
+        [event] = store.events()
+        assert store.discard([event.id], now=long_ago, reason="spam") == [event.id]
+    assert ok(db, "prune", "--days", "30").startswith("cleared the payloads of 1 finished event and ")
+    result = cli(db, "retry", str(event.id))
+    assert result.exit_code == 2
+    assert f"event {event.id} was discarded and retention cleared it on " in result.stderr
+    assert "it cannot be retried" in result.stderr and "Traceback" not in result.stderr
+    with open_store(db) as store:
+        kept = store.event(event.id)
+        assert kept is not None and (kept.status, kept.payload) == ("discarded", None)
 
 
 def test_prune_says_why_it_kept_the_journal(db: Path) -> None:

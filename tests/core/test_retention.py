@@ -175,3 +175,61 @@ def test_an_open_approval_keeps_every_step_and_session_until_it_is_settled(inbox
         settled = store.prune(older_than=30 * DAY, now=NOW + 31 * DAY)
         assert (settled.open_conversations, settled.steps_deleted, settled.sessions_deleted) == (0, 1, 1)
         assert store.journal_step("refund:lookup") is None and store.load_session("apr-1") is None
+
+
+def test_an_event_discarded_before_the_cutoff_is_cleared_like_a_finished_one_and_stays_discarded(
+    inbox_target: str
+) -> None:
+    """Discarding is the owner's final word on an event (done's twin): retention clears it the same way, and
+    a cleared one cannot be brought back (its payload and its journal, what stops a repeat, are gone)."""
+    with Store.open(inbox_target, max_attempts=1) as store:
+        gen = store.acquire(HOLDER, now=T)
+        assert gen is not None and store.ingest("chat", "old-discarded", {"text": "poison"}, now=T)
+        [event] = store.claim_batch(HOLDER, gen, now=T)
+        store.run_once("old-discarded:step", lambda: "sent", gen=gen, now=T, event_id=event.id)
+        assert store.finish(HOLDER, gen, [event.id], now=T, error="boom") and store.release(HOLDER, gen, now=T)
+        store.ingest("chat", "recently-discarded", {"text": "given up yesterday"}, now=T)
+        old = store.find_event("chat", "old-discarded")
+        recent = store.find_event("chat", "recently-discarded")
+        assert old is not None and recent is not None and old.status == "dead"
+        assert store.discard([old.id], now=T + DAY) == [old.id]
+        assert store.discard([recent.id], now=NOW - DAY) == [recent.id]
+
+        assert store.prune(older_than=30 * DAY, now=NOW, dry_run=True).payloads_cleared == 1
+        report = store.prune(older_than=30 * DAY, now=NOW)
+
+        assert (report.payloads_cleared, report.steps_deleted) == (1, 1)
+        assert payloads(store) == {"old-discarded": None, "recently-discarded": {"text": "given up yesterday"}}
+        assert store.journal_step("old-discarded:step") is None
+        assert store.retry_events([old.id, recent.id], now=NOW) == [recent.id]  # the cleared one stays put
+        cleared = store.event(old.id)
+        assert cleared is not None and (cleared.status, cleared.pruned_at, cleared.dead_reason) == (
+            "discarded", NOW, "failed")
+        assert store.ingest("chat", "old-discarded", {"text": "redelivered"}, now=NOW) is False
+        assert store.integrity_check() == "ok"
+
+
+def test_a_discarded_answer_keeps_its_conversation_open_until_retention_clears_it(inbox_target: str) -> None:
+    """An answer event the owner gave up on could still be retried, resuming the conversation from its journal;
+    once retention clears it, it never can, and the conversation no longer holds every step back."""
+    with Store.open(inbox_target, max_attempts=1) as store:
+        gen = store.acquire(HOLDER, now=T)
+        assert gen is not None and store.ingest("chat", "refund", {"text": "refund 881"}, now=T)
+        [event] = store.claim_batch(HOLDER, gen, now=T)
+        store.run_once("refund:lookup", lambda: {"order": 881}, gen=gen, now=T, event_id=event.id)
+        store.save_session("apr-1", {"action": "refund 881"}, now=T)
+        store.request_approval("apr-1", "refund 881", now=T, expires_in=DAY, session_id="apr-1")
+        assert store.finish(HOLDER, gen, [event.id], now=T)
+        assert store.answer_approval("apr-1", "yes", now=T + 60) == "yes"
+        [answer] = store.claim_batch(HOLDER, gen, now=T + 60)
+        assert store.finish(HOLDER, gen, [answer.id], now=T + 60, error="the tool crashed")  # dead: one attempt
+        assert store.discard([answer.id], now=NOW - DAY) == [answer.id]
+
+        kept = store.prune(older_than=30 * DAY, now=NOW)  # discarded yesterday: it may still be retried
+        assert (kept.open_conversations, kept.steps_deleted, kept.sessions_deleted) == (1, 0, 0)
+        assert store.journal_step("refund:lookup") is not None and store.load_session("apr-1") is not None
+
+        cleared = store.prune(older_than=30 * DAY, now=NOW + 31 * DAY)
+        assert (cleared.open_conversations, cleared.steps_deleted, cleared.sessions_deleted) == (0, 1, 1)
+        assert store.journal_step("refund:lookup") is None and store.load_session("apr-1") is None
+        assert store.retry_events([answer.id], now=NOW + 31 * DAY) == []

@@ -71,10 +71,16 @@ def test_a_discarded_event_is_never_run_again_and_says_how_it_had_died(store: St
     why = why_not_run(store, store.event(dead), now=gone + 60)  # type: ignore[arg-type]
     assert why.title == "State" and why.kinds() == ["discarded"]
     assert why.reasons[0].facts == {"discarded_at": gone, "dead_reason": "failed", "error": "boom",
-                                    "attempts": store.max_attempts}
+                                    "attempts": store.max_attempts, "pruned_at": None}
     assert why.sentences[0].startswith("discarded ")
     assert why.sentences[0].endswith("(1m00s ago): it is never run again; a retry brings it back; it had died: "
                                      f"failed {store.max_attempts} attempts; last error: boom")
+    cleared = gone + 2 * 86_400
+    assert store.prune(older_than=86_400, now=cleared).payloads_cleared == 1
+    why = why_not_run(store, store.event(dead), now=cleared + 60)  # type: ignore[arg-type]
+    assert why.reasons[0].facts["pruned_at"] == cleared
+    assert "(1m00s ago), so it cannot be retried; it had died: " in why.sentences[0]
+    assert "a retry brings it back" not in why.sentences[0]
 
 
 def test_a_pending_event_discarded_before_it_failed_says_only_that(store: Store) -> None:

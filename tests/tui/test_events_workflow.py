@@ -184,6 +184,24 @@ async def test_space_marks_d_discards_the_marked_after_a_yes_and_r_brings_them_b
         assert [(e.status, e.attempts) for e in revived] == [("pending", 0), ("pending", 0)]  # type: ignore[union-attr]
 
 
+async def test_r_on_a_discarded_event_retention_cleared_says_why_and_changes_nothing(
+    filled: Path, clock: ManualClock
+) -> None:
+    with reopen(filled) as store:
+        assert store.discard([DEAD], now=clock.now()) == [DEAD]
+        assert store.prune(older_than=86_400, now=clock.now() + 2 * 86_400).payloads_cleared >= 1
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await select(app, pilot, DEAD)
+        await pilot.press("r")
+        await pilot_until(pilot, lambda: any("retention has cleared it: it cannot be retried" in n.message
+                                             for n in app._notifications), what="the reason")
+    with reopen(filled) as store:
+        kept = store.event(DEAD)
+        assert kept is not None and kept.status == "discarded" and kept.pruned_at is not None
+
+
 async def test_discard_refuses_a_done_event_and_escape_clears_marks(filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=SIZE) as pilot:
