@@ -149,15 +149,21 @@ def test_journal_steps_of_old_finished_events_go_and_others_stay(inbox_target: s
         assert store.journal_step("maintenance") is not None
 
 
+def asked_for_approval(store: Store, *, expires_in: int) -> int:
+    """A run at T that journals a step, saves its session and asks approval apr-1; the lease's generation."""
+    gen = store.acquire(HOLDER, now=T)
+    assert gen is not None and store.ingest("chat", "refund", {"text": "refund 881"}, now=T)
+    [event] = store.claim_batch(HOLDER, gen, now=T)
+    store.run_once("refund:lookup", lambda: {"order": 881}, gen=gen, now=T, event_id=event.id)
+    store.save_session("apr-1", {"action": "refund 881"}, now=T)
+    store.request_approval("apr-1", "refund 881", now=T, expires_in=expires_in, session_id="apr-1")
+    assert store.finish(HOLDER, gen, [event.id], now=T)
+    return gen
+
+
 def test_an_open_approval_keeps_every_step_and_session_until_it_is_settled(inbox_target: str) -> None:
     with Store.open(inbox_target, backoff_base=0) as store:
-        gen = store.acquire(HOLDER, now=T)
-        assert gen is not None and store.ingest("chat", "refund", {"text": "refund 881"}, now=T)
-        [event] = store.claim_batch(HOLDER, gen, now=T)
-        store.run_once("refund:lookup", lambda: {"order": 881}, gen=gen, now=T, event_id=event.id)
-        store.save_session("apr-1", {"action": "refund 881"}, now=T)
-        store.request_approval("apr-1", "refund 881", now=T, expires_in=200 * DAY, session_id="apr-1")
-        assert store.finish(HOLDER, gen, [event.id], now=T)
+        gen = asked_for_approval(store, expires_in=200 * DAY)
 
         waiting = store.prune(older_than=30 * DAY, now=NOW)
         assert (waiting.open_conversations, waiting.steps_deleted, waiting.sessions_deleted) == (1, 0, 0)
@@ -213,13 +219,7 @@ def test_a_discarded_answer_keeps_its_conversation_open_until_retention_clears_i
     """An answer event the owner gave up on could still be retried, resuming the conversation from its journal;
     once retention clears it, it never can, and the conversation no longer holds every step back."""
     with Store.open(inbox_target, max_attempts=1) as store:
-        gen = store.acquire(HOLDER, now=T)
-        assert gen is not None and store.ingest("chat", "refund", {"text": "refund 881"}, now=T)
-        [event] = store.claim_batch(HOLDER, gen, now=T)
-        store.run_once("refund:lookup", lambda: {"order": 881}, gen=gen, now=T, event_id=event.id)
-        store.save_session("apr-1", {"action": "refund 881"}, now=T)
-        store.request_approval("apr-1", "refund 881", now=T, expires_in=DAY, session_id="apr-1")
-        assert store.finish(HOLDER, gen, [event.id], now=T)
+        gen = asked_for_approval(store, expires_in=DAY)
         assert store.answer_approval("apr-1", "yes", now=T + 60) == "yes"
         [answer] = store.claim_batch(HOLDER, gen, now=T + 60)
         assert store.finish(HOLDER, gen, [answer.id], now=T + 60, error="the tool crashed")  # dead: one attempt
