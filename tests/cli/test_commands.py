@@ -169,8 +169,9 @@ def test_status_says_where_recent_answers_came_from_and_what_phones_sent(db: Pat
                                 refused="wrong_chat")
         store.answer_approval("apr-2-bb", "no", now=now - 30, via="console")
     text = ok(db, "status")
-    assert "apr-1-aa  refund order 881  (yes from Telegram, 2m00s ago)" in text
-    assert "apr-2-bb  deploy web  (no in the console, 30s ago)" in text
+    # The command reads the wall clock itself: a loaded machine may have moved on a few seconds since `now`.
+    assert re.search(r"apr-1-aa  refund order 881  \(yes from Telegram, 2m0\ds ago\)", text), text
+    assert re.search(r"apr-2-bb  deploy web  \(no in the console, 3\ds ago\)", text), text
     assert "phone      1 answer taken · 1 ignored (1 wrong chat)" in text
     info = json.loads(ok(db, "status", "--json"))
     assert [(a["request_id"], a["answered_via"]) for a in info["approvals_recent"]] == [
