@@ -53,10 +53,10 @@ class RetentionMixin(InboxMixin):
         [end_id] = self.first_ids_at([cutoff])
         # A conversation waiting on an approval (or on its answer's run) replays its journalled steps
         # when it resumes, and may reach back to any earlier event of it: keep every step until none is.
-        # (Counted again after the payloads below: a discarded answer cleared there settles its conversation.
-        # A dry run counts them as they stand, so it may say less would go than a real prune deletes.)
-        open_conversations = int(self._scalar(_COUNT_OPEN_CONVERSATIONS))
+        # A real prune counts them after clearing payloads (a discarded answer cleared there settles its
+        # conversation); a dry run counts them as they stand, so it may say less would go than a prune deletes.
         if dry_run:
+            open_conversations = int(self._scalar(_COUNT_OPEN_CONVERSATIONS))
             return PruneReport(
                 cutoff,
                 int(self._scalar(_COUNT_PAYLOADS, (end_id, cutoff))),
