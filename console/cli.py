@@ -681,11 +681,9 @@ def retry(state: CliState, event_ids: tuple[int, ...], all_dead: bool, source: s
         if not event_ids:
             click.echo(f"retried {count(store.retry_dead_matching(source=source, now=_now()))}")
             return
-        _check_states(store, event_ids, REVIVABLE, "retried", "not dead")
-        for event_id in event_ids:
-            event = store.event(event_id)
-            if event is not None and event.pruned_at is not None:
-                raise UserError(f"event {event_id} was discarded and retention cleared it on "
+        for event in _check_states(store, event_ids, REVIVABLE, "retried", "not dead"):
+            if event.pruned_at is not None:
+                raise UserError(f"event {event.id} was discarded and retention cleared it on "
                                 f"{_clock_time(event.pruned_at, state.zone())}: it cannot be retried")
         retried = store.retry_events(event_ids, now=_now())
     click.echo("retried" if len(event_ids) == 1 else f"retried {count(len(retried))}")
@@ -708,8 +706,11 @@ def discard(state: CliState, event_ids: tuple[int, ...], reason: str | None) -> 
     click.echo(f"discarded {count(len(discarded))}")
 
 
-def _check_states(store: Store, event_ids: tuple[int, ...], allowed: tuple[str, ...], verb: str, what: str) -> None:
-    """One line naming the first event that cannot be {verb}, before anything changes."""
+def _check_states(
+    store: Store, event_ids: tuple[int, ...], allowed: tuple[str, ...], verb: str, what: str
+) -> list[Event]:
+    """One line naming the first event that cannot be {verb}, before anything changes; else the events."""
+    events = []
     for event_id in event_ids:
         event = store.event(event_id)
         if event is None:
@@ -717,6 +718,8 @@ def _check_states(store: Store, event_ids: tuple[int, ...], allowed: tuple[str, 
         if event.status not in allowed:
             raise UserError(f"event {event_id} is {event.status}, {what}: only {' or '.join(allowed)} events "
                             f"can be {verb}")
+        events.append(event)
+    return events
 
 
 @main.command()
