@@ -15,6 +15,9 @@ from console.core.models import ApprovalDraft, Lease, MemoryWrite, TimerDraft, T
 # Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
 # (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick.
 RESERVED_SOURCES = ("approval", "timer")
+# The duplicate ledger: an insert meeting a stored key counts the copy on the stored row instead.
+COUNT_A_COPY = """ON CONFLICT (source, source_id) DO UPDATE
+                  SET duplicates = inbox.duplicates + 1, last_duplicate_at = excluded.created_at"""
 # One line of an event's history: (event_id, at, kind, holder, gen, detail), the columns of `attempts`.
 AttemptEntry = tuple[int, int, str, str | None, int | None, str | None]
 
@@ -118,11 +121,8 @@ class StoreBase:
 
         Every way into the inbox (ingest, timers, approval answers and expiries) goes through here."""
         for (duplicates,) in self._conn.execute(
-            """INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
-               VALUES (?, ?, ?, ?, ?)
-               ON CONFLICT (source, source_id) DO UPDATE
-                  SET duplicates = inbox.duplicates + 1, last_duplicate_at = excluded.created_at
-               RETURNING duplicates""",
+            f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+                VALUES (?, ?, ?, ?, ?) {COUNT_A_COPY} RETURNING duplicates""",
             (source, source_id, text, now, now),
         ):
             return bool(duplicates == 0)

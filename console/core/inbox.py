@@ -265,7 +265,6 @@ class InboxMixin(StoreBase):
             )
         return True
 
-
     def _recover_lost(self, holder: str, gen: int, now: int) -> None:
         lost = self._conn.execute(_SELECT_LOST, (gen,)).fetchall()
         for event_id, attempts, old_gen, claimed_at in lost:

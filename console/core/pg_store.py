@@ -13,9 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from console.core import pg
-from console.core.base import AttemptEntry
+from console.core.base import COUNT_A_COPY, AttemptEntry
 from console.core.db import StoreError
-from console.core.inbox import _CLAIM_SET, _EVENT_COLUMNS
+from console.core.inbox import _CLAIM_SET, _EVENT_COLUMNS, _SELECT_FRESH
 from console.core.options import StoreOptions
 from console.core.store import Store
 
@@ -168,10 +168,7 @@ class PgStore(Store):
         return int(size) // 8192
 
 
-_CLAIM_FRESH_SET = f"""{_CLAIM_SET}
-    WHERE id IN (SELECT id FROM inbox WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0
-                 ORDER BY id LIMIT ?)
-    RETURNING {_EVENT_COLUMNS}"""
+_CLAIM_FRESH_SET = f"{_CLAIM_SET} WHERE id IN ({_SELECT_FRESH}) RETURNING {_EVENT_COLUMNS}"
 _FINISH_SET = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
                   WHERE id = ANY(?) AND status = 'running' AND claim_gen = ? RETURNING id"""
 _LOG_ATTEMPTS_SET = """INSERT INTO attempts (event_id, at, kind, holder, gen, detail)
@@ -180,10 +177,9 @@ _LOG_ATTEMPTS_SET = """INSERT INTO attempts (event_id, at, kind, holder, gen, de
            WITH ORDINALITY AS entry(event_id, at, kind, holder, gen, detail, n)
      ORDER BY n"""
 # Rows are inserted in the call's order (WITH ORDINALITY), so ids ascend as they would one by one.
-_INSERT_SET = """INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+_INSERT_SET = f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
     SELECT source, source_id, payload, ?, ? FROM unnest(?::text[], ?::text[], ?::text[])
            WITH ORDINALITY AS entry(source, source_id, payload, n)
      ORDER BY n
-    ON CONFLICT (source, source_id) DO UPDATE
-       SET duplicates = inbox.duplicates + 1, last_duplicate_at = excluded.created_at
+    {COUNT_A_COPY}
     RETURNING source, source_id, duplicates"""
