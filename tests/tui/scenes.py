@@ -8,6 +8,8 @@ from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
 from console.tui.app import ConsoleApp
+from console.tui.widgets.events_pane import EventsPane
+from tests.support import pilot_until
 
 START = 1_700_000_000
 HOLDER = "console-test"
@@ -66,3 +68,19 @@ def make_app(db: Path, clock: ManualClock, *, settings: dict[str, object] | None
              **options: object) -> ConsoleApp:
     return ConsoleApp(settings_for(db, **(settings or {})), clock=clock, holder=HOLDER, deterministic=True,
                       install_defaults=False, inbox_label="inbox.db", **options)  # type: ignore[arg-type]
+
+
+def shown_ids(app: ConsoleApp) -> list[int]:
+    """The ids the events pane shows, top to bottom."""
+    page = app.query_one(EventsPane).page
+    return [] if page is None else [e.id for e in page.events]
+
+
+def text_of(app: ConsoleApp, selector: str) -> str:
+    return str(app.screen.query_one(selector).render()).replace("\u00a0", " ")  # panes keep "label n" together
+
+
+async def started(app: ConsoleApp, pilot: object) -> None:
+    """The engine started, the first page shown, every pane read."""
+    await pilot_until(pilot, lambda: app.started and bool(shown_ids(app)), what="first page")  # type: ignore[arg-type]
+    await app.settle()

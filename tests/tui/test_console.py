@@ -10,7 +10,6 @@ from textual.widgets import Input, Label, TextArea
 from console.clock import ManualClock
 from console.core import MAX_PAYLOAD_DEPTH, Store
 from console.runtime.why import why_not_run
-from console.tui.app import ConsoleApp
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.inject import InjectScreen
@@ -20,23 +19,9 @@ from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.lease_pane import LeasePane
 from tests.support import pilot_until
 from tests.tui.conftest import reopen
-from tests.tui.scenes import HOLDER, make_app
+from tests.tui.scenes import HOLDER, make_app, shown_ids, started, text_of
 
 SIZE = (80, 24)
-
-
-def shown_ids(app: ConsoleApp) -> list[int]:
-    page = app.query_one(EventsPane).page
-    return [] if page is None else [e.id for e in page.events]
-
-
-def text_of(app: ConsoleApp, selector: str) -> str:
-    return str(app.screen.query_one(selector).render()).replace("\u00a0", " ")  # panes keep "label n" together
-
-
-async def started(app: ConsoleApp, pilot: object) -> None:
-    await pilot_until(pilot, lambda: app.started and bool(shown_ids(app)), what="first page")  # type: ignore[arg-type]
-    await app.settle()
 
 
 async def test_main_screen_shows_every_pane(filled: Path, clock: ManualClock) -> None:

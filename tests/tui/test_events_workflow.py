@@ -17,25 +17,11 @@ from console.tui.screens.search import SearchScreen
 from console.tui.widgets.events_pane import EventsPane
 from tests.support import pilot_until
 from tests.tui.conftest import reopen
-from tests.tui.scenes import make_app
+from tests.tui.scenes import make_app, shown_ids, started, text_of
 
 SIZE = (80, 24)
 DEAD = 3  # manual/poison-1 in the filled scene: dead after two failed attempts
 PENDING = 7
-
-
-def shown_ids(app: ConsoleApp) -> list[int]:
-    page = app.query_one(EventsPane).page
-    return [] if page is None else [e.id for e in page.events]
-
-
-def text_of(app: ConsoleApp, selector: str) -> str:
-    return str(app.screen.query_one(selector).render()).replace("\u00a0", " ")
-
-
-async def started(app: ConsoleApp, pilot: object) -> None:
-    await pilot_until(pilot, lambda: app.started and bool(shown_ids(app)), what="first page")  # type: ignore[arg-type]
-    await app.settle()
 
 
 async def select(app: ConsoleApp, pilot: object, event_id: int) -> None:
