@@ -41,6 +41,19 @@ def _patterns(value: Any, setting: str) -> tuple[str, ...]:
     return tuple(item.strip() for item in value)
 
 
+# The rule of a call no list matched: it asks.
+DEFAULT_RULE = "default"
+
+
+@dataclass(frozen=True)
+class Ruling:
+    """What the policy decided for one tool, and which rule decided it: `<list>: <the glob that matched>`
+    (`allow: mcp__shop__lookup_*`, `untrusted.allow: recall`, `deny: ...`, `ask: ...`), or `default`."""
+
+    decision: Decision
+    rule: str
+
+
 @dataclass(frozen=True)
 class Policy:
     allow: tuple[str, ...] = DEFAULT_ALLOW
@@ -69,19 +82,26 @@ class Policy:
     def decide(self, tool: str, *, untrusted: bool) -> Decision:
         """deny -> ask -> allow, the first match wins; unmatched asks. In an untrusted run only the
         untrusted allow list runs without asking (deny still denies)."""
-        if _matches(tool, self.deny):
-            return "deny"
+        return self.judge(tool, untrusted=untrusted).decision
+
+    def judge(self, tool: str, *, untrusted: bool) -> Ruling:
+        """The decision with the rule that made it (what the audit trail records)."""
+        if denied := _match(tool, self.deny):
+            return Ruling("deny", f"deny: {denied}")
         if untrusted:
-            return "allow" if _matches(tool, self.untrusted_allow) else "ask"
-        if _matches(tool, self.ask):
-            return "ask"
-        if _matches(tool, self.allow):
-            return "allow"
-        return "ask"
+            if allowed := _match(tool, self.untrusted_allow):
+                return Ruling("allow", f"untrusted.allow: {allowed}")
+            return Ruling("ask", DEFAULT_RULE)
+        if asked := _match(tool, self.ask):
+            return Ruling("ask", f"ask: {asked}")
+        if allowed := _match(tool, self.allow):
+            return Ruling("allow", f"allow: {allowed}")
+        return Ruling("ask", DEFAULT_RULE)
 
 
-def _matches(tool: str, patterns: Sequence[str]) -> bool:
-    return any(fnmatch.fnmatchcase(tool, pattern) for pattern in patterns)
+def _match(tool: str, patterns: Sequence[str]) -> str | None:
+    """The first pattern that matches the tool's name, or None."""
+    return next((pattern for pattern in patterns if fnmatch.fnmatchcase(tool, pattern)), None)
 
 
 def untrusted_sources(sources: Iterable[str]) -> list[str]:

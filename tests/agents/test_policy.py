@@ -34,6 +34,20 @@ def test_the_policy_matrix(tool: str, trusted: str, untrusted: str) -> None:
     assert POLICY.decide(tool, untrusted=True) == untrusted
 
 
+@pytest.mark.parametrize(("tool", "untrusted", "decision", "rule"), [
+    ("mcp__shop__lookup_order", False, "allow", "allow: mcp__shop__lookup_*"),
+    ("mcp__shop__lookup_order", True, "allow", "untrusted.allow: mcp__shop__lookup_*"),
+    ("mcp__shop__refund", False, "ask", "ask: mcp__shop__refund"),
+    ("mcp__shop__delete_order", True, "deny", "deny: mcp__shop__delete_*"),
+    ("mcp__shop__list_orders", False, "ask", "default"),   # no list names it
+    ("send_message", True, "ask", "default"),
+])
+def test_the_policy_says_which_rule_decided(tool: str, untrusted: bool, decision: str, rule: str) -> None:
+    ruling = POLICY.judge(tool, untrusted=untrusted)
+    assert (ruling.decision, ruling.rule) == (decision, rule)
+    assert POLICY.decide(tool, untrusted=untrusted) == decision
+
+
 def test_ask_is_checked_before_allow_and_deny_before_both() -> None:
     policy = Policy.from_settings({"allow": ["mcp__shop__*"], "ask": ["mcp__shop__*"], "deny": ["mcp__shop__x"]})
     assert policy.decide("mcp__shop__lookup", untrusted=False) == "ask"
