@@ -22,14 +22,14 @@ ANSWERS = ("yes", "no")
 # Where an answer can come from (answered_via); an outcome stored by the expiry timer says 'expiry'.
 ANSWER_PATHS = ("console", "cli", "ntfy", "telegram", "api")
 _COLUMNS = ("request_id, action, details, session_id, requested_at, expires_at, outcome, resolved_at, event_id, "
-            "tool, arguments, sources, answered_via")
+            "tool, arguments, sources, answered_via, origin")
 
 
 def _approval(row: tuple[Any, ...]) -> Approval:
     rid, action, details, session, requested_at, expires_at, outcome, resolved_at, event_id, tool, args, sources, \
-        via = row
+        via, origin = row
     return Approval(rid, action, loads(details), session, requested_at, expires_at, outcome, resolved_at,
-                    event_id, tool, loads(args), loads(sources), via)
+                    event_id, tool, loads(args), loads(sources), via, loads(origin))
 
 
 def approval_id(event_id: int, action: Any) -> str:
@@ -86,11 +86,12 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
         request_id, action = draft.request_id, draft.action
         expires_at = now + int(draft.expires_in)
         made = self._conn.execute(
-            f"""INSERT INTO approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, NULL)
+            f"""INSERT INTO approvals ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, ?, ?, ?, ?, NULL, ?)
                 ON CONFLICT (request_id) DO NOTHING RETURNING request_id""",
             (request_id, action, dumps(draft.details if draft.details is not None else {}), session_id, now,
              expires_at, draft.event_id, draft.tool, None if draft.tool is None else dumps(draft.arguments),
-             None if draft.sources is None else dumps(draft.sources)),
+             None if draft.sources is None else dumps(draft.sources),
+             None if draft.origin is None else dumps(draft.origin)),
         ).fetchall()
         if not made:
             return False
@@ -99,7 +100,7 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
                ON CONFLICT (id) DO UPDATE SET due = excluded.due, payload = excluded.payload,
                   ev_source = excluded.ev_source, ev_id = excluded.ev_id, created_at = excluded.created_at,
                   every = NULL, cron = NULL, tz = NULL, catch_up = 'coalesce', each_cap = 100, paused = 0, done = 0,
-                  last_fired_at = NULL""",
+                  last_fired_at = NULL, origin = NULL""",
             (expiry_timer_id(request_id), expires_at, _expired(request_id, action), request_id, now),
         )
         return True
@@ -118,7 +119,8 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
                     (draft.request_id, dumps(draft.session), now),
                 )
         for timer in timers:
-            self._write_timer(self._timer_values(timer.timer_id, timer.due, timer.payload, now=now, **timer.options))
+            self._write_timer(self._timer_values(timer.timer_id, timer.due, timer.payload, now=now, **timer.options),
+                              timer.origin)
         for write in memory:
             self._write_memory(write, now)
         for call in tool_calls:

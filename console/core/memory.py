@@ -6,7 +6,7 @@ the owner reads and edits the same table with `agent-console memory`.
 
 from __future__ import annotations
 
-from console.core.base import StoreBase, loads
+from console.core.base import StoreBase, dumps, loads
 from console.core.db import transaction, translate_errors
 from console.core.models import MemoryEntry, MemoryWrite, ToolCallRecord
 
@@ -31,14 +31,14 @@ class MemoryMixin(StoreBase):
     def memory(self) -> list[MemoryEntry]:
         """Every note, most recently written first."""
         return [
-            MemoryEntry(key, value, updated_at, event_id)
-            for key, value, updated_at, event_id in self._conn.execute(
-                "SELECT key, value, updated_at, event_id FROM memory ORDER BY updated_at DESC, key"
+            MemoryEntry(key, value, updated_at, event_id, loads(origin))
+            for key, value, updated_at, event_id, origin in self._conn.execute(
+                "SELECT key, value, updated_at, event_id, origin FROM memory ORDER BY updated_at DESC, key"
             )
         ]
 
     def set_memory(self, key: str, value: str, *, now: int) -> None:
-        """The owner writes a note by hand."""
+        """The owner writes a note by hand (its origin is the owner's: none)."""
         check_memory(key, value)
         with translate_errors(), transaction(self._conn):
             self._write_memory(MemoryWrite(key.strip(), value), now)
@@ -52,10 +52,10 @@ class MemoryMixin(StoreBase):
             self._conn.execute("DELETE FROM memory WHERE key = ?", (write.key,))
         else:
             self._conn.execute(
-                """INSERT INTO memory (key, value, updated_at, event_id) VALUES (?, ?, ?, ?)
+                """INSERT INTO memory (key, value, updated_at, event_id, origin) VALUES (?, ?, ?, ?, ?)
                    ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at,
-                                                   event_id = excluded.event_id""",
-                (write.key, write.value, now, write.event_id),
+                                                   event_id = excluded.event_id, origin = excluded.origin""",
+                (write.key, write.value, now, write.event_id, None if write.origin is None else dumps(write.origin)),
             )
 
     def tool_calls(self, event_id: int) -> list[ToolCallRecord]:

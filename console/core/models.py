@@ -107,6 +107,7 @@ class Timer:
     paused: bool
     done: bool
     last_fired_at: int | None
+    origin: Any = None  # the run that set it (see MemoryEntry.origin); None: the owner's
 
 
 @dataclass(frozen=True)
@@ -124,6 +125,9 @@ class Approval:
     arguments: Any = None        # its canonical arguments
     sources: Any = None          # [{"event_id", "source", "source_id"}]: what started the run that asked
     answered_via: str | None = None  # console | cli | ntfy | telegram | api | expiry, once settled
+    # Where the request came from: {"trusted": bool, "summary": "asked by a run that read untrusted content: ...",
+    # "tainted_by": [...]} (None: asked before provenance was kept)
+    origin: Any = None
 
     def seconds_left(self, now: int) -> int:
         return max(0, self.expires_at - now)
@@ -192,6 +196,7 @@ class ApprovalDraft:
     tool: str | None = None      # the exact tool call that runs on yes (None: a plain question)
     arguments: Any = None
     sources: Any = None          # what started the run that asks, for the owner to see
+    origin: Any = None           # where the request came from (Approval.origin)
 
 
 @dataclass(frozen=True)
@@ -202,6 +207,7 @@ class TimerDraft:
     due: int
     payload: Any = None
     options: dict[str, Any] = field(default_factory=dict)  # add_timer's keywords: every, cron, tz, catch_up
+    origin: Any = None  # the run that set it (MemoryEntry.origin): it fires with that run's trust
 
 
 AGENT_STATES = ("ready", "waiting", "paused")
@@ -260,6 +266,7 @@ class MemoryWrite:
     key: str
     value: str | None
     event_id: int | None = None
+    origin: Any = None  # the run that wrote it (MemoryEntry.origin)
 
 
 @dataclass(frozen=True)
@@ -268,6 +275,39 @@ class MemoryEntry:
     value: str
     updated_at: int
     event_id: int | None  # the event whose run wrote it; None when the owner did
+    # The run that wrote it: {"trusted": bool, "event_id", "source", "source_id", "tainted_by": [...]}; None when
+    # the owner wrote it by hand.
+    origin: Any = None
+
+    @property
+    def trusted(self) -> bool:
+        """Written by the owner, or by a run that had read nothing untrusted."""
+        return origin_trusted(self.origin)
+
+    def origin_in_words(self) -> str:
+        """'yours', 'from chat #12', or 'from a run that read untrusted content (stripe #12: ...)'."""
+        return origin_in_words(self.origin)
+
+
+def origin_trusted(origin: Any) -> bool:
+    """Whether a note's or a timer's origin is trusted: None (the owner's own) is; anything unreadable is not."""
+    if origin is None:
+        return True
+    return isinstance(origin, dict) and origin.get("trusted") is True
+
+
+def origin_in_words(origin: Any) -> str:
+    """A note's or a timer's origin as the owner reads it (agent-console memory, the console)."""
+    if origin is None:
+        return "yours"
+    if not isinstance(origin, dict):
+        return "unknown origin (treated as untrusted)"
+    run = " ".join(str(part) for part in (origin.get("source"), f"#{origin['event_id']}" if origin.get(
+        "event_id") is not None else None) if part) or "a run"
+    if origin.get("trusted") is True:
+        return f"from {run}"
+    tainted = [str(item) for item in origin.get("tainted_by") or []]
+    return f"from {run}, a run that read untrusted content" + (f" ({'; '.join(tainted)})" if tainted else "")
 
 
 @dataclass(frozen=True)

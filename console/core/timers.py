@@ -115,16 +115,26 @@ def _walk_cron(cron: str, tz: str | None, at: int, now: int) -> tuple[list[int],
     return occurrences, upcoming
 
 
-_DUE_TIMERS = """SELECT id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap
+_DUE_TIMERS = """SELECT id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, origin
                  FROM timers INDEXED BY timers_due WHERE done = 0 AND paused = 0 AND due <= ?"""
 
 
 def _timer(row: tuple[Any, ...]) -> Timer:
-    tid, due, every, cron, tz, payload, catch_up, paused, done, last = row
-    return Timer(tid, due, every, cron, tz, loads(payload), catch_up, bool(paused), bool(done), last)
+    tid, due, every, cron, tz, payload, catch_up, paused, done, last, origin = row
+    return Timer(tid, due, every, cron, tz, loads(payload), catch_up, bool(paused), bool(done), last, loads(origin))
 
 
-_TIMER_COLUMNS = "id, due, every, cron, tz, payload, catch_up, paused, done, last_fired_at"
+_TIMER_COLUMNS = "id, due, every, cron, tz, payload, catch_up, paused, done, last_fired_at, origin"
+
+
+def _fired_body(payload: str, origin: str | None) -> dict[str, Any]:
+    """A timer's event body: its payload, and the origin of the run that set it under `origin` (the run it
+    wakes reads its trust from there). The stored origin replaces whatever the payload says under that name."""
+    body = loads(payload)
+    body = dict(body) if isinstance(body, dict) else {}
+    if origin is not None:
+        body["origin"] = loads(origin)
+    return body
 
 
 class TimersMixin(StoreBase):
@@ -200,15 +210,19 @@ class TimersMixin(StoreBase):
         created = int(now if now is not None else due)
         return (timer_id, first_due, every, cron, tz, text, *(key or (None, None)), catch_up, each_cap, created)
 
-    def _write_timer(self, row: tuple[Any, ...]) -> None:
+    def _write_timer(self, row: tuple[Any, ...], origin: Any = None) -> None:
+        """Write a timer; origin is the run that set it (None: the owner). Replacing a timer replaces its
+        origin too: a timer an untrusted run re-set fires untrusted, whoever set it first."""
         self._conn.execute(
-            """INSERT INTO timers (id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, created_at)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+            """INSERT INTO timers (id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, created_at,
+                                   origin)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (id) DO UPDATE SET due = excluded.due, every = excluded.every, cron = excluded.cron,
                   tz = excluded.tz, payload = excluded.payload, ev_source = excluded.ev_source,
                   ev_id = excluded.ev_id, catch_up = excluded.catch_up, each_cap = excluded.each_cap,
-                  created_at = excluded.created_at, paused = 0, done = 0, last_fired_at = NULL""",
-            row,
+                  created_at = excluded.created_at, origin = excluded.origin, paused = 0, done = 0,
+                  last_fired_at = NULL""",
+            (*row, None if origin is None else dumps(origin)),
         )
 
     def timer(self, timer_id: str) -> Timer | None:
@@ -238,10 +252,10 @@ class TimersMixin(StoreBase):
         occurrence at this very second is already in the inbox) or "unknown" (no such timer)."""
         _refuse_approval_expiry(timer_id)
         with translate_errors(), transaction(self._conn):
-            stored = self._scalar("SELECT payload FROM timers WHERE id = ?", (timer_id,))
-            if stored is None:
+            stored = self._conn.execute("SELECT payload, origin FROM timers WHERE id = ?", (timer_id,)).fetchall()
+            if not stored:
                 return "unknown"
-            body = dict(loads(stored), scheduled_for=now, late_by=0, skipped=0)
+            body = dict(_fired_body(*stored[0]), scheduled_for=now, late_by=0, skipped=0)
             if not self._insert_event("timer", f"{timer_id}@{now}", dumps(body), now):
                 return "duplicate"
             self._conn.execute("UPDATE timers SET last_fired_at = ? WHERE id = ?", (now, timer_id))
@@ -270,8 +284,8 @@ class TimersMixin(StoreBase):
         }
         with translate_errors(), transaction(self._conn):
             due = self._conn.execute(_DUE_TIMERS, (now,)).fetchall()
-            for timer_id, at, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap in due:
-                body = loads(payload)
+            for timer_id, at, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, origin in due:
+                body = _fired_body(payload, origin)
                 if every:
                     latest = at + ((now - at) // every) * every
                     missed_count = (latest - at) // every + 1
