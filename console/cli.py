@@ -512,6 +512,11 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     for answered in info.get("approvals_recent", [])[:RECENT_IN_STATUS]:
         said = answered_in_words(answered["outcome"], answered["answered_via"], answered["answered_at"], now)
         lines.append(f"           {answered['request_id']}  {answered['action']}  ({said})")
+    stranded = info.get("stranded_answers", [])
+    if stranded:  # an answer that did not reach its conversation: on a yes, a call that may not have happened
+        lines.append(f"answers    {plural(len(stranded), 'answer')} did not resume (dead events; retry runs them)")
+    for answer in stranded:
+        lines.append(f"           {answer['request_id']}  {answer['action']}  ({answer['in_words']})")
     phone = {verdict: n for verdict, n in info.get("phone_answers", {}).items() if n}
     if phone:
         taken = sum(phone.get(verdict, 0) for verdict in ("settled", "late", "already_answered"))

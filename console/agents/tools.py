@@ -31,7 +31,7 @@ from typing import Any, Literal, Protocol
 from console.agents.base import Resumed, RunContext
 from console.agents.policy import Decision, Policy, untrusted_sources
 from console.config import ConfigError
-from console.core import Event, ToolCallRecord
+from console.core import Event, ToolCallRecord, approved_step_key
 
 
 class ListedTool(Protocol):
@@ -318,7 +318,7 @@ class ToolGateway:
             return self._record(ctx, event, call, ToolOutcome(
                 "refused", f"{summary(tool, arguments)} was not run: {why} (request {resumed.request_id})",
                 _refusal(resumed.answer), resumed.request_id))
-        outcome = self._run(ctx, tool, arguments, f"tool:{resumed.request_id}", event, "approved")
+        outcome = self._run(ctx, tool, arguments, approved_step_key(resumed.request_id), event, "approved")
         return self._record(ctx, event, call, ToolOutcome(outcome.outcome, outcome.text, "approved",
                                                           resumed.request_id, outcome.result))
 

@@ -24,6 +24,7 @@ from console.core.models import (
     PhoneCard,
     RefusedFinish,
     ReplayGuard,
+    StrandedAnswer,
     Timer,
     TimerDraft,
     ToolCallRecord,
@@ -32,6 +33,7 @@ from console.core.options import StoreOptions
 from console.core.outbox import OutboxChannel
 from console.core.retention import PruneReport
 from console.core.store import Store
+from console.core.stranded import approved_step_key
 
 __all__ = [
     "DEAD_REASONS",
@@ -63,8 +65,10 @@ __all__ = [
     "StoreError",
     "StoreOptions",
     "StoreUnavailable",
+    "StrandedAnswer",
     "Timer",
     "TimerDraft",
     "ToolCallRecord",
     "approval_id",
+    "approved_step_key",
 ]

@@ -108,6 +108,10 @@ class StoreBase:
         """Write what a run staged, inside its finish's transaction (ApprovalsMixin does it)."""
         raise NotImplementedError
 
+    def _tell_of_stranded_answer(self, event_id: int, now: int) -> None:
+        """Tell the owner an answer's event died (inside the caller's transaction; StrandedMixin does it)."""
+        raise NotImplementedError
+
     def _backoff(self, attempts: int) -> int:
         """Seconds before attempt number attempts+1 may be claimed: exponential, capped, jittered."""
         if self.backoff_base <= 0:

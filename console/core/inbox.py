@@ -287,11 +287,13 @@ class InboxMixin(StoreBase):
         """The event dies for `reason` (one of DEAD_REASONS); error is its last error (None: keep the one it has)."""
         died = self._conn.execute(
             """UPDATE inbox SET status = 'dead', dead_reason = ?, error = COALESCE(?, error), updated_at = ?
-               WHERE id = ? RETURNING attempts, error""",
+               WHERE id = ? RETURNING attempts, error, source""",
             (reason, error, now, event_id),
         ).fetchall()
-        attempts, last_error = died[0]
+        attempts, last_error, source = died[0]
         self._log_attempt(event_id, now, "dead", holder, gen, death_in_words(reason, attempts, last_error))
+        if source == "approval":  # the owner's answer will not reach its conversation: say so, in this transaction
+            self._tell_of_stranded_answer(event_id, now)
 
     def finish(
         self,

@@ -133,6 +133,85 @@ class Approval:
         return max(0, self.expires_at - now)
 
 
+# What became of the call an answered approval stands for, once the event carrying the answer is dead: not run
+# (its journal step never started), unknown (started, and its worker died before recording the result), done (run
+# and recorded: only the report of it is missing), or None when no call was approved (a no, an expiry, a question).
+STRANDED_CALLS = ("not_run", "unknown", "done")
+_BRIEF_ERROR_CHARS = 120
+
+
+@dataclass(frozen=True)
+class StrandedAnswer:
+    """An owner's answer whose resume cannot run: the event carrying it (source `approval`, source id = the
+    request id) is dead, so the conversation that asked has not heard it and, on a yes, the approved call may
+    not have happened. Read from the approvals row, the dead event and the call's journal step."""
+
+    request_id: str
+    outcome: str              # yes | no | expired
+    action: str               # what the owner was asked (the approvals row's words)
+    tool: str | None          # the call bound to the approval (None: a plain question)
+    event_id: int             # the dead event carrying the answer
+    asked_by: int | None      # the event whose run asked
+    dead_reason: str | None
+    attempts: int
+    error: str | None
+    died_at: int
+    crashes: int              # claims lost to a dead or fenced worker since its last retry by hand
+    call: str | None          # one of STRANDED_CALLS, or None when no call was approved
+
+    def death(self) -> str:
+        """Why its event died, in a few words: 'lost in 3 crashes', 'failed 3 attempts: boom'."""
+        error = self.error or "none recorded"
+        if len(error) > _BRIEF_ERROR_CHARS:
+            error = error[: _BRIEF_ERROR_CHARS - 1] + "…"
+        if self.dead_reason == "lost" and self.crashes >= self.attempts:
+            return f"lost in {self.crashes} crash{'' if self.crashes == 1 else 'es'}"
+        if self.dead_reason == "lost":
+            return f"its worker died on its last attempt of {self.attempts}"
+        if self.dead_reason == "failed":
+            return f"failed {self.attempts} attempt{'' if self.attempts == 1 else 's'}: {error}"
+        return f"out of attempts ({self.attempts}): {error}"
+
+    def in_words(self) -> str:
+        """One line for a list of approvals (the console's pane, `status`, `show`)."""
+        dead, retry = f"its event #{self.event_id} is dead ({self.death()})", f"retry #{self.event_id}"
+        if self.call == "not_run":
+            return f"approved, but not run: {dead} — {retry} to run it"
+        if self.call == "unknown":
+            return f"approved, but whether it ran is unknown: {dead}, and it died during the call — {retry} to " \
+                   "finish it"
+        if self.call == "done":
+            return f"approved and run, but the conversation did not resume: {dead} — {retry} to resume it"
+        said = {"yes": "answered yes", "no": "declined", "expired": "expired unanswered"}.get(self.outcome,
+                                                                                            self.outcome)
+        nothing = "" if self.outcome == "yes" else ", nothing run"
+        return f"{said}{nothing}, but the conversation did not resume: {dead} — {retry} to resume it"
+
+    def public(self) -> dict[str, Any]:
+        """As `status --json` lists it: the fields, and the line the console and `status` print."""
+        return {**{name: getattr(self, name) for name in self.__dataclass_fields__}, "in_words": self.in_words()}
+
+    def notice(self) -> str:
+        """The message that tells the owner, written when the event is parked dead."""
+        asked = f"{self.action} (request {self.request_id})"
+        carried = "the expiry" if self.outcome == "expired" else "your answer"
+        dead = f"the event that carries {carried}, #{self.event_id}, is dead ({self.death()})"
+        retry = f"`agent-console retry {self.event_id}`"
+        if self.call == "not_run":
+            return f"Your yes to {asked} was not run: {dead}. Nothing was done. {retry} runs it, once."
+        if self.call == "unknown":
+            return (f"Your yes to {asked} may not have been carried out: {dead}, and its worker died during the "
+                    f"call, before the result was recorded. {retry} finishes it under the same idempotency key.")
+        if self.call == "done":
+            return (f"Your yes to {asked} was carried out, but the conversation did not resume to report it: "
+                    f"{dead}. {retry} resumes it; the call is not run again.")
+        if self.outcome == "yes":
+            return f"Your yes to {asked} did not reach the conversation that asked: {dead}. {retry} resumes it."
+        settled = f"Your no to {asked} stands" if self.outcome == "no" else f"{asked} expired unanswered"
+        return (f"{settled} and nothing was run, but the conversation that asked did not resume: {dead}. {retry} "
+                "resumes it; the call is not run.")
+
+
 @dataclass(frozen=True)
 class Batch:
     """What a channel sends: the held messages of one dispatch, under one idempotency key."""

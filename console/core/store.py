@@ -27,6 +27,7 @@ from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
 from console.core.search import SearchMixin
 from console.core.spend import SpendMixin
+from console.core.stranded import StrandedMixin
 
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
@@ -64,7 +65,7 @@ class PollingFeed:
 
 class Store(
     RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin, JournalMixin,
-    InsightsMixin, AgentStateMixin, SpendMixin, SearchMixin,
+    InsightsMixin, AgentStateMixin, SpendMixin, SearchMixin, StrandedMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, options: StoreOptions, seed: int | None = None) -> None:
         self._conn = conn
@@ -216,6 +217,7 @@ class Store(
                  "answered_via": a.answered_via, "answered_at": a.resolved_at}
                 for a in self.resolved_approvals(RECENT_APPROVALS)
             ],
+            "stranded_answers": [answer.public() for answer in self.stranded_answers()],
             "phone_answers": self.phone_answer_counts(),
             "outbox": self.outbox_counts(),
             "next_send_at": self.next_send_at(now=now),

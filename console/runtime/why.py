@@ -15,7 +15,8 @@ from console.timefmt import agent_in_words, clock_text, span
 AHEAD_LIMIT = 100  # older pending events counted, at most: "100+ ahead" says enough
 
 # The kinds of reason, most decisive first within an answer.
-REASON_KINDS = ("done", "dead", "discarded", "running", "reply_held", "awaiting_approval", "agent_not_ready",
+REASON_KINDS = ("done", "dead", "discarded", "running", "stranded_answer", "reply_held", "awaiting_approval",
+                "agent_not_ready",
                 "no_lease", "lease_elsewhere", "stalled", "backing_off", "behind_older", "next_pass")
 
 
@@ -67,14 +68,22 @@ def why_not_run(
         reasons.append(Reason("reply_held", f"{len(held)} repl{'y' if len(held) == 1 else 'ies'} held in the "
                               f"outbox by the send gap; {'it goes' if len(held) == 1 else 'they go'} out {when}",
                               {"held": len(held), "next_send_at": next_send}))
+    stranded = [] if event.source != "approval" else [store.stranded_answer(event.id)]
     for approval in store.approvals_of_event(event.id):
         if approval.outcome is None:
             reasons.append(Reason(
                 "awaiting_approval",
                 f"waiting for approval {approval.request_id!r} ({approval.action}); expires {at(approval.expires_at)}",
                 {"request_id": approval.request_id, "expires_at": approval.expires_at}))
+        else:  # its answer came back as an event: that event may have died before the conversation resumed
+            answer = store.find_event("approval", approval.request_id)
+            if answer is not None and answer.status == "dead":
+                stranded.append(store.stranded_answer(answer.id))
+    reasons[:0] = [Reason("stranded_answer", f"approval {s.request_id!r} ({s.action}): {s.in_words()}",
+                          s.public()) for s in stranded if s is not None]
     if event.status == "done":
-        return _answer(event, reasons or [Reason("done", "done: it ran and finished")])
+        settled = any(reason.kind != "stranded_answer" for reason in reasons)  # else the run's own end comes first
+        return _answer(event, [*([] if settled else [Reason("done", "done: it ran and finished")]), *reasons])
     if event.status == "dead":
         return _answer(event, [Reason("dead", f"dead: {event.death_in_words()}; a retry runs it again",
                                       {"dead_reason": event.dead_reason, "error": event.error,

@@ -120,6 +120,31 @@ def resume_call_then_die(db: str, holder: str, ttl: str) -> None:
     raise AssertionError("unreachable: the process was killed inside the call")
 
 
+def resume_die_at_tools(holder: str, now: str) -> None:
+    """Claim what is due at `now` (argv) in the inbox the settings name, and resume it with the engine's own
+    agent and tools, dying as the tools start (starting the MCP servers is a resume's first slow moment): an
+    engine killed mid-resume, before the approved call is journalled or reaches its server."""
+    from console.agents.base import RunContext
+    from console.agents.registry import build_agent
+    from console.config import load_settings
+
+    settings = load_settings(None)
+    store = Store.open(settings.db, options=settings.store_options())
+    at = int(now)
+    gen = store.acquire(holder, now=at)
+    assert gen is not None
+    events = store.claim_batch(holder, gen, now=at)
+    print(json.dumps({"claimed": [[e.id, e.source, e.attempts] for e in events]}), flush=True)
+    agent = build_agent("offline", settings)
+
+    def die() -> None:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    agent.tools._hub = die  # type: ignore[attr-defined]
+    agent.run(RunContext(store, events, at, holder, gen, approval_expiry=3600))
+    raise AssertionError("unreachable: the process was killed as the tools started")
+
+
 def lease_race(db: str, counter: str, log: str, holder: str, rounds: str, ttl: str, seed: str) -> None:
     """Ask for the lease at shared ticks, writing every outcome to this process's log.
 
@@ -243,6 +268,7 @@ ROLES: dict[str, Callable[..., None]] = {
     "journal-crash": journal_crash,
     "ask-then-die": ask_then_die,
     "resume-call-then-die": resume_call_then_die,
+    "resume-die-at-tools": resume_die_at_tools,
     "lease-race": lease_race,
     "worker": worker,
     "dispatch-hang": dispatch_hang,

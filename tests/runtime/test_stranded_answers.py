@@ -1,0 +1,143 @@
+"""An owner's yes is never lost silently (issue 25 item 4).
+
+The event that carries an approval's answer (source `approval`, source id = the request id) is an event like
+any other: crashes mid-resume spend its attempts and park it dead. Then the approved call has not happened and,
+before this, nothing said so. Real processes: the engine's own agent resumes the answer and is SIGKILLed as its
+tools start, once per attempt; a real `agent-console run` finds the last claim lost and parks the event dead;
+the owner is told (an urgent message, `status`, `show`); `retry` makes the real engine run the call, and the
+example shop server (an MCP server over stdio that counts the refunds it really makes) refunds once."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from console.agents.base import RunContext
+from console.config import load_settings
+from console.core import Store
+from tests.cli.helpers import invoke, isolated_env
+from tests.core.workers import spawn
+from tests.support import inbox_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def shop_state(path: Path) -> dict[str, Any]:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def ask_for_a_refund(target: str, now: int) -> tuple[str, int]:
+    """A run asks the owner to approve refunding order 881 (the call the built-in agent binds a refund request
+    to) and finishes. Returns the request id and the asking event's id."""
+    with Store.open(target) as store:
+        store.ingest("chat", "m1", {"text": "refund order 881 please"}, now=now)
+        gen = store.acquire("asker", now=now)
+        assert gen is not None
+        events = store.claim_batch("asker", gen, now=now)
+        ctx = RunContext(store, events, now, "asker", gen, approval_expiry=3600)
+        ctx.ask('mcp__shop__refund(order="881")', tool="mcp__shop__refund", arguments={"order": "881"})
+        assert ctx.finish()
+        assert store.release("asker", gen, now=now)
+        (approval,) = store.pending_approvals()
+        return approval.request_id, events[0].id
+
+
+def crash_mid_resume(env: dict[str, str], crashes: int, start: int) -> list[Any]:
+    """The answer's resume, killed as its tools start, `crashes` times (each a later lease generation)."""
+    claimed = []
+    for crash in range(1, crashes + 1):
+        crasher = spawn("resume-die-at-tools", f"crasher-{crash}", start + 100 * crash, env=env)
+        out, err = crasher.communicate(timeout=60)
+        assert crasher.returncode == -signal.SIGKILL, err
+        claimed.append(json.loads(out)["claimed"])
+    return claimed
+
+
+@pytest.fixture
+def engine_env(tmp_path: Path, inbox_target: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    env = isolated_env(tmp_path, AGENT_CONSOLE_DB=inbox_target, AGENT_CONSOLE_LEASE_TTL="2",
+                       AGENT_CONSOLE_BACKOFF_BASE="0", AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *")
+    for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "AGENT_CONSOLE_DB", "AGENT_CONSOLE_LEASE_TTL",
+                 "AGENT_CONSOLE_BACKOFF_BASE"):
+        monkeypatch.setenv(name, env[name])  # this process's settings are the engine's
+    return env
+
+
+def test_a_yes_whose_resume_dies_in_crashes_is_told_to_the_owner_and_a_retry_runs_it_once(
+    engine_env: dict[str, str], inbox_target: str
+) -> None:
+    env = engine_env
+    shop = load_settings(None).inbox_folder / "shop.json"
+    start = int(time.time()) - 10_000  # the crashes happen at argv times before the engine's wall clock
+    request_id, asker = ask_for_a_refund(inbox_target, start)
+    with Store.open(inbox_target) as store:
+        assert store.answer_approval(request_id, "yes", now=start + 1, via="cli") == "yes"
+        answer = store.find_event("approval", request_id)
+        assert answer is not None
+
+    claims = crash_mid_resume(env, 3, start)
+    assert claims == [[[answer.id, "approval", attempt]] for attempt in (1, 2, 3)]
+
+    engine = subprocess.Popen([sys.executable, "-m", "console", "run"], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        dead = inbox_until(inbox_target, lambda s: (e := s.event(answer.id)) is not None and e.status == "dead" and e,
+                           "the answer's event parked dead")
+        assert dead.dead_reason == "lost" and dead.attempts == 3
+        assert shop_state(shop).get("calls", {}).get("refund") is None  # the approved refund has not happened
+
+        # The owner is told, in the transaction that parked the event: one urgent message naming the call.
+        with Store.open(inbox_target) as store:
+            told = [m for m in store.outbox_messages(limit=100) if m.event_id == answer.id]
+            assert len(told) == 1 and told[0].urgent and told[0].approval_id is None  # a notice, not a Yes/No card
+            (stranded,) = store.stranded_answers()
+        body = told[0].body
+        assert 'mcp__shop__refund(order="881")' in body and request_id in body
+        assert f"#{answer.id}" in body and "lost in 3 crashes" in body and "was not run" in body
+        assert f"agent-console retry {answer.id}" in body
+        assert (stranded.request_id, stranded.event_id, stranded.outcome, stranded.call, stranded.asked_by) == \
+            (request_id, answer.id, "yes", "not_run", asker)
+        line = f"approved, but not run: its event #{answer.id} is dead (lost in 3 crashes) — retry #{answer.id} to " \
+               "run it"
+        assert stranded.in_words() == line
+
+        status = invoke(["status"], env=env)
+        assert status.exit_code == 0 and line in status.output and request_id in status.output
+        as_json = json.loads(invoke(["status", "--json"], env=env).output)
+        assert [(s["request_id"], s["event_id"], s["call"]) for s in as_json["stranded_answers"]] == \
+            [(request_id, answer.id, "not_run")]
+        shown = invoke(["show", str(answer.id)], env=env)
+        assert shown.exit_code == 0 and line in shown.output
+        asking = invoke(["show", str(asker)], env=env)
+        assert asking.exit_code == 0 and line in asking.output
+
+        # A retry by hand: the engine runs the approved call, exactly the one on the approvals row, once.
+        retried = invoke(["retry", str(answer.id)], env=env)
+        assert retried.exit_code == 0, retried.output
+        inbox_until(inbox_target, lambda s: (e := s.event(answer.id)) is not None and e.status == "done",
+                    "the retried answer done")
+    finally:
+        engine.send_signal(signal.SIGTERM)
+        try:
+            engine.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            engine.kill()
+            engine.wait()
+    after = shop_state(shop)
+    assert after["calls"]["refund"] == 1 and after.get("replays", {}).get("refund") is None
+    assert after["orders"]["881"]["refunded"] == 42.5
+    with Store.open(inbox_target) as store:
+        step = store.journal_step(f"tool:{request_id}")
+        assert step is not None and (step.state, step.executions) == ("committed", 1)
+        assert store.stranded_answers() == []
+        bodies = [m.body for m in store.outbox_messages(limit=100)]
+    assert sum(b.startswith('Done: mcp__shop__refund(order="881")') for b in bodies) == 1
+    assert os.environ.get("AGENT_CONSOLE_DB") == inbox_target
