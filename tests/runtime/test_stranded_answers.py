@@ -21,11 +21,13 @@ from typing import Any
 import pytest
 
 from console.agents.base import RunContext
-from console.config import load_settings
+from console.clock import ManualClock
+from console.config import Settings, load_settings
+from console.runtime.assembly import build_engine
 from console.core import Store
 from tests.cli.helpers import invoke, isolated_env
 from tests.core.workers import spawn
-from tests.support import inbox_until
+from tests.support import inbox_until, read_until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -141,3 +143,40 @@ def test_a_yes_whose_resume_dies_in_crashes_is_told_to_the_owner_and_a_retry_run
         bodies = [m.body for m in store.outbox_messages(limit=100)]
     assert sum(b.startswith('Done: mcp__shop__refund(order="881")') for b in bodies) == 1
     assert os.environ.get("AGENT_CONSOLE_DB") == inbox_target
+
+
+async def test_a_declined_answer_retried_after_its_event_died_never_runs_the_call(tmp_path: Path) -> None:
+    """A no whose event died is retried by hand: the conversation resumes and reports the refusal; the refund is
+    never asked of the shop server, under any key."""
+    db, shop = tmp_path / "inbox.db", tmp_path / "shop.json"
+    start = 1_790_000_000
+    with Store.open(db, lease_ttl=60, max_attempts=1) as store:
+        request_id, _ = ask_for_a_refund(str(db), start)
+        assert store.answer_approval(request_id, "no", now=start + 1, via="cli") == "no"
+        answer = store.find_event("approval", request_id)
+        assert answer is not None
+        for holder, at in (("crashed", start + 100), ("next", start + 200)):  # the one attempt is lost in a crash
+            gen = store.acquire(holder, now=at)
+            assert gen is not None
+            store.claim_batch(holder, gen, now=at)
+        assert store.event(answer.id).status == "dead"  # type: ignore[union-attr]
+        assert store.stranded_answer(answer.id).call is None  # type: ignore[union-attr]
+        assert store.release("next", gen, now=start + 200)
+    settings = Settings(db=db, approval_expiry=600, instructions=tmp_path / "none.md")
+    engine = build_engine(settings, clock=ManualClock(start + 300), holder="w", idle_cap=0.1,
+                          install_defaults=False)
+    await engine.start()
+    try:
+        with Store.open(db) as store:
+            assert store.retry_dead(answer.id, now=start + 300)
+        said = await read_until(engine, lambda s: [m.body for m in s.event_replies(answer.id)
+                                                   if m.body.startswith("Nothing done")])
+    finally:
+        await engine.stop()
+    assert said == [f'Nothing done: mcp__shop__refund(order="881") was declined ({request_id})']
+    with Store.open(db) as store:
+        assert store.event(answer.id).status == "done"  # type: ignore[union-attr]
+        assert store.journal_step(f"tool:{request_id}") is None and store.stranded_answers() == []
+        (call,) = [c for c in store.tool_calls(answer.id)]
+        assert (call.tool, call.decision, call.outcome) == ("mcp__shop__refund", "declined", "refused")
+    assert shop_state(shop).get("calls", {}).get("refund") is None
