@@ -22,10 +22,7 @@ def ask(store: Store, *, tool: str | None = "mcp__shop__refund") -> tuple[str, i
     assert gen is not None
     events = store.claim_batch("asker", gen, now=T)
     ctx = RunContext(store, events, T, "asker", gen, approval_expiry=3600)
-    if tool is None:
-        request = ctx.ask("Refund order 881?")
-    else:
-        request = ctx.ask(ACTION, tool=tool, arguments={"order": "881"})
+    request = ctx.ask(ACTION, tool=tool, arguments={"order": "881"}) if tool else ctx.ask("Refund order 881?")
     assert ctx.finish()
     assert store.release("asker", gen, now=T)
     return request.request_id, events[0].id

@@ -23,8 +23,8 @@ import pytest
 from console.agents.base import RunContext
 from console.clock import ManualClock
 from console.config import Settings, load_settings
-from console.runtime.assembly import build_engine
 from console.core import Store
+from console.runtime.assembly import build_engine
 from tests.cli.helpers import invoke, isolated_env
 from tests.core.workers import spawn
 from tests.support import inbox_until, read_until
