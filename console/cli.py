@@ -26,7 +26,7 @@ from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
-from console.core.copy import copy_inbox
+from console.core.copy import abandon_move, inbox_name, move_inbox
 from console.core.db import is_postgres, reporting_damage
 from console.core.inbox import DISCARDABLE, REVIVABLE
 from console.core.models import PHONE_IGNORED, SpendRow
@@ -461,31 +461,64 @@ def check(ctx: click.Context) -> None:
 
 
 @main.command()
-@click.option("--from", "source", required=True, metavar="FILE|URL", help="The inbox to copy (left as it is).")
-@click.option("--to", "target", required=True, metavar="URL|FILE",
-              help="A new, empty inbox to copy it into, e.g. postgresql://me@db.example:5432/agent?schema=me.")
+@click.option("--from", "source", required=True, metavar="FILE|URL", help="The inbox to move.")
+@click.option("--to", "target", metavar="URL|FILE",
+              help="A new, empty inbox to copy it into, e.g. postgresql://me@db.example:5432/agent?schema=me "
+                   "(or the unfinished copy a stopped migrate left there).")
+@click.option("--abandon", is_flag=True,
+              help="Take a move back: clear the --from inbox's being-moved or moved mark, so it takes work again.")
 @click.pass_obj
-def migrate(state: CliState, source: str, target: str) -> None:
-    """Copy a whole inbox into a new one: a SQLite file into PostgreSQL, typically.
+def migrate(state: CliState, source: str, target: str | None, abandon: bool) -> None:
+    """Move a whole inbox into a new one: a SQLite file into PostgreSQL, typically.
 
     Events and their history, timers, approvals and their sessions, the journal, the outbox, memory, the
     lease's generation, spend and the phone records move with their ids, in one transaction; every table's
-    rows are counted on both sides afterwards. Refuses a target that already holds anything, and a source
-    whose lease an engine still holds (stop it first). The source is only read."""
+    rows are counted on both sides, and every event key of the source is found in the target. While it
+    copies, the source takes no new work (writers are told it is being moved; webhooks get 503 with
+    Retry-After, so senders deliver again); afterwards it is marked moved and refuses new work, naming the
+    target. The target refuses work until the move's last step. Stopped part-way, run it again: it restarts
+    the copy or finishes the move. Refuses a target that already holds anything, and a source whose lease
+    an engine still holds (stop it first)."""
     now = _now()
     with rejecting_bad_input():
         source_settings = load_settings(state.config_path, overrides={"db": source})
-        target_settings = load_settings(state.config_path, overrides={"db": target})
+        target_settings = None if target is None else load_settings(state.config_path, overrides={"db": target})
+    if abandon:
+        if target is not None:
+            raise UserError("--abandon takes only --from (the inbox whose move is taken back)")
+        with _writable_existing(state, source_settings) as old:
+            was, other = abandon_move(old)
+        _say(f"abandoned the move: {inbox_name(old)} takes work again (it was "
+             f"{'being moved' if was == 'moving' else 'moved'} to {other}; that copy is not changed)")
+        return
+    if target_settings is None:
+        raise UserError("--to is missing: the inbox to move it into (or --abandon, to take a move back)")
     if source_settings.db == target_settings.db:
         raise UserError("--from and --to name the same inbox")
-    opened_source = Store.open(source_settings.db, read_only=True, options=source_settings.store_options())
-    with state._opened(opened_source) as old, \
+    with _writable_existing(state, source_settings) as old, \
             state._opened(Store.open(target_settings.db, options=target_settings.store_options())) as new:
-        report = copy_inbox(old, new, now=now)
+        report = move_inbox(old, new, now=now)
     for table, rows in report.rows.items():
         if rows:
             _say(f"{table:<18} {rows:>9,}")
-    _say(f"copied {report.total:,} rows from {old.path} to {new.path}; every table's count verified")
+    verified = f"every table's count and all {report.keys:,} event keys verified"
+    if report.how in ("copied", "restarted"):
+        again = " (an unfinished copy was done again)" if report.how == "restarted" else ""
+        _say(f"copied {report.total:,} rows from {report.source} to {report.target}{again}; {verified}")
+    else:
+        _say(f"{'the move was already done' if report.how == 'already moved' else 'finished the move'}: "
+             f"{report.source} to {report.target}; all {report.keys:,} event keys verified")
+    _say(f"{report.source} is marked moved and takes no new work: use --db {report.target}")
+
+
+@contextmanager
+def _writable_existing(state: CliState, settings: Settings) -> Iterator[Store]:
+    """An inbox that must exist already (a move's source), opened for writing: it is looked at read-only
+    first, so that a typo names no inbox instead of creating one."""
+    with state._opened(Store.open(settings.db, read_only=True, options=settings.store_options())):
+        pass
+    with state._opened(Store.open(settings.db, options=settings.store_options())) as store:
+        yield store
 
 
 def _describe_status(info: dict[str, Any], now: int) -> list[str]:

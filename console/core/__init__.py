@@ -2,7 +2,15 @@
 
 from console.core.approvals import approval_id
 from console.core.base import SendError, StaleGeneration
-from console.core.db import MIN_SQLITE, StoreError, StoreUnavailable
+from console.core.db import (
+    MIN_SQLITE,
+    InboxIncomplete,
+    InboxMoved,
+    InboxMoving,
+    MoveRefusal,
+    StoreError,
+    StoreUnavailable,
+)
 from console.core.inbox import MAX_PAYLOAD_DEPTH
 from console.core.models import (
     DEAD_REASONS,
@@ -47,10 +55,14 @@ __all__ = [
     "Batch",
     "Event",
     "EventSearch",
+    "InboxIncomplete",
+    "InboxMoved",
+    "InboxMoving",
     "JournalStep",
     "Lease",
     "MemoryEntry",
     "MemoryWrite",
+    "MoveRefusal",
     "OutboxChannel",
     "OutboxMessage",
     "OutboxSearch",

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 import stat
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
@@ -42,6 +43,40 @@ class StoreError(Exception):
 
 class StoreUnavailable(StoreError):
     """The database could not take a write right now (busy for too long, disk or file full)."""
+
+
+class MoveRefusal(StoreError):
+    """The inbox takes no new work because of a move (`agent-console migrate`): every write transaction
+    raises it, so every writer (the engine, the receiver, the console, CLI writes) says the same one line."""
+
+
+class InboxMoving(MoveRefusal, StoreUnavailable):
+    """The inbox is being copied: a writer waits and tries again (a webhook gets 503 with Retry-After)."""
+
+
+class InboxMoved(MoveRefusal):
+    """The inbox was moved: its work goes on in the target."""
+
+
+class InboxIncomplete(MoveRefusal):
+    """The inbox is a copy that `migrate` has not finished."""
+
+
+# An inbox's part in a move, read first by every write transaction (schema migration 0015).
+MOVE_MARK = "SELECT state, other, at FROM move_mark WHERE one = 1"
+MOVE_STATES = ("moving", "moved", "incomplete")
+
+
+def move_refusal(state: str, other: str, at: int) -> MoveRefusal:
+    """The one line an inbox marked by a move answers every writer with."""
+    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
+    if state == "moving":
+        return InboxMoving(f"this inbox is being moved to {other} (agent-console migrate, since {since}): it takes "
+                           f"nothing new until the move is done, then use --db {other}; try again later")
+    if state == "moved":
+        return InboxMoved(f"this inbox was moved to {other} ({since}): it takes no new work; use --db {other}")
+    return InboxIncomplete(f"this inbox is an unfinished copy from {other} (agent-console migrate, {since}): "
+                           "run migrate again or delete it")
 
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -329,7 +364,7 @@ def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
         raise newer_schema(path, current)
     if current >= upto:
         return
-    with transaction(conn):
+    with transaction(conn, guarded=False):  # a moved inbox is migrated too: its reads need the current schema
         current = user_version(conn)  # another process may have migrated it meanwhile
         for number, _name, sql in migrations():
             if current < number <= upto:
@@ -338,11 +373,15 @@ def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
 
 
 @contextmanager
-def transaction(conn: Any) -> Iterator[Any]:
+def transaction(conn: Any, *, guarded: bool = True) -> Iterator[Any]:
     """A write transaction that always ends: COMMIT on success, ROLLBACK on any error. conn is an apsw
-    connection or a console.core.pg.PgConnection (which serialises its writers the same way)."""
+    connection or a console.core.pg.PgConnection (which serialises its writers the same way).
+
+    A guarded transaction first reads the inbox's move mark and raises its MoveRefusal when there is one:
+    read inside the write lock, so a write either commits before `migrate` marks the inbox (and is in the
+    copy's snapshot) or sees the mark. Only migrations and `migrate` itself write unguarded."""
     if not isinstance(conn, apsw.Connection):
-        with conn.write_transaction():
+        with conn.write_transaction(guarded=guarded):
             yield conn
         return
     try:
@@ -350,6 +389,8 @@ def transaction(conn: Any) -> Iterator[Any]:
     except apsw.BusyError as exc:
         raise StoreUnavailable(f"the inbox is busy (another writer held it for {BUSY_TIMEOUT_MS} ms)") from exc
     try:
+        if guarded:
+            _refuse_if_marked(conn)
         yield conn
     except BaseException:
         if conn.in_transaction:  # SQLite may already have rolled back (e.g. SQLITE_FULL)
@@ -361,6 +402,15 @@ def transaction(conn: Any) -> Iterator[Any]:
         if conn.in_transaction:
             conn.execute("ROLLBACK")
         raise
+
+
+def _refuse_if_marked(conn: apsw.Connection) -> None:
+    try:
+        rows = conn.execute(MOVE_MARK).fetchall()
+    except apsw.SQLError:  # no move_mark table: a file built to an older schema (tests build them)
+        return
+    if rows:
+        raise move_refusal(*rows[0])
 
 
 @contextmanager

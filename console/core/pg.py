@@ -28,9 +28,11 @@ from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
 
 from console.core.db import (
+    MOVE_MARK,
     StoreError,
     StoreUnavailable,
     is_postgres,
+    move_refusal,
     newer_schema,
     numbered_migrations,
     older_schema_to_read,
@@ -218,7 +220,8 @@ class PgConnection:
             self._relaxed -= 1
 
     @contextmanager
-    def write_transaction(self) -> Iterator[PgConnection]:
+    def write_transaction(self, *, guarded: bool = True) -> Iterator[PgConnection]:
+        """guarded: read the move mark once the lock is held, and raise its MoveRefusal (db.transaction)."""
         raw = self._usable()
         # The opening and the closing statements each go in one round trip (a simple query of several
         # statements; the key and the channel are an integer and a hex name, safe to write inline): three
@@ -226,12 +229,20 @@ class PgConnection:
         opening = f"BEGIN; SELECT pg_advisory_xact_lock({int(self.target.lock_key)})"
         if self._relaxed:
             opening += "; SET LOCAL synchronous_commit TO OFF"
+        if guarded:
+            # Its own statement after the lock's, so its snapshot is taken once the lock is held: it sees a
+            # mark committed while this transaction waited for the lock.
+            opening += f"; {MOVE_MARK}"
         try:
-            raw.execute(opening.encode())
+            cursor = raw.execute(opening.encode())
             self._wrote = False
+            mark = _last_result(cursor) if guarded else []
         except psycopg.OperationalError as exc:
             self._abandon(raw)
             raise StoreUnavailable(f"the inbox database cannot be written: {_first_line(exc)}") from None
+        if mark:
+            self._abandon(raw)
+            raise move_refusal(*mark[0])
         try:
             yield self
         except BaseException:
@@ -257,6 +268,13 @@ class PgConnection:
 
     def close(self) -> None:
         self._raw.close()
+
+
+def _last_result(cursor: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
+    """The rows of the last statement of a simple query of several."""
+    while cursor.nextset():
+        pass
+    return cursor.fetchall()
 
 
 def _first_line(exc: BaseException) -> str:
@@ -309,7 +327,7 @@ def _migrate(conn: PgConnection) -> None:
     schema = conn.target.schema
     raw = conn.raw
     try:
-        with conn.write_transaction():
+        with conn.write_transaction(guarded=False):  # before the schema holds the move mark's table
             raw.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
             raw.execute(f'CREATE TABLE IF NOT EXISTS "{schema}".schema_version '
                         "(one INTEGER PRIMARY KEY CHECK (one = 1), version INTEGER NOT NULL)")

@@ -14,7 +14,18 @@ import apsw
 
 from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
-from console.core.db import connect, integrity_problems, is_postgres, schema_dump, shrink_wal, user_version, wal_path
+from console.core.db import (
+    MOVE_MARK,
+    MoveRefusal,
+    connect,
+    integrity_problems,
+    is_postgres,
+    move_refusal,
+    schema_dump,
+    shrink_wal,
+    user_version,
+    wal_path,
+)
 from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
@@ -140,6 +151,27 @@ class Store(
         PRAGMA data_version on a connection of its own every 50 ms (a file has no way to announce a
         commit); on PostgreSQL it LISTENs, and every commit NOTIFYs."""
         return PollingFeed(self.reopen())
+
+    def move_mark(self) -> tuple[str, str, int] | None:
+        """This inbox's part in a move, if any: (state, the other inbox's name, since): `moving` / `moved` to
+        a target, or an `incomplete` copy from a source."""
+        try:
+            rows = self._conn.execute(MOVE_MARK).fetchall()
+        except apsw.SQLError:  # a file built to a schema before the mark (tests build them)
+            return None
+        return (str(rows[0][0]), str(rows[0][1]), int(rows[0][2])) if rows else None
+
+    def move_refusal(self) -> MoveRefusal | None:
+        """Why this inbox must take no new work because of a move (the error every write raises), or None."""
+        mark = self.move_mark()
+        return None if mark is None else move_refusal(*mark)
+
+    def check_open_for_work(self) -> None:
+        """Raise the move's refusal (a StoreError, one line) when this inbox is being moved, was moved, or is
+        an unfinished copy; the start-up gate calls it before a receiver listens or a worker claims."""
+        refusal = self.move_refusal()
+        if refusal is not None:
+            raise refusal
 
     def data_version(self) -> int:
         """Changes when another connection commits to the file (cheap; no disk read)."""

@@ -5,7 +5,8 @@ Order of work for a delivery, cheapest refusal first: a connection over webhook_
 closed), unknown source (404), declared or actual size over the limit (413, before any HMAC work), a
 body not whole within webhook_read_timeout of the head (408), signature on the raw bytes (401), JSON
 and the event's key (400), then the durable insert through the group-commit writer: 200 {"stored":
-true|false} only after the transaction holding the event has committed, 503 if it could not commit.
+true|false} only after the transaction holding the event has committed, 503 with Retry-After if it could
+not commit (the inbox busy or full, or being moved or moved: see core/copy.py).
 A client that hangs up mid-body is one log line, never a traceback.
 """
 
@@ -39,6 +40,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 VERDICTS = ("stored", "duplicate", "replay", "challenge", "unauthorized", "not_found", "too_large", "bad_request",
             "timeout", "hung_up", "unavailable")
 _READ_CHUNK = 64 * 1024
+RETRY_AFTER_SECONDS = 30  # a 503's Retry-After: an inbox being moved takes a while to copy
 
 
 def printable(text: str, limit: int = 120) -> str:
@@ -230,7 +232,9 @@ class WebhookReceiver:
         self._log(status, verdict, source, source_id, started, detail)
         if body is None:
             body = {"error": detail or verdict} if status != 401 else {"error": "unauthorized"}
-        return web.json_response(body, status=status)
+        # A 503 is the inbox saying "not now" (busy, full, being moved): the sender is told when to deliver again.
+        headers = {"Retry-After": str(RETRY_AFTER_SECONDS)} if status == 503 else None
+        return web.json_response(body, status=status, headers=headers)
 
 
 async def _listen(host: str, port: int) -> list[socket.socket]:

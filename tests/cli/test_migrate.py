@@ -56,7 +56,8 @@ def test_a_sqlite_inbox_is_copied_into_postgresql_row_for_row(tmp_path: Path, po
 
     result = invoke(["migrate", "--from", str(source), "--to", postgres_url])
     assert result.exit_code == 0, result.output
-    assert "every table's count verified" in result.output
+    assert "every table's count and all 6 event keys verified" in result.output
+    assert f"{source} is marked moved and takes no new work: use --db {postgres_url}" in result.output
 
     with Store.open(source, read_only=True) as old, Store.open(postgres_url) as new:
         for table in TABLES:
@@ -72,6 +73,7 @@ def test_a_sqlite_inbox_is_copied_into_postgresql_row_for_row(tmp_path: Path, po
         assert new.acquire("engine-B", now=T + 30) == 2
         assert new.answer_approval("apr-9-aa", "yes", now=T + 31, via="cli") == "yes"
         assert new.inbox_tag() == old.inbox_tag()  # the phone answer keys are derived from it
+        assert new.move_mark() is None and old.move_mark() == ("moved", postgres_url, old.move_mark()[2])
 
 
 def test_a_target_that_already_holds_an_inbox_is_refused_and_left_alone(tmp_path: Path, postgres_url: str) -> None:

@@ -1,0 +1,141 @@
+"""A move with real processes: `agent-console serve` acknowledging signed deliveries and an `ingest` loop keep
+writing to the source while `agent-console migrate` copies it into PostgreSQL. Every key acknowledged is in the
+target afterwards; every write that was not taken was refused with a signal to try again (503 + Retry-After for a
+webhook, exit 2 and a "being moved" or "moved" line for the CLI)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from console.core import Store
+from tests.cli.helpers import ROOT, isolated_env
+from tests.edges.signing import SECRETS, sign
+from tests.support import wait_until
+
+T = 1_700_000_000
+CONFIG = """
+[webhooks]
+enabled = true
+host = "127.0.0.1"
+port = 0
+[webhooks.sources.github]
+verifier = "github"
+secret_env = "MOVE_TEST_GITHUB_SECRET"
+"""
+# Enough rows that the copy takes a while: the writers get to write while it runs.
+BACKLOG = 20_000
+
+
+@dataclass
+class Tally:
+    acknowledged: list[tuple[str, str]] = field(default_factory=list)
+    refused: list[tuple[str, str, str]] = field(default_factory=list)  # source, source id, the refusal
+    wrong: list[str] = field(default_factory=list)  # an answer that is neither: the test fails on it
+    during_move: int = 0  # answers given while migrate ran
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json", **headers})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            return response.status, dict(response.headers), response.read()
+    except urllib.error.HTTPError as error:
+        return error.code, dict(error.headers), error.read()
+
+
+def _fill(db: Path) -> None:
+    with Store.open(db) as store:
+        for start in range(0, BACKLOG, 5_000):
+            store.ingest_many([("backlog", f"b-{n}", {"n": n, "text": "x" * 200})
+                               for n in range(start, start + 5_000)], now=T)
+
+
+def test_nothing_acknowledged_during_a_move_is_lost(tmp_path: Path, postgres_url: str) -> None:
+    db, config = tmp_path / "inbox.db", tmp_path / "config.toml"
+    config.write_text(CONFIG)
+    _fill(db)
+    env = isolated_env(tmp_path / "home", MOVE_TEST_GITHUB_SECRET=SECRETS["github"])
+    base = [sys.executable, "-m", "console", "--db", str(db), "--config", str(config)]
+    serve = subprocess.Popen([*base, "serve"], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
+    tally = Tally()
+    moving = threading.Event()
+    stop = threading.Event()
+    log: list[str] = []
+    try:
+        assert serve.stderr is not None
+        reader = threading.Thread(target=lambda: log.extend(iter(serve.stderr.readline, "")), daemon=True)
+        reader.start()
+        found = wait_until(lambda: re.search(r"listening on (http://127\.0\.0\.1:\d+)", "".join(log)),
+                           "serve to listen", limit=30)
+        address = found.group(1)
+
+        def deliveries() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                key = f"hook-{n}"
+                # A body of its own: the same signed body again would be refused as a replay.
+                body = b'{"repository": {"full_name": "me/agent"}, "sender": {"login": "eve"}, "n": %d}' % n
+                status, headers, answer = _post(f"{address}/hooks/github", body,
+                                                sign("github", body, now=int(time.time()), delivery_id=key))
+                tally.during_move += moving.is_set()
+                if status == 200 and answer == b'{"stored": true}':
+                    tally.acknowledged.append(("github", key))
+                elif status == 503 and headers.get("Retry-After", "").isdigit():
+                    tally.refused.append(("github", key, answer.decode()))
+                else:
+                    tally.wrong.append(f"{key}: {status} {headers} {answer!r}")
+                stop.wait(0.005)  # pacing: a sender, not a flood
+
+        def ingests() -> None:
+            n = 0
+            while not stop.is_set():
+                n += 1
+                key = f"cli-{n}"
+                done = subprocess.run([*base, "ingest", "chat", key, '{"text": "hello"}'], cwd=ROOT, env=env,
+                                      capture_output=True, text=True, timeout=60)
+                tally.during_move += moving.is_set()
+                if done.returncode == 0 and done.stdout.strip() == "stored":
+                    tally.acknowledged.append(("chat", key))
+                elif done.returncode == 2 and re.search(r"is being moved|was moved", done.stderr) \
+                        and len(done.stderr.splitlines()) == 1:
+                    tally.refused.append(("chat", key, done.stderr))
+                else:
+                    tally.wrong.append(f"{key}: exit {done.returncode} {done.stdout!r} {done.stderr!r}")
+
+        writers = [threading.Thread(target=deliveries), threading.Thread(target=ingests)]
+        for writer in writers:
+            writer.start()
+        wait_until(lambda: len(tally.acknowledged) >= 5, "the writers to be acknowledged before the move")
+        moving.set()
+        migrate = subprocess.run([*base, "migrate", "--from", str(db), "--to", postgres_url], cwd=ROOT, env=env,
+                                 capture_output=True, text=True, timeout=300)
+        moving.clear()
+        # The writers keep going a little after the move: the old inbox must take nothing more.
+        after = len(tally.acknowledged) + len(tally.refused)
+        wait_until(lambda: len(tally.acknowledged) + len(tally.refused) >= after + 4, "writes after the move")
+        stop.set()
+        for writer in writers:
+            writer.join(timeout=60)
+    finally:
+        stop.set()
+        serve.terminate()
+        serve.wait(timeout=30)
+
+    assert migrate.returncode == 0, migrate.stderr
+    assert tally.wrong == []
+    assert tally.during_move > 0, "no write was tried while migrate ran"
+    assert any("was moved to" in answer for _, _, answer in tally.refused)  # the writes after the move
+    with Store.open(postgres_url) as target:
+        missing = [key for key in tally.acknowledged if target.find_event(*key) is None]
+    assert missing == [], f"{len(missing)} of {len(tally.acknowledged)} acknowledged keys are not in the target"
+    with Store.open(db, read_only=True) as source:
+        assert all(source.find_event(source_name, key) is None for source_name, key, _ in tally.refused)
