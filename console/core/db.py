@@ -62,7 +62,7 @@ class InboxIncomplete(MoveRefusal):
     """The inbox is a copy that `migrate` has not finished."""
 
 
-# An inbox's part in a move, read first by every write transaction (schema migration 0015).
+# An inbox's part in a move, read first by every write transaction (schema migration 0016).
 MOVE_MARK = "SELECT state, other, at FROM move_mark WHERE one = 1"
 MOVE_STATES = ("moving", "moved", "incomplete")
 

@@ -1,4 +1,4 @@
--- SQLite's migration 0015: an inbox's part in a move (`agent-console migrate`), read by every write
+-- SQLite's migration 0016: an inbox's part in a move (`agent-console migrate`), read by every write
 -- transaction first (see there).
 CREATE TABLE move_mark (
     one   BIGINT PRIMARY KEY CHECK (one = 1),
