@@ -12,6 +12,7 @@ import stat
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,11 @@ def move_refusal(state: str, other: str, at: int) -> MoveRefusal:
         return InboxMoved(f"this inbox was moved to {other} ({since}): it takes no new work; use --db {other}")
     return InboxIncomplete(f"this inbox is an unfinished copy from {other} (agent-console migrate, {since}): "
                            "run migrate again or delete it")
+
+
+class InboxDamaged(StoreError):
+    """The inbox is damaged (its check failed, or a read or write met a damaged page): it takes no new work
+    until a backup is restored. The message is one line, the same wherever the damage was found."""
 
 
 POSTGRES_SCHEMES = ("postgresql://", "postgres://")
@@ -278,7 +284,16 @@ def _prepare_reader(conn: apsw.Connection, target: Path, check: bool) -> None:
 def _refuse_damage(conn: apsw.Connection, target: Path) -> None:
     problems = integrity_problems(conn, quick=True)
     if problems:
-        raise StoreError(f"inbox {target} failed its integrity check (restore a backup): {'; '.join(problems[:3])}")
+        raise InboxDamaged(damage_line(target, problems))
+
+
+def damage_line(path: str | os.PathLike[str], problems: list[str]) -> str:
+    """The one line that says an inbox is damaged: `check`'s first line, and the refusal of every command and
+    process that would give it new work."""
+    shown = "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
+    count = f"{len(problems)} problem{'' if len(problems) == 1 else 's'}"
+    return (f"inbox {os.fspath(path)} is damaged: it failed its integrity check ({count}: {shown}); restore a "
+            "backup, see docs/reliability.md")
 
 
 def integrity_problems(conn: apsw.Connection, *, quick: bool = False) -> list[str]:
@@ -288,11 +303,65 @@ def integrity_problems(conn: apsw.Connection, *, quick: bool = False) -> list[st
         rows = conn.execute("PRAGMA quick_check" if quick else "PRAGMA integrity_check").fetchall()
     except (apsw.CorruptError, apsw.NotADBError) as exc:  # too damaged for the check to walk it
         return [str(exc)]
+    return _problem_lines(rows)
+
+
+def _problem_lines(rows: list[tuple[Any, ...]]) -> list[str]:
     if rows == [("ok",)]:
         return []
     # The rows are multi-line with a "*** in database main ***" banner: the user gets the lines.
     lines = [line.strip() for row in rows for line in str(row[0]).splitlines()]
     return [line for line in lines if line and not line.startswith("***")]
+
+
+# How long the check before intake may read: at the start of a long-lived process (`run`, `serve`, the console),
+# and in `ingest`, the one command that acknowledges outside input. SQLite's quick check reads every page (about
+# 0.75 s warm, 3 s cold for a 100 MB inbox of ordinary events), so a bound keeps the cost flat in the file's
+# size; what a bounded check leaves unread is `agent-console check`'s (docs/reliability.md).
+START_CHECK_SECONDS = 2.0
+INGEST_CHECK_SECONDS = 0.2
+# The check looks at the clock every this many of SQLite's virtual machine steps (a few microseconds' work).
+_CHECK_STEPS = 100
+
+
+@dataclass(frozen=True)
+class QuickCheck:
+    """What a bounded quick check found: problems (empty when none), and whether it read the whole file
+    (finished) or stopped at its time bound with that much of the file unread, in seconds taken."""
+
+    problems: list[str]
+    finished: bool
+    seconds: float
+
+
+def bounded_quick_check(conn: apsw.Connection, *, seconds: float) -> QuickCheck:
+    """SQLite's quick check, stopped once it has run `seconds` (a progress handler interrupts it). A check
+    that stops finds nothing (SQLite reports what it found only at the end): finished=False says the file was
+    not all read. It only reads: a read-only connection can run it, and the file's bytes stay as they were."""
+    started = time.monotonic()
+    deadline = started + max(0.0, seconds)
+    conn.set_progress_handler(lambda: time.monotonic() > deadline, _CHECK_STEPS)
+    try:
+        rows = conn.execute("PRAGMA quick_check").fetchall()
+    except apsw.InterruptError:
+        return QuickCheck([], False, time.monotonic() - started)
+    except (apsw.CorruptError, apsw.NotADBError) as exc:  # too damaged for the check to walk it
+        return QuickCheck([str(exc)], True, time.monotonic() - started)
+    finally:
+        conn.set_progress_handler(None)
+    return QuickCheck(_problem_lines(rows), True, time.monotonic() - started)
+
+
+def is_damage(exc: BaseException) -> bool:
+    """SQLite met a damaged page (SQLITE_CORRUPT), or a file that is no longer a database (SQLITE_NOTADB)."""
+    return isinstance(exc, apsw.CorruptError | apsw.NotADBError | InboxDamaged)
+
+
+def damage_met(path: str | os.PathLike[str], exc: BaseException) -> InboxDamaged:
+    """Damage met while reading or writing (no check ran first): the same one line, naming what was met."""
+    if isinstance(exc, InboxDamaged):
+        return exc
+    return InboxDamaged(damage_line(path, [str(exc)]))
 
 
 @contextmanager
@@ -301,8 +370,7 @@ def reporting_damage(path: str | os.PathLike[str]) -> Iterator[None]:
     try:
         yield
     except (apsw.CorruptError, apsw.NotADBError) as exc:
-        raise StoreError(f"inbox {os.fspath(path)} is damaged ({exc}): `agent-console check` says where; "
-                         "restore a backup") from exc
+        raise damage_met(path, exc) from exc
 
 
 def _open_error(target: Path, exc: apsw.Error) -> StoreError:
@@ -311,7 +379,7 @@ def _open_error(target: Path, exc: apsw.Error) -> StoreError:
     if isinstance(exc, apsw.ReadOnlyError):
         return StoreError(f"cannot open inbox {target}: the file is read-only")
     if isinstance(exc, apsw.CorruptError):
-        return StoreError(f"cannot open inbox {target}: the database is corrupt ({exc})")
+        return damage_met(target, exc)
     if isinstance(exc, apsw.BusyError):
         return StoreUnavailable(f"cannot open inbox {target}: another process kept it busy for {BUSY_TIMEOUT_MS} ms")
     return StoreError(f"cannot open inbox {target}: {exc}")

@@ -9,12 +9,15 @@ run by the same conformance tests on both backends.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg
+
 from console.core import pg
 from console.core.base import COUNT_A_COPY, AttemptEntry
-from console.core.db import StoreError
+from console.core.db import QuickCheck, StoreError, newer_schema, transaction, translate_errors
 from console.core.inbox import _CLAIM_SET, _EVENT_COLUMNS, _SELECT_FRESH
 from console.core.options import StoreOptions
 from console.core.store import Store
@@ -148,6 +151,27 @@ class PgStore(Store):
             problems += [f"{counts}: {status} says {kept}, {table} holds {real}"
                          for status, kept, real in rows if kept != real]
         return problems
+
+    def intake_check(self, *, seconds: float) -> QuickCheck:
+        """The check before intake on PostgreSQL (which checks its own pages): the schema is this version's,
+        and, unless the store was opened read-only, a write commits (a read-only standby, a full disk, a
+        role without the right to write all refuse it here, before anything is acknowledged). `seconds` is
+        SQLite's bound; these two statements take what a round trip takes."""
+        started = time.monotonic()
+        current = self.schema_version()
+        if current != pg.SCHEMA_VERSION:
+            if current > pg.SCHEMA_VERSION:
+                raise newer_schema(self.path, current, pg.SCHEMA_VERSION)
+            raise StoreError(f"inbox {self.path} has schema version {current}, not this agent-console's "
+                             f"({pg.SCHEMA_VERSION}): open it once with `agent-console run` to upgrade it")
+        if not self._read_only:
+            try:
+                with translate_errors(), transaction(self._conn):
+                    self._conn.execute("UPDATE schema_version SET version = version WHERE one = 1")
+            except psycopg.Error as exc:  # a role that may not write, say: what the server said, in one line
+                said = (str(exc).strip() or type(exc).__name__).splitlines()[0]
+                raise StoreError(f"inbox {self.path} cannot take a write: {said}") from None
+        return QuickCheck([], True, time.monotonic() - started)
 
     def integrity_check(self) -> str:
         return "; ".join(self.integrity_problems()) or "ok"

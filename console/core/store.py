@@ -17,6 +17,8 @@ from console.core.approvals import ApprovalsMixin
 from console.core.db import (
     MOVE_MARK,
     MoveRefusal,
+    QuickCheck,
+    bounded_quick_check,
     connect,
     integrity_problems,
     is_postgres,
@@ -200,6 +202,11 @@ class Store(
     def integrity_problems(self) -> list[str]:
         """A full integrity check of the file (it reads every page): what is wrong, one line each."""
         return integrity_problems(self._conn)
+
+    def intake_check(self, *, seconds: float) -> QuickCheck:
+        """The check before intake (console.core.gate runs it): SQLite's quick check, stopped after `seconds`.
+        It only reads."""
+        return bounded_quick_check(self._conn, seconds=seconds)
 
     def wal_bytes(self) -> int:
         """The size of the file's WAL now (0 when there is none)."""

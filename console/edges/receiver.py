@@ -29,6 +29,7 @@ from aiohttp import web
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import StoreError, StoreOptions
+from console.core.db import InboxDamaged
 from console.edges.config import WebhookConfig, build_verifiers, parse_webhooks
 from console.edges.connections import BACKLOG, ConnectionGate, connection_cap
 from console.edges.verifiers import BadDelivery, Rejected, Verifier
@@ -62,10 +63,17 @@ class WebhookReceiver:
         clock: Clock | None = None,
         group_commit: bool = True,
         on_stored: Callable[[str, str], None] | None = None,
+        check_first: bool = False,
+        refusal: Callable[[], str | None] | None = None,
+        on_damage: Callable[[BaseException], None] | None = None,
     ) -> None:
+        """check_first: run the gate before intake before listening (a receiver on its own). Beside an engine,
+        refusal is the engine's verdict on the inbox and on_damage tells it of damage a delivery met."""
         self.config = config
         self.clock = clock or WallClock()
-        self.writer = IngestWriter(store_path, store_options=store_options, clock=self.clock, group_commit=group_commit)
+        self.writer = IngestWriter(store_path, store_options=store_options, clock=self.clock, group_commit=group_commit,
+                                   check_first=check_first, refusal=refusal)
+        self._on_damage = on_damage
         self.counts: Counter[str] = Counter({verdict: 0 for verdict in VERDICTS})
         self._verifiers = dict(verifiers)
         self._on_stored = on_stored
@@ -136,6 +144,9 @@ class WebhookReceiver:
         return await handler(request)
 
     async def _health(self, request: web.Request) -> web.Response:
+        refused = self.writer.refusal()
+        if refused is not None:  # a damaged inbox: a load balancer should send nothing here
+            return web.json_response({"ok": False, "error": refused, **self.snapshot()}, status=503)
         return web.json_response({"ok": True, **self.snapshot()})
 
     async def _hook(self, request: web.Request) -> web.StreamResponse:
@@ -176,6 +187,10 @@ class WebhookReceiver:
         try:
             verdict = await self.writer.ingest(source, delivery.source_id, delivery.payload,
                                                verifier.replay_guard(body))
+        except InboxDamaged as exc:  # never a 200 into a file that cannot be read again: the sender redelivers
+            if self._on_damage is not None:
+                self._on_damage(exc)
+            return self._answer(503, "unavailable", source, delivery.source_id, started, str(exc))
         except StoreError as exc:
             return self._answer(503, "unavailable", source, delivery.source_id, started, str(exc))
         stored = verdict == "stored"
@@ -264,6 +279,9 @@ def build_receiver(
     environ: Mapping[str, str] | None = None,
     group_commit: bool = True,
     on_stored: Callable[[str, str], None] | None = None,
+    check_first: bool = False,
+    refusal: Callable[[], str | None] | None = None,
+    on_damage: Callable[[BaseException], None] | None = None,
 ) -> WebhookReceiver:
     """A receiver from the settings; ConfigError (naming the setting) for a bad or missing one."""
     config = dataclasses.replace(
@@ -283,6 +301,7 @@ def build_receiver(
     return WebhookReceiver(
         config, verifiers, store_path if store_path is not None else settings.db,
         store_options=settings.store_options(), clock=clock, group_commit=group_commit, on_stored=on_stored,
+        check_first=check_first, refusal=refusal, on_damage=on_damage,
     )
 
 
@@ -295,7 +314,12 @@ class EngineLike(Protocol):
     @property
     def clock(self) -> Clock: ...
 
+    @property
+    def damaged(self) -> str | None: ...
+
     def wake(self) -> None: ...
+
+    def halt_on_damage(self, exc: BaseException) -> None: ...
 
 
 async def start_receiver(
@@ -310,16 +334,22 @@ async def start_receiver(
     """Start a receiver and return it (stop it with `await receiver.stop()`).
 
     Next to an engine, it writes to the engine's inbox on its own writer thread and connection, uses the
-    engine's clock, and wakes the engine's worker as soon as a new event is stored.
+    engine's clock, and wakes the engine's worker as soon as a new event is stored; the engine's check of the
+    inbox stands for its own, and damage either meets stops both. Alone, it checks the inbox before it listens.
     """
     on_stored: Callable[[str, str], None] | None = None
+    refusal: Callable[[], str | None] | None = None
+    on_damage: Callable[[BaseException], None] | None = None
     if engine is not None:
-        wake = engine.wake
+        wake, beside = engine.wake, engine
         on_stored = lambda _source, _source_id: wake()  # noqa: E731
+        refusal = lambda: beside.damaged  # noqa: E731
+        on_damage = engine.halt_on_damage
         store_path = store_path if store_path is not None else engine.path
         clock = clock or engine.clock
     receiver = build_receiver(settings, store_path=store_path, host=host, port=port, clock=clock,
-                              on_stored=on_stored)
+                              on_stored=on_stored, check_first=engine is None, refusal=refusal,
+                              on_damage=on_damage)
     await receiver.start()
     return receiver
 
@@ -337,7 +367,7 @@ async def serve(
 ) -> None:
     """Run the receiver until SIGINT/SIGTERM (or `stop` is set). Raises ConfigError / StoreError."""
     receiver = build_receiver(settings, store_path=store_path, host=host, port=port, clock=clock,
-                              group_commit=group_commit)
+                              group_commit=group_commit, check_first=True)
     stop = stop or asyncio.Event()
     loop = asyncio.get_running_loop()
     handled = []

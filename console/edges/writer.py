@@ -23,6 +23,8 @@ import apsw
 
 from console.clock import Clock, WallClock
 from console.core import ReplayGuard, Store, StoreError, StoreOptions, StoreUnavailable
+from console.core.db import START_CHECK_SECONDS, InboxDamaged, damage_met, is_damage
+from console.core.gate import check_before_intake
 from console.futures import settle_future
 
 T = TypeVar("T")
@@ -61,8 +63,8 @@ class WriterStats:
 _STOP = object()
 
 
-def _unavailable(exc: BaseException) -> StoreUnavailable:
-    if isinstance(exc, StoreUnavailable):
+def _unavailable(exc: BaseException) -> StoreError:
+    if isinstance(exc, StoreUnavailable | InboxDamaged):
         return exc
     if isinstance(exc, StoreError | apsw.Error):
         return StoreUnavailable(f"the inbox could not take the write: {exc}")
@@ -85,8 +87,17 @@ class IngestWriter:
         clock: Clock | None = None,
         group_commit: bool = True,
         max_group: int = DEFAULT_MAX_GROUP,
+        check_first: bool = False,
+        refusal: Callable[[], str | None] | None = None,
     ) -> None:
+        """check_first runs the gate before intake as the writer opens the inbox (a receiver on its own: an
+        engine beside it has run it already). refusal says why the inbox takes no work now (the verdict of
+        the engine beside it)."""
         self.path = path
+        self.check_first = check_first
+        # Set once a write met a damaged page: every later delivery is refused without touching the file.
+        self.damaged: str | None = None
+        self._refusal = refusal
         self.group_commit = group_commit
         self.max_group = max(1, max_group)
         self.stats = WriterStats()
@@ -98,7 +109,8 @@ class IngestWriter:
 
     # --- life cycle ---------------------------------------------------------------------------
     def start(self) -> None:
-        """Open the Store on the writer thread; a StoreError (bad path, old SQLite...) is raised here."""
+        """Open the Store on the writer thread (and, with check_first, run the gate before intake on it); a
+        StoreError (bad path, old SQLite, a damaged inbox...) is raised here."""
         ready = threading.Event()
         failure: list[BaseException] = []
         self._thread = threading.Thread(target=self._run, args=(ready, failure), name="webhook-writer", daemon=True)
@@ -122,8 +134,18 @@ class IngestWriter:
         assert self._store is not None, "the writer is not started"
         self._store.encode_event(source, source_id, payload)
 
+    def refusal(self) -> str | None:
+        """Why no delivery may be stored now (a damaged inbox), or None."""
+        if self.damaged is not None:
+            return self.damaged
+        return self._refusal() if self._refusal is not None else None
+
     async def ingest(self, source: str, source_id: str, payload: Any, guard: ReplayGuard | None = None) -> str:
-        """"stored", "duplicate" or "replay" (Store.ingest_deliveries); StoreUnavailable when not durable."""
+        """"stored", "duplicate" or "replay" (Store.ingest_deliveries); StoreUnavailable when not durable,
+        InboxDamaged when the inbox takes no work (nothing is written)."""
+        refused = self.refusal()
+        if refused is not None:
+            raise InboxDamaged(refused)
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         self._queue.put(_Ingest(source, source_id, payload, guard, future))
         return await future
@@ -142,6 +164,14 @@ class IngestWriter:
             failure.append(exc)
             ready.set()
             return
+        if self.check_first:
+            try:
+                check_before_intake(self._store, seconds=START_CHECK_SECONDS)
+            except BaseException as exc:
+                self._store.close()
+                failure.append(exc)
+                ready.set()
+                return
         ready.set()
         try:
             stopping = False
@@ -197,7 +227,7 @@ class IngestWriter:
         except Exception as exc:  # StoreError, apsw errors, or a bug: never a 2xx for an event not durable
             self.stats.transactions += 1
             self.stats.failed += 1
-            error = _unavailable(exc)
+            error = self._met_damage(exc) if is_damage(exc) else _unavailable(exc)
             results = [(item.future, None, error) for item in group]
         else:
             self.stats.transactions += 1
@@ -206,6 +236,14 @@ class IngestWriter:
             self.stats.largest_group = max(self.stats.largest_group, len(group))
             results = [(item.future, outcome, None) for item, outcome in zip(group, outcomes, strict=True)]
         self._deliver_all(results)
+
+    def _met_damage(self, exc: BaseException) -> InboxDamaged:
+        """A write met a damaged page: this delivery and every later one are refused (503)."""
+        damaged = damage_met(self.path, exc)
+        if self.damaged is None:
+            self.damaged = str(damaged)
+            log.error("refusing every delivery from now on: %s", self.damaged)
+        return damaged
 
     def _run_call(self, store: Store, item: _Call) -> None:
         try:

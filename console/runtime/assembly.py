@@ -95,8 +95,10 @@ class System:
     receiver: WebhookReceiver | None = None
 
     async def start(self) -> None:
-        """The receiver first: a missing secret or a port in use is a one-line error before the engine has
-        taken the lease or run anything. If the engine then cannot start, the receiver is stopped again."""
+        """The inbox's check first (the gate before intake: nothing listens on a damaged inbox), then the
+        receiver: a missing secret or a port in use is a one-line error before the engine has taken the lease
+        or run anything. If the engine then cannot start, the receiver is stopped again."""
+        await self.engine.check_inbox()
         self.receiver = await start_receiver_beside(self.engine.settings, self.engine)
         try:
             await self.engine.start()  # the engine logs its own lease and run changes, one line each

@@ -22,7 +22,8 @@ from console.agents.base import Agent
 from console.clock import Clock, WallClock
 from console.config import Settings
 from console.core import Store
-from console.core.db import is_postgres
+from console.core.db import START_CHECK_SECONDS, QuickCheck, damage_met, is_damage, is_postgres
+from console.core.gate import check_before_intake
 from console.core.outbox import OutboxChannel
 from console.core.store import ChangeFeed
 from console.notices import Notice, NoticeKind
@@ -79,6 +80,10 @@ class Engine:
         self.idle_cap = idle_cap if idle_cap is not None else max(0.05, settings.lease_ttl / 3)
         self.shutdown_grace = shutdown_grace
         self.last_error: str | None = None
+        # Set once the inbox is found damaged (a read or write met a damaged page): every service stops, so
+        # nothing more is claimed, run, sent or stored, and this says why.
+        self.damaged: str | None = None
+        self._checked = False
         self._channels = list(channels)
         self._service_channels = list(service_channels)
         self._subscribers: list[Callable[[Notice], None]] = []
@@ -94,10 +99,8 @@ class Engine:
 
     # --- lifecycle ------------------------------------------------------------------------------
     def _opener(self, role: ThreadRole) -> Callable[[], Store]:
-        # Only the writer's connection runs quick_check (it reads the whole file: ~0.7 s for a million
-        # events); the others open a file that check has already passed.
-        check = role == "writer"
-        return lambda: Store.open(self.settings.db, check=check, options=self.settings.store_options())
+        # No connection checks the file as it opens: check_inbox() runs the one gate, bounded in time, first.
+        return lambda: Store.open(self.settings.db, options=self.settings.store_options())
 
     def _thread(self, role: ThreadRole) -> DbThread:
         if role not in THREAD_ROLES:  # mypy refuses a misspelt role; this refuses one from untyped code
@@ -112,7 +115,8 @@ class Engine:
             return
         self._stopping = False
         self._mode = "starting"
-        await self._thread("writer")(lambda store: None)
+        if not self._checked:
+            await self.check_inbox()
         # Versions before this one left an answered approval's expiry timer waiting (listed, counted as
         # the next timer due): drop what they left, once per start.
         await self.write(lambda store: store.drop_settled_expiry_timers())
@@ -129,6 +133,20 @@ class Engine:
         ]
         self._tasks = [asyncio.create_task(coro, name=f"agent-console-{name}") for name, coro in loop_tasks]
         log.info("engine started on %s as %s (agent %s)", self.path, self.holder, self.agent_name)
+
+    async def check_inbox(self, seconds: float = START_CHECK_SECONDS) -> QuickCheck:
+        """The gate before intake (console.core.gate), on the writer's connection: a damaged inbox, or one
+        that must take no work, refuses here with one line (StoreError), before anything listens or claims.
+        start() runs it unless it has already passed (a caller that starts a receiver first runs it first)."""
+        self.damaged = None
+        report = await self._thread("writer")(lambda store: check_before_intake(store, seconds=seconds))
+        self._checked = True
+        if report.finished:  # not at INFO: a start that then fails says one line only (its error)
+            log.debug("inbox checked: no damage found (%.2f s)", report.seconds)
+        else:
+            log.info("inbox checked for %.1f s, not to its end (a large file): no damage found so far; "
+                     "`agent-console check` reads it all", report.seconds)
+        return report
 
     async def _start_service_channels(self) -> list[Service]:
         """Each service channel's own services (a phone channel's listener and card keeper). A channel that
@@ -168,6 +186,7 @@ class Engine:
         for role, thread in self._threads.items():
             await thread.close(wait=role != "runner" or not self.worker.busy)
         self._threads = {}
+        self._checked = False
         closer = getattr(self.agent, "close", None)  # an agent with tools holds MCP sessions and processes
         if callable(closer):
             closer()
@@ -210,16 +229,34 @@ class Engine:
 
     # --- database access ------------------------------------------------------------------------
     async def read(self, fn: Callable[[Store], T]) -> T:
-        return await self._thread("reader")(fn)
+        return await self.on("reader", fn)
 
     async def write(self, fn: Callable[[Store], T]) -> T:
-        result = await self._thread("writer")(fn)
+        result = await self.on("writer", fn)
         self.wake()
         return result
 
     async def on(self, role: ThreadRole, fn: Callable[[Store], T]) -> T:
-        """Run fn on the database thread of one role (writer, runner, sender, reader, maintenance)."""
-        return await self._thread(role)(fn)
+        """Run fn on the database thread of one role (writer, runner, sender, reader, maintenance). Damage met
+        there stops the engine's intake (halt_on_damage) before the error goes on to the caller."""
+        try:
+            return await self._thread(role)(fn)
+        except Exception as exc:
+            if is_damage(exc):
+                self.halt_on_damage(exc)
+                raise damage_met(self.path, exc) from exc
+            raise
+
+    def halt_on_damage(self, exc: BaseException) -> None:
+        """A read or write met a damaged page: stop every service (nothing more is claimed, run, sent or
+        stored: a receiver beside the engine refuses deliveries too), and say why, once."""
+        if self.damaged is not None:
+            return
+        self.damaged = str(damage_met(self.path, exc))
+        log.error("stopped taking work: %s", self.damaged)
+        self.last_error = self.damaged
+        self.publish("log", self.damaged)
+        self.set_mode("halted")
 
     async def ingest(self, source: str, source_id: str, payload: Any) -> bool:
         now = self.clock.now()

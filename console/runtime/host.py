@@ -23,7 +23,8 @@ T = TypeVar("T")
 ThreadRole = Literal["writer", "runner", "sender", "reader", "maintenance"]
 THREAD_ROLES: tuple[ThreadRole, ...] = ("writer", "runner", "sender", "reader", "maintenance")
 
-Mode = Literal["stopped", "starting", "active", "standby", "stalled"]
+# halted: the inbox was found damaged while running; every service has stopped (Engine.halt_on_damage).
+Mode = Literal["stopped", "starting", "active", "standby", "stalled", "halted"]
 
 # A named coroutine an engine runs as one of its tasks (a phone channel's listener, for one).
 Service = tuple[str, Coroutine[Any, Any, None]]
@@ -49,6 +50,9 @@ class ServiceHost(Protocol):
 
     @property
     def mode(self) -> str: ...
+
+    @property
+    def damaged(self) -> str | None: ...
 
     def set_mode(self, mode: Mode) -> None: ...
 
@@ -87,6 +91,9 @@ async def service_loop(host: ServiceHost, name: str, tick: Callable[[], Awaitabl
     woken. A failing pass is noted and idles: the engine never dies of one bad step."""
     wake = host.wake_event()
     while not host.stopping:
+        if host.damaged is not None:  # a damaged inbox takes no more work of any kind
+            await host.sleep(wake, host.idle_cap)
+            continue
         idle_for: float | None
         try:
             idle_for = await tick()

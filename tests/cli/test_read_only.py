@@ -1,5 +1,6 @@
 """Read-only commands open the inbox read-only: no write lock, no migration, no integrity scan of the
-whole file. Integrity is checked where it pays: by the engine at start and by `agent-console check`."""
+whole file. Integrity is checked where it pays: before intake (the engine, `serve` and `ingest`, bounded in
+time) and by `agent-console check`."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import pytest
 from console.config import Settings
 from console.core import Store, StoreError
 from console.core.db import SCHEMA_VERSION, connect, user_version
+from console.core.gate import check_before_intake
 from console.runtime.assembly import build_engine
 from tests.cli.helpers import assert_user_error, invoke
 
@@ -107,11 +109,14 @@ def damage_an_old_page(path: Path) -> int:
     return victim
 
 
-def test_everyday_commands_do_not_scan_the_whole_file_but_check_and_the_engine_do(db: Path) -> None:
+def test_everyday_commands_do_not_scan_the_whole_file_but_check_ingest_and_the_engine_do(db: Path) -> None:
     damage_an_old_page(db)
-    for args in (["status"], ["events", "--limit", "5"], ["ingest", "chat", "m-2"], ["timers"]):
+    for args in (["status"], ["events", "--limit", "5"], ["timers"]):
         result = invoke(["--db", str(db), *args])
         assert result.exit_code == 0, (args, result.stdout, result.stderr)
+    # ingest acknowledges outside input: it checks first (bounded in time), and stores nothing here.
+    result = invoke(["--db", str(db), "ingest", "chat", "m-2"])
+    assert_user_error(result.exit_code, result.stdout, result.stderr, str(db), "is damaged")
     result = invoke(["--db", str(db), "check"])
     assert result.exit_code == 1, (result.stdout, result.stderr)
     assert "Traceback" not in result.stdout + result.stderr
@@ -122,8 +127,9 @@ def test_everyday_commands_do_not_scan_the_whole_file_but_check_and_the_engine_d
 
 
 def open_as_the_engine_does(db: Path) -> None:
-    """The engine's writer connection, the first it opens at start."""
-    build_engine(Settings(db=db), install_defaults=False)._opener("writer")().close()
+    """The engine's writer connection, the first it opens at start, and the gate it runs on it."""
+    with build_engine(Settings(db=db), install_defaults=False)._opener("writer")() as store:
+        check_before_intake(store)
 
 
 def test_check_on_a_sound_file(db: Path) -> None:

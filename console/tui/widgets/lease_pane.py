@@ -85,7 +85,7 @@ over) and resumes it.
             return
         data, now = view.data, view.now
         lease = data.lease
-        mode_style = {"active": "$text-success bold", "stalled": "$text-error bold"}.get(
+        mode_style = {"active": "$text-success bold", "stalled": "$text-error bold", "halted": "$text-error bold"}.get(
             view.mode, "$text-warning bold")
         who: list[Part] = [("mode ", "dim"), (view.mode, mode_style)]
         countdown = Countdown(None, label="left ", idle="no lease")

@@ -1,0 +1,30 @@
+"""The gate before intake: one check that an inbox may take new work, run before a webhook receiver listens,
+before a worker claims, and before `ingest` stores.
+
+First a move's mark (`migrate`: an inbox being moved, moved, or an unfinished copy refuses in its own line);
+then, on SQLite, the quick check, bounded in time (a large file is read only as far as the bound reaches: the
+whole check is `agent-console check`'s); on PostgreSQL, which checks its own pages, the schema's version and
+a write that commits. A refusal is one line (InboxDamaged for damage, the same line `check` prints first),
+raised as a StoreError so that every command and process reports it the same way.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from console.core.db import START_CHECK_SECONDS, InboxDamaged, QuickCheck, damage_line
+
+if TYPE_CHECKING:
+    from console.core.store import Store
+
+
+def check_before_intake(store: Store, *, seconds: float = START_CHECK_SECONDS) -> QuickCheck:
+    """Refuse (StoreError, one line) an inbox that must take no new work; else say how far the check read.
+
+    Every refusal that is about the inbox itself belongs here, so that `run`, `serve`, the console and
+    `ingest` all give it before anything is acknowledged."""
+    store.check_open_for_work()  # a move's refusals: "being moved", "moved", "an unfinished copy"
+    report = store.intake_check(seconds=seconds)
+    if report.problems:
+        raise InboxDamaged(damage_line(store.path, report.problems))
+    return report
