@@ -564,8 +564,10 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     next_send = info["next_send_at"]
     send = "nothing to send" if next_send is None else f"next send {relative(next_send, now)}"
     retrying = f" · {plural(outbox['retrying'], 'batch', 'batches')} retrying" if outbox["retrying"] else ""
+    held = (f" · {count(outbox['held'])} held over the hourly cap (agent-console held)"
+            if outbox.get("held") else "")
     lines.append(f"outbox     {count(outbox['queued'])} queued · {count(outbox['sent'])} sent · "
-                 f"{count(outbox['failed'])} failed{retrying} · {send}")
+                 f"{count(outbox['failed'])} failed{retrying}{held} · {send}")
     timer = info["next_timer"]
     upcoming = "none due" if timer is None else f"next: {timer['id']} {relative(timer['due'], now)}"
     lines.append(f"timers     {upcoming}")
@@ -964,6 +966,57 @@ def memory_delete(state: CliState, key: str) -> None:
         if not store.delete_memory(key):
             raise UserError(f"there is no note {key!r}")
     _say(f"forgot {key}")
+
+
+# --- held messages -----------------------------------------------------------------------------
+
+@main.group(cls=ConsoleGroup, invoke_without_command=True)
+@click.option("--json", "as_json", is_flag=True, help="With no command: print a JSON list of held messages.")
+@click.pass_context
+def held(ctx: click.Context, as_json: bool) -> None:
+    """Messages from the agent held over the hourly cap (max_messages_per_hour): kept, not sent, until
+    you release them. With no command, lists them."""
+    if ctx.invoked_subcommand is None:
+        ctx.invoke(held_list, as_json=as_json)
+    elif as_json:
+        raise UserError(f"--json goes after `held list`, not before `held {ctx.invoked_subcommand}`")
+
+
+@held.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {id, body, urgent, created_at, event_id}.")
+@click.pass_obj
+def held_list(state: CliState, as_json: bool) -> None:
+    """The held messages, oldest first."""
+    with state.reader() as store:
+        found = store.held_messages(limit=10_000)
+    if as_json:
+        _print_json([dataclasses.asdict(message) for message in found])
+        return
+    if not found:
+        click.echo("no held messages")
+        return
+    zone = state.zone()
+    for message in found:
+        by = "" if message.event_id is None else f"event {message.event_id}, "
+        _say(f"{message.id:>6}  ({by}{_clock_time(message.created_at, zone)}){' urgent' if message.urgent else ''}  "
+             f"{message.body}")
+
+
+@held.command("release")
+@click.argument("ids", nargs=-1, type=WholeNumber(1, 2**62))
+@click.option("--all", "release_all", is_flag=True, help="Release every held message.")
+@click.pass_obj
+def held_release(state: CliState, ids: tuple[int, ...], release_all: bool) -> None:
+    """Send held messages (those named, or --all) through the outbox, in the order they were held. No cap
+    applies to what you release."""
+    if release_all == bool(ids):
+        raise UserError("name the held messages to release, or give --all")
+    with state.store() as store:
+        released = store.release_held(None if release_all else list(ids), now=_now())
+    missing = sorted(set(ids) - set(released))
+    click.echo(f"released {plural(len(released), 'message')} into the outbox")
+    if missing:
+        raise UserError(f"not held (unknown or already released): {', '.join(map(str, missing))}")
 
 
 # --- timers ------------------------------------------------------------------------------------

@@ -84,6 +84,12 @@ class Settings:
     backoff_jitter: float = 0.2     # each retry's wait is spread by up to this fraction either way
     send_timeout: int = 60          # seconds one send may take before the batch is tried again
     max_send_attempts: int = 12     # failed sends of one batch to one channel before it is given up
+    # Caps (0 turns one off): world-changing tool calls a run makes unasked, and in any hour (past either, a
+    # call asks for approval instead); messages to the owner in any hour (past it they are held until
+    # released with `agent-console held release`). The owner is told once when a cap is reached.
+    max_tool_calls_per_run: int = 20
+    max_tool_calls_per_hour: int = 60
+    max_messages_per_hour: int = 20
     approval_expiry: int = 4 * 3600  # seconds before an unanswered approval expires
     confirm_approvals: bool = False  # y on an approval with more than a minute left asks once more
     agent: str = "offline"          # the built-in offline agent
@@ -359,6 +365,9 @@ CHECKS: dict[str, Checker] = {
     "backoff_jitter": _fraction,
     "send_timeout": _seconds_or_count(1),
     "max_send_attempts": _seconds_or_count(1),
+    "max_tool_calls_per_run": _seconds_or_count(0, 100_000),
+    "max_tool_calls_per_hour": _seconds_or_count(0, 1_000_000),
+    "max_messages_per_hour": _seconds_or_count(0, 1_000_000),
     "approval_expiry": _seconds_or_count(1),
     "confirm_approvals": _flag,
     "agent": _agent,

@@ -16,6 +16,8 @@ from typing import Any, Protocol, TypeVar
 from console.config import ConfigError
 from console.core import (
     ApprovalDraft,
+    CapNotice,
+    CapReached,
     Event,
     MemoryWrite,
     StaleGeneration,
@@ -89,6 +91,7 @@ class RunContext:
     deferred: dict[int, str] = field(default_factory=dict)  # event id -> why it was handed back unrun
     memory_writes: list[MemoryWrite] = field(default_factory=list)
     tool_log: list[ToolCallRecord] = field(default_factory=list)
+    cap_notices: list[CapNotice] = field(default_factory=list)  # caps this run reached, for the owner
     _reporting_outcome: bool = field(default=False, repr=False)
 
     def say(self, text: str, urgent: bool = False, *, announces: ApprovalRequest | None = None) -> None:
@@ -167,6 +170,19 @@ class RunContext:
                                            event_id=None if anchor is None else anchor.id)
         self.check_fence()
         return result  # type: ignore[no-any-return]
+
+    def take_call_slot(self, key: str, tool: str, *, event: Event, capped: bool = True) -> CapReached | None:
+        """Count a world-changing call against the caps before it is made (console/core/caps.py), or answer
+        the cap it would pass: the call must then ask instead, and the owner is told once (a notice staged
+        for the finish). capped=False counts an approved call without checking. Fenced, and counted from the
+        inbox, so a restart or a retry carries on the count."""
+        self.check_fence()
+        reached = self.store.take_call_slot(self.holder, self.gen, step_key=key, tool=tool, event_id=event.id,
+                                            run_event_ids=[e.id for e in self.events], now=self.time(),
+                                            capped=capped)
+        if reached is not None and all(n.key != reached.notice_key for n in self.cap_notices):
+            self.cap_notices.append(CapNotice(reached.notice_key, reached.notice(), reached.window))
+        return reached
 
     def set_timer(self, timer_id: str, due: int, payload: dict[str, Any] | None = None, **options: Any) -> None:
         """Set a timer; checked now (ValueError), written by the run's finish."""
@@ -250,7 +266,8 @@ class RunContext:
         """finish()'s keywords for what this run produced for the inbox."""
         messages = [(text, urgent, self.announcements.get(index)) for index, (text, urgent) in enumerate(self.messages)]
         return {"messages": messages, "approvals": list(self.drafts), "timers": list(self.timers),
-                "notes": dict(self.notes), "memory": list(self.memory_writes), "tool_calls": list(self.tool_log)}
+                "notes": dict(self.notes), "memory": list(self.memory_writes), "tool_calls": list(self.tool_log),
+                "notices": list(self.cap_notices)}
 
 
 def expires_in_words(seconds: int) -> str:

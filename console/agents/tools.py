@@ -298,6 +298,15 @@ class ToolGateway:
                     "error", "only one approval can be pending at a time; ask again once it is answered", "asked"))
             return self._ask(ctx, call, event, sources, session, untrusted)
         key = f"tool:{event.id}:{call.use_id}"
+        if changes_world(spec):
+            reached = ctx.take_call_slot(key, call.name, event=event)
+            if reached is not None:  # past a cap, an allowed call asks instead (the owner is told once)
+                if not may_ask:
+                    return self._record(ctx, event, call, ToolOutcome(
+                        "error", f"{call.name} was not run: {reached.in_words()}, so it needs the owner's approval, "
+                                 "and only one approval can be pending at a time; ask again once it is answered",
+                        "asked"))
+                return self._ask(ctx, call, event, sources, session, untrusted, capped=reached.in_words())
         return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, key, event, "allowed"))
 
     def execute_approved(self, ctx: RunContext, resumed: Resumed, *, event: Event) -> ToolOutcome:
@@ -318,23 +327,31 @@ class ToolGateway:
             return self._record(ctx, event, call, ToolOutcome(
                 "refused", f"{summary(tool, arguments)} was not run: {why} (request {resumed.request_id})",
                 _refusal(resumed.answer), resumed.request_id))
-        outcome = self._run(ctx, tool, arguments, approved_step_key(resumed.request_id), event, "approved")
+        key = approved_step_key(resumed.request_id)
+        spec = BUILTINS.get(tool)
+        if spec is None or changes_world(spec):  # counted against the caps, never stopped by them: the owner said yes
+            ctx.take_call_slot(key, tool, event=event, capped=False)
+        outcome = self._run(ctx, tool, arguments, key, event, "approved")
         return self._record(ctx, event, call, ToolOutcome(outcome.outcome, outcome.text, "approved",
                                                           resumed.request_id, outcome.result))
 
     # ---------------------------------------------------------------------------------------------------
     def _ask(
         self, ctx: RunContext, call: ToolCall, event: Event, sources: list[dict[str, Any]], session: Any,
-        untrusted: bool,
+        untrusted: bool, *, capped: str | None = None,
     ) -> ToolOutcome:
+        """capped: why an allowed call asks (a cap was reached), for the owner and the model."""
         question = call.name == "ask_owner"
         action = summary(call.name, call.arguments)
         details: dict[str, Any] = {"tool": call.name, "arguments": call.arguments}
         if untrusted:
             details["untrusted"] = untrusted_sources(s.get("source", "") for s in sources)
+        if capped:
+            details["capped"] = capped
         request = ctx.ask(action, details, event=event, state=session, tool=None if question else call.name,
                           arguments=None if question else call.arguments, sources=sources)
-        text = (f"Asked the owner (request {request.request_id}); you are resumed with the answer. Stop here."
+        why = f" because {capped}" if capped else ""
+        text = (f"Asked the owner (request {request.request_id}){why}; you are resumed with the answer. Stop here."
                 if request.created else
                 f"This was asked before (request {request.request_id}); you are resumed with its answer. Stop here.")
         return self._record(ctx, event, call, ToolOutcome("deferred", text, "asked", request.request_id))
@@ -445,6 +462,12 @@ class ToolGateway:
         ctx.log_tool_call(ToolCallRecord(event.id, call.use_id, call.name, call.arguments, outcome.decision,
                                          outcome.outcome, _cut(outcome.text, MAX_RECORD_CHARS), outcome.request_id))
         return outcome
+
+
+def changes_world(spec: ToolSpec) -> bool:
+    """Whether a call of this tool counts against the caps: a Python or MCP tool acts outside the inbox (the
+    built-ins only stage what the run's finish writes, and are paced by it)."""
+    return spec.kind != "builtin"
 
 
 def _refusal(answer: str) -> str:

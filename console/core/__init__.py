@@ -2,6 +2,7 @@
 
 from console.core.approvals import approval_id
 from console.core.base import SendError, StaleGeneration
+from console.core.caps import CapNotice, CapReached, HeldMessage
 from console.core.db import (
     MIN_SQLITE,
     InboxIncomplete,
@@ -53,8 +54,11 @@ __all__ = [
     "ApprovalDraft",
     "Attempt",
     "Batch",
+    "CapNotice",
+    "CapReached",
     "Event",
     "EventSearch",
+    "HeldMessage",
     "InboxIncomplete",
     "InboxMoved",
     "InboxMoving",

@@ -11,6 +11,7 @@ import apsw
 
 from console.core.db import one
 from console.core.models import ApprovalDraft, Lease, MemoryWrite, TimerDraft, ToolCallRecord
+from console.core.options import StoreOptions
 
 # Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
 # (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick.
@@ -46,6 +47,7 @@ def loads(text: str | None) -> Any:
 class StoreBase:
     _conn: apsw.Connection
     path: str
+    options: StoreOptions
     lease_ttl: int
     max_attempts: int
     outbox_gap: int

@@ -6,6 +6,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from console.core.base import RESERVED_SOURCES, StoreBase, dumps, loads
+from console.core.caps import CapNotice, queue_run_messages
 from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import (
     STATUSES,
@@ -309,6 +310,7 @@ class InboxMixin(StoreBase):
         notes: Mapping[int, str] | None = None,
         memory: Sequence[MemoryWrite] = (),
         tool_calls: Sequence[ToolCallRecord] = (),
+        notices: Sequence[CapNotice] = (),
     ) -> bool:
         """Record a run's outcome and queue its messages, in one fenced transaction.
 
@@ -319,6 +321,9 @@ class InboxMixin(StoreBase):
 
         notes (event id -> text) become the detail of those events' finish in their history: how the run
         ended for them when `done` alone would hide it (the model declined, say).
+
+        Messages count against max_messages_per_hour and past it are held (console/core/caps.py); notices
+        (a cap the run reached) are queued once per crossing.
 
         Refused (False, and recorded) unless holder still holds the lease in generation gen. Only
         events still running under gen change; messages are queued only on success, and only when
@@ -346,12 +351,7 @@ class InboxMixin(StoreBase):
             else:
                 moved = sum(self._finish_failed(event_id, holder, gen, now, error) for event_id in ids)
             if error is None and (moved or not ids):
-                source_event = ids[0] if ids else None
-                for body, urgent, announces in outgoing:
-                    self._conn.execute(
-                        "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id) VALUES (?, ?, ?, ?, ?)",
-                        (body, int(urgent or announces is not None), now, source_event, announces),
-                    )
+                queue_run_messages(self, outgoing, ids[0] if ids else None, now, notices)
                 self._commit_staged(approvals, timers, memory, tool_calls, now)
             return True
 

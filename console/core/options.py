@@ -25,13 +25,19 @@ class StoreOptions:
     max_payload_bytes: int = DEFAULT_MAX_PAYLOAD
     send_timeout: int = 60          # seconds a send may take before its claim on a batch lapses
     max_send_attempts: int = 12     # failed sends of one batch to one channel before it is given up
+    # Caps (console/core/caps.py; 0 turns one off): world-changing tool calls one run makes unasked, and in
+    # any hour; messages to the owner in any hour (past it they are held until the owner releases them).
+    max_tool_calls_per_run: int = 20
+    max_tool_calls_per_hour: int = 60
+    max_messages_per_hour: int = 20
 
     def __post_init__(self) -> None:
         for name in ("lease_ttl", "max_attempts", "batch_cap", "max_payload_bytes", "send_timeout",
                      "max_send_attempts"):
             if int(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
-        for name in ("outbox_gap", "backoff_base", "backoff_max"):
+        for name in ("outbox_gap", "backoff_base", "backoff_max", "max_tool_calls_per_run", "max_tool_calls_per_hour",
+                     "max_messages_per_hour"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)}")
         if not 0 <= self.backoff_jitter < 1:

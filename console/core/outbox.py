@@ -357,4 +357,7 @@ class OutboxMixin(StoreBase):
         counts = {"queued": 0, "sending": 0, "sent": 0, "failed": 0}
         counts.update({s: n for s, n in self._conn.execute("SELECT status, n FROM outbox_counts")})
         counts["retrying"] = int(self._scalar("SELECT COUNT(*) FROM outbox_batches WHERE state = 'retry'"))
+        # Held past max_messages_per_hour: not in the outbox until the owner releases them (core/caps.py).
+        counts["held"] = int(self._scalar(
+            "SELECT COUNT(*) FROM held_messages INDEXED BY held_messages_waiting WHERE released_at IS NULL"))
         return counts

@@ -14,6 +14,7 @@ import apsw
 
 from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
+from console.core.caps import CapsMixin
 from console.core.db import (
     MOVE_MARK,
     MoveRefusal,
@@ -78,7 +79,7 @@ class PollingFeed:
 
 class Store(
     RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin, JournalMixin,
-    InsightsMixin, AgentStateMixin, SpendMixin, SearchMixin, StrandedMixin,
+    InsightsMixin, AgentStateMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, options: StoreOptions, seed: int | None = None) -> None:
         self._conn = conn

@@ -86,7 +86,8 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_BACKOFF_JITTER": "0.1",
         "AGENT_CONSOLE_SEND_TIMEOUT": "30", "AGENT_CONSOLE_MAX_SEND_ATTEMPTS": "5",
         "AGENT_CONSOLE_DB_SCHEMA": "ada", "AGENT_CONSOLE_PASSWORD_ENV": "AGENT_PG_PASSWORD",
-        "AGENT_CONSOLE_APPROVAL_BELL": "true",
+        "AGENT_CONSOLE_APPROVAL_BELL": "true", "AGENT_CONSOLE_MAX_TOOL_CALLS_PER_RUN": "5",
+        "AGENT_CONSOLE_MAX_TOOL_CALLS_PER_HOUR": "0", "AGENT_CONSOLE_MAX_MESSAGES_PER_HOUR": "12",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -108,6 +109,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.db_schema, s.password_env) == ("ada", "AGENT_PG_PASSWORD")
     assert s.confirm_approvals is True and Settings().confirm_approvals is False
     assert (s.backoff_jitter, s.send_timeout, s.max_send_attempts) == (0.1, 30, 5)
+    assert (s.max_tool_calls_per_run, s.max_tool_calls_per_hour, s.max_messages_per_hour) == (5, 0, 12)
     assert s.origins["daily_budget_usd"] == "environment variable AGENT_CONSOLE_DAILY_BUDGET_USD"
     assert set(env) == {env_var(name) for name in SETTING_NAMES} - {"AGENT_CONSOLE_DB"}
 

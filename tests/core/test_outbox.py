@@ -55,7 +55,7 @@ def test_the_first_message_goes_at_once_then_the_gap_holds_the_rest(outbox: Stor
     assert len({b.key for b in channel.sent}) == 2
     assert outbox.dispatch(channel, now=T + 2 * GAP) == 0  # nothing queued: nothing sent
     assert outbox.next_send_at(now=T + 2 * GAP) is None
-    assert outbox.outbox_counts() == {"queued": 0, "sending": 0, "sent": 4, "failed": 0, "retrying": 0}
+    assert outbox.outbox_counts() == {"queued": 0, "sending": 0, "sent": 4, "failed": 0, "retrying": 0, "held": 0}
 
 
 def test_urgent_messages_bypass_the_gap_without_resetting_it(outbox: Store) -> None:

@@ -91,6 +91,8 @@ A failed send is retried, never dropped.
         ]
         if counts.get("retrying"):
             head += [(f" · retrying{NBSP}", "dim"), (str(counts["retrying"]), "$text-warning bold")]
+        if counts.get("held"):  # held over max_messages_per_hour until the owner releases them
+            head += [(f" · held{NBSP}", "dim"), (str(counts["held"]), "$text-warning bold")]
         show(self.query_one("#outbox-counts", Static), Content.assemble(*head))
         if data.next_send_at is None:
             countdown = Countdown(None, idle="nothing held")
