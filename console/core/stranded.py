@@ -40,9 +40,14 @@ def approved_step_key(request_id: str) -> str:
 
 
 class StrandedMixin(StoreBase):
-    def stranded_answers(self) -> list[StrandedAnswer]:
-        """Every answer whose event is dead, oldest event first: what the owner said and what became of it."""
-        return [self._stranded(row) for row in self._conn.execute(f"{_SELECT_STRANDED} ORDER BY i.id")]
+    def stranded_answers(self, *, limit: int | None = None) -> list[StrandedAnswer]:
+        """Answers whose event is dead (all, or the oldest `limit`), oldest event first: what the owner said and
+        what became of it."""
+        if limit is None:
+            rows = self._conn.execute(f"{_SELECT_STRANDED} ORDER BY i.id").fetchall()
+        else:
+            rows = self._conn.execute(f"{_SELECT_STRANDED} ORDER BY i.id LIMIT ?", (int(limit),)).fetchall()
+        return [self._stranded(row) for row in rows]
 
     def stranded_answer(self, event_id: int) -> StrandedAnswer | None:
         """The answer event event_id carries, if that event is dead; None otherwise."""

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.core import AgentState, Approval, Event, Lease, OutboxMessage, RefusedFinish, Store
+from console.core import AgentState, Approval, Event, Lease, OutboxMessage, RefusedFinish, Store, StrandedAnswer
 from console.core.inbox import sort_key
 from console.core.models import BudgetDefaults
 from console.tui.transcript import Line, conversation_lines
@@ -128,6 +128,7 @@ class ApprovalsView:
     now: int
     pending: list[Approval]
     resolved: list[Approval]
+    stranded: list[StrandedAnswer] = field(default_factory=list)  # answers whose event died before they resumed
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,8 @@ def read_approval(request_id: str) -> Callable[[Store], ApprovalView | None]:
 
 def read_approvals(now: int) -> Callable[[Store], ApprovalsView]:
     def read(store: Store) -> ApprovalsView:
-        return ApprovalsView(now, store.pending_approvals(), store.resolved_approvals(RECENT))
+        return ApprovalsView(now, store.pending_approvals(), store.resolved_approvals(RECENT),
+                             store.stranded_answers(limit=RECENT))
 
     return read
 

@@ -69,7 +69,9 @@ class ApprovalsPane(Vertical):
 Questions the agent asked before acting, soonest deadline first: the tool call each is bound to and where
 the run that asks came from. **y** / **n** answer the highlighted one; **enter** opens it (the full
 arguments and the conversation so far). Unanswered, it expires. The first outcome stands, wherever it came
-from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the deadline).
+from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the deadline). An answer whose event
+died before the conversation heard it (crashes or failures spent its attempts) is listed in red or amber above
+them: on a yes, whether the approved call ran, and which event to retry (the retry runs it once).
 """
 
     DEFAULT_CSS = """
@@ -81,6 +83,11 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
         height: 1fr;
         min-height: 2;
         scrollbar-size: 0 0;
+    }
+    ApprovalsPane > #approvals-stranded {
+        height: auto;
+        max-height: 6;
+        display: none;
     }
     ApprovalsPane > #approvals-resolved {
         height: auto;
@@ -117,6 +124,7 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
         table.add_column("approval", key="approval")
         yield Static("no question waiting", id="approvals-empty")
         yield table
+        yield Static(id="approvals-stranded")
         yield Static(id="approvals-resolved")
 
     @property
@@ -144,6 +152,7 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
             if approval.answered_via:  # where the answer came from: console, CLI, ntfy, Telegram, deadline
                 lines.append((f" · {VIA_SHORT.get(approval.answered_via, approval.answered_via)}", "dim"))
         show(self.query_one("#approvals-resolved", Static), Content.assemble(*lines))
+        self._show_stranded(view)
         if previous is None:
             return
         waiting_before = {a.request_id for a in previous.pending}
@@ -153,6 +162,18 @@ from: the recent outcomes below say where (console, CLI, ntfy, Telegram, or the 
             self.post_message(self.Arrived(arrived))
         if expired:
             self.post_message(self.Expired(expired))
+
+    def _show_stranded(self, view: ApprovalsView) -> None:
+        """Answers whose event died before the conversation heard them: on a yes, a call the owner approved
+        that may not have happened. Wrapped, never cut: the line says what to retry."""
+        stranded = self.query_one("#approvals-stranded", Static)
+        stranded.display = bool(view.stranded)
+        parts: list[str | tuple[str, str]] = []
+        for answer in view.stranded:
+            style = "$text-error" if answer.outcome == "yes" else "$text-warning"
+            parts += [*(["\n"] if parts else []), (f"{answer.outcome:<8}", style), terminal_safe(answer.action),
+                      ": ", (terminal_safe(answer.in_words()), style)]
+        show(stranded, Content.assemble(*parts))
 
     def _selected_in(self, view: ApprovalsView | None) -> Approval | None:
         if view is None or not view.pending or self.table.row_count != len(view.pending):
