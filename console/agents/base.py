@@ -19,6 +19,7 @@ from console.core import (
     CapNotice,
     CapReached,
     Event,
+    MemoryEntry,
     MemoryWrite,
     StaleGeneration,
     Store,
@@ -62,6 +63,7 @@ class Resumed:
     tool: str | None = None      # the exact call bound to the approval (None: a plain question)
     arguments: Any = None
     sources: Any = None          # what started the run that asked
+    origin: Any = None           # where the request came from (the approvals row's origin)
 
 
 @dataclass
@@ -127,6 +129,7 @@ class RunContext:
         tool: str | None = None,
         arguments: dict[str, Any] | None = None,
         sources: list[dict[str, Any]] | None = None,
+        origin: dict[str, Any] | None = None,
     ) -> ApprovalRequest:
         """A deferred tool call: request an approval of `action` for `event` (the run's first event if
         not given), saving `state` to resume from, and let the run end.
@@ -152,9 +155,10 @@ class RunContext:
             raise ValueError("expires_in must be a positive number of seconds")
         standing = self.store.approval(rid)
         session = {"action": action, "details": details or {}, "state": state}
-        origin = sources if sources is not None else self.sources()
+        where = sources if sources is not None else self.sources()
         self.drafts.append(ApprovalDraft(rid, action, window, dict(details or {}), session, anchor.id, tool,
-                                         None if tool is None else dict(arguments or {}), origin))
+                                         None if tool is None else dict(arguments or {}), where,
+                                         origin))
         request = ApprovalRequest(rid, action, dict(details or {}),
                                   window if standing is None else max(0, standing.expires_at - self.now),
                                   standing is None)
@@ -184,18 +188,22 @@ class RunContext:
             self.cap_notices.append(CapNotice(reached.notice_key, reached.notice(), reached.window))
         return reached
 
-    def set_timer(self, timer_id: str, due: int, payload: dict[str, Any] | None = None, **options: Any) -> None:
-        """Set a timer; checked now (ValueError), written by the run's finish."""
+    def set_timer(self, timer_id: str, due: int, payload: dict[str, Any] | None = None, *,
+                  origin: dict[str, Any] | None = None, **options: Any) -> None:
+        """Set a timer; checked now (ValueError), written by the run's finish. origin: the conversation that
+        set it (Provenance.write_origin); it fires with that conversation's trust."""
         self.check_fence()
         self.store.check_timer(timer_id, due, payload or {}, **options)
-        self.timers.append(TimerDraft(timer_id, due, dict(payload or {}), dict(options)))
+        self.timers.append(TimerDraft(timer_id, due, dict(payload or {}), dict(options), origin))
 
-    def remember(self, key: str, value: str, *, event: Event | None = None) -> None:
-        """Keep a note across runs; written by the run's finish (ValueError for a bad one, at once)."""
+    def remember(self, key: str, value: str, *, event: Event | None = None,
+                 origin: dict[str, Any] | None = None) -> None:
+        """Keep a note across runs; written by the run's finish (ValueError for a bad one, at once). origin:
+        the conversation that wrote it (Provenance.write_origin), shown with the note and read by later runs."""
         self.check_fence()
         check_memory(key, value)
         anchor = event if event is not None else (self.events[0] if self.events else None)
-        self.memory_writes.append(MemoryWrite(key.strip(), value, None if anchor is None else anchor.id))
+        self.memory_writes.append(MemoryWrite(key.strip(), value, None if anchor is None else anchor.id, origin))
 
     def forget(self, key: str) -> bool:
         """Drop a note (at the run's finish). False when there is no such note."""
@@ -206,13 +214,16 @@ class RunContext:
 
     def recall(self) -> dict[str, str]:
         """The notes as this run sees them: what is stored, with this run's own remembers and forgets."""
-        notes = {entry.key: entry.value for entry in self.store.memory()}
+        return {entry.key: entry.value for entry in self.memory_entries()}
+
+    def memory_entries(self) -> list[MemoryEntry]:
+        """recall() with each note's origin (who wrote it, and whether that run was trusted), newest first."""
+        notes = {entry.key: entry for entry in self.store.memory()}
         for write in self.memory_writes:
-            if write.value is None:
-                notes.pop(write.key, None)
-            else:
-                notes[write.key] = write.value
-        return notes
+            notes.pop(write.key, None)
+            if write.value is not None:
+                notes[write.key] = MemoryEntry(write.key, write.value, self.now, write.event_id, write.origin)
+        return sorted(notes.values(), key=lambda entry: -entry.updated_at)
 
     def log_tool_call(self, record: ToolCallRecord) -> None:
         """The transcript's record of one tool call (written by the run's finish)."""
@@ -246,7 +257,7 @@ class RunContext:
             return Resumed(request_id, "unknown", "", None)
         saved = self.store.load_session(approval.session_id) if approval.session_id else None
         return Resumed(request_id, approval.outcome or "unknown", approval.action, saved, approval.details,
-                       approval.event_id, approval.tool, approval.arguments, approval.sources)
+                       approval.event_id, approval.tool, approval.arguments, approval.sources, approval.origin)
 
     def time(self) -> int:
         return self.now if self.clock is None else self.clock()

@@ -54,7 +54,7 @@ _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_NAME = _VARIABLE
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
 _TIMEOUT_KEYS = ("connect_timeout", "list_timeout", "call_timeout")
-_SERVER_KEYS = ("command", "args", "env", "url", "headers", *_TIMEOUT_KEYS)
+_SERVER_KEYS = ("command", "args", "env", "url", "headers", "trusted", *_TIMEOUT_KEYS)
 _LIST_PAGE_CAP = 100  # a server whose listing never ends cannot hang a connect
 _REASON_CAP = 300
 _SCRUB_MIN_LENGTH = 4  # shorter values are not secrets worth mangling every message for
@@ -77,6 +77,9 @@ class McpServerConfig:
     connect_timeout: float = 10.0
     list_timeout: float = 10.0
     call_timeout: float = 60.0
+    # The owner vouches for what this server returns: its tools' results do not make a run untrusted unless a
+    # tool is annotated openWorldHint: true (docs/security.md). Never set by the server itself.
+    trusted: bool = False
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -123,7 +126,11 @@ def _parse_server(name: Any, table: Any) -> McpServerConfig:
     env = _templates(table.get("env", {}), f"{where}.env", _ENV_NAME, "an environment variable name")
     headers = _templates(table.get("headers", {}), f"{where}.headers", _HEADER_NAME, "an HTTP header name")
     timeouts = {key: _seconds(table[key], f"{where}.{key}") for key in _TIMEOUT_KEYS if key in table}
-    return McpServerConfig(name=name, command=command, args=args, env=env, url=url, headers=headers, **timeouts)
+    trusted = table.get("trusted", False)
+    if not isinstance(trusted, bool):
+        raise ConfigError(f"{where}.trusted: expected true or false, got {trusted!r}")
+    return McpServerConfig(name=name, command=command, args=args, env=env, url=url, headers=headers,
+                           trusted=trusted, **timeouts)
 
 
 def _text(table: Mapping[str, Any], key: str, where: str) -> str:
@@ -240,6 +247,22 @@ class McpTool:
     tool: str                    # the server's own tool name
     description: str
     input_schema: dict[str, Any]
+    # The tool's MCP annotations as the server declares them (None: not declared): read_only, destructive,
+    # idempotent, open_world (readOnlyHint, destructiveHint, idempotentHint, openWorldHint). Claims of the
+    # server's, used only to be more careful, except on a server the owner marked trusted.
+    annotations: dict[str, bool | None] = field(default_factory=dict)
+    trusted_server: bool = False  # [mcp_servers.NAME] trusted = true
+
+
+def read_annotations(annotations: Any) -> dict[str, bool | None]:
+    """A listed tool's ToolAnnotations as {read_only, destructive, idempotent, open_world}: each True, False or
+    None (not declared, or not a boolean)."""
+    def hint(name: str) -> bool | None:
+        value = getattr(annotations, name, None) if annotations is not None else None
+        return value if isinstance(value, bool) else None
+
+    return {"read_only": hint("read_only_hint"), "destructive": hint("destructive_hint"),
+            "idempotent": hint("idempotent_hint"), "open_world": hint("open_world_hint")}
 
 
 class McpToolError(Exception):
@@ -663,6 +686,7 @@ class McpHub:
                 tools.append(McpTool(
                     name=full, server=server.config.name, tool=tool.name,
                     description=tool.description or "", input_schema=dict(tool.input_schema),
+                    annotations=read_annotations(tool.annotations), trusted_server=server.config.trusted,
                 ))
             cursor = page.next_cursor
             if cursor is None:

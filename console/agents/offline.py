@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from console.agents.base import ApprovalRequest, RunContext, expires_in_words
+from console.agents.provenance import Provenance
 from console.agents.tools import ToolCall, ToolGateway, summary
 from console.core import Event
 
@@ -74,7 +75,9 @@ class OfflineAgent:
             elif isinstance(event.payload, dict) and "long_task" in event.payload:
                 lines.append(self._long_task(ctx, event, event.payload["long_task"]))
             elif event.source == "approval":
-                lines.append(self._resume(ctx, event))
+                outcome_line = self._resume(ctx, event)
+                if outcome_line:  # empty: the gateway told the owner itself (a call the policy denies by now)
+                    lines.append(outcome_line)
                 reports_outcome = True
             elif event.source == "timer":
                 line = self._timer(ctx, event)
@@ -106,7 +109,8 @@ class OfflineAgent:
 
     def _act(self, ctx: RunContext, event: Event, call: ToolCall) -> tuple[str, ApprovalRequest | None]:
         """The line to report a call, and the request it announces when the call asked the owner."""
-        outcome = self.tools.call(ctx, call, event=event, sources=ctx.sources([event]))
+        outcome = self.tools.call(ctx, call, event=event, sources=ctx.sources([event]),
+                                  provenance=Provenance.of_events([event]))
         if outcome.outcome == "deferred":
             request = next(a for a in ctx.approvals if a.request_id == outcome.request_id)
             return (f"Approval needed [{request.request_id}]: {request.action} "
@@ -139,6 +143,8 @@ class OfflineAgent:
             return f"Nothing done: the approval for {resumed.action} expired unanswered ({resumed.request_id})"
         if resumed.answer != "yes":
             return f"Nothing done: {resumed.action} was declined ({resumed.request_id})"
+        if outcome.decision == "denied":
+            return ""
         if outcome.outcome == "done":
             return f"Done: {resumed.action} (approved, {resumed.request_id}): {outcome.text}"
         return f"Failed: {resumed.action} (approved, {resumed.request_id}): {outcome.text}"

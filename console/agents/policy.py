@@ -4,8 +4,8 @@
     allow = ["send_message", "recall", "mcp__shop__lookup_*"]
     ask   = ["mcp__shop__*"]
     deny  = ["mcp__shop__delete_*"]
-    [permissions.untrusted]       # a run that holds any event from outside: only these run without asking
-    allow = ["recall", "mcp__shop__lookup_*"]
+    [permissions.untrusted]       # an untrusted run (it read text from outside): runs unasked only what both
+    allow = ["recall", "mcp__shop__lookup_*"]   # this list and the allow list above match
 
 Rules are shell-style globs (fnmatch, case-sensitive) over tool names. The policy decides; the core only
 stores what was decided (an approval bound to the exact call), and the gateway (agents/tools.py) enforces it.
@@ -43,6 +43,11 @@ def _patterns(value: Any, setting: str) -> tuple[str, ...]:
 
 # The rule of a call no list matched: it asks.
 DEFAULT_RULE = "default"
+# An untrusted run's call that the trusted allow list matches but the untrusted one does not: it asks.
+UNTRUSTED_RULE = "untrusted: not in untrusted.allow"
+UNTRUSTED_REMEMBER_RULE = "untrusted: remember asks"
+# A read-only, closed-world tool of a server marked trusted, which no list names.
+READ_ONLY_RULE = "read-only tool of a trusted server"
 
 
 @dataclass(frozen=True)
@@ -79,24 +84,34 @@ class Policy:
                              if "allow" in untrusted else DEFAULT_UNTRUSTED_ALLOW),
         )
 
-    def decide(self, tool: str, *, untrusted: bool) -> Decision:
-        """deny -> ask -> allow, the first match wins; unmatched asks. In an untrusted run only the
-        untrusted allow list runs without asking (deny still denies)."""
-        return self.judge(tool, untrusted=untrusted).decision
+    def decide(self, tool: str, *, untrusted: bool, read_only_default: bool = False) -> Decision:
+        """deny -> ask -> allow, the first match wins; unmatched asks. An untrusted run runs unasked only
+        what both allow lists match (see judge)."""
+        return self.judge(tool, untrusted=untrusted, read_only_default=read_only_default).decision
 
-    def judge(self, tool: str, *, untrusted: bool) -> Ruling:
-        """The decision with the rule that made it (what the audit trail records)."""
+    def judge(self, tool: str, *, untrusted: bool, read_only_default: bool = False) -> Ruling:
+        """The decision with the rule that made it (what the audit trail records).
+
+        deny, then ask, then allow. A trusted run runs unasked what `allow` matches; an untrusted one only
+        what `allow` AND `untrusted.allow` both match, so an untrusted allow can never open what a trusted
+        run must ask about. `remember` in an untrusted run always asks: a note outlives the run. With
+        read_only_default (a read-only, closed-world tool of a server the owner marked trusted) a tool no
+        list names counts as matched by `allow`."""
         if denied := _match(tool, self.deny):
             return Ruling("deny", f"deny: {denied}")
-        if untrusted:
-            if allowed := _match(tool, self.untrusted_allow):
-                return Ruling("allow", f"untrusted.allow: {allowed}")
-            return Ruling("ask", DEFAULT_RULE)
         if asked := _match(tool, self.ask):
             return Ruling("ask", f"ask: {asked}")
-        if allowed := _match(tool, self.allow):
-            return Ruling("allow", f"allow: {allowed}")
-        return Ruling("ask", DEFAULT_RULE)
+        allowed = _match(tool, self.allow)
+        rule = f"allow: {allowed}" if allowed else READ_ONLY_RULE if read_only_default else None
+        if rule is None:
+            return Ruling("ask", DEFAULT_RULE)
+        if not untrusted:
+            return Ruling("allow", rule)
+        if tool == "remember":
+            return Ruling("ask", UNTRUSTED_REMEMBER_RULE)
+        if also := _match(tool, self.untrusted_allow):
+            return Ruling("allow", f"{rule} + untrusted.allow: {also}")
+        return Ruling("ask", UNTRUSTED_RULE)
 
 
 def _match(tool: str, patterns: Sequence[str]) -> str | None:

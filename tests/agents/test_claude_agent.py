@@ -244,7 +244,9 @@ def test_a_run_started_by_a_webhook_asks_before_anything_not_allowed_for_untrust
     assert shop.calls == []  # allowed in trusted runs, but not in one a webhook started: it asks
     (approval,) = store.pending_approvals()
     assert approval.tool == "lookup_order" and approval.sources[0]["source"] == "github"
-    assert approval.details["untrusted"] == ["github"]
+    assert approval.details["untrusted"] == ["github delivery d-1 (#1)"]
+    assert approval.origin["trusted"] is False
+    assert approval.origin["summary"] == "asked by a run that read untrusted content: github delivery d-1 (#1)"
     assert [t["name"] for t in claude.requests[0]["tools"]] == [
         "send_message", "set_timer", "remember", "recall", "forget", "ask_owner", "lookup_order", "refund"]
     assert ctx.messages and ctx.messages[0][1] is True

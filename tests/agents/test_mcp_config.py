@@ -43,8 +43,9 @@ def test_a_stdio_and_an_http_server_are_read_as_written() -> None:
     ({"shop_": {"command": "x"}}, "mcp_servers.shop_: a server name is lowercase"),
     ({"shop.eu": {"command": "x"}}, "mcp_servers.shop.eu: a server name is lowercase"),
     ({"shop": "python"}, "mcp_servers.shop: expected a table with command (a stdio server) or url (an HTTP server)"),
-    ({"shop": {"command": "x", "cmd": "y"}}, "mcp_servers.shop.cmd: unknown setting (expected one of command, args, "
-                                             "env, url, headers, connect_timeout, list_timeout, call_timeout)"),
+    ({"shop": {"command": "x", "cmd": "y"}},
+     "mcp_servers.shop.cmd: unknown setting (expected one of command, args, "
+     "env, url, headers, trusted, connect_timeout, list_timeout, call_timeout)"),
     ({"shop": {"command": "x", "args": "-m shop"}}, "mcp_servers.shop.args: expected a list of text"),
     ({"shop": {"command": "x", "args": ["-m", 3]}}, "mcp_servers.shop.args[1]: expected text"),
     ({"shop": {"command": "x", "env": ["A=1"]}}, "mcp_servers.shop.env: expected a table of name = \"text\""),
@@ -73,6 +74,7 @@ def test_a_stdio_and_an_http_server_are_read_as_written() -> None:
      "mcp_servers.shop.connect_timeout: expected a positive number of seconds, got True"),
     ({"shop": {"command": "x", "call_timeout": float("inf")}},
      "mcp_servers.shop.call_timeout: expected a positive number of seconds, got inf"),
+    ({"shop": {"command": "x", "trusted": "yes"}}, "mcp_servers.shop.trusted: expected true or false, got 'yes'"),
 ])
 def test_each_mistake_is_one_error_naming_its_key(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as error:

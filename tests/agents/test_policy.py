@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from console.agents.policy import DEFAULT_ALLOW, DEFAULT_UNTRUSTED_ALLOW, Policy, untrusted_sources
+from console.agents.policy import DEFAULT_ALLOW, DEFAULT_UNTRUSTED_ALLOW, Policy, Ruling, untrusted_sources
 from console.agents.registry import read_instructions
 from console.config import ConfigError, Settings
 
@@ -36,16 +36,50 @@ def test_the_policy_matrix(tool: str, trusted: str, untrusted: str) -> None:
 
 @pytest.mark.parametrize(("tool", "untrusted", "decision", "rule"), [
     ("mcp__shop__lookup_order", False, "allow", "allow: mcp__shop__lookup_*"),
-    ("mcp__shop__lookup_order", True, "allow", "untrusted.allow: mcp__shop__lookup_*"),
+    ("mcp__shop__lookup_order", True, "allow", "allow: mcp__shop__lookup_* + untrusted.allow: mcp__shop__lookup_*"),
     ("mcp__shop__refund", False, "ask", "ask: mcp__shop__refund"),
     ("mcp__shop__delete_order", True, "deny", "deny: mcp__shop__delete_*"),
     ("mcp__shop__list_orders", False, "ask", "default"),   # no list names it
-    ("send_message", True, "ask", "default"),
+    ("send_message", True, "ask", "untrusted: not in untrusted.allow"),
+    ("mcp__shop__list_orders", True, "ask", "default"),
 ])
 def test_the_policy_says_which_rule_decided(tool: str, untrusted: bool, decision: str, rule: str) -> None:
     ruling = POLICY.judge(tool, untrusted=untrusted)
     assert (ruling.decision, ruling.rule) == (decision, rule)
     assert POLICY.decide(tool, untrusted=untrusted) == decision
+
+
+def test_an_untrusted_run_runs_unasked_only_what_both_allow_lists_match_and_never_what_ask_names() -> None:
+    policy = Policy.from_settings({
+        "allow": ["mcp__shop__lookup_*", "recall"],
+        "ask": ["mcp__shop__refund"],
+        "untrusted": {"allow": ["mcp__shop__*", "recall", "remember", "send_message"]},
+    })
+    # The untrusted list names refund, but ask does: it asks (it used to run unasked in untrusted runs).
+    assert policy.decide("mcp__shop__refund", untrusted=True) == "ask"
+    assert policy.decide("mcp__shop__refund", untrusted=False) == "ask"
+    # In the untrusted list only, not the trusted one: asks. In both: runs.
+    assert policy.decide("mcp__shop__cancel", untrusted=True) == "ask"
+    assert policy.decide("send_message", untrusted=True) == "ask"
+    assert policy.decide("mcp__shop__lookup_order", untrusted=True) == "allow"
+    assert policy.decide("recall", untrusted=True) == "allow"
+
+
+def test_remember_in_an_untrusted_run_asks_whatever_the_lists_say() -> None:
+    policy = Policy.from_settings({"allow": ["remember"], "untrusted": {"allow": ["remember"]}})
+    assert policy.decide("remember", untrusted=False) == "allow"
+    assert policy.judge("remember", untrusted=True) == Ruling("ask", "untrusted: remember asks")
+
+
+def test_a_read_only_tool_of_a_trusted_server_counts_as_allowed_unless_a_rule_names_it() -> None:
+    policy = Policy.from_settings({"ask": ["mcp__shop__audit"], "deny": ["mcp__shop__secret"]})
+    assert policy.judge("mcp__shop__lookup", untrusted=False, read_only_default=True) == Ruling(
+        "allow", "read-only tool of a trusted server")
+    assert policy.decide("mcp__shop__lookup", untrusted=False) == "ask"  # without the hint: unmatched asks
+    assert policy.decide("mcp__shop__audit", untrusted=False, read_only_default=True) == "ask"
+    assert policy.decide("mcp__shop__secret", untrusted=False, read_only_default=True) == "deny"
+    # An untrusted run still needs the untrusted list.
+    assert policy.decide("mcp__shop__lookup", untrusted=True, read_only_default=True) == "ask"
 
 
 def test_ask_is_checked_before_allow_and_deny_before_both() -> None:

@@ -1,0 +1,142 @@
+"""Provenance: whether a conversation may be trusted, and what made it untrusted (docs/security.md).
+
+A conversation (a run of the agent and every resume of it) starts trusted only if every event it is about is
+trusted, and becomes untrusted, for good, as soon as it reads untrusted content: an event from outside, a
+timer set by an untrusted conversation, the result of an open-world tool, a note written by an untrusted
+conversation. What tainted it is kept in the words the owner reads ("github delivery 9a1f (#7)", "tool
+mcp__shop__lookup_order", "note standing-orders from stripe run #12"), so an approval can say where the request
+came from. It is saved with the conversation's session, so a resume is exactly as untrusted as the run that
+asked. The runtime decides all of this from what the run read; nothing the model says can change it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from console.agents.policy import TRUSTED_SOURCES
+from console.core import Event
+from console.core.models import MemoryEntry, origin_trusted
+
+SHORT_ID_CHARS = 12  # of a delivery's id in a taint's words: enough to find it, short enough to read
+
+
+@dataclass
+class Provenance:
+    """One conversation's trust. `sources` are the events that started it ({"event_id", "source",
+    "source_id"}); `tainted_by` what made it untrusted, in order, once each (empty: trusted)."""
+
+    sources: list[dict[str, Any]] = field(default_factory=list)
+    tainted_by: list[str] = field(default_factory=list)
+
+    @property
+    def trusted(self) -> bool:
+        return not self.tainted_by
+
+    def taint(self, why: str) -> None:
+        """The conversation read untrusted content (`why` says what): untrusted from now on."""
+        if why not in self.tainted_by:
+            self.tainted_by.append(why)
+
+    # --- where it starts ---------------------------------------------------------------------------------
+    @classmethod
+    def of_events(cls, events: Iterable[Event]) -> Provenance:
+        """A conversation about these events: untrusted by each event that is."""
+        listed = list(events)
+        provenance = cls([{"event_id": e.id, "source": e.source, "source_id": e.source_id} for e in listed])
+        for event in listed:
+            why = event_taint(event)
+            if why is not None:
+                provenance.taint(why)
+        return provenance
+
+    @classmethod
+    def of_sources(cls, sources: Iterable[Mapping[str, Any]]) -> Provenance:
+        """From what started a run when only its sources are known (no payloads): untrusted by source alone."""
+        listed = [dict(source) for source in sources]
+        provenance = cls(listed)
+        for source in listed:
+            if str(source.get("source", "")) not in TRUSTED_SOURCES:
+                provenance.taint(_delivery(str(source.get("source", "")), str(source.get("source_id", "")),
+                                           source.get("event_id")))
+        return provenance
+
+    @classmethod
+    def restored(cls, saved: Any, *, sources: Any = None, origin: Any = None) -> Provenance:
+        """A saved conversation's provenance (to_json), for its resume. A session saved before provenance was
+        kept falls back on the approval's origin, then on what started it; anything unreadable is untrusted."""
+        listed = [dict(s) for s in sources if isinstance(s, Mapping)] if isinstance(sources, list) else []
+        if isinstance(saved, Mapping):
+            tainted = saved.get("tainted_by")
+            kept = [dict(s) for s in saved.get("sources") or [] if isinstance(s, Mapping)] or listed
+            provenance = cls(kept, [str(t) for t in tainted] if isinstance(tainted, list) else [])
+            if saved.get("trusted") is not True and provenance.trusted:
+                provenance.taint("a saved conversation whose trust could not be read")
+            return provenance
+        provenance = cls.of_sources(listed)
+        if isinstance(origin, Mapping) and origin.get("trusted") is not True:
+            for why in origin.get("tainted_by") or [origin.get("summary") or "an untrusted run"]:
+                provenance.taint(str(why))
+        return provenance
+
+    # --- what it leaves behind ---------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """Saved with the conversation's session."""
+        return {"trusted": self.trusted, "sources": [dict(s) for s in self.sources],
+                "tainted_by": list(self.tainted_by)}
+
+    def approval_origin(self) -> dict[str, Any]:
+        """The approvals row's `origin`: where the request came from, as the owner reads it."""
+        return {"trusted": self.trusted, "summary": self.summary(), "tainted_by": list(self.tainted_by)}
+
+    def summary(self) -> str:
+        """'asked by a run that read untrusted content: github delivery 9a1f (#7), tool mcp__shop__lookup_order'
+        or 'asked by a run from your chat #12'."""
+        if not self.trusted:
+            return "asked by a run that read untrusted content: " + ", ".join(self.tainted_by)
+        started = ", ".join(f"your {s.get('source')} #{s.get('event_id')}" for s in self.sources)
+        return f"asked by a run from {started}" if started else "asked by a run of yours"
+
+    def write_origin(self, anchor: Event | None) -> dict[str, Any]:
+        """The origin a note or a timer this conversation writes keeps: the run that started it (its first
+        source; the anchor when it has none) and its trust."""
+        first = self.sources[0] if self.sources else (
+            {"event_id": anchor.id, "source": anchor.source, "source_id": anchor.source_id} if anchor else {})
+        return {"trusted": self.trusted, "event_id": first.get("event_id"), "source": first.get("source"),
+                "source_id": first.get("source_id"), "tainted_by": list(self.tainted_by)}
+
+
+def event_taint(event: Event) -> str | None:
+    """Why reading this event makes a conversation untrusted, or None when it does not: a source from outside,
+    or a timer set by a conversation that was untrusted (it fires with that trust)."""
+    if event.source not in TRUSTED_SOURCES:
+        return _delivery(event.source, event.source_id, event.id)
+    if event.source == "timer":
+        payload = event.payload if isinstance(event.payload, Mapping) else {}
+        if "origin" in payload and not origin_trusted(payload["origin"]):
+            timer_id = event.source_id.rsplit("@", 1)[0]
+            return f"timer {timer_id} set by {_run_words(payload['origin'])}"
+    return None
+
+
+def note_taint(entry: MemoryEntry) -> str | None:
+    """Why reading this note makes a conversation untrusted (None: the owner's, or a trusted run's)."""
+    if entry.trusted:
+        return None
+    return f"note {entry.key} from {_run_words(entry.origin, run=True)}"
+
+
+def _delivery(source: str, source_id: str, event_id: Any) -> str:
+    short = source_id if len(source_id) <= SHORT_ID_CHARS else source_id[: SHORT_ID_CHARS - 1] + "…"
+    return f"{source} delivery {short}" + (f" (#{event_id})" if event_id is not None else "")
+
+
+def _run_words(origin: Any, *, run: bool = False) -> str:
+    """'stripe run #12' (run=True) or 'an untrusted stripe run #12': the run an origin names."""
+    if not isinstance(origin, Mapping):
+        return "a run of unknown origin"
+    named = " ".join(str(part) for part in (
+        origin.get("source"), "run", f"#{origin['event_id']}" if origin.get("event_id") is not None else None)
+        if part)
+    return named if run else f"an untrusted {named}"
