@@ -22,7 +22,7 @@ from console.agents.base import Agent
 from console.clock import Clock, WallClock
 from console.config import Settings
 from console.core import Store
-from console.core.db import START_CHECK_SECONDS, QuickCheck, damage_met, is_damage, is_postgres
+from console.core.db import START_CHECK_SECONDS, InboxDamaged, QuickCheck, damage_met, is_damage, is_postgres
 from console.core.gate import check_before_intake
 from console.core.outbox import OutboxChannel
 from console.core.store import ChangeFeed
@@ -232,6 +232,8 @@ class Engine:
         return await self.on("reader", fn)
 
     async def write(self, fn: Callable[[Store], T]) -> T:
+        if self.damaged is not None:  # the console's writes (an ingest, an answer) take no new work either
+            raise InboxDamaged(self.damaged)
         result = await self.on("writer", fn)
         self.wake()
         return result

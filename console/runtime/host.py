@@ -98,7 +98,8 @@ async def service_loop(host: ServiceHost, name: str, tick: Callable[[], Awaitabl
         try:
             idle_for = await tick()
         except Exception as exc:
-            host.note_error(f"{name}: {type(exc).__name__}: {exc}")
+            if host.damaged is None:  # damage has been said once, by the engine that halted on it
+                host.note_error(f"{name}: {type(exc).__name__}: {exc}")
             idle_for = host.idle_cap
         if idle_for is not None:
             await host.sleep(wake, idle_for)
