@@ -55,6 +55,7 @@ class EventsPage:
     events: list[Event]
     counts: dict[str, int]
     at_top: bool  # no event above the first row matches the filter: the page is live
+    stranded: dict[int, StrandedAnswer] = field(default_factory=dict)  # dead answers on the page, by event id
 
 
 def read_page(
@@ -65,7 +66,9 @@ def read_page(
     def read(store: Store) -> EventsPage:
         events = flt.run(store, start=top, inclusive=True, limit=limit)
         at_top = top is None or not flt.run(store, start=top, backwards=True, limit=1)
-        return EventsPage(events, store.counts(), at_top)
+        stranded = {event.id: answer for event in events if event.source == "approval" and event.status == "dead"
+                    and (answer := store.stranded_answer(event.id)) is not None}
+        return EventsPage(events, store.counts(), at_top, stranded)
 
     return read
 

@@ -1,5 +1,6 @@
 """The console shows an owner's answer whose event died: the approvals pane says which approved call did not
-happen and what to retry; the dead event's detail says the same, and its retry takes the line away."""
+happen and what to retry; the events pane's line under the table and the dead event's detail say the same, and
+its retry takes the line away."""
 
 from __future__ import annotations
 
@@ -47,6 +48,8 @@ async def test_the_approvals_pane_and_the_detail_say_an_approved_call_was_not_ru
         await started(app, pilot)
         shown = " ".join(text_of(app, "#approvals-stranded").split())  # the pane wraps it
         assert shown == f"yes {ACTION}: {line}"
+        under_the_table = " ".join(text_of(app, "#events-error").split())  # the selected row: the dead answer
+        assert under_the_table == f"#{answer_id} yes to {ACTION}: {line}"
 
         await pilot.press("enter")  # the newest event, the dead answer, is selected
         await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")

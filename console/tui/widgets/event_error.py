@@ -7,17 +7,22 @@ from datetime import tzinfo
 from textual.content import Content
 from textual.widgets import Static
 
-from console.core import Event
+from console.core import Event, StrandedAnswer
 from console.core.models import death_in_words
-from console.textsafe import terminal_safe_lines
+from console.textsafe import terminal_safe, terminal_safe_lines
 from console.tui.detail import clock_text, human_span
 
 
-def error_lines(event: Event, now: int, zone: tzinfo | None = None) -> list[tuple[str, str]]:
-    """(text, style) parts saying what went wrong with event, or that nothing did."""
+def error_lines(event: Event, now: int, zone: tzinfo | None = None,
+                stranded: StrandedAnswer | None = None) -> list[tuple[str, str]]:
+    """(text, style) parts saying what went wrong with event, or that nothing did. stranded: the answer a dead
+    approval event carries, said first (on a yes, a call the owner approved that may not have happened)."""
     # A dead or discarded row's updated_at is when it died or was discarded: nothing else writes such a row.
     # Why it died is built from its fields (dead_reason, attempts, error), as the detail and the CLI say it.
     died = death_in_words(event.dead_reason, event.attempts, event.error)
+    if event.status == "dead" and stranded is not None:
+        return [(f"#{event.id} {stranded.outcome} to {terminal_safe(stranded.action)}: ", "bold"),
+                (terminal_safe(stranded.in_words()), "$text-error")]
     if event.status == "dead":
         return [(f"#{event.id} died {clock_text(event.updated_at, now, zone)}: ", "bold"),
                 (terminal_safe_lines(died), "$text-error")]
@@ -52,5 +57,6 @@ class EventError(Static):
     }
     """
 
-    def show(self, event: Event | None, now: int, zone: tzinfo | None = None) -> None:
-        self.update(Content.assemble(*error_lines(event, now, zone)) if event is not None else "")
+    def show(self, event: Event | None, now: int, zone: tzinfo | None = None,
+             stranded: StrandedAnswer | None = None) -> None:
+        self.update(Content.assemble(*error_lines(event, now, zone, stranded)) if event is not None else "")

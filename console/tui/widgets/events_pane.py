@@ -268,7 +268,9 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     def _show_error(self) -> None:
         now = self.view.now if self.view is not None else self.clock.now()
-        self.query_one(EventError).show(self.selected_event(), now, self.zone)
+        event = self.selected_event()
+        stranded = None if event is None or self.page is None else self.page.stranded.get(event.id)
+        self.query_one(EventError).show(event, now, self.zone, stranded)
 
     @on(EventsTable.RowHighlighted)
     def _remember_selection(self, message: EventsTable.RowHighlighted) -> None:
