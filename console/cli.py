@@ -778,6 +778,8 @@ def dead(state: CliState, source: str | None, limit: int, as_json: bool) -> None
     now = _now()
     with state.reader() as store:
         found = store.events(status="dead", source=source, limit=limit)
+        answers = {e.id: answer for e in found if e.source == "approval"
+                   and (answer := store.stranded_answer(e.id)) is not None}
     # A dead event's updated_at is the moment it died: nothing else writes a dead row but retry and discard,
     # which move it out of this state.
     if as_json:
@@ -791,6 +793,8 @@ def dead(state: CliState, source: str | None, limit: int, as_json: bool) -> None
     for event in found:
         _say(f"{event.id:>6}  died {_clock_time(event.updated_at, zone)} ({span(max(0, now - event.updated_at))} ago)  "
              f"{event.source}/{event.source_id}  {event.death_in_words()}")
+        if event.id in answers:  # the owner's answer it carries: on a yes, a call that may not have happened
+            _say(f"        {answers[event.id].outcome} to {answers[event.id].action}: {answers[event.id].in_words()}")
 
 
 @main.command()

@@ -120,6 +120,8 @@ def test_a_yes_whose_resume_dies_in_crashes_is_told_to_the_owner_and_a_retry_run
         assert shown.exit_code == 0 and line in shown.output
         asking = invoke(["show", str(asker)], env=env)
         assert asking.exit_code == 0 and line in asking.output
+        listed = invoke(["dead"], env=env)
+        assert listed.exit_code == 0 and f'yes to mcp__shop__refund(order="881"): {line}' in listed.output
 
         # A retry by hand: the engine runs the approved call, exactly the one on the approvals row, once.
         retried = invoke(["retry", str(answer.id)], env=env)
