@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core import Store
-from console.core.copy import TABLES, _columns
+from console.core.copy import TABLES, _columns, _set_mark
 from console.core.models import BudgetDefaults
 from tests.cli.helpers import invoke
 
@@ -111,3 +111,89 @@ def test_bad_targets_are_one_line_errors(tmp_path: Path) -> None:
         result = invoke(["migrate", "--from", str(source), "--to", target])
         assert result.exit_code == 2, (target, result.output)
         assert said in result.output and "Traceback" not in result.output and "secret" not in result.output
+
+
+def _mark(where: str | Path, state: str, other: str) -> None:
+    with Store.open(where) as store:
+        _set_mark(store, state, other, T)
+
+
+def _one_line(result: Any, *fragments: str) -> None:
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and len(result.output.splitlines()) == 1, result.output
+    for fragment in fragments:
+        assert fragment in result.output, (fragment, result.output)
+
+
+def test_a_move_stopped_before_its_last_step_is_finished_by_running_it_again(tmp_path: Path,
+                                                                            postgres_url: str) -> None:
+    source = tmp_path / "inbox.db"
+    with Store.open(source) as store:
+        fill(store)
+    assert invoke(["migrate", "--from", str(source), "--to", postgres_url]).exit_code == 0
+    _mark(postgres_url, "incomplete", str(source))  # what a migrate stopped between its last two steps leaves
+    _one_line(invoke(["--db", postgres_url, "ingest", "chat", "x"]),
+              f"this inbox is an unfinished copy from {source}", "run migrate again or delete it")
+    _one_line(invoke(["--db", str(source), "ingest", "chat", "x"]), f"this inbox was moved to {postgres_url}")
+
+    again = invoke(["migrate", "--from", str(source), "--to", postgres_url])
+    assert again.exit_code == 0 and "finished the move" in again.output and "all 6 event keys verified" in again.output
+    assert invoke(["--db", postgres_url, "ingest", "chat", "x"]).output == "stored\n"
+    done = invoke(["migrate", "--from", str(source), "--to", postgres_url])
+    assert done.exit_code == 0 and "the move was already done" in done.output
+
+
+def test_a_copy_stopped_part_way_is_done_again(tmp_path: Path, postgres_url: str) -> None:
+    """Stopped after the copy committed but before the source was marked moved: the target holds a whole
+    copy, still marked incomplete; running migrate again copies it afresh (the old rows go first)."""
+    source = tmp_path / "inbox.db"
+    with Store.open(source) as store:
+        fill(store)
+    assert invoke(["migrate", "--from", str(source), "--to", postgres_url]).exit_code == 0
+    assert invoke(["migrate", "--abandon", "--from", str(source)]).exit_code == 0
+    with Store.open(source) as store:
+        store.ingest("chat", "after-the-first-copy", {}, now=T + 50)
+    _mark(source, "moving", postgres_url)
+    _mark(postgres_url, "incomplete", str(source))
+    _one_line(invoke(["--db", str(source), "ingest", "chat", "y"]), f"this inbox is being moved to {postgres_url}")
+
+    again = invoke(["migrate", "--from", str(source), "--to", postgres_url])
+    assert again.exit_code == 0, again.output
+    assert "(an unfinished copy was done again)" in again.output and "all 7 event keys verified" in again.output
+    with Store.open(source, read_only=True) as old, Store.open(postgres_url) as new:
+        for table in TABLES:
+            columns = _columns(old, table)
+            assert rows(old, table, columns) == rows(new, table, columns), table
+        assert new.counts() == old.counts() and new.outbox_counts() == old.outbox_counts()
+
+
+def test_abandoning_a_move_gives_the_source_its_work_back(tmp_path: Path, postgres_url: str) -> None:
+    source = tmp_path / "inbox.db"
+    with Store.open(source) as store:
+        store.ingest("chat", "m-1", {}, now=T)
+    _mark(source, "moving", postgres_url)  # a migrate killed mid-copy
+    _one_line(invoke(["--db", str(source), "ingest", "chat", "m-2"]), "is being moved")
+    _one_line(invoke(["migrate", "--abandon", "--from", str(source), "--to", postgres_url]),
+              "--abandon takes only --from")
+    result = invoke(["migrate", "--abandon", "--from", str(source)])
+    assert result.exit_code == 0 and f"it was being moved to {postgres_url}" in result.output
+    assert invoke(["--db", str(source), "ingest", "chat", "m-2"]).output == "stored\n"
+    _one_line(invoke(["migrate", "--abandon", "--from", str(source)]), "is not being moved, nor was it moved")
+    _one_line(invoke(["migrate", "--from", str(source)]), "--to is missing")
+
+
+def test_moves_that_would_mix_two_inboxes_are_refused(tmp_path: Path, postgres_url: str) -> None:
+    source, other = tmp_path / "inbox.db", tmp_path / "other.db"
+    for path in (source, other):
+        with Store.open(path) as store:
+            store.ingest("chat", "m-1", {}, now=T)
+    _mark(postgres_url, "incomplete", str(other))
+    _one_line(invoke(["migrate", "--from", str(source), "--to", postgres_url]),
+              f"is an unfinished copy from {other}, not from {source}")
+    _mark(source, "moved", str(other))
+    _one_line(invoke(["migrate", "--from", str(source), "--to", postgres_url]), f"was already moved to {other}")
+    _mark(source, "moving", str(other))
+    _one_line(invoke(["migrate", "--from", str(source), "--to", postgres_url]),
+              f"is being moved to {other} by another migrate", "--abandon")
+    with Store.open(source, read_only=True) as old:
+        assert [e.source_id for e in old.events()] == ["m-1"]

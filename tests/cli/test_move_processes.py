@@ -5,7 +5,9 @@ webhook, exit 2 and a "being moved" or "moved" line for the CLI)."""
 
 from __future__ import annotations
 
+import random
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -15,7 +17,7 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from console.core import Store
+from console.core import Store, StoreError
 from tests.cli.helpers import ROOT, isolated_env
 from tests.edges.signing import SECRETS, sign
 from tests.support import wait_until
@@ -32,6 +34,7 @@ secret_env = "MOVE_TEST_GITHUB_SECRET"
 """
 # Enough rows that the copy takes a while: the writers get to write while it runs.
 BACKLOG = 20_000
+KILLS = 8
 
 
 @dataclass
@@ -139,3 +142,48 @@ def test_nothing_acknowledged_during_a_move_is_lost(tmp_path: Path, postgres_url
     assert missing == [], f"{len(missing)} of {len(tally.acknowledged)} acknowledged keys are not in the target"
     with Store.open(db, read_only=True) as source:
         assert all(source.find_event(source_name, key) is None for source_name, key, _ in tally.refused)
+
+
+def _state(db: Path, url: str) -> tuple[object, object]:
+    """The marks a stopped migrate left: (the source's, the target's), each a state or None."""
+    with Store.open(db, read_only=True) as source:
+        source_mark = source.move_mark()
+    try:
+        with Store.open(url, read_only=True) as target:
+            target_mark = target.move_mark()
+    except StoreError:  # the target's schema was not made yet
+        return (source_mark and source_mark[0], "none")
+    return (source_mark and source_mark[0], target_mark and target_mark[0])
+
+
+def test_migrate_killed_at_random_points_and_run_again_ends_complete_and_verified(tmp_path: Path,
+                                                                                 postgres_url: str) -> None:
+    db = tmp_path / "inbox.db"
+    _fill(db)
+    env = isolated_env(tmp_path / "home")
+    command = [sys.executable, "-m", "console", "migrate", "--from", str(db), "--to", postgres_url]
+    rng = random.Random(25)
+    left: list[tuple[float, object]] = []
+    for _ in range(KILLS):
+        proc = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        delay = rng.uniform(0.1, 3.0)
+        try:
+            proc.wait(timeout=delay)  # the kill point: this long after the start, unless it ended first
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+        _, err = proc.communicate(timeout=60)
+        assert proc.returncode in (0, -signal.SIGKILL) and "Traceback" not in err, err
+        left.append((round(delay, 2), _state(db, postgres_url)))
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, (left, done.stderr)
+    assert re.search(r"all 20,000 event keys verified", done.stdout), done.stdout
+    again = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "the move was already done" in again.stdout, again.stdout + again.stderr
+    with Store.open(db, read_only=True) as source, Store.open(postgres_url, read_only=True) as target:
+        assert source.move_mark() is not None and source.move_mark()[:2] == ("moved", postgres_url)  # type: ignore[index]
+        assert target.move_mark() is None
+        assert target.counts() == source.counts()
+        keys = "SELECT id, source, source_id FROM inbox ORDER BY id"
+        assert [tuple(r) for r in source.connection.execute(keys)] == \
+            [tuple(r) for r in target.connection.execute(keys)]
+    print("kill points and what they left (source mark, target mark):", left)
