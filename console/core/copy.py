@@ -38,7 +38,12 @@ TABLES: tuple[str, ...] = (
     "inbox", "attempts", "lease", "lease_log", "refused_finishes", "timers", "approvals", "sessions",
     "outbox_batches", "outbox", "outbox_deliveries", "journal", "agent_state", "replay_ledger", "memory",
     "tool_calls", "spend", "budgets", "inbox_identity", "phone_messages", "phone_cursors", "phone_answers",
+    "cap_uses", "cap_notices", "held_messages",
 )
+# Tables not copied: kept counts (the target's own triggers or the copy count them), the move's own marks, and
+# PostgreSQL's schema version (the target has its own). Any other table a migration adds must join TABLES:
+# a move refuses to start while one is neither here nor there, rather than leave its rows behind.
+NOT_COPIED = ("inbox_counts", "outbox_counts", "move_mark", "schema_version")
 # Tables a new inbox is created with one row in: the copy replaces that row.
 SEEDED = ("agent_state", "inbox_identity")
 # What decides that a target is not new: any of these holds a row.
@@ -141,6 +146,7 @@ def move_inbox(source: Store, target: Store, *, now: int,
     if source_mark is not None and source_mark[1] != target_name:
         raise StoreError(f"the source {source_name} is being moved to {source_mark[1]} by another migrate: if that "
                          f"one is no longer running, agent-console migrate --abandon --from {source_name} first")
+    _refuse_unknown_tables(source, source_name)
     restart = _check_target(target, target_name, target_mark, source_name)
     refuse_live_source(source, now)
     with _side(f"marking the target {target_name}"):
@@ -158,6 +164,19 @@ def move_inbox(source: Store, target: Store, *, now: int,
         raise MoveFailed(f"{' '.join(str(exc).split())}; {kept}") from exc
     _finish_target(target, target_name)
     return CopyReport(rows, keys, source_name, target_name, "restarted" if restart else "copied")
+
+
+def _refuse_unknown_tables(source: Store, source_name: str) -> None:
+    if source.backend == "postgresql":
+        sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+    else:
+        sql = "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+    with _side(f"reading the source {source_name}"):
+        names = {str(row[0]) for row in source.connection.execute(sql)}
+    unknown = sorted(names - set(TABLES) - set(NOT_COPIED))
+    if unknown:
+        raise StoreError(f"this agent-console does not know how to move the table(s) {', '.join(unknown)} of "
+                         f"{source_name} (a bug: report it); nothing was changed")
 
 
 def _check_target(target: Store, target_name: str, mark: tuple[str, str, int] | None, source_name: str) -> bool:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core import Store
-from console.core.copy import TABLES, _columns, _set_mark
+from console.core.copy import NOT_COPIED, TABLES, _columns, _set_mark
 from console.core.models import BudgetDefaults
 from tests.cli.helpers import invoke
 
@@ -197,3 +197,13 @@ def test_moves_that_would_mix_two_inboxes_are_refused(tmp_path: Path, postgres_u
               f"is being moved to {other} by another migrate", "--abandon")
     with Store.open(source, read_only=True) as old:
         assert [e.source_id for e in old.events()] == ["m-1"]
+
+
+def test_every_table_of_an_inbox_is_moved_or_known_not_to_need_it(inbox_target: str) -> None:
+    with Store.open(inbox_target) as store:
+        if store.backend == "postgresql":
+            sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
+        else:
+            sql = "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
+        tables = {str(row[0]) for row in store.connection.execute(sql)}
+    assert tables - set(NOT_COPIED) == set(TABLES)
