@@ -25,6 +25,8 @@ from console.clock import ManualClock
 from console.config import Settings, load_settings
 from console.core import Store
 from console.runtime.assembly import build_engine
+from tests.agents.stand_in import FakeClaude, text, tool
+from tests.agents.test_claude_agent import FAKE_KEY
 from tests.cli.helpers import invoke, isolated_env
 from tests.core.workers import spawn
 from tests.support import inbox_until, read_until
@@ -182,3 +184,49 @@ async def test_a_declined_answer_retried_after_its_event_died_never_runs_the_cal
         (call,) = [c for c in store.tool_calls(answer.id)]
         assert (call.tool, call.decision, call.outcome) == ("mcp__shop__refund", "declined", "refused")
     assert shop_state(shop).get("calls", {}).get("refund") is None
+
+
+async def test_a_yes_whose_call_ran_but_whose_report_kept_failing_is_told_and_never_run_twice(
+    tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The Claude agent: the approved refund runs (a journal step), then the model turn that reports it fails
+    on every attempt (500), so the answer's event dies. The owner hears the refund was made but not reported;
+    a retry resumes the conversation and the shop server is not asked again."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    db, shop = tmp_path / "inbox.db", tmp_path / "shop.json"
+    servers = {"shop": {"command": sys.executable, "args": ["-m", "console.examples.shop_server"],
+                        "env": {"SHOP_STATE": str(shop)}}}
+    settings = Settings(db=db, agent="claude", claude_base_url=claude.url, mcp_servers=servers,
+                        permissions={"allow": ["send_message"]}, instructions=tmp_path / "none.md",
+                        max_attempts=2, backoff_base=0)
+    clock = ManualClock(1_790_000_000)
+    engine = build_engine(settings, clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
+    await engine.start()
+    try:
+        claude.reply(tool("t1", "mcp__shop__refund", order="881"))
+        await engine.ingest("chat", "m1", {"text": "refund order 881"})
+        (approval,) = await read_until(engine, lambda s: s.pending_approvals())
+        # No reply is scripted for the turns after the call: the stand-in answers each with a 500.
+        assert await engine.answer(approval.request_id, "yes") == "yes"
+        answer = await read_until(engine, lambda s: (e := s.find_event("approval", approval.request_id))
+                                  is not None and e.status == "dead" and e, "the answer's event dead")
+        (stranded,) = await engine.read(lambda s: s.stranded_answers())
+        told = await engine.read(lambda s: [(m.body, m.urgent) for m in s.event_replies(answer.id)])
+        assert shop_state(shop)["calls"]["refund"] == 1
+        assert (stranded.call, stranded.dead_reason, stranded.attempts) == ("done", "failed", 2)
+        assert len(told) == 1 and told[0][1] and "was carried out, but the conversation did not resume" in told[0][0]
+
+        claude.reply(tool("t2", "send_message", text="Refunded order 881."))
+        claude.reply(text("Done."))
+        with Store.open(db) as store:  # `agent-console retry`, from beside the engine
+            assert store.retry_dead(answer.id, now=clock.now())
+        await read_until(engine, lambda s: (e := s.event(answer.id)) is not None and e.status == "done",
+                         "the retried answer done")
+    finally:
+        await engine.stop()
+    assert shop_state(shop)["calls"]["refund"] == 1 and shop_state(shop)["orders"]["881"]["refunded"] == 42.5
+    with Store.open(db) as store:
+        step = store.journal_step(f"tool:{approval.request_id}")
+        assert step is not None and (step.state, step.executions) == ("committed", 1)
+        assert store.stranded_answers() == []
+        assert "Refunded order 881." in [m.body for m in store.outbox_messages()]
