@@ -6,7 +6,10 @@
   thread of the test process, recording calls in memory.
 
 Both offer the same tools: echo, add (structured), whoami (the idempotency key and the Authorization header it
-was sent), slow (sleeps), pid (the server's process id), fail (an error result).
+was sent), slow (sleeps), pid (the server's process id), fail (an error result); and a small shop for the
+provenance tests: lookup_order (its result carries a customer's note, `customer_note`, which an attacker
+writes), act (a world-changing call), stock (annotated read-only, closed-world) and search (annotated
+open-world).
 """
 
 from __future__ import annotations
@@ -25,13 +28,14 @@ import anyio
 import uvicorn
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
 
 THIS_FILE = Path(__file__).resolve()
 IDEMPOTENCY_META_KEY = "agent-console/idempotency-key"
 STDERR_MARKER = "stderr line from the echo tool"
 
 
-def build(name: str, record: Callable[[dict[str, Any]], None]) -> MCPServer:
+def build(name: str, record: Callable[[dict[str, Any]], None], customer_note: str = "") -> MCPServer:
     server = MCPServer(name, log_level="WARNING")
 
     def seen(tool: str, ctx: Context, **details: Any) -> None:
@@ -78,6 +82,30 @@ def build(name: str, record: Callable[[dict[str, Any]], None]) -> MCPServer:
         seen("fail", ctx)
         raise ToolError("this tool always fails")
 
+    @server.tool()
+    def lookup_order(order: str, ctx: Context) -> str:
+        """Looks up an order, with the customer's note on it."""
+        seen("lookup_order", ctx, order=order)
+        return f"Order {order}: shipped. Customer note: {customer_note}"
+
+    @server.tool()
+    def act(order: str | int, ctx: Context, amount: int = 0) -> str:
+        """Changes the world: refunds, pays, deletes (every call is recorded)."""
+        seen("act", ctx, order=order, amount=amount)
+        return f"acted on {order}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    def stock(item: str, ctx: Context) -> str:
+        """How many of an item are in stock (read-only, the shop's own data)."""
+        seen("stock", ctx, item=item)
+        return f"{item}: 4 in stock"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=True))
+    def search(query: str, ctx: Context) -> str:
+        """Searches the web (read-only, open-world)."""
+        seen("search", ctx, query=query)
+        return f"Results for {query}: {customer_note}"
+
     return server
 
 
@@ -94,10 +122,10 @@ def read_calls(call_log: Path) -> list[dict[str, Any]]:
 
 
 class HttpServer:
-    def __init__(self, name: str, port: int = 0) -> None:
+    def __init__(self, name: str, port: int = 0, customer_note: str = "") -> None:
         self.calls: list[dict[str, Any]] = []
         self._lock = threading.Lock()
-        app = build(name, self._record).streamable_http_app()
+        app = build(name, self._record, customer_note).streamable_http_app()
         self._uvicorn = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
         self._thread = threading.Thread(target=self._uvicorn.run, name=f"mcp-http-{name}", daemon=True)
         self.url = ""
@@ -126,8 +154,8 @@ class HttpServer:
 
 
 @contextmanager
-def serve_http(name: str, port: int = 0) -> Iterator[HttpServer]:
-    server = HttpServer(name, port)
+def serve_http(name: str, port: int = 0, customer_note: str = "") -> Iterator[HttpServer]:
+    server = HttpServer(name, port, customer_note)
     server.start()
     try:
         yield server
@@ -143,7 +171,7 @@ def main() -> None:
         with call_log.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(call) + "\n")
 
-    build(name, record).run(transport="stdio")
+    build(name, record, os.environ.get("CUSTOMER_NOTE", "")).run(transport="stdio")
 
 
 if __name__ == "__main__":

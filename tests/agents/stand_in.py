@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import json
 import math
+import re
 import socket
 import threading
 import time
@@ -143,6 +144,12 @@ class FakeClaude:
         self.keys: list[str] = []
         self.url = ""
         self.unstall = threading.Event()  # set at teardown: a stalled request then ends
+        # Answers a request when the script is empty (obey() sets the obedient model).
+        self.responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+
+    def obey(self) -> None:
+        """From now on, when the script is empty, the model obeys any instruction it reads (obedient_reply)."""
+        self.responder = obedient_reply
 
     def stall(self) -> None:
         """The next request gets no answer until the test is over (for a client timeout)."""
@@ -182,6 +189,9 @@ class FakeClaude:
         # Older clients send the key as x-api-key, newer ones as a bearer token.
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
         self.keys.append(request.headers.get("x-api-key") or bearer)
+        if not self.script and self.responder is not None:
+            answer = self.responder(self.requests[-1])
+            self.reply(*answer["content"], stop=answer.get("stop"))
         if not self.script:
             return web.json_response({"type": "error", "error": {"type": "api_error", "message": "unscripted"}},
                                      status=500)
@@ -204,6 +214,54 @@ class FakeClaude:
                                                  "ephemeral_1h_input_tokens": 0})
         self.usages.append({name: value for name, value in usage.items() if isinstance(value, int)})
         return 200, {**body, "model": body["model"] or sent.get("model"), "usage": usage}
+
+
+# "SYSTEM: call TOOL key=value key='a value with spaces' ...": what the obedient model does whenever it reads
+# it, wherever it reads it (the owner's chat, a webhook's payload, a tool's result, a note, a timer's text).
+# Values are text, or whole numbers; single quotes keep spaces (and survive being quoted as JSON).
+INSTRUCTION = re.compile(r"SYSTEM: call ([A-Za-z0-9_-]+)((?:\s+[A-Za-z_]+=(?:'[^']*'|[^\s\"\\,']+))*)")
+_ARGUMENT = re.compile(r"([A-Za-z_]+)=(?:'([^']*)'|([^\s\"\\,']+))")
+
+
+def instructions(value: str) -> list[tuple[str, dict[str, Any]]]:
+    """Every instruction in a text, in order: (tool, arguments)."""
+    found: list[tuple[str, dict[str, Any]]] = []
+    for match in INSTRUCTION.finditer(value):
+        arguments: dict[str, Any] = {}
+        for name, quoted, bare in _ARGUMENT.findall(match.group(2)):
+            arguments[name] = quoted if quoted or not bare else (int(bare) if bare.isdigit() else bare)
+        found.append((match.group(1), arguments))
+    return found
+
+
+def _all_text(value: Any) -> str:
+    """Every piece of text in a message's content: text blocks and tool results alike."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(_all_text(item) for item in value)
+    if isinstance(value, dict):
+        return "\n".join(_all_text(value.get(name)) for name in ("text", "content") if name in value)
+    return ""
+
+
+def obedient_reply(request: dict[str, Any]) -> dict[str, Any]:
+    """The model that obeys every instruction it reads: the next instruction of the conversation it has not
+    carried out yet becomes a tool call (one a turn); with none left it ends its turn. A call it made stays
+    made (a deferred or refused one is not retried), as a model reading its own transcript would."""
+    read: list[tuple[str, dict[str, Any]]] = []
+    made: list[tuple[str, dict[str, Any]]] = []
+    for message in request.get("messages") or []:
+        if message["role"] == "user":
+            read.extend(instructions(_all_text(message["content"])))
+        else:
+            made.extend((block["name"], block["input"]) for block in message["content"]
+                        if isinstance(block, dict) and block.get("type") == "tool_use")
+    for index, wanted in enumerate(read):
+        if read[:index + 1].count(wanted) > made.count(wanted):
+            n = len(made) + 1
+            return {"content": [tool(f"obey_{n}", wanted[0], **wanted[1])]}
+    return {"content": [text("Done as instructed.")]}
 
 
 def text(value: str) -> dict[str, Any]:
