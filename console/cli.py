@@ -926,28 +926,31 @@ def prune(state: CliState, days: int, dry_run: bool) -> None:
 def memory(ctx: click.Context) -> None:
     """List and edit the agent's memory: the short notes it keeps across runs (remember / forget).
 
-    The agent sees them at the start of every run. With no command, lists them."""
+    The agent sees them at the start of every run. Each note says where it came from: yours, a trusted run's,
+    or a run's that had read untrusted content (those are shown to the agent only as quoted data, and reading
+    them makes its run untrusted; docs/security.md). With no command, lists them."""
     if ctx.invoked_subcommand is None:
         ctx.invoke(memory_list)
 
 
 @memory.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of {key, value, updated_at, event_id}.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print a JSON list of {key, value, updated_at, event_id, origin, trusted}.")
 @click.pass_obj
 def memory_list(state: CliState, as_json: bool) -> None:
-    """The notes, most recently written first."""
+    """The notes, most recently written first, each with its origin."""
     with state.reader() as store:
         notes = store.memory()
     if as_json:
-        _print_json([dataclasses.asdict(note) for note in notes])
+        _print_json([{**dataclasses.asdict(note), "trusted": note.trusted} for note in notes])
         return
     if not notes:
         click.echo("no notes")
         return
     zone = state.zone()
     for note in notes:
-        by = "you" if note.event_id is None else f"event {note.event_id}"
-        _say(f"{note.key}: {note.value}  ({by}, {_clock_time(note.updated_at, zone)})")
+        mark = "" if note.trusted else "[untrusted] "
+        _say(f"{mark}{note.key}: {note.value}  ({note.origin_in_words()}, {_clock_time(note.updated_at, zone)})")
 
 
 @memory.command("set")
