@@ -120,10 +120,11 @@ def resume_call_then_die(db: str, holder: str, ttl: str) -> None:
     raise AssertionError("unreachable: the process was killed inside the call")
 
 
-def resume_die_at_tools(holder: str, now: str) -> None:
+def resume_then_die(holder: str, now: str, where: str) -> None:
     """Claim what is due at `now` (argv) in the inbox the settings name, and resume it with the engine's own
-    agent and tools, dying as the tools start (starting the MCP servers is a resume's first slow moment): an
-    engine killed mid-resume, before the approved call is journalled or reaches its server."""
+    agent and tools, dying mid-resume: `tools`, as the tools start (starting the MCP servers is a resume's
+    first slow moment), before the approved call reaches its server; `after-call`, once the server has
+    answered the call, before the journal commits its result."""
     from console.agents.base import RunContext
     from console.agents.registry import build_agent
     from console.config import load_settings
@@ -136,13 +137,24 @@ def resume_die_at_tools(holder: str, now: str) -> None:
     events = store.claim_batch(holder, gen, now=at)
     print(json.dumps({"claimed": [[e.id, e.source, e.attempts] for e in events]}), flush=True)
     agent = build_agent("offline", settings)
+    gateway: Any = agent.tools  # type: ignore[attr-defined]
 
-    def die() -> None:
+    def die(*_args: Any, **_kwargs: Any) -> Any:
         os.kill(os.getpid(), signal.SIGKILL)
 
-    agent.tools._hub = die  # type: ignore[attr-defined]
+    if where == "tools":
+        gateway._hub = die
+    else:
+        hub = gateway._hub()
+        real_call = hub.call
+
+        def call_then_die(*args: Any, **kwargs: Any) -> Any:
+            real_call(*args, **kwargs)
+            die()
+
+        hub.call = call_then_die
     agent.run(RunContext(store, events, at, holder, gen, approval_expiry=3600))
-    raise AssertionError("unreachable: the process was killed as the tools started")
+    raise AssertionError("unreachable: the process was killed mid-resume")
 
 
 def lease_race(db: str, counter: str, log: str, holder: str, rounds: str, ttl: str, seed: str) -> None:
@@ -268,7 +280,7 @@ ROLES: dict[str, Callable[..., None]] = {
     "journal-crash": journal_crash,
     "ask-then-die": ask_then_die,
     "resume-call-then-die": resume_call_then_die,
-    "resume-die-at-tools": resume_die_at_tools,
+    "resume-then-die": resume_then_die,
     "lease-race": lease_race,
     "worker": worker,
     "dispatch-hang": dispatch_hang,

@@ -54,25 +54,45 @@ def ask_for_a_refund(target: str, now: int) -> tuple[str, int]:
         return approval.request_id, events[0].id
 
 
-def crash_mid_resume(env: dict[str, str], crashes: int, start: int) -> list[Any]:
-    """The answer's resume, killed as its tools start, `crashes` times (each a later lease generation)."""
+def crash_mid_resume(env: dict[str, str], crashes: list[str], start: int) -> list[Any]:
+    """The answer's resume, killed at each of `crashes` in turn (`tools`: as its tools start; `after-call`:
+    once the server answered the call, before its commit), each under a later lease generation."""
     claimed = []
-    for crash in range(1, crashes + 1):
-        crasher = spawn("resume-die-at-tools", f"crasher-{crash}", start + 100 * crash, env=env)
+    for crash, where in enumerate(crashes, start=1):
+        crasher = spawn("resume-then-die", f"crasher-{crash}", start + 100 * crash, where, env=env)
         out, err = crasher.communicate(timeout=60)
         assert crasher.returncode == -signal.SIGKILL, err
         claimed.append(json.loads(out)["claimed"])
     return claimed
 
 
-@pytest.fixture
-def engine_env(tmp_path: Path, inbox_target: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    env = isolated_env(tmp_path, AGENT_CONSOLE_DB=inbox_target, AGENT_CONSOLE_LEASE_TTL="2",
+def settings_env(tmp_path: Path, target: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The engine processes' environment; this process's settings are set to the same."""
+    env = isolated_env(tmp_path, AGENT_CONSOLE_DB=target, AGENT_CONSOLE_LEASE_TTL="2",
                        AGENT_CONSOLE_BACKOFF_BASE="0", AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *")
     for name in ("XDG_CONFIG_HOME", "XDG_DATA_HOME", "AGENT_CONSOLE_DB", "AGENT_CONSOLE_LEASE_TTL",
                  "AGENT_CONSOLE_BACKOFF_BASE"):
-        monkeypatch.setenv(name, env[name])  # this process's settings are the engine's
+        monkeypatch.setenv(name, env[name])
     return env
+
+
+@pytest.fixture
+def engine_env(tmp_path: Path, inbox_target: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    return settings_env(tmp_path, inbox_target, monkeypatch)
+
+
+def run_engine(env: dict[str, str]) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "console", "run"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def stop(engine: subprocess.Popen[str]) -> None:
+    engine.send_signal(signal.SIGTERM)
+    try:
+        engine.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        engine.kill()
+        engine.wait()
 
 
 def test_a_yes_whose_resume_dies_in_crashes_is_told_to_the_owner_and_a_retry_runs_it_once(
@@ -87,11 +107,10 @@ def test_a_yes_whose_resume_dies_in_crashes_is_told_to_the_owner_and_a_retry_run
         answer = store.find_event("approval", request_id)
         assert answer is not None
 
-    claims = crash_mid_resume(env, 3, start)
+    claims = crash_mid_resume(env, ["tools"] * 3, start)
     assert claims == [[[answer.id, "approval", attempt]] for attempt in (1, 2, 3)]
 
-    engine = subprocess.Popen([sys.executable, "-m", "console", "run"], cwd=ROOT, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    engine = run_engine(env)
     try:
         dead = inbox_until(inbox_target, lambda s: (e := s.event(answer.id)) is not None and e.status == "dead" and e,
                            "the answer's event parked dead")
@@ -131,12 +150,7 @@ def test_a_yes_whose_resume_dies_in_crashes_is_told_to_the_owner_and_a_retry_run
         inbox_until(inbox_target, lambda s: (e := s.event(answer.id)) is not None and e.status == "done",
                     "the retried answer done")
     finally:
-        engine.send_signal(signal.SIGTERM)
-        try:
-            engine.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            engine.kill()
-            engine.wait()
+        stop(engine)
     after = shop_state(shop)
     assert after["calls"]["refund"] == 1 and after.get("replays", {}).get("refund") is None
     assert after["orders"]["881"]["refunded"] == 42.5
@@ -148,6 +162,46 @@ def test_a_yes_whose_resume_dies_in_crashes_is_told_to_the_owner_and_a_retry_run
     assert sum(b.startswith('Done: mcp__shop__refund(order="881")') for b in bodies) == 1
     assert os.environ.get("AGENT_CONSOLE_DB") == inbox_target
 
+
+def test_a_yes_whose_worker_died_during_the_call_is_told_unknown_and_its_retry_is_one_refund_at_the_server(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first crash falls after the shop server refunded and answered, before the journal committed; the
+    next two as the tools start. The owner is told the outcome is unknown; the retry makes the call again
+    under the same idempotency key, and the server, which keeps the keys it has seen, refunds once."""
+    target = str(tmp_path / "inbox.db")
+    env = settings_env(tmp_path, target, monkeypatch)
+    shop = load_settings(None).inbox_folder / "shop.json"
+    start = int(time.time()) - 10_000
+    request_id, _ = ask_for_a_refund(target, start)
+    with Store.open(target) as store:
+        assert store.answer_approval(request_id, "yes", now=start + 1, via="cli") == "yes"
+        answer = store.find_event("approval", request_id)
+        assert answer is not None
+    crash_mid_resume(env, ["after-call", "tools", "tools"], start)
+    assert shop_state(shop)["calls"]["refund"] == 1  # the refund happened; nothing in the inbox says so
+
+    engine = run_engine(env)
+    try:
+        inbox_until(target, lambda s: (e := s.event(answer.id)) is not None and e.status == "dead",
+                    "the answer's event parked dead")
+        with Store.open(target) as store:
+            (stranded,) = store.stranded_answers()
+            (told,) = [m.body for m in store.event_replies(answer.id)]
+        assert stranded.call == "unknown"
+        assert told.startswith(f'Your yes to mcp__shop__refund(order="881") (request {request_id}) may not have '
+                               "been carried out")
+        assert invoke(["retry", str(answer.id)], env=env).exit_code == 0
+        inbox_until(target, lambda s: (e := s.event(answer.id)) is not None and e.status == "done",
+                    "the retried answer done")
+    finally:
+        stop(engine)
+    after = shop_state(shop)
+    assert (after["calls"]["refund"], after["replays"]["refund"]) == (1, 1)  # the repeat answered from its record
+    assert after["orders"]["881"]["refunded"] == 42.5
+    with Store.open(target) as store:
+        step = store.journal_step(f"tool:{request_id}")
+        assert step is not None and (step.state, step.executions) == ("committed", 2)
 
 async def test_a_declined_answer_retried_after_its_event_died_never_runs_the_call(tmp_path: Path) -> None:
     """A no whose event died is retried by hand: the conversation resumes and reports the refusal; the refund is
