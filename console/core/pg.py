@@ -15,6 +15,7 @@ are not held up. One inbox is one person's agent: its write rate is far below wh
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import threading
@@ -43,6 +44,11 @@ __all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgConnection", "PgTarget", "connect"
 CONNECT_TIMEOUT = 10  # seconds; a server that is down is one clear line, not a hang
 IDLE_IN_WRITE_MS = 5_000
 LOCK_WAIT_MS = 10_000  # longer than IDLE_IN_WRITE_MS: a waiter outlasts a frozen holder's transaction
+
+
+# psycopg logs a warning of its own when a COPY is cut off by a lost connection; with no logging set up (the CLI's
+# short commands) Python would print it to stderr beside the one line that says what happened.
+logging.getLogger("psycopg").addHandler(logging.NullHandler())
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -290,6 +296,9 @@ def connect(target: PgTarget, *, read_only: bool = False, migrate: bool = True) 
             _check_readable(conn)
         elif migrate:
             _migrate(conn)
+    except psycopg.Error as exc:  # the server went away, or its disk is full, while the inbox was looked at or made
+        conn.close()
+        raise StoreUnavailable(f"cannot open the inbox {target.display}: {_first_line(exc)}") from None
     except BaseException:
         conn.close()
         raise
