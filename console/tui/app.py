@@ -65,6 +65,7 @@ from console.tui.screens.detail import DetailHost, DetailScreen
 from console.tui.screens.filter_picker import FilterScreen
 from console.tui.screens.inject import InjectScreen
 from console.tui.screens.message import MessageScreen
+from console.tui.screens.notes import NotesScreen
 from console.tui.screens.search import SearchScreen
 from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
@@ -189,6 +190,8 @@ class ConsoleApp(App[None]):
                 tooltip="set the daily and monthly budgets for model calls"),
         Binding("t", "timers", "Timers", id="console.timers", show=False,
                 tooltip="the timers: next fire, catch-up policy; pause, resume or run one now"),
+        Binding("m", "notes", "Notes", id="console.notes", show=False,
+                tooltip="the agent's notes, each with where it came from"),
         Binding("x", "stall", "Stall", id="console.stall",
                 tooltip="stop (or resume) renewing the lease: another console takes over"),
         Binding("c", "quick_chat", "Chat", id="console.quick_chat", show=False, tooltip="inject a chat message"),
@@ -905,6 +908,9 @@ class ConsoleApp(App[None]):
 
     async def action_timers(self) -> None:
         await self.push_screen(TimersScreen(self.read, self.engine.write, self.clock, ZoneInfo(self.settings.timezone)))
+
+    async def action_notes(self) -> None:
+        await self.push_screen(NotesScreen(self.read, self.engine.write))
 
     def action_stall(self) -> None:
         self._stalled = not self._stalled

@@ -32,6 +32,8 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Set the budgets", "Daily and monthly US dollars for model calls, stored in the inbox (agent-console budget)",
      "budget"),
     ("Show the timers", "Next fire and catch-up policy of each timer; pause, resume or run one now", "timers"),
+    ("Show the agent's notes", "Each note with where it came from (yours, a trusted run, an untrusted one); drop one",
+     "notes"),
     ("Stall or resume the worker", "Stop renewing the lease so another console takes over", "stall"),
     ("Quit, asking first while a run is in progress", "The q key; Textual's own Quit does not ask",
      "request_quit"),

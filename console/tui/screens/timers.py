@@ -22,6 +22,7 @@ from textual.widgets.data_table import ColumnKey
 
 from console.clock import Clock
 from console.core import Store, StoreError, Timer
+from console.core.models import origin_in_words
 from console.core.timers import APPROVAL_EXPIRY_PREFIX
 from console.textsafe import terminal_safe
 from console.timefmt import relative, schedule_in_words
@@ -90,8 +91,9 @@ def timer_cells(timer: Timer, now: int, zone: tzinfo | None) -> tuple[str | Cont
 def timer_line(timer: Timer, now: int, zone: tzinfo | None) -> str:
     """The highlighted timer in full, under the table."""
     payload = json.dumps(timer.payload, ensure_ascii=False, sort_keys=True)
+    set_by = "" if timer.origin is None else f" · set {origin_in_words(timer.origin)}"
     return terminal_safe(f"{timer.id}: {schedule_words(timer)} · catch-up {timer.catch_up} · last fired "
-                         f"{moment_text(timer.last_fired_at, now, zone)} · payload {payload}")
+                         f"{moment_text(timer.last_fired_at, now, zone)}{set_by} · payload {payload}")
 
 
 class TimersScreen(ModalScreen[None]):
