@@ -449,7 +449,9 @@ def check(ctx: click.Context) -> None:
 
     Runs SQLite's full integrity check, which reads every page (seconds on a large inbox); it only
     reads, so it can run beside a running engine. Prints `ok`, or the problems found and exits with
-    code 1. The engine runs a quicker check each time it starts; other commands check nothing."""
+    code 1. `run`, `serve`, the console and `ingest` run a quicker check, bounded in time, before they
+    take any work (a damaged inbox: the first line printed here, exit 2); commands that only read check
+    nothing."""
     state: CliState = ctx.obj
     with state.reader() as store:
         problems = store.integrity_problems()

@@ -353,8 +353,11 @@ def bounded_quick_check(conn: apsw.Connection, *, seconds: float) -> QuickCheck:
 
 
 def is_damage(exc: BaseException) -> bool:
-    """SQLite met a damaged page (SQLITE_CORRUPT), or a file that is no longer a database (SQLITE_NOTADB)."""
-    return isinstance(exc, apsw.CorruptError | apsw.NotADBError | InboxDamaged)
+    """SQLite met a damaged page (SQLITE_CORRUPT) or a file that is no longer a database (SQLITE_NOTADB);
+    PostgreSQL reported damaged data or index pages (SQLSTATE XX001, XX002)."""
+    if isinstance(exc, apsw.CorruptError | apsw.NotADBError | InboxDamaged):
+        return True
+    return getattr(exc, "sqlstate", None) in ("XX001", "XX002")
 
 
 def damage_met(path: str | os.PathLike[str], exc: BaseException) -> InboxDamaged:
