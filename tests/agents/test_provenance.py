@@ -348,3 +348,37 @@ def test_a_run_that_reads_a_python_tools_result_is_untrusted_unless_it_is_closed
     gateway.call(ctx, ToolCall("u2", "page", {"url": "x"}), event=events[0], sources=ctx.sources(),
                  provenance=provenance)
     assert provenance.tainted_by == ["tool page"]
+
+
+# --- provenance itself ---------------------------------------------------------------------------------------
+
+def test_a_resume_is_as_untrusted_as_the_run_that_asked_whatever_was_saved() -> None:
+    from console.agents.provenance import Provenance
+
+    saved = Provenance([{"event_id": 3, "source": "chat", "source_id": "12"}], ["tool mcp__shop__lookup_order"])
+    again = Provenance.restored(saved.to_json(), sources=[{"event_id": 3, "source": "chat", "source_id": "12"}])
+    assert again.tainted_by == ["tool mcp__shop__lookup_order"] and not again.trusted
+    # A session saved before provenance was kept: the approval's origin, then its sources decide.
+    from_origin = Provenance.restored(None, sources=[{"event_id": 3, "source": "chat", "source_id": "12"}],
+                                      origin={"trusted": False, "summary": "x", "tainted_by": ["note a from b"]})
+    assert from_origin.tainted_by == ["note a from b"]
+    from_sources = Provenance.restored(None, sources=[{"event_id": 4, "source": "github", "source_id": "d-9"}])
+    assert from_sources.tainted_by == ["github delivery d-9 (#4)"]
+    # A saved value that cannot be read is not trusted.
+    assert not Provenance.restored({"trusted": "yes"}, sources=[]).trusted
+    trusted = Provenance.restored({"trusted": True, "sources": [], "tainted_by": []},
+                                  sources=[{"event_id": 5, "source": "chat", "source_id": "1"}])
+    assert trusted.trusted and trusted.summary() == "asked by a run from your chat #5"
+
+
+def test_a_batch_holding_any_untrusted_event_is_one_untrusted_conversation(store: Store) -> None:
+    from console.agents.provenance import Provenance
+
+    store.ingest("chat", "1", {"text": "hi"}, now=NOW)
+    store.ingest("stripe", "evt_9", {"type": "charge.refunded"}, now=NOW)
+    store.add_timer("daily", NOW, {"task": "digest"})
+    store.run_scheduler(now=NOW)  # an owner's timer: no origin, trusted
+    events = store.events()
+    provenance = Provenance.of_events(sorted(events, key=lambda e: e.id))
+    assert provenance.tainted_by == ["stripe delivery evt_9 (#2)"]
+    assert Provenance.of_events([e for e in events if e.source != "stripe"]).trusted
