@@ -528,8 +528,11 @@ def _writable_existing(state: CliState, settings: Settings) -> Iterator[Store]:
 
 def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     counts = info["events"]
-    lines = [f"inbox      {info['path']}",
-             "events     " + " · ".join(f"{count(counts.get(s, 0))} {s}" for s in STATUSES)]
+    lines = [f"inbox      {info['path']}"]
+    move = info.get("move")
+    if move is not None:  # the first thing to know: this inbox takes no new work
+        lines.append(f"move       {move['refusal']}")
+    lines.append("events     " + " · ".join(f"{count(counts.get(s, 0))} {s}" for s in STATUSES))
     lease = info["lease"]
     if lease is None:
         lines.append("lease      nobody has held it yet")

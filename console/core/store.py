@@ -164,6 +164,13 @@ class Store(
             return None
         return (str(rows[0][0]), str(rows[0][1]), int(rows[0][2])) if rows else None
 
+    def _move_status(self) -> dict[str, Any] | None:
+        mark = self.move_mark()
+        if mark is None:
+            return None
+        state, other, since = mark
+        return {"state": state, "other": other, "since": since, "refusal": str(move_refusal(*mark))}
+
     def move_refusal(self) -> MoveRefusal | None:
         """Why this inbox must take no new work because of a move (the error every write raises), or None."""
         mark = self.move_mark()
@@ -264,4 +271,5 @@ class Store(
             "next_timer": None if nxt is None else {"id": nxt.id, "due": nxt.due, "due_in": nxt.due - now},
             "agent": self.agent_state().public(now),
             "spend": self.spend_summary(budgets or BudgetDefaults(), now=now),
+            "move": self._move_status(),
         }

@@ -3,6 +3,7 @@ where it would lose or mix anything."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -136,8 +137,14 @@ def test_a_move_stopped_before_its_last_step_is_finished_by_running_it_again(tmp
               f"this inbox is an unfinished copy from {source}", "run migrate again or delete it")
     _one_line(invoke(["--db", str(source), "ingest", "chat", "x"]), f"this inbox was moved to {postgres_url}")
 
+    shown = invoke(["--db", str(source), "status"]).output.splitlines()
+    assert shown[1].startswith(f"move       this inbox was moved to {postgres_url} (")
+    marked = json.loads(invoke(["--db", postgres_url, "status", "--json"]).output)["move"]
+    assert marked["state"] == "incomplete" and marked["other"] == str(source) and marked["since"] == T
+
     again = invoke(["migrate", "--from", str(source), "--to", postgres_url])
     assert again.exit_code == 0 and "finished the move" in again.output and "all 6 event keys verified" in again.output
+    assert json.loads(invoke(["--db", postgres_url, "status", "--json"]).output)["move"] is None
     assert invoke(["--db", postgres_url, "ingest", "chat", "x"]).output == "stored\n"
     done = invoke(["migrate", "--from", str(source), "--to", postgres_url])
     assert done.exit_code == 0 and "the move was already done" in done.output

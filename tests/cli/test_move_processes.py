@@ -18,7 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from console.core import Store, StoreError
-from tests.cli.helpers import ROOT, isolated_env
+from console.core.copy import _write_mark
+from console.core.db import transaction
+from tests.cli.helpers import ROOT, assert_user_error, isolated_env, run_process
 from tests.edges.signing import SECRETS, sign
 from tests.support import wait_until
 
@@ -187,3 +189,26 @@ def test_migrate_killed_at_random_points_and_run_again_ends_complete_and_verifie
         assert [tuple(r) for r in source.connection.execute(keys)] == \
             [tuple(r) for r in target.connection.execute(keys)]
     print("kill points and what they left (source mark, target mark):", left)
+
+
+def test_an_unfinished_copy_and_a_moved_inbox_take_no_work(tmp_path: Path) -> None:
+    """`run`, `serve` and `ingest` on a target a migrate has not finished, or on a source it moved: one line each,
+    exit 2, before anything listens or claims."""
+    config = tmp_path / "config.toml"
+    config.write_text(CONFIG)
+    env = isolated_env(tmp_path / "home", MOVE_TEST_GITHUB_SECRET=SECRETS["github"])
+    copy, moved = tmp_path / "copy.db", tmp_path / "moved.db"
+    for path, state, other, said in [
+        (copy, "incomplete", "/old/inbox.db", "this inbox is an unfinished copy from /old/inbox.db"),
+        (moved, "moved", "postgresql://me@db/agent?schema=ada", "this inbox was moved to postgresql://me@db/agent"),
+    ]:
+        with Store.open(path) as store:
+            store.ingest("chat", "m-1", {}, now=T)
+            with transaction(store.connection, guarded=False):
+                _write_mark(store, state, other, T)
+        for command in (["run"], ["serve", "--port", "0"], ["ingest", "chat", "m-2"]):
+            done = run_process(["--db", str(path), "--config", str(config), *command], env, timeout=60)
+            assert_user_error(done.returncode, done.stdout, done.stderr, said)
+            assert "listening" not in done.stdout + done.stderr
+        with Store.open(path, read_only=True) as store:
+            assert [e.source_id for e in store.events()] == ["m-1"] and store.lease() is None
