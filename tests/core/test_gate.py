@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from console.core import Store, StoreError
+from console.core.copy import move_inbox
 from console.core.db import START_CHECK_SECONDS, InboxDamaged, bounded_quick_check
 from console.core.gate import check_before_intake
 from console.core.pg import SCHEMA_VERSION as PG_SCHEMA_VERSION
@@ -59,3 +60,12 @@ def test_a_postgresql_inbox_that_cannot_take_a_write_is_refused(pg_store: Store)
     pg_store.connection.raw.execute("SET default_transaction_read_only = on")
     with pytest.raises(StoreError, match="read-only transaction"):
         check_before_intake(pg_store)
+
+
+def test_a_moved_inbox_is_refused_by_the_gate_in_the_moves_words(store: Store, tmp_path: Path) -> None:
+    store.ingest("chat", "m-1", {"text": "hello"}, now=1_000)
+    with Store.open(tmp_path / "target.db") as target:
+        move_inbox(store, target, now=2_000)
+        check_before_intake(target)  # the copy is complete: it takes work
+    with pytest.raises(StoreError, match=r"was moved to .*target\.db"):
+        check_before_intake(store)
