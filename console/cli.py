@@ -418,7 +418,7 @@ def ingest(state: CliState, source: str, source_id: str, payload: str | None) ->
     with state.store() as store, rejecting_bad_input():
         # The one command that acknowledges outside input checks first, within a bound that keeps its cost
         # flat in the file's size: "stored" must never go into an inbox that will not be read again.
-        check_before_intake(store, seconds=INGEST_CHECK_SECONDS)
+        check_before_intake(store, seconds=INGEST_CHECK_SECONDS, probe_write=False)  # the ingest is the probe
         stored = store.ingest(source, source_id, data, now=_now())
     click.echo("stored" if stored else "duplicate")
 

@@ -18,13 +18,16 @@ if TYPE_CHECKING:
     from console.core.store import Store
 
 
-def check_before_intake(store: Store, *, seconds: float = START_CHECK_SECONDS) -> QuickCheck:
+def check_before_intake(
+    store: Store, *, seconds: float = START_CHECK_SECONDS, probe_write: bool = True
+) -> QuickCheck:
     """Refuse (StoreError, one line) an inbox that must take no new work; else say how far the check read.
 
     Every refusal that is about the inbox itself belongs here, so that `run`, `serve`, the console and
-    `ingest` all give it before anything is acknowledged."""
+    `ingest` all give it before anything is acknowledged. probe_write=False leaves out PostgreSQL's write
+    probe where the caller's own next step is a write that is refused the same way (`ingest`)."""
     store.check_open_for_work()  # a move's refusals: "being moved", "moved", "an unfinished copy"
-    report = store.intake_check(seconds=seconds)
+    report = store.intake_check(seconds=seconds, probe_write=probe_write)
     if report.problems:
         raise InboxDamaged(damage_line(store.path, report.problems))
     return report

@@ -152,11 +152,11 @@ class PgStore(Store):
                          for status, kept, real in rows if kept != real]
         return problems
 
-    def intake_check(self, *, seconds: float) -> QuickCheck:
+    def intake_check(self, *, seconds: float, probe_write: bool = True) -> QuickCheck:
         """The check before intake on PostgreSQL (which checks its own pages): the schema is this version's,
-        and, unless the store was opened read-only, a write commits (a read-only standby, a full disk, a
-        role without the right to write all refuse it here, before anything is acknowledged). `seconds` is
-        SQLite's bound; these two statements take what a round trip takes."""
+        and (with probe_write, on a store not opened read-only) a write commits: a read-only standby, a full
+        disk, a role without the right to write all refuse it here, before anything is acknowledged. `seconds`
+        is SQLite's bound; these two statements take what a round trip takes."""
         started = time.monotonic()
         current = self.schema_version()
         if current != pg.SCHEMA_VERSION:
@@ -164,7 +164,7 @@ class PgStore(Store):
                 raise newer_schema(self.path, current, pg.SCHEMA_VERSION)
             raise StoreError(f"inbox {self.path} has schema version {current}, not this agent-console's "
                              f"({pg.SCHEMA_VERSION}): open it once with `agent-console run` to upgrade it")
-        if not self._read_only:
+        if probe_write and not self._read_only:
             try:
                 with translate_errors(), transaction(self._conn):
                     self._conn.execute("UPDATE schema_version SET version = version WHERE one = 1")

@@ -211,9 +211,9 @@ class Store(
         """A full integrity check of the file (it reads every page): what is wrong, one line each."""
         return integrity_problems(self._conn)
 
-    def intake_check(self, *, seconds: float) -> QuickCheck:
+    def intake_check(self, *, seconds: float, probe_write: bool = True) -> QuickCheck:
         """The check before intake (console.core.gate runs it): SQLite's quick check, stopped after `seconds`.
-        It only reads."""
+        It only reads (probe_write is PostgreSQL's)."""
         return bounded_quick_check(self._conn, seconds=seconds)
 
     def wal_bytes(self) -> int:

@@ -69,3 +69,12 @@ def test_a_moved_inbox_is_refused_by_the_gate_in_the_moves_words(store: Store, t
         check_before_intake(target)  # the copy is complete: it takes work
     with pytest.raises(StoreError, match=r"was moved to .*target\.db"):
         check_before_intake(store)
+
+
+def test_ingest_leaves_out_the_write_probe_its_own_write_makes(pg_store: Store) -> None:
+    # One commit fewer for every `ingest` on PostgreSQL: the store's own write is refused the same way.
+    before = pg_store.connection.commits
+    check_before_intake(pg_store, probe_write=False)
+    assert pg_store.connection.commits == before
+    check_before_intake(pg_store)
+    assert pg_store.connection.commits == before + 1
