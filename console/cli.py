@@ -5,6 +5,7 @@ engine is running (the engine notices another process's commit within 100 ms).""
 from __future__ import annotations
 
 import asyncio
+import csv
 import dataclasses
 import importlib
 import json
@@ -26,6 +27,7 @@ from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
+from console.core.audit import AUDIT_FIELDS, audit_record
 from console.core.copy import abandon_move, inbox_name, move_inbox
 from console.core.db import INGEST_CHECK_SECONDS, damage_line, is_postgres, reporting_damage
 from console.core.gate import check_before_intake
@@ -918,10 +920,99 @@ def prune(state: CliState, days: int, dry_run: bool) -> None:
                f"{plural(report.messages_deleted, 'sent message')}, {plural(report.steps_deleted, 'journal step')} and "
                f"{plural(report.sessions_deleted, 'saved session')} older than "
                f"{_clock_time(report.cutoff, state.zone())}")
+    if report.audit_rows_deleted:
+        rows = plural(report.audit_rows_deleted, "oldest audit row")
+        click.echo(f"{delete} the {rows}" + ("" if dry_run else " (a `pruned` row and the anchor keep the rest "
+                                                                 "verifiable)"))
     if report.open_conversations:
         unsettled = report.open_conversations
         click.echo(f"kept every journal step and saved session: {plural(unsettled, 'approval')} "
                    f"{'is' if unsettled == 1 else 'are'} not settled yet (a conversation resumes from them)")
+
+
+# --- audit -------------------------------------------------------------------------------------
+
+@main.command()
+@click.option("--since", "since_text", metavar="WHEN",
+              help="Only rows written at or after WHEN: epoch seconds, an ISO 8601 time, or an age (12h, 7d).")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list of rows.")
+@click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV, with a header line.")
+@click.option("--verify", is_flag=True,
+              help="Check the hash chain: 'N rows, chain intact' (exit 0), or the first bad row (exit 2).")
+@click.pass_obj
+def audit(state: CliState, since_text: str | None, as_json: bool, as_csv: bool, verify: bool) -> None:
+    """The audit trail: every tool call and every approval's answer, oldest first.
+
+    Each row says the run and event, whether the run was trusted and what it had read, the policy rule that
+    decided (`allow: mcp__shop__lookup_*`, `default`), the decision (allowed, asked, denied, approved,
+    declined, expired), who answered and how (console, cli, ntfy, telegram, clock), and the outcome (done,
+    refused, failed, unknown; deferred while it waits on an answer). Secrets are never stored in it. Rows are
+    chained by hash: --verify finds a row edited, inserted or deleted since it was written."""
+    if as_json and as_csv:
+        raise UserError("give one of --json or --csv")
+    if verify and (as_json or as_csv or since_text is not None):
+        raise UserError("--verify checks the whole trail: give it alone")
+    now = _now()
+    since = None if since_text is None else _parse_since(since_text, state.zone(), now)
+    zone = state.zone()
+    with state.reader() as store:
+        if verify:
+            check = store.verify_audit()
+            if not check.intact:
+                raise UserError(f"the audit trail is broken: {check.problem}")
+            head = f"; last hash {check.head}" if check.rows else ""
+            click.echo(f"{plural(check.rows, 'row')}, chain intact{head}")
+            return
+        records = []
+        for row in store.audit_rows(since=since):
+            record = audit_record(row)
+            records.append({"seq": record.pop("seq"), "at": record.pop("at"),
+                            "time": _clock_time(row.at, zone), **record})
+    if as_json:
+        _print_json(records)
+    elif as_csv:
+        _print_csv(records)
+    elif not records:
+        click.echo("no audit rows" + ("" if since is None else f" since {_clock_time(since, zone)}"))
+    else:
+        for record in records:
+            _say(_audit_line(record))
+
+
+def _print_csv(records: list[dict[str, Any]]) -> None:
+    """Every column of the export; a value that is not text as JSON; control characters shown as escapes."""
+    fields = ["seq", "at", "time", *(name for name in AUDIT_FIELDS if name not in ("seq", "at"))]
+    writer = csv.writer(sys.stdout, lineterminator="\n")
+    writer.writerow(fields)
+    for record in records:
+        writer.writerow([_csv_cell(record[name]) for name in fields])
+
+
+def _csv_cell(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str | int):
+        return terminal_safe(str(value))
+    return terminal_safe(json.dumps(value, ensure_ascii=False, sort_keys=True, separators=(",", ":")))
+
+
+def _audit_line(record: dict[str, Any]) -> str:
+    """One row for a person: when, which event, the call, the decision and its rule, the outcome."""
+    head = f"{record['seq']:>6}  {record['time']}"
+    if record["kind"] == "pruned":
+        return f"{head}  {record['detail']}"
+    arguments = json.dumps(record["arguments"], ensure_ascii=False, sort_keys=True)
+    if len(arguments) > 80:
+        arguments = arguments[:39] + "…" + arguments[-40:]
+    event = f"event {record['event_id']}" if record["event_id"] is not None else "no event"
+    decided = f"{record['decision']} ({record['rule'] or 'no rule recorded'})"
+    via = f" via {record['answered_via']}" if record["answered_via"] else ""
+    outcome = f" -> {record['outcome']}" if record["outcome"] else ""
+    trust = "trusted" if record["trusted"] else ("untrusted" if record["trusted"] is False else "trust unknown")
+    detail = f": {record['detail']}" if record["detail"] else ""
+    return f"{head}  {event}  {record['tool']} {arguments}  {decided}{via}{outcome}  [{trust}]{detail}"
 
 
 # --- memory ------------------------------------------------------------------------------------
@@ -1074,7 +1165,7 @@ def timers_list(state: CliState, include_done: bool, as_json: bool) -> None:
         _say(f"{timer.id}  {_schedule(timer)}  {when}  catch-up {timer.catch_up}{paused}")
 
 
-def _parse_moment(text: str, zone: ZoneInfo) -> int:
+def _parse_moment(text: str, zone: ZoneInfo, option: str = "--at") -> int:
     """Epoch seconds, or an ISO 8601 time (a time without an offset is in the configured time zone)."""
     stripped = text.strip()
     if stripped.lstrip("-").isdigit():
@@ -1083,15 +1174,32 @@ def _parse_moment(text: str, zone: ZoneInfo) -> int:
         try:
             moment = datetime.fromisoformat(stripped)
         except ValueError:
-            raise UserError(f"--at takes epoch seconds or an ISO 8601 time (2030-01-31T09:00), not {text!r}") from None
+            raise UserError(f"{option} takes epoch seconds or an ISO 8601 time (2030-01-31T09:00), "
+                            f"not {text!r}") from None
         if moment.tzinfo is None:
             moment = moment.replace(tzinfo=zone)
         value = int(moment.timestamp())
     try:
         check_due(value)
     except ValueError as exc:
-        raise UserError(f"--at: {exc}") from None
+        raise UserError(f"{option}: {exc}") from None
     return value
+
+
+_AGE = re.compile(r"(\d{1,9})\s*([smhd])")
+_AGE_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+
+def _parse_since(text: str, zone: ZoneInfo, now: int) -> int:
+    """What --at takes (epoch seconds, an ISO 8601 time), or an age back from now: 90m, 12h, 7d."""
+    age = _AGE.fullmatch(text.strip())
+    if age:
+        return max(0, now - int(age[1]) * _AGE_SECONDS[age[2]])
+    try:
+        return _parse_moment(text, zone, "--since")
+    except UserError:
+        raise UserError(f"--since takes epoch seconds, an ISO 8601 time (2030-01-31T09:00) or an age (12h, 7d), "
+                        f"not {text!r}") from None
 
 
 @timers.command("add")

@@ -500,6 +500,13 @@ class McpHub:
                 unavailable[name] = found or statuses[name].removeprefix("down: ")
         return tools, unavailable
 
+    def scrub(self, text: str) -> str:
+        """text with every value any server had substituted from ${VAR} hidden, and URL credentials (for records
+        the hub does not write itself: the transcript, the audit trail)."""
+        for server in self._servers.values():
+            text = server.scrub(text)
+        return text
+
     def call(self, name: str, arguments: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]:
         """Calls mcp__<server>__<tool> with the idempotency key in the request's _meta.
 

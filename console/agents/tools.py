@@ -29,10 +29,11 @@ from importlib.metadata import entry_points
 from typing import Any, Literal, Protocol, TypeVar
 
 from console.agents.base import Resumed, RunContext
-from console.agents.policy import Decision, Policy
+from console.agents.policy import Decision, Policy, Ruling
 from console.agents.provenance import Provenance, note_taint
 from console.config import ConfigError
 from console.core import Event, MemoryEntry, ToolCallRecord, approved_step_key
+from console.redact import redact_urls
 
 
 class ListedTool(Protocol):
@@ -326,7 +327,10 @@ class ToolGateway:
         return [spec for spec in tools.values() if self._decide(spec, untrusted) != "deny"], unavailable
 
     def _decide(self, spec: ToolSpec, untrusted: bool) -> Decision:
-        return self.policy.decide(spec.name, untrusted=untrusted, read_only_default=spec.read_only_default)
+        return self._judge(spec, untrusted).decision
+
+    def _judge(self, spec: ToolSpec, untrusted: bool) -> Ruling:
+        return self.policy.judge(spec.name, untrusted=untrusted, read_only_default=spec.read_only_default)
 
     # One call ------------------------------------------------------------------------------------------
     def call(
@@ -342,39 +346,45 @@ class ToolGateway:
         reads untrusted content (an open-world tool's result, a note an untrusted run wrote)."""
         provenance = provenance if provenance is not None else Provenance.of_sources(sources)
         untrusted = not provenance.trusted
+        trust = audit_provenance(provenance)  # as the call was decided: its own result may taint the run after
         tools, unavailable = self.catalogue()
         spec = tools.get(call.name)
         if spec is None:
             server = call.name.split("__")[1] if call.name.startswith("mcp__") and call.name.count("__") >= 2 else None
             why = f" (server {server!r} is unavailable: {unavailable[server]})" if server in unavailable else ""
             return self._record(ctx, event, call, ToolOutcome("error", f"there is no tool {call.name!r}{why}",
-                                                              "unknown"))
-        decision: Decision = self._decide(spec, untrusted)
+                                                              "unknown"), NO_SUCH_TOOL, trust)
+        ruling = self._judge(spec, untrusted)
+        decision, rule = ruling.decision, ruling.rule
         if decision == "deny":
             return self._record(ctx, event, call, ToolOutcome(
-                "error", f"{call.name} is denied by the owner's policy; it was not run", "denied"))
+                "error", f"{call.name} is denied by the owner's policy; it was not run", "denied"), rule, trust)
+        if call.name == "ask_owner":
+            rule = QUESTION_RULE
         try:
             self._check(call, spec)
         except ToolInputError as exc:
             word = "allowed" if decision == "allow" else "asked"
-            return self._record(ctx, event, call, ToolOutcome("error", f"{call.name}: {exc}", word))
+            return self._record(ctx, event, call, ToolOutcome("error", f"{call.name}: {exc}", word), rule, trust)
         if call.name == "ask_owner" or decision == "ask":
             if not may_ask:
                 return self._record(ctx, event, call, ToolOutcome(
-                    "error", "only one approval can be pending at a time; ask again once it is answered", "asked"))
-            return self._ask(ctx, call, event, sources, session, provenance)
+                    "error", "only one approval can be pending at a time; ask again once it is answered", "asked"),
+                    rule, trust)
+            return self._ask(ctx, call, event, sources, session, provenance, rule)
         key = f"tool:{event.id}:{call.use_id}"
         if changes_world(spec):
             reached = ctx.take_call_slot(key, call.name, event=event)
             if reached is not None:  # past a cap, an allowed call asks instead (the owner is told once)
+                rule = f"{rule}, past a cap: {reached.in_words()}"
                 if not may_ask:
                     return self._record(ctx, event, call, ToolOutcome(
                         "error", f"{call.name} was not run: {reached.in_words()}, so it needs the owner's approval, "
                                  "and only one approval can be pending at a time; ask again once it is answered",
-                        "asked"))
-                return self._ask(ctx, call, event, sources, session, provenance, capped=reached.in_words())
+                        "asked"), rule, trust)
+                return self._ask(ctx, call, event, sources, session, provenance, rule, capped=reached.in_words())
         return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, key, event, "allowed",
-                                                        provenance, spec))
+                                                        provenance, spec), rule, trust)
 
     def execute_approved(self, ctx: RunContext, resumed: Resumed, *, event: Event,
                          provenance: Provenance | None = None) -> ToolOutcome:
@@ -389,41 +399,47 @@ class ToolGateway:
         tool = resumed.tool or "ask_owner"
         arguments = dict(resumed.arguments or {})
         call = ToolCall(f"approval:{resumed.request_id}", tool, arguments)
+        trust = audit_provenance(provenance)
+        asked = resumed.details if isinstance(resumed.details, dict) else {}
+        rule = asked.get("rule")  # the rule that made it ask, as the approval keeps it
         if tool == "ask_owner":
             words = {"yes": "yes", "no": "no", "expired": "nothing: the question expired unanswered"}
             answer = words.get(resumed.answer, "nothing that can be read")
             outcome = ToolOutcome("done", f"The owner answered {answer} to: {resumed.action}",
                                   "approved" if resumed.answer == "yes" else _refusal(resumed.answer),
                                   resumed.request_id, resumed.answer)
-            return self._record(ctx, event, call, outcome)
+            return self._record(ctx, event, call, outcome, rule, trust)
         if resumed.answer != "yes":
             why = "it expired unanswered" if resumed.answer == "expired" else "the owner declined"
             return self._record(ctx, event, call, ToolOutcome(
                 "refused", f"{summary(tool, arguments)} was not run: {why} (request {resumed.request_id})",
-                _refusal(resumed.answer), resumed.request_id))
+                _refusal(resumed.answer), resumed.request_id), rule, trust)
         spec = self.catalogue()[0].get(tool)
-        if spec is not None and self._decide(spec, not provenance.trusted) == "deny":
+        ruling = None if spec is None else self._judge(spec, not provenance.trusted)
+        if ruling is not None and ruling.decision == "deny":
             text = (f"{summary(tool, arguments)} was not run: you said yes (request {resumed.request_id}), but your "
                     f"policy denies {tool} now")
             with ctx.reporting_outcome():  # the owner answered and waits to hear: told whatever the model says
                 ctx.say(f"Not done: {text}.")
-            return self._record(ctx, event, call, ToolOutcome("refused", text, "denied", resumed.request_id))
+            return self._record(ctx, event, call, ToolOutcome("refused", text, "denied", resumed.request_id),
+                                ruling.rule, trust)
         key = approved_step_key(resumed.request_id)
         if spec is None or changes_world(spec):  # counted against the caps, never stopped by them: the owner said yes
             ctx.take_call_slot(key, tool, event=event, capped=False)
         outcome = self._run(ctx, tool, arguments, key, event, "approved", provenance, spec)
         return self._record(ctx, event, call, ToolOutcome(outcome.outcome, outcome.text, "approved",
-                                                          resumed.request_id, outcome.result))
+                                                          resumed.request_id, outcome.result), rule, trust)
 
     # ---------------------------------------------------------------------------------------------------
     def _ask(
         self, ctx: RunContext, call: ToolCall, event: Event, sources: list[dict[str, Any]], session: Any,
-        provenance: Provenance, *, capped: str | None = None,
+        provenance: Provenance, rule: str, *, capped: str | None = None,
     ) -> ToolOutcome:
-        """capped: why an allowed call asks (a cap was reached), for the owner and the model."""
+        """capped: why an allowed call asks (a cap was reached), for the owner and the model. rule: the policy
+        rule that made it ask, kept on the approval for the audit trail."""
         question = call.name == "ask_owner"
         action = summary(call.name, call.arguments)
-        details: dict[str, Any] = {"tool": call.name, "arguments": call.arguments}
+        details: dict[str, Any] = {"tool": call.name, "arguments": call.arguments, "rule": rule}
         if not provenance.trusted:
             details["untrusted"] = list(provenance.tainted_by)
         if capped:
@@ -435,7 +451,8 @@ class ToolGateway:
         text = (f"Asked the owner (request {request.request_id}){why}; you are resumed with the answer. Stop here."
                 if request.created else
                 f"This was asked before (request {request.request_id}); you are resumed with its answer. Stop here.")
-        return self._record(ctx, event, call, ToolOutcome("deferred", text, "asked", request.request_id))
+        return self._record(ctx, event, call, ToolOutcome("deferred", text, "asked", request.request_id), rule,
+                            audit_provenance(provenance))
 
     def _check(self, call: ToolCall, spec: ToolSpec) -> None:
         """A call's arguments are checked before it runs or asks: an approval must never be bound to a call
@@ -545,10 +562,40 @@ class ToolGateway:
             return f"Timer {timer_id!r} set: {cron} ({zone})."
         raise ToolInputError(f"{name} cannot run here")
 
-    def _record(self, ctx: RunContext, event: Event, call: ToolCall, outcome: ToolOutcome) -> ToolOutcome:
-        ctx.log_tool_call(ToolCallRecord(event.id, call.use_id, call.name, call.arguments, outcome.decision,
-                                         outcome.outcome, _cut(outcome.text, MAX_RECORD_CHARS), outcome.request_id))
+    def _record(self, ctx: RunContext, event: Event, call: ToolCall, outcome: ToolOutcome, rule: str | None,
+                provenance: Any) -> ToolOutcome:
+        """The transcript's and the audit trail's record of one call, scrubbed of secrets: the values substituted
+        from ${VAR} into an MCP server's env or headers, and URL credentials."""
+        run = {"holder": ctx.holder, "gen": ctx.gen, "events": [e.id for e in ctx.events]}
+        ctx.log_tool_call(ToolCallRecord(
+            event.id, call.use_id, call.name, self._scrubbed(call.arguments), outcome.decision, outcome.outcome,
+            self._scrubbed(_cut(outcome.text, MAX_RECORD_CHARS)), outcome.request_id, rule=rule,
+            provenance=provenance, run=run))
         return outcome
+
+    def _scrubbed(self, value: Any) -> Any:
+        """value with every string in it scrubbed of secrets (the MCP hub knows the substituted values)."""
+        hub_scrub = getattr(self.mcp, "scrub", None)
+        if isinstance(value, str):
+            return redact_urls(hub_scrub(value) if hub_scrub is not None else value)
+        if isinstance(value, dict):
+            return {key: self._scrubbed(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [self._scrubbed(item) for item in value]
+        return value
+
+
+# The rule the trail records for calls the policy did not decide: a question always asks the owner; a tool that
+# is not there was refused before any rule applied.
+QUESTION_RULE = "ask_owner (a question always asks)"
+NO_SUCH_TOOL = "no such tool"
+
+
+def audit_provenance(provenance: Provenance) -> dict[str, Any]:
+    """What the run making a call had read, as the audit trail keeps it: {"trusted", "summary", "tainted_by"}
+    ('a run that read untrusted content: github delivery 9a1f (#7)', 'a run from your chat #12')."""
+    origin = provenance.approval_origin()
+    return {**origin, "summary": str(origin["summary"]).removeprefix("asked by ")}
 
 
 def changes_world(spec: ToolSpec) -> bool:

@@ -32,6 +32,10 @@ def _approval(row: tuple[Any, ...]) -> Approval:
                     event_id, tool, loads(args), loads(sources), via, loads(origin))
 
 
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else dumps(value)
+
+
 def approval_id(event_id: int, action: Any) -> str:
     """The request id of asking `action` for one event: `apr-<event id>-<digest of the action>`.
 
@@ -125,11 +129,13 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
             self._write_memory(write, now)
         for call in tool_calls:
             self._conn.execute(
-                """INSERT INTO tool_calls (event_id, use_id, tool, arguments, decision, outcome, result, request_id, at)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+                """INSERT INTO tool_calls (event_id, use_id, tool, arguments, decision, outcome, result, request_id, at,
+                                           rule, provenance, run)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
                 (call.event_id, call.use_id, call.tool, dumps(call.arguments), call.decision, call.outcome,
-                 call.result, call.request_id, now),
+                 call.result, call.request_id, now, call.rule, _json_or_null(call.provenance), _json_or_null(call.run)),
             )
+            self._audit_call(call, now)  # in the run's fenced finish, with the transcript's record
 
     def answer_approval(self, request_id: str, answer: str, *, now: int, via: str = "api") -> str:
         """Store the user's answer unless the deadline passed. Returns the outcome that stands:

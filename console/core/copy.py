@@ -38,14 +38,14 @@ TABLES: tuple[str, ...] = (
     "inbox", "attempts", "lease", "lease_log", "refused_finishes", "timers", "approvals", "sessions",
     "outbox_batches", "outbox", "outbox_deliveries", "journal", "agent_state", "replay_ledger", "memory",
     "tool_calls", "spend", "budgets", "inbox_identity", "phone_messages", "phone_cursors", "phone_answers",
-    "cap_uses", "cap_notices", "held_messages",
+    "cap_uses", "cap_notices", "held_messages", "audit", "audit_head",
 )
 # Tables not copied: kept counts (the target's own triggers or the copy count them), the move's own marks, and
 # PostgreSQL's schema version (the target has its own). Any other table a migration adds must join TABLES:
 # a move refuses to start while one is neither here nor there, rather than leave its rows behind.
 NOT_COPIED = ("inbox_counts", "outbox_counts", "move_mark", "schema_version")
 # Tables a new inbox is created with one row in: the copy replaces that row.
-SEEDED = ("agent_state", "inbox_identity")
+SEEDED = ("agent_state", "inbox_identity", "audit_head")
 # What decides that a target is not new: any of these holds a row.
 CONTENT = ("inbox", "timers", "approvals", "outbox", "journal", "memory", "spend", "lease")
 CHUNK = 2_000

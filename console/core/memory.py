@@ -61,9 +61,12 @@ class MemoryMixin(StoreBase):
     def tool_calls(self, event_id: int) -> list[ToolCallRecord]:
         """The tool calls of an event's finished runs, in order: its transcript's actions."""
         return [
-            ToolCallRecord(event_id, use_id, tool, loads(arguments), decision, outcome, result, request_id, at)
-            for use_id, tool, arguments, decision, outcome, result, request_id, at in self._conn.execute(
-                """SELECT use_id, tool, arguments, decision, outcome, result, request_id, at FROM tool_calls
+            ToolCallRecord(event_id, use_id, tool, loads(arguments), decision, outcome, result, request_id, at, rule,
+                           loads(provenance), loads(run))
+            for use_id, tool, arguments, decision, outcome, result, request_id, at, rule, provenance, run
+            in self._conn.execute(
+                """SELECT use_id, tool, arguments, decision, outcome, result, request_id, at, rule, provenance, run
+                   FROM tool_calls
                    WHERE event_id = ? ORDER BY id""",
                 (event_id,),
             )

@@ -402,6 +402,39 @@ class ToolCallRecord:
     result: str | None = None
     request_id: str | None = None
     at: int = 0
+    rule: str | None = None  # the policy rule that decided it: `allow: mcp__shop__lookup_*`, `default`, ...
+    provenance: Any = None   # {"trusted": bool, "summary": str}: what the run that made it had read
+    run: Any = None          # {"holder", "gen", "events"}: the run that made it
+
+
+@dataclass(frozen=True)
+class AuditRow:
+    """One row of the audit trail (core/audit.py): a tool call a run recorded (kind `call`), an approval's
+    answer (`answer`), or the record of a prune (`pruned`). body is its content; hash chains it to the row
+    before it."""
+
+    seq: int
+    at: int
+    kind: str
+    event_id: int | None
+    body: dict[str, Any]
+    prev_hash: str
+    hash: str
+
+
+@dataclass(frozen=True)
+class AuditCheck:
+    """What verifying the audit trail found: the rows checked and the last one's hash, and the first row that
+    breaks the chain (problem says how), or none."""
+
+    rows: int
+    head: str
+    bad_seq: int | None = None
+    problem: str | None = None
+
+    @property
+    def intact(self) -> bool:
+        return self.problem is None
 
 
 @dataclass(frozen=True)

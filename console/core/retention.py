@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from console.core.audit import AuditMixin
 from console.core.db import transaction, translate_errors
 from console.core.inbox import InboxMixin
 
@@ -35,12 +36,14 @@ class PruneReport:
     steps_deleted: int = 0
     sessions_deleted: int = 0
     open_conversations: int = 0  # approvals not yet settled: while any is, no step or session is deleted
+    audit_rows_deleted: int = 0  # the oldest rows of the audit trail (a `pruned` row and the anchor keep it checkable)
 
 
-class RetentionMixin(InboxMixin):
+class RetentionMixin(InboxMixin, AuditMixin):
     def prune(self, *, older_than: int, now: int, chunk: int = 500, dry_run: bool = False) -> PruneReport:
         """Clear payloads of events done before now - older_than; delete messages sent before it, the
-        journal steps of those events and the sessions of approvals settled before it.
+        journal steps of those events, the sessions of approvals settled before it and the audit trail's rows
+        written before it (from the oldest on, leaving the anchor that keeps the rest checkable).
 
         dry_run counts what would go and changes nothing.
         """
@@ -65,6 +68,7 @@ class RetentionMixin(InboxMixin):
                 0 if open_conversations else int(self._scalar(_COUNT_STEPS, (end_id, cutoff))),
                 0 if open_conversations else int(self._scalar(_COUNT_SESSIONS, (cutoff,))),
                 open_conversations,
+                self._count_audit_prunable(cutoff),
             )
         payloads = self._in_chunks(
             _SELECT_PAYLOADS, (end_id, cutoff), chunk,
@@ -88,7 +92,8 @@ class RetentionMixin(InboxMixin):
                     for session_id in settled[start:start + chunk]:
                         self._conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
                         sessions += self._conn.changes()
-        return PruneReport(cutoff, payloads, messages, batches, steps, sessions, open_conversations)
+        audit_rows = self._prune_audit(cutoff, now, chunk)
+        return PruneReport(cutoff, payloads, messages, batches, steps, sessions, open_conversations, audit_rows)
 
     def _in_chunks(self, select: str, bounds: tuple[int, ...], chunk: int, change: str,
                    params: Callable[[int], tuple[int, ...]]) -> int:

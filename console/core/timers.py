@@ -9,7 +9,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-from console.core.base import RESERVED_SOURCES, StoreBase, dumps, loads
+from console.core.audit import AuditMixin
+from console.core.base import RESERVED_SOURCES, dumps, loads
 from console.core.db import transaction, translate_errors
 from console.core.inbox import check_payload_shape
 from console.core.models import Timer
@@ -137,7 +138,7 @@ def _fired_body(payload: str, origin: str | None) -> dict[str, Any]:
     return body
 
 
-class TimersMixin(StoreBase):
+class TimersMixin(AuditMixin):
     def add_timer(
         self,
         timer_id: str,
@@ -359,6 +360,7 @@ class TimersMixin(StoreBase):
                    WHERE request_id = ? AND wanted = 'ask'""",
                 (answer, now, request_id),
             )
+            self._audit_answer(request_id, answer, via, now)
         # Only the approval's own timer: a timer of the user's under that name (a hand edit) is not ours.
         self._conn.execute(
             "DELETE FROM timers WHERE id = ? AND ev_source = 'approval' AND ev_id = ?",

@@ -6,10 +6,10 @@
   thread of the test process, recording calls in memory.
 
 Both offer the same tools: echo, add (structured), whoami (the idempotency key and the Authorization header it
-was sent), slow (sleeps), pid (the server's process id), fail (an error result); and a small shop for the
-provenance tests: lookup_order (its result carries a customer's note, `customer_note`, which an attacker
-writes), act (a world-changing call), stock (annotated read-only, closed-world) and search (annotated
-open-world).
+was sent), slow (sleeps), pid (the server's process id), fail (an error result), leak (an error result quoting
+its $ECHO_TOKEN, as a careless server might); and a small shop for the provenance tests: lookup_order (its
+result carries a customer's note, `customer_note`, which an attacker writes), act (a world-changing call), stock
+(annotated read-only, closed-world) and search (annotated open-world).
 """
 
 from __future__ import annotations
@@ -81,6 +81,12 @@ def build(name: str, record: Callable[[dict[str, Any]], None], customer_note: st
         """Always fails."""
         seen("fail", ctx)
         raise ToolError("this tool always fails")
+
+    @server.tool()
+    def leak(ctx: Context) -> str:
+        """Fails, quoting its token."""
+        seen("leak", ctx)
+        raise ToolError(f"the token {os.environ.get('ECHO_TOKEN', '(none)')} was refused")
 
     @server.tool()
     def lookup_order(order: str, ctx: Context) -> str:

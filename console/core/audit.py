@@ -1,0 +1,281 @@
+"""The audit trail: every tool call a run recorded and every approval's answer, one row each, chained by hash.
+
+Each row stores the SHA-256 of its own columns and of the previous row's hash, computed in the transaction that
+writes the row (a run's fenced finish; an answer's own transaction), so a row edited, inserted, swapped or
+deleted afterwards breaks the chain where it happened, and verify_audit() names the first row that does.
+audit_head keeps the last row's number and hash (a row cut from the end is seen too) and the anchor a prune
+leaves: rows go oldest first, and the anchor is the number and hash of the last one pruned, so the rows left
+still check; a `pruned` row in the chain records each prune.
+
+A chain shows what was changed by anyone who did not recompute every later hash; someone who can write the file
+and recomputes them all cannot be caught by the file alone. The head's hash (`audit --verify` prints it), kept
+somewhere else, pins every row up to it.
+
+Secrets: the rows hold what the gateway recorded, which it scrubs of the values substituted from ${VAR} and of
+URL credentials before a run's finish writes them (agents/tools.py); a call's result is not kept, only a short
+reason when it did not succeed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from console.core.base import StoreBase, loads
+from console.core.db import transaction, translate_errors
+from console.core.models import AuditCheck, AuditRow, ToolCallRecord
+
+AUDIT_KINDS = ("call", "answer", "pruned")
+# A call's outcome in the trail: done, refused (denied, no such tool, declined, expired), failed, unknown (it may
+# or may not have happened), or deferred (it asked and waits on the owner; the answer and the run follow).
+AUDIT_OUTCOMES = ("done", "refused", "failed", "unknown", "deferred")
+DETAIL_CHARS = 300  # of what a call that did not succeed told the model
+_PAGE = 2000
+_COLUMNS = "seq, at, kind, event_id, body, prev_hash, hash"
+
+
+def canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def row_hash(seq: int, at: int, kind: str, event_id: int | None, body: str, prev_hash: str) -> str:
+    """The hash a row stores: over every column of it (the body as stored, byte for byte) and the hash before."""
+    material = canonical_json([seq, at, kind, event_id, body, prev_hash])
+    return hashlib.sha256(material.encode("utf-8")).hexdigest()
+
+
+def answered_via(via: str | None) -> str | None:
+    """Where an answer came from as the trail says it: console, cli, ntfy, telegram, api, or clock (the
+    approval's deadline decided it)."""
+    return "clock" if via == "expiry" else via
+
+
+def call_outcome(decision: str, outcome: str) -> str:
+    """A recorded call's outcome in the trail's words (AUDIT_OUTCOMES)."""
+    if decision in ("denied", "unknown"):  # nothing ran: the policy or a missing tool refused it
+        return "refused"
+    return "failed" if outcome == "error" else outcome
+
+
+# The columns of an exported row (`agent-console audit --json/--csv`), in order.
+AUDIT_FIELDS = ("seq", "at", "kind", "event_id", "run", "tool", "arguments", "request_id", "trusted", "provenance",
+                "rule", "decision", "answered_via", "outcome", "detail", "prev_hash", "hash")
+
+
+def audit_record(row: AuditRow) -> dict[str, Any]:
+    """One row as the export shows it: flat, every field of AUDIT_FIELDS (None where it does not apply)."""
+    body = row.body if isinstance(row.body, dict) else {}
+    found = body.get("provenance")
+    provenance: dict[str, Any] = found if isinstance(found, dict) else {}
+    detail = body.get("detail")
+    if row.kind == "pruned":
+        detail = (f"pruned {body.get('rows')} rows written before {body.get('before')} (through row "
+                  f"{body.get('through')}, whose hash was {body.get('hash')})")
+    return {
+        "seq": row.seq, "at": row.at, "kind": row.kind, "event_id": row.event_id, "run": body.get("run"),
+        "tool": body.get("tool"), "arguments": body.get("arguments"), "request_id": body.get("request_id"),
+        "trusted": provenance.get("trusted"), "provenance": provenance.get("summary"), "rule": body.get("rule"),
+        "decision": body.get("decision"), "answered_via": body.get("answered_via"), "outcome": body.get("outcome"),
+        "detail": detail, "prev_hash": row.prev_hash, "hash": row.hash,
+    }
+
+
+def _row(values: tuple[Any, ...]) -> AuditRow:
+    seq, at, kind, event_id, body, prev_hash, digest = values
+    return AuditRow(int(seq), int(at), str(kind), None if event_id is None else int(event_id), loads(body),
+                    str(prev_hash), str(digest))
+
+
+class AuditMixin(StoreBase):
+    # --- writing (inside the caller's transaction) --------------------------------------------------------
+    def _audit(self, kind: str, at: int, event_id: int | None, body: dict[str, Any]) -> int:
+        """Append one row to the chain, inside the caller's write transaction (which serialises writers, so
+        the head read here is the last row). Returns its number."""
+        head = self._conn.execute("SELECT seq, hash FROM audit_head WHERE one = 1").fetchall()
+        last, prev_hash = (int(head[0][0]), str(head[0][1])) if head else (0, "")
+        seq = last + 1
+        text = canonical_json(body)
+        digest = row_hash(seq, at, kind, event_id, text, prev_hash)
+        self._conn.execute(
+            "INSERT INTO audit (seq, at, kind, event_id, body, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
+            (seq, at, kind, event_id, text, prev_hash, digest),
+        )
+        self._conn.execute(
+            """INSERT INTO audit_head (one, seq, hash, base_seq, base_hash) VALUES (1, ?, ?, 0, '')
+               ON CONFLICT (one) DO UPDATE SET seq = excluded.seq, hash = excluded.hash""",
+            (seq, digest),
+        )
+        return seq
+
+    def _audit_call(self, call: ToolCallRecord, now: int) -> None:
+        """A tool call a run recorded, written by that run's finish."""
+        via = None
+        if call.request_id is not None and call.decision in ("approved", "declined", "expired"):
+            via = answered_via(self._scalar("SELECT answered_via FROM approvals WHERE request_id = ?",
+                                            (call.request_id,)))
+        outcome = call_outcome(call.decision, call.outcome)
+        detail = None if outcome in ("done", "deferred") or not call.result else _cut(call.result, DETAIL_CHARS)
+        self._audit("call", now, call.event_id, {
+            "run": call.run, "tool": call.tool, "arguments": call.arguments, "request_id": call.request_id,
+            "provenance": call.provenance, "rule": call.rule, "decision": call.decision, "answered_via": via,
+            "outcome": outcome, "detail": detail,
+        })
+
+    def _audit_answer(self, request_id: str, answer: str, via: str, now: int) -> None:
+        """An approval's answer (yes, no, or its expiry), written with the answer that settles it. Its provenance
+        is the approval's origin (what the asking run had read); the rule is the one its asking call recorded on
+        the approval's details (as is the provenance, for an approval asked without an origin)."""
+        rows = self._conn.execute(
+            "SELECT event_id, tool, arguments, action, details, origin FROM approvals WHERE request_id = ?",
+            (request_id,),
+        ).fetchall()
+        if not rows:
+            return
+        event_id, tool, arguments, action, details_text, origin_text = rows[0]
+        details = loads(details_text)
+        details = details if isinstance(details, dict) else {}
+        origin = loads(origin_text)
+        decision = {"yes": "approved", "no": "declined"}.get(answer, "expired")
+        self._audit("answer", now, event_id, {
+            "run": None, "tool": tool or "ask_owner",
+            "arguments": loads(arguments) if tool is not None else {"question": action},
+            "request_id": request_id, "rule": details.get("rule"),
+            "provenance": origin if isinstance(origin, dict) else details.get("provenance"),
+            "decision": decision, "answered_via": "clock" if decision == "expired" else answered_via(via),
+            "outcome": None, "detail": None if decision != "expired" or via == "expiry" else
+            f"answered from {via} after its deadline",
+        })
+
+    # --- reading --------------------------------------------------------------------------------------
+    def audit_rows(self, *, since: int | None = None) -> Iterator[AuditRow]:
+        """The trail in order, oldest first; with since, the rows written at or after that time. Read a page
+        at a time (by row number), so a long trail is never held whole."""
+        after = 0
+        if since is not None:
+            first = self._scalar("SELECT MIN(seq) FROM audit WHERE at >= ?", (since,))
+            if first is None:
+                return
+            after = int(first) - 1
+        while True:
+            page = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?", (after, _PAGE)
+            ).fetchall()
+            for values in page:
+                row = _row(values)
+                if since is None or row.at >= since:
+                    yield row
+            if len(page) < _PAGE:
+                return
+            after = int(page[-1][0])
+
+    def audit_head(self) -> tuple[int, str]:
+        """The last row's number and hash ((0, '') for an empty trail)."""
+        head = self._conn.execute("SELECT seq, hash FROM audit_head WHERE one = 1").fetchall()
+        return (int(head[0][0]), str(head[0][1])) if head else (0, "")
+
+    def verify_audit(self) -> AuditCheck:
+        """Check every row's hash and its link to the row before, from the prune anchor to the head. Names the
+        first row that breaks the chain: edited (its content no longer matches its hash), deleted (a number
+        missing), inserted (a number before the start or past the head), or changed with its hash recomputed
+        (the next row's link, or the head, no longer matches it)."""
+        head = self._conn.execute("SELECT seq, hash, base_seq, base_hash FROM audit_head WHERE one = 1").fetchall()
+        if not head:
+            return AuditCheck(0, "", None, "the trail's head record is missing (audit_head was emptied)")
+        head_seq, head_hash, base_seq, base_hash = int(head[0][0]), str(head[0][1]), int(head[0][2]), str(head[0][3])
+        stray = self._scalar("SELECT MAX(seq) FROM audit WHERE seq <= ?", (base_seq,))
+        if stray is not None:
+            return AuditCheck(0, "", int(stray), f"row {stray} is older than the trail's start (rows up to "
+                                                 f"{base_seq} were pruned): it was inserted")
+        expected, prev_hash, checked = base_seq + 1, base_hash, 0
+        for values in self._raw_audit_rows(base_seq):
+            seq, at, kind, event_id, body, stored_prev, digest = values
+            seq = int(seq)
+            if seq > head_seq:
+                return AuditCheck(checked, prev_hash, seq, f"row {seq} is past the trail's last row ({head_seq}): "
+                                                           "it was inserted")
+            if seq != expected:
+                gone = f"row {expected} is" if seq == expected + 1 else f"rows {expected} to {seq - 1} are"
+                return AuditCheck(checked, prev_hash, expected, f"{gone} missing before row {seq}: deleted")
+            if row_hash(seq, int(at), str(kind), None if event_id is None else int(event_id), str(body),
+                        str(stored_prev)) != digest:
+                return AuditCheck(checked, prev_hash, seq, f"row {seq}{_about(body, event_id)} does not match its "
+                                                           "hash: it was changed after it was written")
+            if stored_prev != prev_hash:
+                before = seq - 1
+                return AuditCheck(checked, prev_hash, before, f"row {before} is not the row that row {seq} was "
+                                                              "chained to: it was changed or replaced")
+            prev_hash, expected, checked = str(digest), seq + 1, checked + 1
+        if expected - 1 < head_seq:
+            gone = f"row {head_seq} is" if expected == head_seq else f"rows {expected} to {head_seq} are"
+            return AuditCheck(checked, prev_hash, expected, f"{gone} missing from the end of the trail: deleted")
+        if prev_hash != head_hash:
+            return AuditCheck(checked, prev_hash, head_seq, f"row {head_seq}, the last, is not the row the trail's "
+                                                            "head recorded: it was changed or replaced")
+        return AuditCheck(checked, prev_hash)
+
+    def _raw_audit_rows(self, after: int) -> Iterator[tuple[Any, ...]]:
+        while True:
+            page = self._conn.execute(
+                f"SELECT {_COLUMNS} FROM audit WHERE seq > ? ORDER BY seq LIMIT ?", (after, _PAGE)
+            ).fetchall()
+            yield from page
+            if len(page) < _PAGE:
+                return
+            after = int(page[-1][0])
+
+    # --- pruning --------------------------------------------------------------------------------------
+    def _audit_prunable(self, cutoff: int) -> int:
+        """The last row a prune at cutoff may delete: rows go as a run from the oldest, up to the first one
+        written at or after the cutoff (0: none)."""
+        base = int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0)
+        first_kept = self._scalar("SELECT MIN(seq) FROM audit WHERE at >= ?", (cutoff,))
+        last = self._scalar("SELECT MAX(seq) FROM audit") if first_kept is None else int(first_kept) - 1
+        return max(base, int(last or 0))
+
+    def _count_audit_prunable(self, cutoff: int) -> int:
+        base = int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0)
+        return int(self._scalar("SELECT COUNT(*) FROM audit WHERE seq > ? AND seq <= ?",
+                                (base, self._audit_prunable(cutoff))))
+
+    def _prune_audit(self, cutoff: int, now: int, chunk: int) -> int:
+        """Delete the rows written before cutoff, oldest first, `chunk` rows a transaction; each transaction
+        moves the anchor to the last row it deleted, so the chain left checks at every moment. A `pruned` row
+        then records what went. Returns the rows deleted."""
+        deleted = 0
+        through = self._audit_prunable(cutoff)
+        while int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0) < through:
+            with translate_errors(), transaction(self._conn):
+                base = int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0)
+                upto = min(base + chunk, through)
+                last_hash = self._scalar("SELECT hash FROM audit WHERE seq = ?", (upto,)) if upto > base else None
+                if last_hash is None:  # nothing (more) to prune, or a row is missing: leave the chain as it is
+                    break
+                self._conn.execute("DELETE FROM audit WHERE seq > ? AND seq <= ?", (base, upto))
+                deleted += self._conn.changes()
+                self._conn.execute("UPDATE audit_head SET base_seq = ?, base_hash = ? WHERE one = 1",
+                                   (upto, last_hash))
+        if deleted:
+            with translate_errors(), transaction(self._conn):
+                base_seq, base_hash = self._conn.execute(
+                    "SELECT base_seq, base_hash FROM audit_head WHERE one = 1").fetchall()[0]
+                self._audit("pruned", now, None, {"rows": deleted, "through": int(base_seq), "hash": str(base_hash),
+                                                  "before": cutoff})
+        return deleted
+
+
+def _about(body: Any, event_id: Any) -> str:
+    """' (event 42, mcp__shop__refund)': which call a row is about, read from its stored content if it can be."""
+    try:
+        tool = json.loads(str(body)).get("tool")
+    except (ValueError, AttributeError):
+        tool = None
+    parts = [f"event {event_id}" if event_id is not None else "", str(tool) if tool else ""]
+    shown = ", ".join(part for part in parts if part)
+    return f" ({shown})" if shown else ""
+
+
+def _cut(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
