@@ -35,8 +35,8 @@ def finish_run(store: Store, source_id: str | None, calls: Sequence[tuple[str, s
                               run=run)
                for n, (tool, decision, outcome, rule) in enumerate(calls)]
     approvals = [] if ask is None or source_id is None else [ApprovalDraft(
-        ask, 'refund(order="881")', 600, {"rule": "ask: refund", "provenance": provenance}, {"state": 1}, event.id,
-        "refund", {"order": "881"}, [{"event_id": event.id, "source": "chat", "source_id": source_id}])]
+        ask, 'refund(order="881")', 600, {"rule": "ask: refund"}, {"state": 1}, event.id, "refund", {"order": "881"},
+        [{"event_id": event.id, "source": "chat", "source_id": source_id}], origin=provenance)]
     assert store.finish(holder, gen, [event.id], now=now, tool_calls=records, approvals=approvals)
     store.release(holder, gen, now=now)
     return event.id
