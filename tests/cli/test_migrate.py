@@ -7,7 +7,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from console.core import Store
+import pytest
+
+from console.core import InboxMoved, Store
 from console.core.copy import NOT_COPIED, TABLES, _columns, _set_mark
 from console.core.models import BudgetDefaults
 from tests.cli.helpers import invoke
@@ -214,3 +216,19 @@ def test_every_table_of_an_inbox_is_moved_or_known_not_to_need_it(inbox_target: 
             sql = "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
         tables = {str(row[0]) for row in store.connection.execute(sql)}
     assert tables - set(NOT_COPIED) == set(TABLES)
+
+
+def test_a_postgresql_inbox_moves_into_a_sqlite_file(tmp_path: Path, postgres_url: str) -> None:
+    with Store.open(postgres_url) as store:
+        fill(store)
+    target = tmp_path / "back-home.db"
+    result = invoke(["migrate", "--from", postgres_url, "--to", str(target)])
+    assert result.exit_code == 0 and "all 6 event keys verified" in result.output, result.output
+    with Store.open(postgres_url) as old, Store.open(target) as new:
+        for table in TABLES:
+            columns = _columns(old, table)
+            assert rows(old, table, columns) == rows(new, table, columns), table
+        assert new.counts() == old.counts() and new.move_mark() is None
+        assert new.ingest("chat", "after-the-move", {}, now=T + 20)
+        with pytest.raises(InboxMoved, match=f"this inbox was moved to {target}"):
+            old.ingest("chat", "after-the-move", {}, now=T + 20)
