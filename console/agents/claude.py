@@ -36,7 +36,8 @@ there is one retry policy and it is visible in the console. The key comes from A
 lives only in the client; it is never logged, journalled or saved.
 
 Every request is paid for, so every request is metered (console/agents/spending.py): before it is made its
-worst case is reserved against the daily and monthly budgets, and a request that would pass one is not
+worst case (a token a byte of the prompt, or near the limit the API's count of it) is reserved against the
+daily and monthly budgets, and a request that would pass one is not
 made (BudgetReached: the agent pauses until the period rolls over or the budget changes); after the reply
 its usage is settled at the model's price. A replayed turn never reaches the request, so it costs nothing
 and is counted once. Requests carry prompt-cache breakpoints (with_cache_breakpoints), so each turn of a
@@ -368,7 +369,8 @@ class ClaudeAgent:
         self, messages: list[dict[str, Any]], max_tokens: int, meter: Meter, *, system: str, tools: list[ToolParam],
     ) -> dict[str, Any]:
         request = self._build_request(messages, max_tokens, system, tools)
-        reservation = self.spend.reserve(meter, self.model, estimate_request_tokens(request), max_tokens)
+        reservation = self.spend.reserve(meter, self.model, worst_case_request_tokens(request), max_tokens,
+                                         count_tokens=functools.partial(self._count_tokens, request))
         try:
             reply = self._client.messages.create(
                 model=self.model, max_tokens=max_tokens, system=request["system"], tools=request["tools"],
@@ -409,6 +411,19 @@ class ClaudeAgent:
                     "category": getattr(details, "category", None),
                     "explanation": getattr(details, "explanation", None)}}
 
+
+    def _count_tokens(self, request: Mapping[str, Any]) -> int | None:
+        """The prompt's tokens as the API counts them (POST /v1/messages/count_tokens: free, rate limited), or
+        None when it cannot tell (a proxy without the endpoint, an error): the bound then stands."""
+        try:
+            counted = self._client.messages.count_tokens(
+                model=self.model, system=request["system"], tools=request["tools"],
+                messages=cast("list[MessageParam]", request["messages"]))
+        except anthropic.APIError as exc:
+            log.info("could not count the prompt's tokens (%s); its worst case stays at a token a byte",
+                     redact_urls(str(exc)))
+            return None
+        return int(counted.input_tokens)
 
     def _classify(self, exc: anthropic.APIStatusError) -> ClaudeError:
         """Which failures are the events' (counted, retried), the provider's back-pressure (the agent
@@ -506,11 +521,13 @@ def estimate_tokens(text: str) -> int:
     return -(-len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN)
 
 
-def estimate_request_tokens(request: Mapping[str, Any]) -> int:
-    """The prompt tokens of a request, estimated as the batch budget estimates its events (its system prompt,
-    tools and messages as JSON, which only adds bytes), plus the API's own tool-use prompt."""
+def worst_case_request_tokens(request: Mapping[str, Any]) -> int:
+    """The most prompt tokens a request can be billed for: a token a byte of its system prompt, tools and
+    messages as JSON (no token is shorter than a byte, and JSON only adds bytes), plus the API's own tool-use
+    prompt. The batch budget's estimate (BYTES_PER_TOKEN) is for fitting a context window, not for money: a
+    prompt of CJK, emoji or base64 can be a token every byte or two."""
     prompt = json.dumps({name: request[name] for name in ("system", "tools", "messages")}, ensure_ascii=False)
-    return estimate_tokens(prompt) + TOOL_USE_PROMPT_TOKENS
+    return len(prompt.encode("utf-8", "surrogatepass")) + TOOL_USE_PROMPT_TOKENS
 
 
 def with_cache_breakpoints(

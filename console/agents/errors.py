@@ -46,8 +46,13 @@ class BudgetReached(AgentPaused):
     """The next model call's worst case would pass the daily or monthly budget, so it was not made. The agent
     pauses until the period rolls over in the owner's time zone (`until`) or the owner changes that budget."""
 
-    def __init__(self, kind: str, limit_usd: float, *, until: int, notice: str, notice_key: str) -> None:
-        super().__init__(f"{kind} budget reached", notice_key=notice_key, until=until, notice=notice,
-                         cause={"budget": kind, "limit_usd": limit_usd})
+    def __init__(self, kind: str, limit_usd: float, *, until: int, notice: str, notice_key: str,
+                 unknown: bool = False) -> None:
+        # unknown: what was spent is unknown (a call without a price), so a price added since (a restart) or a
+        # changed budget (the owner accepts the unknown spend) lifts the pause too.
+        cause: dict[str, Any] = {"budget": kind, "limit_usd": limit_usd}
+        if unknown:
+            cause["unknown"] = True
+        super().__init__(f"{kind} budget reached", notice_key=notice_key, until=until, notice=notice, cause=cause)
         self.kind = kind
         self.limit_usd = limit_usd

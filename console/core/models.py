@@ -460,6 +460,25 @@ class SpendRow:
 
 
 @dataclass(frozen=True)
+class UnpricedCall:
+    """A model call whose cost (settled) or worst case (reserved) is unknown: its model had no price. What a
+    price added later needs to price it: the model asked for and the one that answered (a call is priced at
+    the dearer), the tokens billed, and for a reservation the prompt and output tokens it was worked out from
+    (None for one made before they were kept)."""
+
+    id: int
+    state: str  # reserved | settled
+    model: str  # the model that answered, once settled
+    asked_model: str | None
+    input_tokens: int
+    output_tokens: int
+    cache_write_tokens: int
+    cache_read_tokens: int
+    prompt_tokens: int | None
+    max_tokens: int | None
+
+
+@dataclass(frozen=True)
 class Budget:
     """A budget in force: usd 0 means no limit. source says where it came from (the inbox, where
     `agent-console budget` stores it, the config file, an environment variable, or the default)."""

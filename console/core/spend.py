@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 
 from console.core.base import StaleGeneration, StoreBase
 from console.core.db import transaction, translate_errors
-from console.core.models import AgentState, Budget, BudgetDefaults, SpendDecision, SpendRow
+from console.core.models import AgentState, Budget, BudgetDefaults, SpendDecision, SpendRow, UnpricedCall
 
 BUDGET_KINDS = ("daily", "monthly")
 NANOS_PER_USD = 1_000_000_000
@@ -123,13 +123,18 @@ class SpendMixin(StoreBase):
         event_id: int | None = None,
         step_key: str | None = None,
         run_at: int | None = None,
+        prompt_tokens: int | None = None,
+        max_tokens: int | None = None,
     ) -> SpendDecision:
         """Hold a call's worst case (worst_nanos; None when its model has no price) unless that would pass a
         budget in force; then nothing is written and the decision says which budget and until when.
+        prompt_tokens and max_tokens, what the worst case was worked out from, are kept so that a price added
+        later can re-price the reservation (UnpricedCall).
 
         One write transaction checks and reserves, so concurrent reservations are serialised. With holder
         and gen it is fenced like a journal step: a run that lost its lease spends nothing
-        (StaleGeneration, recorded)."""
+        (StaleGeneration, recorded). Calls without a price made before the owner accepted them
+        (accept_unknown_spend) no longer make a period's spend unknown."""
         refused: str | None = None
         with translate_errors(), transaction(self._conn):
             if holder is not None and gen is not None and not self._holds(holder, gen, now):
@@ -142,13 +147,15 @@ class SpendMixin(StoreBase):
                     if worst_nanos is None:
                         return SpendDecision(None, budget, unpriced=True)
                     start, end = period(budget.kind, now, defaults.zone)
-                    spent = self._spent(start, end)
+                    spent = self._spent(start, end, accepted_until=self._accepted(budget.kind))
                     if spent is None or spent + worst_nanos > usd_to_nanos(budget.usd):
                         return SpendDecision(None, budget, spent, end)
                 (reservation_id,) = self._conn.execute(
-                    """INSERT INTO spend (at, state, event_id, step_key, holder, gen, run_at, model, reserved_nanos)
-                       VALUES (?, 'reserved', ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
-                    (now, event_id, step_key, holder, gen, run_at, model, worst_nanos),
+                    """INSERT INTO spend (at, state, event_id, step_key, holder, gen, run_at, model, reserved_nanos,
+                                          asked_model, prompt_tokens, max_tokens)
+                       VALUES (?, 'reserved', ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id""",
+                    (now, event_id, step_key, holder, gen, run_at, model, worst_nanos, model, prompt_tokens,
+                     max_tokens),
                 ).fetchall()[0]
                 return SpendDecision(int(reservation_id))
         raise StaleGeneration(f"the model call of {step_key or model!r} refused to generation {gen}: {refused}")
@@ -184,13 +191,63 @@ class SpendMixin(StoreBase):
                 "DELETE FROM spend WHERE id = ? AND state = 'reserved' RETURNING id", (reservation_id,)
             ).fetchall())
 
-    def _spent(self, start: int, end: int) -> int | None:
-        """What the calls made in [start, end) count: None when any of them has no price."""
+    def _spent(self, start: int, end: int, *, accepted_until: int = -1) -> int | None:
+        """What the calls made in [start, end) count: None when any of them made after accepted_until has no
+        price (one made until then counts as nothing: the owner accepted it)."""
         total, unknown = self._conn.execute(
-            f"SELECT COALESCE(SUM({_COUNTED}), 0), COUNT(*) - COUNT({_COUNTED}) FROM spend WHERE at >= ? AND at < ?",
-            (start, end),
+            f"""SELECT COALESCE(SUM({_COUNTED}), 0), COALESCE(SUM(CASE WHEN {_COUNTED} IS NULL AND at > ? THEN 1
+                                                              ELSE 0 END), 0)
+                FROM spend WHERE at >= ? AND at < ?""",
+            (accepted_until, start, end),
         ).fetchall()[0]
         return None if unknown else int(total)
+
+    def _accepted(self, kind: str) -> int:
+        """Until when the calls without a price were accepted for the `kind` budget (-1: none were)."""
+        value = self._scalar("SELECT at FROM spend_accepted WHERE kind = ?", (kind,))
+        return -1 if value is None else int(value)
+
+    def accept_unknown_spend(self, holder: str, gen: int, kind: str, *, now: int) -> bool:
+        """The owner changed the `kind` budget while the agent was paused because the spend was unknown (a call
+        without a price): the calls without a price made until now no longer stop the agent. Fenced: False
+        when holder no longer holds the lease in generation gen. (Calls in the same second count as accepted:
+        with a budget in force a model without a price is not called at all.)"""
+        if kind not in BUDGET_KINDS:
+            raise ValueError(f"unknown budget {kind!r}; expected daily or monthly")
+        with translate_errors(), transaction(self._conn):
+            if not self._holds(holder, gen, now):
+                return False
+            self._conn.execute(
+                """INSERT INTO spend_accepted (kind, at) VALUES (?, ?)
+                   ON CONFLICT (kind) DO UPDATE SET at = excluded.at""", (kind, now))
+            return True
+
+    # --- re-pricing -----------------------------------------------------------------------------
+    def unpriced_spend(self) -> list[UnpricedCall]:
+        """The calls whose cost (settled) or worst case (reserved) is unknown, for a price added later."""
+        return [UnpricedCall(int(row[0]), str(row[1]), str(row[2]), row[3], int(row[4]), int(row[5]), int(row[6]),
+                             int(row[7]), row[8], row[9])
+                for row in self._conn.execute(
+                    """SELECT id, state, model, asked_model, input_tokens, output_tokens, cache_write_tokens,
+                              cache_read_tokens, prompt_tokens, max_tokens
+                       FROM spend INDEXED BY spend_unpriced
+                       WHERE (state = 'settled' AND cost_nanos IS NULL)
+                          OR (state = 'reserved' AND reserved_nanos IS NULL)
+                       ORDER BY id""")]
+
+    def price_spend(self, prices: Iterable[tuple[int, int]]) -> int:
+        """Write the cost (settled) or worst case (reserved) of calls that had none: (id, nano-dollars) each.
+        A call that has one by now keeps it. Returns how many were priced."""
+        priced = 0
+        with translate_errors(), transaction(self._conn):
+            for spend_id, nanos in prices:
+                priced += len(self._conn.execute(
+                    """UPDATE spend SET cost_nanos = CASE WHEN state = 'settled' THEN ? ELSE cost_nanos END,
+                                         reserved_nanos = CASE WHEN state = 'reserved' THEN ? ELSE reserved_nanos END
+                       WHERE id = ? AND ((state = 'settled' AND cost_nanos IS NULL)
+                                         OR (state = 'reserved' AND reserved_nanos IS NULL)) RETURNING id""",
+                    (nanos, nanos, spend_id)).fetchall())
+        return priced
 
     def spent(self, kind: str, *, zone: str, now: int) -> int | None:
         """Nano-dollars spent in the owner's day or month holding `now` (reservations at their worst case);

@@ -247,8 +247,18 @@ class Worker:
         self._agent = state
         if state.budget is not None:
             defaults = host.settings.budget_defaults()
-            if not await host.read(lambda store: store.budget_pause_lifted(state, defaults, now=now)):
+            kind, cause = state.budget, state.cause if isinstance(state.cause, dict) else {}
+            # A pause because the spend is unknown (a call without a price) is also lifted for a new engine or
+            # generation, like a configuration's: a price may have been added, and the next call re-prices.
+            unknown_by_earlier = bool(cause.get("unknown")) and (state.holder, state.gen) != (host.holder, gen)
+            if not unknown_by_earlier and not await host.read(
+                    lambda store: store.budget_pause_lifted(state, defaults, now=now)):
                 return host.seconds_until(state.until)  # woken sooner by any commit, a raised budget's too
+            if cause.get("unknown") and await host.read(
+                    lambda store: store.budgets(defaults)[kind].usd != cause.get("limit_usd")):
+                # The owner changed the budget knowing the spend was unknown: those calls stop the agent no more.
+                holder = host.holder
+                await host.on("writer", lambda store: store.accept_unknown_spend(holder, gen, kind, now=now))
             await self._lift_pause(gen, now, f"the {state.budget} budget changed or its period rolled over")
             return None
         if state.state == "paused":

@@ -21,7 +21,7 @@ from typing import Any
 
 from aiohttp import web
 
-BYTES_PER_TOKEN = 4  # the stand-in's tokenizer: a token per 4 bytes of a block's JSON
+BYTES_PER_TOKEN = 4  # the stand-in's tokenizer, by default: a token per 4 bytes of a block's JSON
 MAX_BREAKPOINTS = 4
 
 
@@ -39,6 +39,7 @@ class PromptCache:
 
     def __init__(self, *, minimum: int = 1024, lookback: int = 20, ttl: float = 300.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        self.bytes_per_token = BYTES_PER_TOKEN  # a test sets 1 for text that tokenizes densely (CJK, emoji)
         self.minimum = minimum
         self.lookback = lookback
         self.ttl = ttl
@@ -57,7 +58,7 @@ class PromptCache:
         total = 0
         for block in blocks:
             text = json.dumps(block, sort_keys=True, ensure_ascii=False)
-            total += math.ceil(len(text.encode()) / BYTES_PER_TOKEN)
+            total += math.ceil(len(text.encode()) / self.bytes_per_token)
             running.update(text.encode() + b"\0")
             ends.append(total)
             digests.append(running.hexdigest())
@@ -80,6 +81,13 @@ class PromptCache:
         written = (ends[written_to] if written_to >= 0 else 0) - read
         return {"input_tokens": total - read - written, "cache_creation_input_tokens": written,
                 "cache_read_input_tokens": read}
+
+
+    def count(self, request: dict[str, Any]) -> int:
+        """The prompt's tokens by the same tokenizer the usage bills with (POST /v1/messages/count_tokens)."""
+        blocks, _ = prompt_blocks(request)
+        return sum(math.ceil(len(json.dumps(block, sort_keys=True, ensure_ascii=False).encode())
+                             / self.bytes_per_token) for block in blocks)
 
 
 def prompt_blocks(request: dict[str, Any]) -> tuple[list[Any], list[int]]:
@@ -142,6 +150,8 @@ class FakeClaude:
         self.cache = PromptCache()
         self.on_request: Callable[[dict[str, Any]], None] | None = None  # called as each request arrives
         self.keys: list[str] = []
+        self.counted: list[dict[str, Any]] = []  # the count_tokens requests, as they came
+        self.count_status = 200  # what count_tokens answers (a proxy without the endpoint: 404)
         self.url = ""
         self.unstall = threading.Event()  # set at teardown: a stalled request then ends
         # Answers a request when the script is empty (obey() sets the obedient model).
@@ -202,6 +212,16 @@ class FakeClaude:
         if status == 200:
             status, body = self._billed(sent, body)
         return web.json_response(body, status=status, headers=headers)
+
+    async def handle_count(self, request: web.Request) -> web.Response:
+        """POST /v1/messages/count_tokens as the Messages API documents it: the request's model, system, tools
+        and messages (no max_tokens) in, {"input_tokens": N} out; free, and nothing is cached or billed."""
+        sent = await request.json()
+        self.counted.append(sent)
+        if self.count_status != 200:
+            return web.json_response({"type": "error", "error": {"type": "not_found_error", "message": "Not found"}},
+                                     status=self.count_status)
+        return web.json_response({"input_tokens": self.cache.count(sent)})
 
     def _billed(self, sent: dict[str, Any], body: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         try:
@@ -279,6 +299,7 @@ def serve_stand_in() -> Iterator[FakeClaude]:
     loop = asyncio.new_event_loop()
     app = web.Application()
     app.router.add_post("/v1/messages", fake.handle)
+    app.router.add_post("/v1/messages/count_tokens", fake.handle_count)
     runner = web.AppRunner(app, access_log=None)
     loop.run_until_complete(runner.setup())
     sock = socket.socket()

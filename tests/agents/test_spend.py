@@ -152,16 +152,15 @@ async def test_a_model_with_no_price_costs_unknown_and_cannot_be_held_to_a_budge
     prices = {"claude-nonesuch-9": {"input": 1.0, "output": 4.0}}
     async with running_engine(tmp_path, claude.url, monkeypatch, claude_model="claude-nonesuch-9",
                               daily_budget_usd=5.0, prices=prices) as engine:
-        # Today's earlier call has no price: the day's spend is unknown, so the budget still cannot be kept.
-        state = await read_until(engine, lambda s: s.agent_state().budget and s.agent_state())
-        assert state.reason == "daily budget reached" and state.budget == "daily"
-        assert len(claude.requests) == 1
-        await engine.write(lambda s: s.set_budget("daily", 0, now=NOW))  # the owner lifts the daily limit
+        # The price added re-prices today's earlier call from its stored tokens: the day's spend is known
+        # again, so the budget can be kept and the waiting event runs.
         await read_until(engine, lambda s: s.counts()["done"] == 2)
-        (_, cost) = (await engine.read(ledger))[1]
-        assert cost is not None and cost / 1e9 == pytest.approx(
-            billed_usd(claude.usages[1], {"input_tokens": 1.0, "output_tokens": 4.0,
-                                          "cache_creation_input_tokens": 1.25, "cache_read_input_tokens": 0.1}))
+        nonesuch = {"input_tokens": 1.0, "output_tokens": 4.0, "cache_creation_input_tokens": 1.25,
+                    "cache_read_input_tokens": 0.1}
+        costs = [cost for _, cost in await engine.read(ledger)]
+        assert len(costs) == 2 and all(cost is not None for cost in costs)
+        assert [cost / 1e9 for cost in costs if cost is not None] == [
+            pytest.approx(billed_usd(usage, nonesuch)) for usage in claude.usages]
 
 
 def test_a_replayed_turn_is_neither_asked_nor_counted_again(claude: FakeClaude, store: Store) -> None:
@@ -369,9 +368,9 @@ def test_a_real_engine_pauses_at_its_budget_and_a_budget_raised_from_another_pro
 async def test_the_worst_case_covers_what_a_call_cost_and_stays_within_the_batch_token_budget(
     tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The reservation estimates a call's prompt the way the batch budget measures its events (3 bytes a token,
-    more than the stand-in's 4), so a batch cut to claude_batch_tokens has a bounded worst case, and the worst
-    case is never less than what the call was billed."""
+    """The reservation bounds a call's prompt at a token a byte (the batch budget measures its events at 3 bytes
+    a token, the stand-in bills at 4), so a batch cut to claude_batch_tokens has a bounded worst case, and the
+    worst case is never less than what the call was billed."""
     for _ in range(3):
         claude.reply(text("Noted."))
     async with running_engine(tmp_path, claude.url, monkeypatch, claude_batch_tokens=20_000) as engine:
@@ -381,9 +380,9 @@ async def test_the_worst_case_covers_what_a_call_cost_and_stays_within_the_batch
         rows = await engine.read(lambda s: s.connection.execute(
             "SELECT reserved_nanos, cost_nanos FROM spend ORDER BY id").fetchall())
     assert len(rows) == 3
-    # 20,000 tokens of events, under 4,000 of system prompt, tools and the API's tool prompt, all at the
-    # cache-write price, plus 1,024 tokens of output.
-    bound = round(((20_000 + 4_000) * 2.5 + 1024 * 10.0) * 1000)
+    # 20,000 estimated tokens of events (60,000 bytes), under 12,000 bytes of system prompt and tools and the
+    # API's tool prompt, a token a byte, all at the cache-write price, plus 1,024 tokens of output.
+    bound = round(((60_000 + 12_000) * 2.5 + 1024 * 10.0) * 1000)
     for reserved, cost in rows:
         assert cost <= reserved <= bound
 

@@ -199,3 +199,39 @@ def test_a_budget_pause_lifts_when_its_period_rolls_over_or_its_budget_changes(s
     store.set_budget("monthly", 1, now=NOON)  # another budget's change does not lift it
     store.set_budget("daily", 0.05, now=NOON)
     assert not store.budget_pause_lifted(pause, defaults, now=NOON)
+
+
+def test_calls_without_a_price_are_listed_for_repricing_and_priced_once(store: Store) -> None:
+    unlimited = BudgetDefaults(zone=ZONE)
+    settled = reserve(store, None, unlimited)
+    assert settled is not None
+    settle(store, settled, None)
+    in_flight = store.reserve_spend(model="m", worst_nanos=None, defaults=unlimited, now=NOON, prompt_tokens=900,
+                                    max_tokens=64).reservation_id
+    priced = reserve(store, CENT, unlimited)
+    found = {call.id: call for call in store.unpriced_spend()}
+    assert set(found) == {settled, in_flight} and priced not in found
+    assert (found[settled].state, found[settled].input_tokens, found[settled].asked_model) == ("settled", 100, "m")
+    assert (found[in_flight].prompt_tokens, found[in_flight].max_tokens) == (900, 64)
+    assert store.spent("daily", zone=ZONE, now=NOON) is None
+    assert in_flight is not None
+    assert store.price_spend([(settled, 3 * CENT), (in_flight, 2 * CENT)]) == 2
+    assert store.price_spend([(settled, 99 * CENT)]) == 0  # priced already: it keeps its price
+    assert store.unpriced_spend() == []
+    assert store.spent("daily", zone=ZONE, now=NOON) == 6 * CENT
+
+
+def test_accepting_the_unknown_spend_lets_the_budget_be_kept_again_fenced(store: Store) -> None:
+    reservation = reserve(store, None, BudgetDefaults(zone=ZONE))
+    assert reservation is not None
+    settle(store, reservation, None)
+    limited = BudgetDefaults(daily_usd=1.0, zone=ZONE)
+    assert store.reserve_spend(model="m", worst_nanos=CENT, defaults=limited, now=NOON + 5).spent_nanos is None
+    gen = store.acquire("w1", now=NOON + 5)
+    assert gen is not None
+    assert not store.accept_unknown_spend("w2", gen, "daily", now=NOON + 5)  # not the lease holder
+    assert store.accept_unknown_spend("w1", gen, "daily", now=NOON + 5)
+    assert reserve(store, CENT, limited, now=NOON + 6) is not None
+    assert store.spent("daily", zone=ZONE, now=NOON + 6) is None  # still unknown in what the owner reads
+    monthly = BudgetDefaults(monthly_usd=30.0, zone=ZONE)
+    assert store.reserve_spend(model="m", worst_nanos=CENT, defaults=monthly, now=NOON + 7).spent_nanos is None

@@ -1,0 +1,5 @@
+-- The PostgreSQL twin of schema/0018_spend_accepted.sql.
+CREATE TABLE spend_accepted (
+    kind TEXT   PRIMARY KEY CHECK (kind IN ('daily', 'monthly')),
+    at   BIGINT NOT NULL
+);
