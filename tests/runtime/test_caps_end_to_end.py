@@ -47,7 +47,7 @@ async def test_fifty_calls_and_fifty_messages_in_one_reply_make_twenty_of_each(
         channel = {"type": "ntfy", "server": ntfy.url, "topic": "agent", "token_env": "NTFY_TEST_TOKEN"}
         settings = phone_settings(
             tmp_path, channel, agent="claude", claude_base_url=claude.url, instructions=tmp_path / "none.md",
-            mcp_servers={"rec": {"url": server.url}},
+            mcp_servers={"rec": {"url": server.url, "trusted": True}},  # its results do not taint the run
             permissions={"allow": ["send_message", "mcp__rec__echo"]})  # the default caps: 20, 60, 20
         claude.reply(*[tool(f"c{n}", "mcp__rec__echo", text=f"refund {n}") for n in range(50)],
                      *[tool(f"m{n}", "send_message", text=f"message {n}", urgent=True) for n in range(50)])
