@@ -96,7 +96,7 @@ def test_the_rules_catch_what_they_look_for() -> None:
 # --- rooms: who may import whom ------------------------------------------------------------------
 # Modules everyone may use: small, and they import nothing of the rooms above them.
 LEAVES = ("console.clock", "console.futures", "console.notices", "console.redact", "console.textsafe",
-          "console.timefmt", "console.spendfmt")
+          "console.timefmt", "console.spendfmt", "console.callview")
 # Each room, and the console modules it may import (a prefix allows the modules under it). First match wins,
 # so the composition root is listed before the rest of the runtime.
 ROOMS: list[tuple[str, tuple[str, ...]]] = [
@@ -108,6 +108,7 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("console.textsafe", ()),
     ("console.timefmt", ()),
     ("console.spendfmt", ("console.core",)),
+    ("console.callview", ("console.textsafe",)),
     ("console.examples", ()),
     # The settings check an agent's name against a constant, never the agents' registry (prices are data).
     ("console.config", ("console.core", *LEAVES, "console.agents.pricing")),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from console.callview import announcement, request_view
 from console.config import ConfigError
 from console.core import (
     ApprovalDraft,
@@ -107,6 +108,17 @@ class RunContext:
             if announces is not None:
                 self.announcements[len(self.messages)] = announces.request_id
             self.messages.append((text, urgent or announces is not None or self._reporting_outcome))
+
+    def announce(self, request: ApprovalRequest) -> None:
+        """Tell the owner about a request this run made: the urgent message a phone channel sends as its card,
+        worded from what the request is bound to (every argument named, where the run came from), never from
+        the model's words. A question reads as a question, a call as a call to approve."""
+        draft = next((d for d in reversed(self.drafts) if d.request_id == request.request_id), None)
+        row: dict[str, Any] = {"request_id": request.request_id, "action": request.action, "details": request.details}
+        if draft is not None:
+            row.update(tool=draft.tool, arguments=draft.arguments, sources=draft.sources,
+                       origin=getattr(draft, "origin", None))
+        self.say(announcement(request_view(row), expires_in_words(request.expires_in)), announces=request)
 
     @contextlib.contextmanager
     def reporting_outcome(self) -> Iterator[None]:

@@ -61,7 +61,7 @@ from typing import Any, cast
 import anthropic
 from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 
-from console.agents.base import AgentSetupError, Resumed, RunContext, expires_in_words
+from console.agents.base import AgentSetupError, Resumed, RunContext
 from console.agents.errors import AgentPaused, ProviderBusy
 from console.agents.pricing import Usage
 from console.agents.provenance import Provenance, note_taint
@@ -301,8 +301,7 @@ class ClaudeAgent:
                                 "provenance": conversation.provenance.to_json(),
                                 "pending": {"tool_use_id": use_id, "results": results}})
                 request = next(a for a in ctx.approvals if a.request_id == request_id)
-                ctx.say(f"Approval needed [{request.request_id}]: {request.action} "
-                        f"({expires_in_words(request.expires_in)})", announces=request)
+                ctx.announce(request)
                 return
             conversation.messages.append({"role": "user", "content": results})
         raise ClaudeError(f"the model was still calling tools after {self.max_turns} turns; the run gives up")

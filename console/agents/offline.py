@@ -19,7 +19,7 @@ import re
 import time
 from typing import Any
 
-from console.agents.base import ApprovalRequest, RunContext, expires_in_words
+from console.agents.base import ApprovalRequest, RunContext
 from console.agents.provenance import Provenance
 from console.agents.tools import ToolCall, ToolGateway, summary
 from console.core import Event
@@ -89,8 +89,8 @@ class OfflineAgent:
             lines.insert(0, _reply(chats))
         if lines:  # said with the questions of the same run, or an approval's outcome: at once, in the urgent lane
             ctx.say("\n".join(lines), urgent=bool(asked) or reports_outcome)
-        for announcement, request in asked:  # each question its own message, a card with its own buttons
-            ctx.say(announcement, announces=request)
+        for _said, request in asked:  # each question its own message, a card with its own buttons
+            ctx.announce(request)
 
     def _intent(self, event: Event, text: str) -> ToolCall | None:
         """The tool call a chat message asks for: a known intent whose tool exists, else a risky request
@@ -112,9 +112,7 @@ class OfflineAgent:
         outcome = self.tools.call(ctx, call, event=event, sources=ctx.sources([event]),
                                   provenance=Provenance.of_events([event]))
         if outcome.outcome == "deferred":
-            request = next(a for a in ctx.approvals if a.request_id == outcome.request_id)
-            return (f"Approval needed [{request.request_id}]: {request.action} "
-                    f"({expires_in_words(request.expires_in)})"), request
+            return "", next(a for a in ctx.approvals if a.request_id == outcome.request_id)
         if outcome.outcome == "done":
             return f"{summary(call.name, call.arguments)}: {outcome.text}", None
         return f"Could not {summary(call.name, call.arguments)}: {outcome.text}", None

@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol, TypeVar
 from console.agents.base import Resumed, RunContext
 from console.agents.policy import Decision, Policy, Ruling
 from console.agents.provenance import Provenance, note_taint
+from console.callview import QUESTION_LIMIT, compact_call, cut_middle, message_from_run
 from console.config import ConfigError
 from console.core import Event, MemoryEntry, ToolCallRecord, approved_step_key
 from console.redact import redact_urls
@@ -154,15 +155,12 @@ def canonical(arguments: Mapping[str, Any]) -> str:
     return json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
 
 
-def summary(name: str, arguments: Mapping[str, Any], limit: int = 160) -> str:
-    """`tool(key=value, ...)` on one line, cut to `limit` characters: what the owner is asked about."""
+def summary(name: str, arguments: Mapping[str, Any]) -> str:
+    """`tool(key=value, ...)` on one line naming every argument, long values shortened in their middle (an
+    ask_owner question: its words): what the owner is asked about (console.callview says how)."""
     if name == "ask_owner" and isinstance(arguments.get("question"), str):
-        text = str(arguments["question"])
-    else:
-        shown = ", ".join(f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in sorted(arguments.items()))
-        text = f"{name}({shown})"
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+        return cut_middle(" ".join(str(arguments["question"]).split()), QUESTION_LIMIT)
+    return compact_call(name, arguments)
 
 
 # --- built-in tools ---------------------------------------------------------------------------------------
@@ -535,7 +533,11 @@ class ToolGateway:
     def _builtin(self, ctx: RunContext, name: str, arguments: dict[str, Any], key: str, event: Event,
                  provenance: Provenance) -> str:
         if name == "send_message":
-            ctx.say(_text(arguments, "text") or "", urgent=arguments.get("urgent") is True)
+            # Marked by the runtime, not the model: a message never looks like a card, and one from a run that
+            # read untrusted content says so first, whatever the text asks for.
+            untrusted_from = None if provenance.trusted else ", ".join(provenance.tainted_by)
+            ctx.say(message_from_run(_text(arguments, "text") or "", untrusted_from),
+                    urgent=arguments.get("urgent") is True)
             return "Queued; it is delivered when this run finishes."
         if name == "remember":
             ctx.remember(_text(arguments, "key") or "", _text(arguments, "value") or "", event=event,

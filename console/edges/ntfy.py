@@ -31,6 +31,7 @@ from typing import Any, ClassVar
 
 import aiohttp
 
+from console.callview import APPROVAL_OPENING, QUESTION_OPENING, request_view
 from console.core import Approval, PhoneCard, SendError
 from console.edges.phone import PhoneChannel, describe, read_json, shorten
 from console.edges.secretfile import Secret
@@ -97,8 +98,14 @@ class NtfyChannel(PhoneChannel):
              "body": f"{ANSWER_PREFIX} {self._tag} {word} {self.mac(approval.request_id, word)} {approval.request_id}"}
             for label, word in (("Yes", "yes"), ("No", "no"))
         ]
-        await self._publish({"message": shorten(body, MESSAGE_LIMIT), "priority": self.priority,
-                             "tags": ["question"], "actions": actions}, slot)
+        # The card's own marks, which a run's message cannot carry: its title, its tags and its buttons.
+        asked = request_view(approval)
+        tags = ["question"] if asked.is_question else ["lock"]
+        if asked.origin is not None and not asked.origin.trusted:
+            tags.append("warning")
+        await self._publish({"message": shorten(body, MESSAGE_LIMIT), "priority": self.priority, "tags": tags,
+                             "actions": actions}, slot,
+                            title=f"{QUESTION_OPENING if asked.is_question else APPROVAL_OPENING} · {TITLE}")
         return slot
 
     async def replace_card(self, card: PhoneCard, text: str) -> None:
@@ -106,8 +113,8 @@ class NtfyChannel(PhoneChannel):
         await self._publish({"message": shorten(text, MESSAGE_LIMIT), "priority": UPDATE_PRIORITY, "tags": [tag]},
                             card.ref)
 
-    async def _publish(self, fields: dict[str, Any], sequence_id: str) -> None:
-        message = {"topic": self.topic, "title": TITLE, "sequence_id": sequence_id, **fields}
+    async def _publish(self, fields: dict[str, Any], sequence_id: str, *, title: str = TITLE) -> None:
+        message = {"topic": self.topic, "title": title, "sequence_id": sequence_id, **fields}
         try:
             async with self.session.post(f"{self.server}/", json=message, headers=self._headers()) as response:
                 if response.status >= 300:

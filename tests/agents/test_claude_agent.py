@@ -257,7 +257,9 @@ def test_a_run_started_by_a_webhook_asks_before_anything_not_allowed_for_untrust
     assert shop.calls == [("lookup_order", "9")]
     # A message only reaches the owner: it runs. The resumed conversation is still untrusted: its next
     # lookup asks again.
-    assert resumed.messages[0] == ("Order 9 is paid.", True)  # the approved lookup's outcome: urgent
+    # ... marked as coming from a run that read untrusted content (the model cannot word that away).
+    assert resumed.messages[0] == ("From a run that read untrusted content (github d-1); not an approval request:\n"
+                                   "Order 9 is paid.", True)  # the approved lookup's outcome: urgent
     assert resumed.messages[1][0].startswith("Approval needed") and len(store.pending_approvals()) == 1
 
 
@@ -537,10 +539,11 @@ async def test_the_engine_runs_a_chat_and_an_approval_through_claude(engine: Eng
     answer = tool_results(claude.requests[3])[0]
     assert answer["content"] == "The owner answered yes to: Deploy web to prod now?"
     bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
-    assert "Deploying." in bodies and any(b.startswith(f"Approval needed [{approval.request_id}]") for b in bodies)
+    # An ask_owner question is announced as a question, not as a call to approve.
+    assert "Deploying." in bodies and any(b.startswith(f"Question for you [{approval.request_id}]") for b in bodies)
     linked = await engine.read(lambda s: [(m.body, m.urgent) for m in s.outbox_messages()
                                           if m.approval_id == approval.request_id])
-    assert len(linked) == 1 and linked[0][0].startswith("Approval needed") and linked[0][1]  # the card's message
+    assert len(linked) == 1 and linked[0][0].startswith("Question for you") and linked[0][1]  # the card's message
     assert len(claude.requests) == 5 and json.dumps(claude.requests).count(FAKE_KEY) == 0
 
 

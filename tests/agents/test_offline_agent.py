@@ -45,7 +45,9 @@ def test_a_risky_request_asks_for_approval_urgently(store: Store) -> None:
     ctx = run(store, [("chat", "r1", {"text": "please refund order 881"})])
     assert [a.action for a in ctx.approvals] == ["please refund order 881"]
     (text, urgent), = ctx.messages
-    assert urgent and "Approval needed" in text and ctx.approvals[0].request_id in text
+    # A question to the owner (no tool behind it), worded as one, with where it came from.
+    assert urgent and text.startswith(f"Question for you [{ctx.approvals[0].request_id}]: “please refund order 881”")
+    assert text.endswith("\nasked by a run started by chat r1")
     pending = store.pending_approvals()
     assert [(p.request_id, p.expires_at) for p in pending] == [(ctx.approvals[0].request_id, NOW + 600)]
     assert store.load_session(ctx.approvals[0].request_id)["action"] == "please refund order 881"

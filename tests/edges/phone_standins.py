@@ -188,7 +188,8 @@ class StandInNtfy(_Server):
         return latest
 
     def cards(self, topic: str) -> list[dict[str, Any]]:
-        return [m for m in self.shown(topic).values() if "Approval needed" in m.get("message", "")]
+        return [m for m in self.shown(topic).values()
+                if m.get("message", "").startswith(("Approval needed", "Question for you"))]
 
     async def tap(self, message: dict[str, Any], label: str) -> int:
         """What the ntfy app does when a button of type http is tapped: the request it describes, as is."""
@@ -308,7 +309,7 @@ class StandInBotApi(_Server):
         return next((m for m in self.chats.get(chat_id, []) if m["message_id"] == message_id), None)
 
     def cards(self, chat_id: int) -> list[dict[str, Any]]:
-        return [m for m in self.chats.get(chat_id, []) if m["text"].startswith("Approval needed")]
+        return [m for m in self.chats.get(chat_id, []) if m["text"].startswith(("Approval needed", "Question for you"))]
 
     async def push(self, update: dict[str, Any]) -> int:
         self.next_update_id += 1
