@@ -170,7 +170,9 @@ def test_a_call_that_asks_defers_then_runs_exactly_once_on_yes(
     claude.reply(tool("t3", "send_message", text="Refunded order 881."))
     claude.reply(text("Done."))
     resumed = run(agent, store, "w1", NOW + 60, finish=False)
-    assert resumed.messages == [("Refunded order 881.", True)]  # the outcome goes in the urgent lane
+    # The outcome goes in the urgent lane; the run read the refund's result (open-world), and says so first.
+    refunded = "From a run that read untrusted content (tool refund); not an approval request:\nRefunded order 881."
+    assert resumed.messages == [(refunded, True)]
     assert shop.calls == [("refund", "881")]
     first = claude.requests[1]
     assert first["messages"][:2] == as_blocks(saved["messages"])
@@ -184,7 +186,7 @@ def test_a_call_that_asks_defers_then_runs_exactly_once_on_yes(
     retried = run(agent, store, "w2", NOW + 60 + 10_000)
     assert retried.events[0].source == "approval" and retried.gen > resumed.gen
     assert len(claude.requests) == requests_before  # every turn had committed: replayed, not paid again
-    assert retried.messages == [("Refunded order 881.", True)]
+    assert retried.messages == [(refunded, True)]
     assert shop.calls == [("refund", "881")]  # the approved call ran once
     calls = store.tool_calls(retried.events[0].id)
     assert [(c.tool, c.decision, c.outcome) for c in calls] == [("refund", "approved", "done"),
@@ -258,7 +260,8 @@ def test_a_run_started_by_a_webhook_asks_before_anything_not_allowed_for_untrust
     # A message only reaches the owner: it runs. The resumed conversation is still untrusted: its next
     # lookup asks again.
     # ... marked as coming from a run that read untrusted content (the model cannot word that away).
-    assert resumed.messages[0] == ("From a run that read untrusted content (github d-1); not an approval request:\n"
+    assert resumed.messages[0] == ("From a run that read untrusted content (github delivery d-1 (#1), "
+                                   "tool lookup_order); not an approval request:\n"
                                    "Order 9 is paid.", True)  # the approved lookup's outcome: urgent
     assert resumed.messages[1][0].startswith("Approval needed") and len(store.pending_approvals()) == 1
 

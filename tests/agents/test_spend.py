@@ -93,8 +93,8 @@ async def test_a_budget_of_a_few_cents_stops_the_next_call_before_it_is_made_and
         spent = sum(cost for _, cost in rows if cost is not None) / 1e9
         assert spent == pytest.approx(sum(billed_usd(usage) for usage in claude.usages))
         bodies = [m.body for m in await engine.read(lambda s: s.outbox_messages()) if not m.urgent]
-        assert bodies == ["From a run that read untrusted content (github d-1); not an approval request:\n"
-                          "Build 412 is green."]
+        assert bodies == ["From a run that read untrusted content (github delivery d-1 (#1)); "
+                          "not an approval request:\nBuild 412 is green."]
         assert (await engine.read(lambda s: s.agent_state())).state == "ready"
 
 
