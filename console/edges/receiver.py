@@ -28,7 +28,7 @@ from aiohttp import web
 
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
-from console.core import StoreError, StoreOptions
+from console.core import MoveRefusal, StoreError, StoreOptions
 from console.core.db import InboxDamaged
 from console.edges.config import WebhookConfig, build_verifiers, parse_webhooks
 from console.edges.connections import BACKLOG, ConnectionGate, connection_cap
@@ -191,6 +191,9 @@ class WebhookReceiver:
             if self._on_damage is not None:
                 self._on_damage(exc)
             return self._answer(503, "unavailable", source, delivery.source_id, started, str(exc))
+        except MoveRefusal as exc:  # the log names the target; the sender learns only to deliver again later
+            return self._answer(503, "unavailable", source, delivery.source_id, started, str(exc),
+                                {"error": "this inbox is being moved or was moved: deliver again later"})
         except StoreError as exc:
             return self._answer(503, "unavailable", source, delivery.source_id, started, str(exc))
         stored = verdict == "stored"

@@ -22,7 +22,7 @@ from typing import Any, TypeVar
 import apsw
 
 from console.clock import Clock, WallClock
-from console.core import ReplayGuard, Store, StoreError, StoreOptions, StoreUnavailable
+from console.core import MoveRefusal, ReplayGuard, Store, StoreError, StoreOptions, StoreUnavailable
 from console.core.db import START_CHECK_SECONDS, InboxDamaged, damage_met, is_damage
 from console.core.gate import check_before_intake
 from console.futures import settle_future
@@ -64,7 +64,7 @@ _STOP = object()
 
 
 def _unavailable(exc: BaseException) -> StoreError:
-    if isinstance(exc, StoreUnavailable | InboxDamaged):
+    if isinstance(exc, StoreUnavailable | InboxDamaged | MoveRefusal):
         return exc
     if isinstance(exc, StoreError | apsw.Error):
         return StoreUnavailable(f"the inbox could not take the write: {exc}")

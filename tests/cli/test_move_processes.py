@@ -138,7 +138,12 @@ def test_nothing_acknowledged_during_a_move_is_lost(tmp_path: Path, postgres_url
     assert migrate.returncode == 0, migrate.stderr
     assert tally.wrong == []
     assert tally.during_move > 0, "no write was tried while migrate ran"
-    assert any("was moved to" in answer for _, _, answer in tally.refused)  # the writes after the move
+    assert any("was moved to" in answer for name, _, answer in tally.refused if name == "chat")  # after the move
+    # A sender is told to deliver again, and nothing of where the inbox went; serve's log says where.
+    told = '{"error": "this inbox is being moved or was moved: deliver again later"}'
+    refusals = {answer for name, _, answer in tally.refused if name == "github"}
+    assert told in refusals and all(answer == told or "busy" in answer for answer in refusals), refusals
+    assert any("detail=this inbox is being moved to postgresql://" in line for line in log)
     with Store.open(postgres_url) as target:
         missing = [key for key in tally.acknowledged if target.find_event(*key) is None]
     assert missing == [], f"{len(missing)} of {len(tally.acknowledged)} acknowledged keys are not in the target"
