@@ -1,4 +1,4 @@
--- The PostgreSQL twin of schema/0018_spend_accepted.sql.
+-- The PostgreSQL twin of schema/0019_spend_accepted.sql.
 CREATE TABLE spend_accepted (
     kind TEXT   PRIMARY KEY CHECK (kind IN ('daily', 'monthly')),
     at   BIGINT NOT NULL
