@@ -166,7 +166,10 @@ class IngestWriter:
             return
         if self.check_first:
             try:
-                check_before_intake(self._store, seconds=START_CHECK_SECONDS)
+                report = check_before_intake(self._store, seconds=START_CHECK_SECONDS)
+                if not report.finished:
+                    log.info("inbox checked for %.1f s, not to its end (a large file): no damage found so far; "
+                             "`agent-console check` reads it all", report.seconds)
             except BaseException as exc:
                 self._store.close()
                 failure.append(exc)
