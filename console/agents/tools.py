@@ -602,8 +602,12 @@ def audit_provenance(provenance: Provenance) -> dict[str, Any]:
 
 def changes_world(spec: ToolSpec) -> bool:
     """Whether a call of this tool counts against the caps: a Python or MCP tool acts outside the inbox (the
-    built-ins only stage what the run's finish writes, and are paced by it)."""
-    return spec.kind != "builtin"
+    built-ins only stage what the run's finish writes, and are paced by it), unless it is read-only on the
+    owner's word: a Python tool declaring read_only=True, or a tool annotated readOnlyHint by a server the owner
+    marked trusted (an untrusted server's own annotation could lie its way past the cap)."""
+    if spec.kind == "builtin":
+        return False
+    return not (spec.hints.read_only is True and (spec.kind == "python" or spec.hints.trusted_server))
 
 
 def _mcp_hints(tool: ListedTool) -> ToolHints:

@@ -9,6 +9,7 @@ import pytest
 
 from console.agents.policy import DEFAULT_ALLOW, DEFAULT_UNTRUSTED_ALLOW, Policy, Ruling, untrusted_sources
 from console.agents.registry import read_instructions
+from console.agents.tools import BUILTINS, ToolHints, ToolSpec, changes_world
 from console.config import ConfigError, Settings
 
 POLICY = Policy.from_settings({
@@ -114,3 +115,14 @@ def test_the_owners_instructions_come_from_their_file(tmp_path: Path) -> None:
     assert read_instructions(Settings(instructions=path)) is None  # no file: no instructions
     path.write_text("Answer in Spanish. Never refund more than 50 EUR without asking.\n", encoding="utf-8")
     assert read_instructions(Settings(instructions=path)) == path.read_text(encoding="utf-8")
+
+
+def test_what_counts_against_the_caps() -> None:
+    def spec(kind: str, **hints: bool) -> ToolSpec:
+        return ToolSpec("t", "", {}, kind, ToolHints(**hints))
+
+    assert not changes_world(BUILTINS["send_message"])
+    assert changes_world(spec("mcp")) and changes_world(spec("python"))
+    assert changes_world(spec("mcp", read_only=True))  # an untrusted server's word is not taken
+    assert not changes_world(spec("mcp", read_only=True, trusted_server=True))
+    assert not changes_world(spec("python", read_only=True))
