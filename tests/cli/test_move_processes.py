@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from console.core import Store, StoreError
-from console.core.copy import _write_mark
+from console.core.copy import _columns, _write_mark
 from console.core.db import transaction
 from tests.cli.helpers import ROOT, assert_user_error, isolated_env, run_process
 from tests.edges.signing import SECRETS, sign
@@ -217,3 +217,36 @@ def test_an_unfinished_copy_and_a_moved_inbox_take_no_work(tmp_path: Path) -> No
             assert "listening" not in done.stdout + done.stderr
         with Store.open(path, read_only=True) as store:
             assert [e.source_id for e in store.events()] == ["m-1"] and store.lease() is None
+
+
+def test_an_engine_frozen_through_a_move_takes_no_work_when_it_wakes(tmp_path: Path, postgres_url: str) -> None:
+    """An engine frozen (SIGSTOP, a closed lid) past its lease: migrate may move the inbox. Woken, the engine's
+    renewals, claims and finishes are refused ("moved"): the source stays exactly what was copied."""
+    db = tmp_path / "inbox.db"
+    env = isolated_env(tmp_path / "home", AGENT_CONSOLE_LEASE_TTL="2")
+    log = tmp_path / "run.log"
+    with log.open("w") as handle:
+        engine = subprocess.Popen([sys.executable, "-m", "console", "--db", str(db), "run"], cwd=ROOT, env=env,
+                                  stdout=subprocess.DEVNULL, stderr=handle)
+        try:
+            wait_until(lambda: "mode: active" in log.read_text(), "the engine to hold the lease")
+            engine.send_signal(signal.SIGSTOP)
+            with Store.open(db) as store:
+                store.ingest_many([("chat", f"m-{n}", {"text": "hello"}) for n in range(3)], now=int(time.time()))
+                wait_until(lambda: (lease := store.lease()) is not None and lease.until < time.time() - 1,
+                           "the frozen engine's lease to lapse", limit=30)
+            migrate = subprocess.run([sys.executable, "-m", "console", "migrate", "--from", str(db), "--to",
+                                      postgres_url], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+            assert migrate.returncode == 0, migrate.stderr
+            engine.send_signal(signal.SIGCONT)
+            wait_until(lambda: "this inbox was moved to" in log.read_text(), "the woken engine to meet the mark")
+        finally:
+            engine.send_signal(signal.SIGCONT)
+            engine.kill()
+            engine.wait(timeout=30)
+    with Store.open(db, read_only=True) as old, Store.open(postgres_url, read_only=True) as new:
+        for table in ("inbox", "attempts", "lease", "lease_log", "refused_finishes", "journal", "outbox"):
+            names = ", ".join(_columns(old, table))
+            assert sorted(map(tuple, old.connection.execute(f"SELECT {names} FROM {table}")), key=repr) == \
+                sorted(map(tuple, new.connection.execute(f"SELECT {names} FROM {table}")), key=repr), table
+        assert [e.status for e in old.events()] == ["pending"] * 3
