@@ -81,6 +81,11 @@ class RetentionMixin(InboxMixin, AuditMixin):
         if self._scalar("SELECT 1 FROM phone_answers WHERE at < ? LIMIT 1", (cutoff,)):
             with translate_errors(), transaction(self._conn):  # the answers phones gave, kept as long as messages
                 self._conn.execute("DELETE FROM phone_answers WHERE at < ?", (cutoff,))
+        if self._scalar("SELECT 1 FROM cap_uses WHERE at < ? LIMIT 1", (cutoff,)):
+            with translate_errors(), transaction(self._conn):  # caps count an hour back; the cutoff is days
+                self._conn.execute("DELETE FROM cap_uses WHERE at < ?", (cutoff,))
+                self._conn.execute("DELETE FROM cap_notices WHERE at < ?", (cutoff,))
+                self._conn.execute("DELETE FROM held_messages WHERE released_at < ?", (cutoff,))
         steps = sessions = 0
         open_conversations = int(self._scalar(_COUNT_OPEN_CONVERSATIONS))
         if not open_conversations:

@@ -149,3 +149,18 @@ def test_zero_turns_a_cap_off(inbox_target: str) -> None:
             ctx.say(f"message {n}")
         assert ctx.finish()
         assert len(store.outbox_messages()) == 30 and store.held_messages() == []
+
+
+def test_prune_forgets_old_counts_and_released_messages_but_never_a_held_one(capped: Store) -> None:
+    capped.ingest("chat", "m1", {}, now=T)
+    ctx = run_context(capped, "A", T)
+    assert slots(ctx, 2) == [None, None]
+    for n in range(6):
+        ctx.say(f"message {n}")
+    assert ctx.finish()
+    capped.release_held([capped.held_messages()[0].id], now=T)
+    later = T + 3 * 86_400
+    capped.prune(older_than=86_400, now=later)
+    assert capped.connection.execute("SELECT COUNT(*) FROM cap_uses").fetchall()[0][0] == 0
+    assert [h.body for h in capped.held_messages()] == ["message 5"]  # still held: only the owner lets it go
+    assert capped.connection.execute("SELECT COUNT(*) FROM held_messages").fetchall()[0][0] == 1

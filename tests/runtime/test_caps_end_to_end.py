@@ -15,8 +15,10 @@ from console.core import Store
 from tests.agents.mcp_servers import serve_http
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY
+from tests.agents.test_claude_provider import running_engine
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInNtfy
+from tests.support import read_until
 
 TOKEN = "tk_stand_in_token_0123456789"
 ENV = {"NTFY_TEST_TOKEN": TOKEN}
@@ -82,3 +84,37 @@ async def test_fifty_calls_and_fifty_messages_in_one_reply_make_twenty_of_each(
             assert len(released) == 30
             await until(lambda: sum(m["message"].startswith("message ") for m in ntfy.messages) == 50,
                         "the released messages sent")
+
+
+async def test_the_hourly_cap_survives_a_restart_and_its_crossing_is_told_once(
+    tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """25 calls an hour: a first engine makes 20 (its run's cap), a second engine on the same inbox 5 more, and
+    from then on every call asks, in that run and the next; the owner hears of the hourly cap once."""
+    with serve_http("rec") as server:
+        settings: dict[str, Any] = dict(
+            mcp_servers={"rec": {"url": server.url, "trusted": True}},
+            permissions={"allow": ["send_message", "mcp__rec__echo"]}, max_tool_calls_per_hour=25)
+
+        def reply(tag: str, count: int) -> None:
+            claude.reply(*[tool(f"{tag}{n}", "mcp__rec__echo", text=f"{tag} {n}") for n in range(count)])
+
+        reply("a", 30)
+        async with running_engine(tmp_path, claude.url, monkeypatch, **settings) as engine:
+            await engine.ingest("chat", "m1", {"text": "first"})
+            await read_until(engine, lambda s: s.counts()["done"] == 1)
+        assert len(server.recorded()) == 20
+        reply("b", 10)
+        reply("c", 10)
+        async with running_engine(tmp_path, claude.url, monkeypatch, **settings) as engine:  # a restart
+            await engine.ingest("chat", "m2", {"text": "second"})
+            await read_until(engine, lambda s: s.counts()["done"] == 2)
+            await engine.ingest("chat", "m3", {"text": "third"})
+            await read_until(engine, lambda s: s.counts()["done"] == 3)
+            approvals = await engine.read(lambda s: s.pending_approvals())
+            notices = [m.body for m in await engine.read(lambda s: s.outbox_messages()) if "world-changing" in m.body]
+    assert [call["text"] for call in server.recorded()] == [
+        *(f"a {n}" for n in range(20)), *(f"b {n}" for n in range(5))]
+    assert sorted(approval.arguments["text"] for approval in approvals) == ["a 20", "b 5", "c 0"]
+    assert sum("max_tool_calls_per_run" in body for body in notices) == 1
+    assert sum("max_tool_calls_per_hour" in body for body in notices) == 1
