@@ -25,7 +25,7 @@ from typing import Any
 
 from console.core.base import StoreBase, loads
 from console.core.db import transaction, translate_errors
-from console.core.models import AuditCheck, AuditRow, ToolCallRecord
+from console.core.models import AuditCheck, AuditRow, StrandedAnswer, ToolCallRecord
 
 AUDIT_KINDS = ("call", "answer", "pruned")
 # A call's outcome in the trail: done, refused (denied, no such tool, declined, expired), failed, unknown (it may
@@ -80,6 +80,10 @@ def audit_record(row: AuditRow) -> dict[str, Any]:
         "decision": body.get("decision"), "answered_via": body.get("answered_via"), "outcome": body.get("outcome"),
         "detail": detail, "prev_hash": row.prev_hash, "hash": row.hash,
     }
+
+
+# What became of an approved call whose answer's event died (StrandedAnswer.call), as the trail says it.
+_STRANDED_OUTCOMES = {"not_run": "failed", "unknown": "unknown", "done": "done"}
 
 
 def _row(values: tuple[Any, ...]) -> AuditRow:
@@ -146,6 +150,29 @@ class AuditMixin(StoreBase):
             "decision": decision, "answered_via": "clock" if decision == "expired" else answered_via(via),
             "outcome": None, "detail": None if decision != "expired" or via == "expiry" else
             f"answered from {via} after its deadline",
+        })
+
+    def _audit_stranded(self, stranded: StrandedAnswer, now: int) -> None:
+        """An approved call whose answer's event died before its run finished (core/stranded.py), written in the
+        transaction that parks the event dead: what became of the call (not run: failed; the worker died during
+        it: unknown; run but not reported: done), since no run will record it unless the event is retried."""
+        if stranded.outcome != "yes" or stranded.tool is None or stranded.call is None:
+            return  # a no, an expiry or a question: the answer's own row says all there is
+        rows = self._conn.execute(
+            "SELECT arguments, details, origin, answered_via FROM approvals WHERE request_id = ?",
+            (stranded.request_id,),
+        ).fetchall()
+        if not rows:
+            return
+        arguments, details_text, origin_text, via = rows[0]
+        details = loads(details_text)
+        origin = loads(origin_text)
+        self._audit("call", now, stranded.event_id, {
+            "run": None, "tool": stranded.tool, "arguments": loads(arguments), "request_id": stranded.request_id,
+            "provenance": origin if isinstance(origin, dict) else None,
+            "rule": details.get("rule") if isinstance(details, dict) else None, "decision": "approved",
+            "answered_via": answered_via(via), "outcome": _STRANDED_OUTCOMES.get(stranded.call, "unknown"),
+            "detail": _cut(stranded.in_words(), DETAIL_CHARS),
         })
 
     # --- reading --------------------------------------------------------------------------------------

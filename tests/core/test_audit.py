@@ -5,12 +5,14 @@ swapped or deleted; pruning the oldest rows leaves the rest verifiable. Runs on 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import pytest
 
-from console.core import ApprovalDraft, Store, ToolCallRecord
+from console.core import ApprovalDraft, Store, ToolCallRecord, approved_step_key
 from console.core.audit import audit_record, row_hash
+from tests.core.test_stranded_answers import TTL, ask, lose_every_attempt
+from tests.core.test_stranded_answers import T as T_STRANDED
 
 T = 1_800_000_000
 DAY = 86_400
@@ -225,3 +227,43 @@ def test_a_prune_with_nothing_old_in_the_trail_keeps_it_whole(store: Store) -> N
 
     assert report.audit_rows_deleted == 0
     assert [r.seq for r in store.audit_rows()] == [1, 2, 3, 4] and store.verify_audit().intact
+
+
+# --- an approved call whose answer's event died -----------------------------------------------------------------
+
+@pytest.fixture
+def crashing(inbox_target: str) -> Iterator[Store]:
+    with Store.open(inbox_target, lease_ttl=TTL, max_attempts=3, backoff_base=0, seed=7) as store:
+        yield store
+
+
+def test_a_yes_whose_event_died_before_its_call_ran_is_a_failed_row(crashing: Store) -> None:
+    request_id, _ = ask(crashing)
+    crashing.answer_approval(request_id, "yes", now=T_STRANDED + 1, via="telegram")
+    answer = crashing.find_event("approval", request_id)
+    assert answer is not None
+
+    died_at = lose_every_attempt(crashing, answer.id, T_STRANDED + 1)
+
+    last = audit_record(list(crashing.audit_rows())[-1])
+    assert (last["kind"], last["event_id"], last["tool"], last["decision"], last["answered_via"], last["outcome"],
+            last["at"]) == ("call", answer.id, "mcp__shop__refund", "approved", "telegram", "failed", died_at)
+    assert last["detail"].startswith(f"approved, but not run: its event #{answer.id} is dead")
+    assert crashing.verify_audit().intact
+
+
+def test_a_yes_whose_worker_died_during_the_call_is_an_unknown_row(crashing: Store) -> None:
+    request_id, _ = ask(crashing)
+    crashing.answer_approval(request_id, "yes", now=T_STRANDED + 1, via="cli")
+    answer = crashing.find_event("approval", request_id)
+    assert answer is not None
+    # The call's step was claimed (the call went out) and never committed: the worker died during it.
+    crashing.connection.execute("INSERT INTO journal (idem_key, state, gen, event_id, claimed_at) "
+                                "VALUES (?, 'claimed', 1, ?, ?)", (approved_step_key(request_id), answer.id,
+                                                                   T_STRANDED + 2))
+
+    lose_every_attempt(crashing, answer.id, T_STRANDED + 2)
+
+    last = audit_record(list(crashing.audit_rows())[-1])
+    assert (last["decision"], last["outcome"]) == ("approved", "unknown")
+    assert "whether it ran is unknown" in last["detail"]
