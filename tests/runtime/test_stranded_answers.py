@@ -283,4 +283,6 @@ async def test_a_yes_whose_call_ran_but_whose_report_kept_failing_is_told_and_ne
         step = store.journal_step(f"tool:{approval.request_id}")
         assert step is not None and (step.state, step.executions) == ("committed", 1)
         assert store.stranded_answers() == []
-        assert "Refunded order 881." in [m.body for m in store.outbox_messages()]
+        # The conversation read the shop server's result (open-world), so its report is marked as coming from an
+        # untrusted run (docs/security.md); the text is the model's own.
+        assert any(m.body.endswith("\nRefunded order 881.") for m in store.outbox_messages())
