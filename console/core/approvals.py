@@ -135,7 +135,7 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
                 (call.event_id, call.use_id, call.tool, dumps(call.arguments), call.decision, call.outcome,
                  call.result, call.request_id, now, call.rule, _json_or_null(call.provenance), _json_or_null(call.run)),
             )
-            self._audit_call(call, now)  # in the run's fenced finish, with the transcript's record
+        self._audit_calls(tool_calls, now)  # in the run's fenced finish, with the transcript's record
 
     def answer_approval(self, request_id: str, answer: str, *, now: int, via: str = "api") -> str:
         """Store the user's answer unless the deadline passed. Returns the outcome that stands:

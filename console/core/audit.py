@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from console.core.base import StoreBase, loads
@@ -33,6 +33,7 @@ AUDIT_KINDS = ("call", "answer", "pruned")
 AUDIT_OUTCOMES = ("done", "refused", "failed", "unknown", "deferred")
 DETAIL_CHARS = 300  # of what a call that did not succeed told the model
 _PAGE = 2000
+_INSERT_ROWS = 500  # rows one INSERT takes (7 parameters each: far below SQLite's 32,766)
 _COLUMNS = "seq, at, kind, event_id, body, prev_hash, hash"
 
 
@@ -94,38 +95,54 @@ def _row(values: tuple[Any, ...]) -> AuditRow:
 
 class AuditMixin(StoreBase):
     # --- writing (inside the caller's transaction) --------------------------------------------------------
-    def _audit(self, kind: str, at: int, event_id: int | None, body: dict[str, Any]) -> int:
-        """Append one row to the chain, inside the caller's write transaction (which serialises writers, so
-        the head read here is the last row). Returns its number."""
+    def _audit(self, kind: str, at: int, event_id: int | None, body: dict[str, Any]) -> None:
+        """Append one row to the chain, inside the caller's write transaction."""
+        self._audit_many([(kind, at, event_id, body)])
+
+    def _audit_many(self, entries: Sequence[tuple[str, int, int | None, dict[str, Any]]]) -> None:
+        """Append rows (kind, at, event, body) to the chain in order, inside the caller's write transaction, which
+        serialises writers: the head read here is the last row, and nobody appends between this read and the
+        commit. Three statements however many rows (a statement is a round trip on PostgreSQL)."""
+        if not entries:
+            return
         head = self._conn.execute("SELECT seq, hash FROM audit_head WHERE one = 1").fetchall()
-        last, prev_hash = (int(head[0][0]), str(head[0][1])) if head else (0, "")
-        seq = last + 1
-        text = canonical_json(body)
-        digest = row_hash(seq, at, kind, event_id, text, prev_hash)
-        self._conn.execute(
-            "INSERT INTO audit (seq, at, kind, event_id, body, prev_hash, hash) VALUES (?, ?, ?, ?, ?, ?, ?)",
-            (seq, at, kind, event_id, text, prev_hash, digest),
-        )
+        seq, prev_hash = (int(head[0][0]), str(head[0][1])) if head else (0, "")
+        values: list[Any] = []
+        for kind, at, event_id, body in entries:
+            seq += 1
+            text = canonical_json(body)
+            digest = row_hash(seq, at, kind, event_id, text, prev_hash)
+            values.append((seq, at, kind, event_id, text, prev_hash, digest))
+            prev_hash = digest
+        for start in range(0, len(values), _INSERT_ROWS):
+            chunk = values[start:start + _INSERT_ROWS]
+            self._conn.execute(
+                "INSERT INTO audit (seq, at, kind, event_id, body, prev_hash, hash) VALUES "
+                + ", ".join("(?, ?, ?, ?, ?, ?, ?)" for _ in chunk),
+                [value for row in chunk for value in row],
+            )
         self._conn.execute(
             """INSERT INTO audit_head (one, seq, hash, base_seq, base_hash) VALUES (1, ?, ?, 0, '')
                ON CONFLICT (one) DO UPDATE SET seq = excluded.seq, hash = excluded.hash""",
-            (seq, digest),
+            (seq, prev_hash),
         )
-        return seq
 
-    def _audit_call(self, call: ToolCallRecord, now: int) -> None:
-        """A tool call a run recorded, written by that run's finish."""
-        via = None
-        if call.request_id is not None and call.decision in ("approved", "declined", "expired"):
-            via = answered_via(self._scalar("SELECT answered_via FROM approvals WHERE request_id = ?",
-                                            (call.request_id,)))
-        outcome = call_outcome(call.decision, call.outcome)
-        detail = None if outcome in ("done", "deferred") or not call.result else _cut(call.result, DETAIL_CHARS)
-        self._audit("call", now, call.event_id, {
-            "run": call.run, "tool": call.tool, "arguments": call.arguments, "request_id": call.request_id,
-            "provenance": call.provenance, "rule": call.rule, "decision": call.decision, "answered_via": via,
-            "outcome": outcome, "detail": detail,
-        })
+    def _audit_calls(self, calls: Sequence[ToolCallRecord], now: int) -> None:
+        """The tool calls a run recorded, written by that run's finish."""
+        entries: list[tuple[str, int, int | None, dict[str, Any]]] = []
+        for call in calls:
+            via = None
+            if call.request_id is not None and call.decision in ("approved", "declined", "expired"):
+                via = answered_via(self._scalar("SELECT answered_via FROM approvals WHERE request_id = ?",
+                                                (call.request_id,)))
+            outcome = call_outcome(call.decision, call.outcome)
+            detail = None if outcome in ("done", "deferred") or not call.result else _cut(call.result, DETAIL_CHARS)
+            entries.append(("call", now, call.event_id, {
+                "run": call.run, "tool": call.tool, "arguments": call.arguments, "request_id": call.request_id,
+                "provenance": call.provenance, "rule": call.rule, "decision": call.decision, "answered_via": via,
+                "outcome": outcome, "detail": detail,
+            }))
+        self._audit_many(entries)
 
     def _audit_answer(self, request_id: str, answer: str, via: str, now: int) -> None:
         """An approval's answer (yes, no, or its expiry), written with the answer that settles it. Its provenance
