@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import pytest
 
 from console.core import ApprovalDraft, Store, ToolCallRecord, approved_step_key
 from console.core.audit import audit_record, row_hash
+from console.core.copy import move_inbox
 from tests.core.test_stranded_answers import TTL, ask, lose_every_attempt
 from tests.core.test_stranded_answers import T as T_STRANDED
 
@@ -267,3 +269,17 @@ def test_a_yes_whose_worker_died_during_the_call_is_an_unknown_row(crashing: Sto
     last = audit_record(list(crashing.audit_rows())[-1])
     assert (last["decision"], last["outcome"]) == ("approved", "unknown")
     assert "whether it ran is unknown" in last["detail"]
+
+
+def test_a_migrated_inbox_keeps_its_trail_verifiable(db_path: Path, postgres_url: str) -> None:
+    with Store.open(db_path) as source:
+        seeded(source)
+        before = [(r.seq, r.hash) for r in source.audit_rows()]
+        with Store.open(postgres_url) as target:
+            move_inbox(source, target, now=T + 10)
+            assert [(r.seq, r.hash) for r in target.audit_rows()] == before
+            check = target.verify_audit()
+            assert (check.intact, check.rows, check.head) == (True, 4, before[-1][1])
+            target.answer_approval("apr-none", "yes", now=T + 11)  # an unknown request: no row, nothing breaks
+            finish_run(target, "m9", [("lookup", "allowed", "done", "allow: lookup*")], now=T + 12)
+            assert [r.seq for r in target.audit_rows()][-1] == 5 and target.verify_audit().intact
