@@ -62,7 +62,7 @@ def call_outcome(decision: str, outcome: str) -> str:
 
 # The columns of an exported row (`agent-console audit --json/--csv`), in order.
 AUDIT_FIELDS = ("seq", "at", "kind", "event_id", "run", "tool", "arguments", "request_id", "trusted", "provenance",
-                "rule", "decision", "answered_via", "outcome", "detail", "prev_hash", "hash")
+                "tainted_by", "rule", "decision", "answered_via", "outcome", "detail", "prev_hash", "hash")
 
 
 def audit_record(row: AuditRow) -> dict[str, Any]:
@@ -77,7 +77,8 @@ def audit_record(row: AuditRow) -> dict[str, Any]:
     return {
         "seq": row.seq, "at": row.at, "kind": row.kind, "event_id": row.event_id, "run": body.get("run"),
         "tool": body.get("tool"), "arguments": body.get("arguments"), "request_id": body.get("request_id"),
-        "trusted": provenance.get("trusted"), "provenance": provenance.get("summary"), "rule": body.get("rule"),
+        "trusted": provenance.get("trusted"), "provenance": provenance.get("summary"),
+        "tainted_by": provenance.get("tainted_by"), "rule": body.get("rule"),
         "decision": body.get("decision"), "answered_via": body.get("answered_via"), "outcome": body.get("outcome"),
         "detail": detail, "prev_hash": row.prev_hash, "hash": row.hash,
     }

@@ -121,6 +121,7 @@ def check_the_export(db: Path, home: Path) -> None:
     assert rows[0]["provenance"] == f"a run from your chat #{chat}"
     # The approved refund ran in the resumed conversation, which had read the shop's (open-world) lookup.
     assert "mcp__shop__lookup_order" in rows[6]["provenance"] and rows[6]["provenance"].startswith("a run that read")
+    assert rows[6]["tainted_by"] == ["tool mcp__shop__lookup_order"] and rows[0]["tainted_by"] == []
     assert rows[7]["provenance"] == f"a run that read untrusted content: github delivery d-9a1f (#{github})"
     assert rows[3]["request_id"] == rows[5]["request_id"] == rows[6]["request_id"]
     assert rows[1]["detail"].endswith("leak: the token *** was refused")
