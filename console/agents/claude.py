@@ -266,9 +266,15 @@ class ClaudeAgent:
         anchor = _anchor(ctx, conversation)
         for turn in range(1, self.max_turns + 1):
             key = f"{conversation.key}:turn:{turn}"
-            call = functools.partial(self._call, list(conversation.messages), Meter.for_turn(ctx, anchor, key),
-                                     system=system, tools=tools)
+            call = functools.partial(self._turn, list(conversation.messages), Meter.for_turn(ctx, anchor, key),
+                                     conversation.provenance.to_json(), system=system, tools=tools)
             reply: dict[str, Any] = ctx.step(key, call, event=anchor)
+            # The reply was written by a model that had read what this conversation had read then, which is
+            # journalled with it: a replayed turn stays as untrusted as when it was made, even if what tainted
+            # it (a note since deleted, say) would not taint the retry.
+            then = reply.get("provenance")
+            for why in (then.get("tainted_by") or []) if isinstance(then, dict) else []:
+                conversation.provenance.taint(str(why))
             content = _continue_turn(conversation, reply["content"])
             stop = reply.get("stop_reason")
             if stop == "pause_turn":
@@ -318,6 +324,13 @@ class ClaudeAgent:
         plural = "s" if len(declined) > 1 else ""
         ctx.say(f"The model declined event{plural} {named}" + (f": {why}" if why else "; it gave no reason"))
         ctx.note(f"the model declined ({why})" if why else "the model declined (no reason given)", event_ids)
+
+    def _turn(
+        self, messages: list[dict[str, Any]], meter: Meter, provenance: dict[str, Any], *, system: str,
+        tools: list[ToolParam],
+    ) -> dict[str, Any]:
+        """One model turn (_call) with the conversation's provenance when it was asked, journalled together."""
+        return {**self._call(messages, meter, system=system, tools=tools), "provenance": provenance}
 
     def _call(
         self, messages: list[dict[str, Any]], meter: Meter, *, system: str = SYSTEM_PROMPT,

@@ -55,7 +55,10 @@ def build_transcript(steps: Sequence[JournalStep], calls: Iterable[ToolCallRecor
         if ":turn:" not in step.idem_key or not isinstance(step.result, dict):
             continue
         conversation, _, number = step.idem_key.rpartition(":turn:")
-        lines.append(Line("turn", f"{conversation} · turn {number}"))
+        then = step.result.get("provenance")
+        tainted = [str(why) for why in then.get("tainted_by") or []] if isinstance(then, dict) else []
+        read = f" · the run had read untrusted content: {', '.join(tainted)}" if tainted else ""
+        lines.append(Line("turn", f"{conversation} · turn {number}{read}"))
         for block in step.result.get("content") or []:
             if not isinstance(block, dict):
                 continue
