@@ -508,13 +508,14 @@ def migrate(state: CliState, source: str, target: str | None, abandon: bool) -> 
     for table, rows in report.rows.items():
         if rows:
             _say(f"{table:<18} {rows:>9,}")
-    verified = f"every table's count and all {report.keys:,} event keys verified"
+    keys = "its one event key" if report.keys == 1 else f"all {report.keys:,} event keys"
+    verified = f"every table's count and {keys} verified"
     if report.how in ("copied", "restarted"):
         again = " (an unfinished copy was done again)" if report.how == "restarted" else ""
         _say(f"copied {report.total:,} rows from {report.source} to {report.target}{again}; {verified}")
     else:
         _say(f"{'the move was already done' if report.how == 'already moved' else 'finished the move'}: "
-             f"{report.source} to {report.target}; all {report.keys:,} event keys verified")
+             f"{report.source} to {report.target}; {keys} verified")
     _say(f"{report.source} is marked moved and takes no new work: use --db {report.target}")
 
 
