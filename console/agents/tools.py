@@ -413,8 +413,11 @@ class ToolGateway:
                 "refused", f"{summary(tool, arguments)} was not run: {why} (request {resumed.request_id})",
                 _refusal(resumed.answer), resumed.request_id), rule, trust)
         spec = self.catalogue()[0].get(tool)
-        ruling = None if spec is None else self._judge(spec, not provenance.trusted)
-        if ruling is not None and ruling.decision == "deny":
+        # Judged by name even when the tool is not listed now (a server's listing that timed out): a deny needs
+        # no more than the name, and the call may still reach the server.
+        ruling = self.policy.judge(tool, untrusted=not provenance.trusted,
+                                   read_only_default=spec is not None and spec.read_only_default)
+        if ruling.decision == "deny":
             text = (f"{summary(tool, arguments)} was not run: you said yes (request {resumed.request_id}), but your "
                     f"policy denies {tool} now")
             with ctx.reporting_outcome():  # the owner answered and waits to hear: told whatever the model says

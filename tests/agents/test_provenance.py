@@ -432,3 +432,22 @@ def test_a_retried_run_replays_its_turns_as_untrusted_as_they_were_even_if_the_n
     assert turns[0] == f"claude:{events[0].id} · turn 1"
     assert turns[1] == (f"claude:{events[0].id} · turn 2 · the run had read untrusted content: note standing-orders "
                         "from stripe run #1")
+
+
+def test_a_late_deny_holds_even_when_the_tool_is_not_listed_at_that_moment(store: Store) -> None:
+    """A server whose listing timed out when the yes came back: the deny is judged by the tool's name."""
+    from console.agents.base import Resumed
+
+    store.ingest("chat", "1", {"text": "pay"}, now=NOW)
+    gen = store.acquire("w", now=NOW)
+    assert gen is not None
+    events = store.claim_batch("w", gen, now=NOW)
+    ctx = RunContext(store, events, NOW, "w", gen, approval_expiry=600)
+    gateway = ToolGateway(Policy.from_settings({"deny": ["mcp__bank__*"]}))
+    resumed = Resumed("apr-1-x", "yes", 'mcp__bank__pay(amount=480)', None, {}, events[0].id, "mcp__bank__pay",
+                      {"amount": 480}, ctx.sources(), {"trusted": True, "summary": "asked by a run from your chat #1"})
+    outcome = gateway.execute_approved(ctx, resumed, event=events[0])
+    assert (outcome.outcome, outcome.decision) == ("refused", "denied")
+    assert [text for text, _urgent in ctx.messages] == [
+        "Not done: mcp__bank__pay(amount=480) was not run: you said yes (request apr-1-x), but your policy denies "
+        "mcp__bank__pay now."]
