@@ -518,6 +518,8 @@ def _render_event(event: Event, payload_chars: int) -> str:
         late = f"late by {int(payload.get('late_by') or 0)} s"
         missed = f"; {skipped} missed occurrence(s) were coalesced into this one" if skipped else ""
         lines.append(f"A timer fired ({late}{missed}).")
+    elif payload.get("kind") == "chat" and isinstance(payload.get("about"), str):
+        lines.append(payload["about"])  # a chat source's message: who wrote it, an edit, what came with it
     elif event.source == "approval":
         lines.append(f"An approval was answered ({payload.get('answer', '?')}), but no saved conversation "
                      f"asked for it, so there is nothing to resume.")

@@ -17,6 +17,7 @@ from typing import Any
 
 from console.agents.policy import TRUSTED_SOURCES
 from console.core import Event
+from console.core.base import CHAT_SOURCES
 from console.core.models import MemoryEntry, origin_trusted
 
 SHORT_ID_CHARS = 12  # of a delivery's id in a taint's words: enough to find it, short enough to read
@@ -109,7 +110,10 @@ class Provenance:
 
 def event_taint(event: Event) -> str | None:
     """Why reading this event makes a conversation untrusted, or None when it does not: a source from outside,
-    or a timer set by a conversation that was untrusted (it fires with that trust)."""
+    or a timer set by a conversation that was untrusted (it fires with that trust). A chat source's message is
+    trusted when its listener marked it the paired owner's (`owner`); only that listener writes the source."""
+    if event.source in CHAT_SOURCES and isinstance(event.payload, Mapping) and event.payload.get("owner") is True:
+        return None
     if event.source not in TRUSTED_SOURCES:
         return _delivery(event.source, event.source_id, event.id)
     if event.source == "timer":

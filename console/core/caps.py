@@ -175,11 +175,13 @@ class CapsMixin(StoreBase):
 
 def queue_run_messages(
     store: StoreBase, outgoing: Iterable[tuple[str, bool, str | None]], event_id: int | None, now: int,
-    notices: Sequence[CapNotice],
+    notices: Sequence[CapNotice], *, reply_to: str | None = None,
 ) -> None:
     """Queue a run's messages, counting each against max_messages_per_hour; past it a message is held.
     An approval's announcement is counted but never held (an approval the owner cannot see would
-    expire unanswered); notices of a cap are neither counted nor held, and each is queued once."""
+    expire unanswered); notices of a cap are neither counted nor held, and each is queued once.
+    reply_to: the chat message the run answers (see ChatMixin.conversation_of); its replies go at once
+    (the owner is in the conversation), the way urgent messages do."""
     cap = store.options.max_messages_per_hour
     used = uses(store, "message", now) if cap else 0
     held = 0
@@ -192,8 +194,8 @@ def queue_run_messages(
             held += 1
             continue
         store._conn.execute(
-            "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id) VALUES (?, ?, ?, ?, ?)",
-            (body, int(urgent or announces is not None), now, event_id, announces),
+            "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id, reply_to) VALUES (?, ?, ?, ?, ?, ?)",
+            (body, int(urgent or announces is not None or reply_to is not None), now, event_id, announces, reply_to),
         )
         store._conn.execute("INSERT INTO cap_uses (kind, at, event_id) VALUES ('message', ?, ?)", (now, event_id))
         used += 1

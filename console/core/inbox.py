@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from console.core.base import RESERVED_SOURCES, StoreBase, dumps, loads
+from console.core.base import CHAT_SOURCES, RESERVED_SOURCES, StoreBase, dumps, loads
 from console.core.caps import CapNotice, queue_run_messages
 from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import (
@@ -130,14 +130,16 @@ def _event(row: Sequence[Any]) -> Event:
 
 class InboxMixin(StoreBase):
     # --- ingest -------------------------------------------------------------------------------
-    def encode_event(self, source: str, source_id: str, payload: Any) -> str:
+    def encode_event(self, source: str, source_id: str, payload: Any, *, by_engine: bool = False) -> str:
         """Validate one event and return its payload as JSON text; ValueError says what is wrong.
 
         Every way in from outside (ingest, ingest_many, the webhook receiver) comes through here, so the
         sources the engine alone writes are refused here: an `approval` event answers an approval, and
-        only the answer path (`approve`, the console) may write one."""
-        if source in RESERVED_SOURCES:
-            what = "an approval's answer or expiry" if source == "approval" else "a timer's firing"
+        only the answer path (`approve`, the console) may write one. by_engine: the engine's own writer of
+        such a source (a chat source's listener) is asking."""
+        if source in RESERVED_SOURCES and not by_engine:
+            what = {"approval": "an approval's answer or expiry", "timer": "a timer's firing"}.get(
+                source, "what its chat source's listener takes from the owner's chat")
             hint = " (answer with `agent-console approve REQUEST_ID yes|no`)" if source == "approval" else ""
             raise ValueError(f"source {source!r} is reserved: only the engine writes {what}{hint}")
         for name, value in (("source", source), ("source_id", source_id)):
@@ -351,9 +353,24 @@ class InboxMixin(StoreBase):
             else:
                 moved = sum(self._finish_failed(event_id, holder, gen, now, error) for event_id in ids)
             if error is None and (moved or not ids):
-                queue_run_messages(self, outgoing, ids[0] if ids else None, now, notices)
+                queue_run_messages(self, outgoing, ids[0] if ids else None, now, notices,
+                                   reply_to=self.conversation_of(ids))
                 self._commit_staged(approvals, timers, memory, tool_calls, now)
             return True
+
+    def conversation_of(self, ids: Sequence[int]) -> str | None:
+        """'<source>:<source id>' of the last chat-source message among these events (what a run's reply
+        answers), or None when none came from a chat source."""
+        if not ids:
+            return None
+        marks = ", ".join("?" for _ in ids)
+        places = ", ".join("?" for _ in CHAT_SOURCES)
+        row = self._conn.execute(
+            f"""SELECT source, source_id FROM inbox WHERE id IN ({marks}) AND source IN ({places})
+                ORDER BY id DESC LIMIT 1""",
+            (*ids, *CHAT_SOURCES),
+        ).fetchall()
+        return f"{row[0][0]}:{row[0][1]}" if row else None
 
     def explain_claim(self) -> dict[str, list[str]]:
         """The query plans of claim_batch's statements (for tests and benchmarks: claiming must read

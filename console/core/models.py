@@ -567,3 +567,29 @@ class OutboxSearch:
 
     messages: list[OutboxMessage]
     next_before: int | None
+
+
+@dataclass(frozen=True)
+class ChatPairing:
+    """A chat paired as the owner's (`agent-console telegram pair`): owner_id is the user who paired it, the
+    only one trusted in it."""
+
+    source: str
+    chat_id: str
+    owner_id: str
+    kind: str  # private | group | supergroup (as the service says)
+    title: str | None
+    paired_at: int
+
+    def public(self) -> dict[str, Any]:
+        return {"chat_id": self.chat_id, "owner_id": self.owner_id, "kind": self.kind, "title": self.title,
+                "paired_at": self.paired_at}
+
+
+@dataclass(frozen=True)
+class ChatTake:
+    """What one read of a chat source's listener stored: per event, whether it was new; and the chats not
+    paired that are to be told (once an hour) that the bot is private."""
+
+    stored: list[bool]
+    tell: list[str]

@@ -15,6 +15,7 @@ import apsw
 from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
 from console.core.caps import CapsMixin
+from console.core.chats import ChatMixin
 from console.core.db import (
     MOVE_MARK,
     MoveRefusal,
@@ -78,8 +79,8 @@ class PollingFeed:
 
 
 class Store(
-    RetentionMixin, ReplayMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin, JournalMixin,
-    InsightsMixin, AgentStateMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
+    RetentionMixin, ReplayMixin, ChatMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin,
+    JournalMixin, InsightsMixin, AgentStateMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, options: StoreOptions, seed: int | None = None) -> None:
         self._conn = conn
@@ -272,4 +273,5 @@ class Store(
             "agent": self.agent_state().public(now),
             "spend": self.spend_summary(budgets or BudgetDefaults(), now=now),
             "move": self._move_status(),
+            "telegram": self.chat_status("telegram"),
         }

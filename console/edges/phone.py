@@ -231,7 +231,9 @@ class PhoneChannel:
         approval = None if request_id is None else await host.read(lambda s: s.approval(request_id))
         shown: str | None = None
         if approval is None:
-            ref = await self.post(body, slot=slot, urgent=batch.urgent)
+            # A run's reply to a chat source's message goes back to that conversation (the outbox's reply_to).
+            reply_to = None if outbox_id is None else await host.read(lambda s: s.outbox_reply_to(outbox_id))
+            ref = await self.post(body, slot=slot, urgent=batch.urgent, reply_to=reply_to)
         elif approval.outcome is None:
             ref, shown = await self.post_card(body, approval, slot=slot), "ask"
         else:  # settled before its card went out: sent as it ends, without buttons
@@ -243,8 +245,9 @@ class PhoneChannel:
                                                               request_id=request_id, shown=shown))
 
     # --- what each service does -----------------------------------------------------------------
-    async def post(self, text: str, *, slot: str, urgent: bool) -> str:
-        """Send a message; returns the service's handle for it. SendError says what failed."""
+    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> str:
+        """Send a message; returns the service's handle for it. SendError says what failed. reply_to: the chat
+        message ('<source>:<chat>:<message>') a run's reply answers; a channel that is not that source ignores it."""
         raise NotImplementedError
 
     async def post_card(self, body: str, approval: Approval, *, slot: str) -> str:

@@ -16,11 +16,11 @@ from console.edges.answerkey import secrets_path
 from console.edges.ntfy import DEFAULT_SERVER, TOPIC, NtfyChannel
 from console.edges.phone import PhoneChannel
 from console.edges.secretfile import Secret, load_secrets_file, resolve_secret
-from console.edges.telegram import DEFAULT_API_BASE, TelegramChannel
+from console.edges.telegram import DEFAULT_API_BASE, DEFAULT_BATCH_WINDOW, TelegramChannel
 
 PHONE_KEYS = {
     "ntfy": {"server", "topic", "answer_topic", "token_env", "priority", "timeout"},
-    "telegram": {"token_env", "chat_id", "api_base", "timeout"},
+    "telegram": {"token_env", "chat_id", "api_base", "timeout", "batch_window"},
 }
 DEFAULT_TIMEOUT = 10.0
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -81,13 +81,17 @@ def build_phone_channel(
         return NtfyChannel(name=name, server=server, topic=topic, answer_topic=answer_topic,
                            token=_token(raw, where, settings, environ, required=False), priority=priority,
                            secrets_file=secrets_path(settings), timeout=timeout, at_most_once=at_most_once)
-    chat_id = raw.get("chat_id")
+    chat_id = raw.get("chat_id")  # optional: without it the owner pairs a chat (`agent-console telegram pair`)
     if isinstance(chat_id, str) and re.fullmatch(r"-?[0-9]+", chat_id.strip()):
         chat_id = int(chat_id)
-    if isinstance(chat_id, bool) or not isinstance(chat_id, int) or chat_id == 0:
+    if chat_id is not None and (isinstance(chat_id, bool) or not isinstance(chat_id, int) or chat_id == 0):
         raise ConfigError(f"{where}.chat_id: expected the owner's chat id (a number, e.g. 123456789), got {chat_id!r}")
+    window = raw.get("batch_window", DEFAULT_BATCH_WINDOW)
+    if isinstance(window, bool) or not isinstance(window, int | float) or not 0 <= window <= 60:
+        raise ConfigError(f"{where}.batch_window: expected seconds between 0 and 60, got {window!r}")
     api_base = _base_url(raw.get("api_base", DEFAULT_API_BASE), f"{where}.api_base")
     token = _token(raw, where, settings, environ, required=True)
     assert token is not None
     return TelegramChannel(name=name, token=token, chat_id=chat_id, api_base=api_base,
-                           secrets_file=secrets_path(settings), timeout=timeout, at_most_once=at_most_once)
+                           secrets_file=secrets_path(settings), timeout=timeout, at_most_once=at_most_once,
+                           batch_window=float(window))

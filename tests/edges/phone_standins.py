@@ -228,6 +228,9 @@ class StandInBotApi(_Server):
     updates: list[dict[str, Any]] = field(default_factory=list)
     callback_answers: list[dict[str, Any]] = field(default_factory=list)
     next_update_id: int = 500
+    actions: list[dict[str, Any]] = field(default_factory=list)     # sendChatAction calls
+    commands: list[dict[str, Any]] = field(default_factory=list)    # as set by setMyCommands
+    user_message_id: int = 10
 
     def __post_init__(self) -> None:
         _Server.__init__(self)
@@ -244,10 +247,17 @@ class StandInBotApi(_Server):
         queued = self.failures.get(method)
         if queued:
             status = queued.pop(0)
-            return self._error(status, "Too Many Requests: retry after 1" if status == 429 else "stand-in failure")
+            if status == 429:  # the Bot API says how long to wait in parameters.retry_after
+                return web.json_response({"ok": False, "error_code": 429, "description": "Too Many Requests: retry "
+                                          "after 1", "parameters": {"retry_after": 1}}, status=429)
+            if status == 409:
+                return self._error(409, "Conflict: terminated by other getUpdates request; make sure that only one "
+                                        "bot instance is running")
+            return self._error(status, "Unauthorized" if status == 401 else "stand-in failure")
         payload = json.loads(await request.read() or b"{}")
         handler = {"sendMessage": self._send, "editMessageText": self._edit, "getUpdates": self._get_updates,
-                   "answerCallbackQuery": self._answer_callback}.get(method)
+                   "answerCallbackQuery": self._answer_callback, "sendChatAction": self._chat_action,
+                   "setMyCommands": self._set_commands}.get(method)
         if handler is None:
             return self._error(404, "Not Found")
         return await handler(payload)
@@ -265,9 +275,16 @@ class StandInBotApi(_Server):
             for button in row:
                 if len(button["callback_data"].encode()) > 64:
                     return self._error(400, "Bad Request: BUTTON_DATA_INVALID")
+        if len(payload["text"]) > 4096:
+            return self._error(400, "Bad Request: message is too long")
         self._message_id += 1
         message = {"message_id": self._message_id, "chat": {"id": chat_id, "type": "private"}, "date": 0,
                    "text": payload["text"], "reply_markup": payload.get("reply_markup")}
+        replied = (payload.get("reply_parameters") or {}).get("message_id")
+        if replied is not None:
+            message["reply_to_message_id"] = replied
+        if "parse_mode" in payload:
+            message["parse_mode"] = payload["parse_mode"]
         self.chats.setdefault(chat_id, []).append(message)
         return self._ok({k: v for k, v in message.items() if v is not None})
 
@@ -299,6 +316,14 @@ class StandInBotApi(_Server):
                     break
         # allowed_updates only stops new kinds being queued: what is queued already is returned (as the docs say)
         return self._ok(list(self.updates))
+
+    async def _chat_action(self, payload: dict[str, Any]) -> web.Response:
+        self.actions.append(payload)
+        return self._ok(True)
+
+    async def _set_commands(self, payload: dict[str, Any]) -> web.Response:
+        self.commands = list(payload["commands"])
+        return self._ok(True)
 
     async def _answer_callback(self, payload: dict[str, Any]) -> web.Response:
         self.callback_answers.append(payload)
@@ -333,6 +358,29 @@ class StandInBotApi(_Server):
                         "date": 0, "text": message["text"]},
             "chat_instance": "1", "data": data}})
         return Tap(callback_id, update_id)
+
+    async def write(self, chat_id: int, text: str | None = None, *, from_id: int | None = None,
+                    chat_type: str = "private", **fields: Any) -> tuple[int, int]:
+        """A person writing to the bot (a message update); returns (update id, message id)."""
+        self.user_message_id += 1
+        message: dict[str, Any] = {
+            "message_id": self.user_message_id, "date": 1_790_000_000,
+            "from": {"id": chat_id if from_id is None else from_id, "is_bot": False, "first_name": "Someone"},
+            "chat": {"id": chat_id, "type": chat_type}, **fields}
+        if text is not None:
+            message["text"] = text
+        return await self.push({"message": message}), self.user_message_id
+
+    async def edit_by_user(self, chat_id: int, message_id: int, text: str, *, edit_date: int) -> int:
+        """The person editing an earlier message of theirs (an edited_message update)."""
+        return await self.push({"edited_message": {
+            "message_id": message_id, "date": 1_790_000_000, "edit_date": edit_date, "text": text,
+            "from": {"id": chat_id, "is_bot": False, "first_name": "Someone"},
+            "chat": {"id": chat_id, "type": "private"}}})
+
+    def sent_to(self, chat_id: int) -> list[dict[str, Any]]:
+        """What the bot sent to a chat, in order."""
+        return list(self.chats.get(chat_id, []))
 
     def reply_to(self, tap: Tap) -> str | None:
         """What the phone was told about a tap (answerCallbackQuery's text)."""

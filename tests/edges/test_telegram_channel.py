@@ -264,7 +264,9 @@ def test_bad_telegram_settings_are_one_line_errors(tmp_path: Path) -> None:
     cases = [
         ({"type": "telegram", "chat_id": 1}, {}, "channels[0].token_env: missing"),
         ({"type": "telegram", "chat_id": 1, "token_env": "TG"}, {}, "channels[0].token_env: the secret TG is not set"),
-        ({"type": "telegram", "token_env": "TG"}, {"TG": "x"}, "channels[0].chat_id: expected the owner's chat id"),
+        ({"type": "telegram", "token_env": "TG", "chat_id": 0}, {"TG": "x"},
+         "channels[0].chat_id: expected the owner's chat id"),
+        ({"type": "telegram", "token_env": "TG", "batch_window": -1}, {"TG": "x"}, "channels[0].batch_window"),
         ({"type": "telegram", "token_env": "TG", "chat_id": "me"}, {"TG": "x"}, "channels[0].chat_id"),
         ({"type": "telegram", "token_env": "TG", "chat_id": 1, "api_base": "nope"}, {"TG": "x"},
          "channels[0].api_base: expected an http"),

@@ -1,0 +1,165 @@
+"""Chat sources' durable state (issue 20): the chats paired as the owner's, the one-time pairing code, the chats
+that are not (counted, told once an hour that the bot is private), each source's health, and the messages it
+takes in.
+
+A chat source's listener takes what it read in one transaction with the cursor it resumes from: the owner's
+messages become events (source and source id as the service names them; the inbox refuses a copy) and the cursor
+moves past them together, so a crash between reading and committing repeats nothing and loses nothing. The
+cursor only moves forward: a listener that lost the lease and commits late cannot send its successor back.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Sequence
+from typing import Any
+
+from console.core.db import transaction, translate_errors
+from console.core.inbox import InboxMixin
+from console.core.models import ChatPairing, ChatTake
+
+PRIVATE_NOTICE_EVERY = 3600  # a chat that is not paired is told at most once an hour that the bot is private
+HEALTH_STATES = ("ok", "paused", "conflict", "waiting", "offline")
+
+
+class ChatMixin(InboxMixin):
+    # --- pairing --------------------------------------------------------------------------------
+    def new_pair_code(self, source: str, code_hash: str, *, expires_at: int) -> None:
+        """Open a pairing: the hash of a one-time code, valid until expires_at. It replaces any code before it."""
+        with translate_errors(), transaction(self._conn):
+            self._conn.execute(
+                """INSERT INTO chat_pair_codes (source, code_hash, expires_at) VALUES (?, ?, ?)
+                   ON CONFLICT (source) DO UPDATE SET code_hash = excluded.code_hash,
+                                                      expires_at = excluded.expires_at""",
+                (source, code_hash, expires_at),
+            )
+
+    def pair_chat(
+        self, source: str, code_hash: str, *, chat_id: str, owner_id: str, kind: str, title: str | None, now: int,
+        channel: str | None = None, cursor: str | None = None,
+    ) -> bool:
+        """Pair the chat whose user sent the code (its hash here) if the code is the open one and has not
+        expired; the code is then used up. The listener's cursor moves past the message in the same
+        transaction (a crash repeats nothing). False: no such code, or too late (nothing paired)."""
+        with translate_errors(), transaction(self._conn):
+            if channel is not None and cursor is not None:
+                self._move_cursor_forward(channel, cursor, now)
+            row = self._conn.execute("SELECT code_hash, expires_at FROM chat_pair_codes WHERE source = ?",
+                                     (source,)).fetchall()
+            if not row or int(row[0][1]) < now or not hmac.compare_digest(str(row[0][0]), code_hash):
+                return False
+            self._conn.execute("DELETE FROM chat_pair_codes WHERE source = ?", (source,))
+            self._conn.execute(
+                """INSERT INTO chat_pairings (source, chat_id, owner_id, kind, title, paired_at)
+                   VALUES (?, ?, ?, ?, ?, ?)
+                   ON CONFLICT (source, chat_id) DO UPDATE SET owner_id = excluded.owner_id,
+                       kind = excluded.kind, title = excluded.title, paired_at = excluded.paired_at""",
+                (source, chat_id, owner_id, kind, title, now),
+            )
+            self._conn.execute("DELETE FROM chat_strangers WHERE source = ? AND chat_id = ?", (source, chat_id))
+            return True
+
+    def unpair_chat(self, source: str, chat_id: str | None = None) -> int:
+        """Forget one paired chat (every one when chat_id is None) and any open code; how many were paired."""
+        with translate_errors(), transaction(self._conn):
+            self._conn.execute("DELETE FROM chat_pair_codes WHERE source = ?", (source,))
+            if chat_id is None:
+                rows = self._conn.execute("DELETE FROM chat_pairings WHERE source = ? RETURNING chat_id",
+                                          (source,)).fetchall()
+            else:
+                rows = self._conn.execute(
+                    "DELETE FROM chat_pairings WHERE source = ? AND chat_id = ? RETURNING chat_id", (source, chat_id)
+                ).fetchall()
+            return len(rows)
+
+    def chat_pairings(self, source: str) -> list[ChatPairing]:
+        return [ChatPairing(source, *row) for row in self._conn.execute(
+            """SELECT chat_id, owner_id, kind, title, paired_at FROM chat_pairings WHERE source = ?
+               ORDER BY paired_at, chat_id""", (source,))]
+
+    # --- what the listener takes in -------------------------------------------------------------
+    def take_chat_updates(
+        self, channel: str, source: str, *, now: int, cursor: str | None = None,
+        events: Sequence[tuple[str, Any]] = (), strangers: Sequence[str] = (), skipped: int = 0,
+    ) -> ChatTake:
+        """One read of the listener, in one transaction: the owner's messages stored as events (source id,
+        payload; a copy is refused and counted), the messages of chats that are not paired counted (those not
+        told within the hour are returned, to be told the bot is private), updates skipped as malformed or
+        unknown counted, and the cursor moved past all of it."""
+        encoded = [(source, source_id, self.encode_event(source, source_id, payload, by_engine=True))
+                   for source_id, payload in events]
+        with translate_errors(), transaction(self._conn):
+            if cursor is not None:
+                self._move_cursor_forward(channel, cursor, now)
+            stored = self._insert_events(encoded, now) if encoded else []
+            tell: list[str] = []
+            for chat_id in strangers:
+                told = self._conn.execute(
+                    """INSERT INTO chat_strangers (source, chat_id, messages, first_at, last_at, told_at)
+                       VALUES (?, ?, 1, ?, ?, NULL)
+                       ON CONFLICT (source, chat_id) DO UPDATE SET messages = chat_strangers.messages + 1,
+                                                                   last_at = excluded.last_at
+                       RETURNING told_at""",
+                    (source, chat_id, now, now),
+                ).fetchall()
+                if (told[0][0] is None or int(told[0][0]) <= now - PRIVATE_NOTICE_EVERY) and chat_id not in tell:
+                    self._conn.execute("UPDATE chat_strangers SET told_at = ? WHERE source = ? AND chat_id = ?",
+                                       (now, source, chat_id))
+                    tell.append(chat_id)
+            if skipped:
+                self._health_row(source, now)
+                self._conn.execute("UPDATE chat_health SET skipped = skipped + ? WHERE source = ?", (skipped, source))
+            return ChatTake(stored, tell)
+
+    def _move_cursor_forward(self, channel: str, cursor: str, now: int) -> None:
+        current = self._scalar("SELECT cursor FROM phone_cursors WHERE channel = ?", (channel,))
+        if current is not None and str(current).isdigit() and cursor.isdigit() and int(cursor) <= int(current):
+            return  # a late commit from a listener that lost the lease: its successor is already past it
+        self._conn.execute(
+            """INSERT INTO phone_cursors (channel, cursor, updated_at) VALUES (?, ?, ?)
+               ON CONFLICT (channel) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at""",
+            (channel, cursor, now),
+        )
+
+    # --- health -----------------------------------------------------------------------------------
+    def _health_row(self, source: str, now: int) -> None:
+        self._conn.execute("""INSERT INTO chat_health (source, state, reason, since) VALUES (?, 'ok', NULL, ?)
+                              ON CONFLICT (source) DO NOTHING""", (source, now))
+
+    def set_chat_health(self, source: str, state: str, reason: str | None, *, now: int) -> bool:
+        """Record how the source's listener is doing; True when this changed the state (say it once)."""
+        if state not in HEALTH_STATES:
+            raise ValueError(f"state must be one of {', '.join(HEALTH_STATES)}, not {state!r}")
+        with translate_errors(), transaction(self._conn):
+            before = self._conn.execute("SELECT state, reason FROM chat_health WHERE source = ?", (source,)).fetchall()
+            if before and (before[0][0], before[0][1]) == (state, reason):
+                return False
+            self._health_row(source, now)
+            self._conn.execute("UPDATE chat_health SET state = ?, reason = ?, since = ? WHERE source = ?",
+                               (state, reason, now, source))
+            return not before or before[0][0] != state
+
+    def chat_health(self, source: str) -> tuple[str, str | None]:
+        row = self._conn.execute("SELECT state, reason FROM chat_health WHERE source = ?", (source,)).fetchall()
+        return (str(row[0][0]), row[0][1]) if row else ("off", None)
+
+    def chat_status(self, source: str) -> dict[str, Any]:
+        """status --json's entry for a chat source (contract: state, reason, paired_chats, refused_messages)."""
+        row = self._conn.execute("SELECT state, reason, since, skipped FROM chat_health WHERE source = ?",
+                                 (source,)).fetchall()
+        state, reason, since, skipped = row[0] if row else ("off", None, None, 0)
+        refused = self._scalar("SELECT COALESCE(SUM(messages), 0) FROM chat_strangers WHERE source = ?", (source,))
+        return {"state": state, "reason": reason, "paired_chats": [p.public() for p in self.chat_pairings(source)],
+                "refused_messages": int(refused or 0), "refused_chats": int(self._scalar(
+                    "SELECT COUNT(*) FROM chat_strangers WHERE source = ?", (source,)) or 0),
+                "skipped_updates": int(skipped or 0), "since": since}
+
+    # --- the conversation a run answers -------------------------------------------------------------
+    def outbox_reply_to(self, outbox_id: int) -> str | None:
+        value = self._scalar("SELECT reply_to FROM outbox WHERE id = ?", (outbox_id,))
+        return None if value is None else str(value)
+
+    def chats_in_progress(self, source: str) -> list[str]:
+        """The source ids of this source's events a run is working on now (for a "typing…" indicator)."""
+        return [str(row[0]) for row in self._conn.execute(
+            "SELECT source_id FROM inbox INDEXED BY inbox_running WHERE status = 'running' AND source = ?", (source,))]

@@ -1,0 +1,86 @@
+"""What a chat source is (issue 20): a chat app through which the owner talks with the agent, both ways, durably.
+
+Telegram is the first. Slack (Socket Mode), Matrix or Discord is one module implementing ChatSource, without
+touching the runtime or the core: the inbox already keeps what every chat source needs under its source name
+(paired chats, the pairing code, chats refused, the source's health, the listener's cursor, the outbox's
+reply_to), and the engine runs a chat source as a phone channel (edges/phone.py: started by the engine that
+holds the lease, sending the outbox, keeping approval cards).
+
+A chat source's four parts:
+- receive: read the service's messages from a stored cursor and hand them to Store.take_chat_updates with the
+  cursor that follows them, in one transaction (a crash repeats nothing; the inbox refuses a copy). The
+  owner's messages become events of kind "chat" under the source's name, source id "<chat>:<message>".
+- pair: a one-time code from `agent-console <source> pair` (pair_code / code_hash here), sent by the owner from
+  the chat to pair; Store.pair_chat checks and uses it up. Other chats never start a run: counted, and told
+  at most once an hour that the bot is private.
+- reply: a run's message whose outbox row has reply_to "<source>:<chat>:<message>" goes to that chat, as a reply
+  to that message, cut at the service's limit on paragraph boundaries (split_text), sent as plain text.
+- commands: the few the engine answers itself (COMMANDS), without the model.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from typing import Protocol
+
+PAIR_CODE_SECONDS = 600  # a pairing code is good for ten minutes
+PAIR_CODE_CHARS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a screen, typed on a phone
+COMMANDS = {
+    "status": "the agent's state, pending approvals, dead events, today's spend",
+    "pending": "each pending approval, with Yes / No buttons",
+    "help": "what the bot understands",
+}
+PRIVATE_REPLY = "This bot is private: it answers only its owner's paired chats."
+
+
+class ChatSource(Protocol):
+    """One chat app as the owner's conversation with the agent."""
+
+    source: str  # the events' source name (the inbox key's first half) and the config's `type`
+
+    async def receive(self) -> None:
+        """Read what arrived since the stored cursor and store it with the next cursor (one transaction)."""
+        ...
+
+    async def reply(self, text: str, reply_to: str | None, *, urgent: bool) -> str:
+        """Send text to the chat of reply_to ('<chat>:<message>', as a reply to it) or to the owner's chat;
+        returns the service's handle of the (first) message sent."""
+        ...
+
+    async def answer_command(self, chat_id: str, command: str) -> None:
+        """Answer one of COMMANDS (or /pair) in the chat it came from."""
+        ...
+
+
+def pair_code() -> str:
+    """A fresh one-time pairing code: 8 characters, 40 bits."""
+    return "".join(secrets.choice(PAIR_CODE_CHARS) for _ in range(8))
+
+
+def code_hash(code: str) -> str:
+    """What the inbox keeps of a code (the code is printed once, never stored)."""
+    return hashlib.sha256(code.strip().upper().encode("utf-8")).hexdigest()
+
+
+def split_text(text: str, limit: int) -> list[str]:
+    """Text cut into pieces of at most `limit` characters: at paragraph boundaries (a blank line) where a
+    paragraph fits, else at line ends, else at spaces, else hard. Nothing is dropped; no piece is empty."""
+    text = text.strip("\n") or text
+    pieces: list[str] = []
+    while len(text) > limit:
+        window = text[: limit + 1]
+        cut = -1
+        for separator in ("\n\n", "\n", " "):
+            cut = window.rfind(separator, 0, limit)
+            if cut > 0:
+                break
+        if cut <= 0:
+            pieces.append(text[:limit])
+            text = text[limit:]
+            continue
+        pieces.append(text[:cut].rstrip())
+        text = text[cut:].lstrip("\n ")
+    if text or not pieces:
+        pieces.append(text)
+    return [piece for piece in pieces if piece] or [""]

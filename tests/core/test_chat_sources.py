@@ -1,0 +1,65 @@
+"""The chat sources' state in the inbox (issue 20), on both backends: a read of the listener and its cursor in one
+transaction, copies refused, pairing codes used once and before they expire, strangers counted and told once an
+hour, the health said once, and a run's replies addressed to the chat message they answer."""
+
+from __future__ import annotations
+
+from console.core import Store
+from console.edges.chatsource import code_hash
+
+NOW = 1_790_000_000
+
+
+def test_a_read_is_stored_with_its_cursor_and_a_copy_is_refused(store: Store) -> None:
+    take = store.take_chat_updates("telegram", "telegram", now=NOW, cursor="11",
+                                   events=[("5:1", {"kind": "chat", "text": "hi", "owner": True})])
+    assert take.stored == [True] and store.phone_cursor("telegram") == "11"
+    again = store.take_chat_updates("telegram", "telegram", now=NOW, cursor="11",
+                                    events=[("5:1", {"kind": "chat", "text": "hi", "owner": True})])
+    assert again.stored == [False] and len(store.events(source="telegram")) == 1
+    store.take_chat_updates("telegram", "telegram", now=NOW, cursor="9")  # a late commit of a lost listener
+    assert store.phone_cursor("telegram") == "11"
+
+
+def test_strangers_are_counted_and_told_once_an_hour(store: Store) -> None:
+    assert store.take_chat_updates("telegram", "telegram", now=NOW, strangers=["7", "7"]).tell == ["7"]
+    assert store.take_chat_updates("telegram", "telegram", now=NOW + 3599, strangers=["7"]).tell == []
+    assert store.take_chat_updates("telegram", "telegram", now=NOW + 3600, strangers=["7"]).tell == ["7"]
+    assert store.chat_status("telegram")["refused_messages"] == 4
+
+
+def test_a_code_pairs_once_and_not_after_it_expires(store: Store) -> None:
+    store.new_pair_code("telegram", code_hash("abc"), expires_at=NOW + 600)
+    assert not store.pair_chat("telegram", code_hash("abd"), chat_id="5", owner_id="5", kind="private", title=None,
+                               now=NOW)
+    assert store.pair_chat("telegram", code_hash("ABC"), chat_id="5", owner_id="5", kind="private", title=None,
+                           now=NOW + 600)
+    assert not store.pair_chat("telegram", code_hash("ABC"), chat_id="6", owner_id="6", kind="private", title=None,
+                               now=NOW + 1)
+    store.new_pair_code("telegram", code_hash("late"), expires_at=NOW + 600)
+    assert not store.pair_chat("telegram", code_hash("late"), chat_id="6", owner_id="6", kind="private", title=None,
+                               now=NOW + 601)
+    assert [p.chat_id for p in store.chat_pairings("telegram")] == ["5"]
+    assert store.chat_status("telegram")["paired_chats"][0]["owner_id"] == "5"
+    assert store.unpair_chat("telegram", "5") == 1 and store.chat_pairings("telegram") == []
+
+
+def test_health_changes_are_said_once(store: Store) -> None:
+    assert store.chat_status("telegram")["state"] == "off"
+    assert store.set_chat_health("telegram", "paused", "401", now=NOW)
+    assert not store.set_chat_health("telegram", "paused", "401", now=NOW + 1)
+    assert store.chat_health("telegram") == ("paused", "401")
+    assert store.set_chat_health("telegram", "ok", None, now=NOW + 2)
+
+
+def test_a_runs_reply_answers_the_last_chat_message_of_its_batch(store: Store) -> None:
+    store.ingest("github", "d1", {"x": 1}, now=NOW)
+    store.take_chat_updates("telegram", "telegram", now=NOW, cursor="3",
+                            events=[("5:1", {"text": "a"}), ("5:2", {"text": "b"})])
+    gen = store.acquire("w", now=NOW)
+    assert gen is not None
+    ids = [e.id for e in store.claim_batch("w", gen, now=NOW)]
+    assert store.conversation_of(ids) == "telegram:5:2"
+    assert store.finish("w", gen, ids, now=NOW, messages=["noted"])
+    [message] = store.event_replies(ids[0])
+    assert store.outbox_reply_to(message.id) == "telegram:5:2" and message.urgent
