@@ -41,7 +41,6 @@ TABLES: tuple[str, ...] = (
     "cap_uses", "cap_notices", "held_messages", "audit", "audit_head", "spend_accepted", "chat_pairings",
     "chat_pair_codes", "chat_strangers", "chat_health",
 )
-)
 # Tables not copied: kept counts (the target's own triggers or the copy count them), the move's own marks, and
 # PostgreSQL's schema version (the target has its own). Any other table a migration adds must join TABLES:
 # a move refuses to start while one is neither here nor there, rather than leave its rows behind.
