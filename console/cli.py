@@ -32,7 +32,7 @@ from console.core.copy import abandon_move, inbox_name, move_inbox
 from console.core.db import INGEST_CHECK_SECONDS, damage_line, is_postgres, reporting_damage
 from console.core.gate import check_before_intake
 from console.core.inbox import DISCARDABLE, REVIVABLE
-from console.core.models import PHONE_IGNORED, SpendRow
+from console.core.models import PHONE_IGNORED, SpendRow, origin_in_words
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.redact import install_log_redaction
 from console.runtime.why import why_not_run
@@ -1163,7 +1163,8 @@ def timers_list(state: CliState, include_done: bool, as_json: bool) -> None:
     for timer in found:
         when = "fired" if timer.done else f"next {_clock_time(timer.due, zone)} ({relative(timer.due, now)})"
         paused = "  paused" if timer.paused else ""
-        _say(f"{timer.id}  {_schedule(timer)}  {when}  catch-up {timer.catch_up}{paused}")
+        set_by = "" if timer.origin is None else f"  set {origin_in_words(timer.origin)}"
+        _say(f"{timer.id}  {_schedule(timer)}  {when}  catch-up {timer.catch_up}{paused}{set_by}")
 
 
 def _parse_moment(text: str, zone: ZoneInfo, option: str = "--at") -> int:

@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from console.core import Store
-from console.core.models import MemoryWrite
+from console.core.models import MemoryWrite, TimerDraft
 from tests.cli.helpers import invoke, run_process
 
 
@@ -630,6 +630,25 @@ def test_memory_is_listed_written_and_deleted_by_the_owner(db: Path) -> None:
     assert missing.exit_code == 2 and "there is no note 'dentist'" in missing.stderr
     empty = cli(db, "memory", "set", "k", "   ")
     assert empty.exit_code == 2 and "a memory value must be non-empty text" in empty.stderr
+
+
+def test_timers_say_which_run_set_them(db: Path) -> None:
+    untrusted = {"trusted": False, "event_id": 1, "source": "github", "source_id": "9a1f",
+                 "tainted_by": ["github delivery 9a1f (#1)"]}
+    with Store.open(db) as store:
+        store.ingest("github", "9a1f", {}, now=100)
+        gen = store.acquire("w", now=110)
+        assert gen is not None
+        events = store.claim_batch("w", gen, now=110)
+        assert store.finish("w", gen, [e.id for e in events], now=120, timers=[
+            TimerDraft("agent-1-ab", 2_000_000_000, {"text": "remind"}, {}, untrusted)])
+        store.add_timer("mine", 2_000_000_000, {"text": "stretch"})
+    lines = {line.split()[0]: line for line in ok(db, "timers").splitlines()}
+    assert lines["agent-1-ab"].endswith("set from github #1, a run that read untrusted content "
+                                        "(github delivery 9a1f (#1))")
+    assert "set " not in lines["mine"]
+    listed = {timer["id"]: timer for timer in json.loads(ok(db, "timers", "--json"))}
+    assert listed["agent-1-ab"]["origin"] == untrusted and listed["mine"]["origin"] is None
 
 
 def test_memory_shows_where_each_note_came_from(db: Path) -> None:
