@@ -161,6 +161,9 @@ class RequestView:
     question: str | None
     action: str                 # the stored words (a fallback for rows with neither)
     origin: Origin | None
+    # Set when the call was made before and its outcome is unknown (it timed out, lost its connection or died
+    # mid-call): the request asks whether to run it again, and says why.
+    unknown: str | None = None
 
     @property
     def is_question(self) -> bool:
@@ -186,9 +189,11 @@ def request_view(approval: Any) -> RequestView:
         return approval.get(name) if isinstance(approval, dict) else getattr(approval, name, None)
 
     tool, arguments, details, action = get("tool"), get("arguments"), get("details"), str(get("action") or "")
+    unknown = details.get("outcome_unknown") if isinstance(details, dict) else None
     return RequestView(str(get("request_id") or ""), call_of(tool, arguments, details),
                  question_of(tool, arguments, details, action), action,
-                 origin_of(get("origin"), get("sources"), details))
+                 origin_of(get("origin"), get("sources"), details),
+                 terminal_safe(unknown) if isinstance(unknown, str) else None)
 
 
 # --- where it came from ---------------------------------------------------------------------------------
@@ -241,6 +246,9 @@ def announcement(what: RequestView, expires: str) -> str:
     opening = QUESTION_OPENING if what.is_question else APPROVAL_OPENING
     body = f"“{what.compact()}”" if what.is_question else what.compact()
     lines = [f"{opening} [{what.request_id}]: {body} ({expires})"]
+    if what.unknown is not None:
+        lines.append(f"Run it again? It was called before and {what.unknown.partition(' ')[2] or what.unknown}; "
+                     f"yes runs it again, no leaves it as it is.")
     if what.origin is not None:
         lines.append(origin_line(what.origin))
     return "\n".join(lines)

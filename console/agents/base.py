@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -28,6 +28,7 @@ from console.core import (
     ToolCallRecord,
     approval_id,
 )
+from console.core.journal import Interrupted
 from console.core.memory import check_memory
 
 T = TypeVar("T")
@@ -95,6 +96,9 @@ class RunContext:
     memory_writes: list[MemoryWrite] = field(default_factory=list)
     tool_log: list[ToolCallRecord] = field(default_factory=list)
     cap_notices: list[CapNotice] = field(default_factory=list)  # caps this run reached, for the owner
+    # How many times each allowed call (by its events, tool and arguments) was made so far in this run: its
+    # journal key's position (console.agents.tools.call_keys).
+    call_positions: dict[str, int] = field(default_factory=dict)
     _reporting_outcome: bool = field(default=False, repr=False)
 
     def say(self, text: str, urgent: bool = False, *, announces: ApprovalRequest | None = None) -> None:
@@ -177,13 +181,16 @@ class RunContext:
         self.approvals.append(request)
         return request
 
-    def step(self, key: str, fn: Callable[[], T], *, event: Event | None = None) -> T:
+    def step(self, key: str, fn: Callable[[], T], *, event: Event | None = None,
+             aliases: Sequence[tuple[str, int | None]] = (), interrupted: Interrupted = "redo") -> T:
         """A journalled side effect: runs once per key across retries, resumes and takeovers. Filed under
-        `event` (the run's first event if not given). Raises StaleGeneration once the lease is gone."""
+        `event` (the run's first event if not given). Raises StaleGeneration once the lease is gone, and
+        OutcomeUnknown for a step that may or may not have happened (Store.run_once: aliases, interrupted)."""
         self.check_fence()
         anchor = event if event is not None else (self.events[0] if self.events else None)
         result, _how = self.store.run_once(key, fn, gen=self.gen, now=self.time(), holder=self.holder,
-                                           event_id=None if anchor is None else anchor.id)
+                                           event_id=None if anchor is None else anchor.id, aliases=aliases,
+                                           interrupted=interrupted)
         self.check_fence()
         return result  # type: ignore[no-any-return]
 

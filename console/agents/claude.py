@@ -252,8 +252,17 @@ class ClaudeAgent:
         provenance = Provenance.restored(state.get("provenance"), sources=sources, origin=resumed.origin)
         conversation = Conversation(f"claude:resume:{event.id}", list(state["messages"]), (event.id,), list(sources),
                                     provenance)
-        outcome = self.tools.execute_approved(ctx, resumed, event=event, provenance=provenance)
-        answer = _tool_result(str(pending["tool_use_id"]), outcome.text, error=outcome.outcome in ("error", "refused"))
+        session: dict[str, Any] = {}
+        outcome = self.tools.execute_approved(ctx, resumed, event=event, provenance=provenance, session=session)
+        if outcome.outcome == "deferred" and outcome.request_id is not None:
+            # The approved call may or may not have happened and the owner is asked whether to run it again:
+            # the conversation waits on that answer, with the same call pending.
+            session.update({"agent": self.name, "messages": conversation.messages, "sources": conversation.sources,
+                            "provenance": conversation.provenance.to_json(), "pending": pending})
+            ctx.announce(next(a for a in ctx.approvals if a.request_id == outcome.request_id))
+            return
+        answer = _tool_result(str(pending["tool_use_id"]), outcome.text,
+                              error=outcome.outcome in ("error", "refused", "unknown"))
         conversation.messages.append({"role": "user", "content": [*pending["results"], answer]})
         with ctx.reporting_outcome():  # what the model tells the owner now is the answered action's outcome
             self._converse(ctx, conversation)
@@ -264,6 +273,7 @@ class ClaudeAgent:
                  for t in offered]
         system = self.system + _unavailable_note(unavailable)
         anchor = _anchor(ctx, conversation)
+        covered = [event for event in ctx.events if event.id in conversation.event_ids]
         for turn in range(1, self.max_turns + 1):
             key = f"{conversation.key}:turn:{turn}"
             call = functools.partial(self._turn, list(conversation.messages), Meter.for_turn(ctx, anchor, key),
@@ -296,11 +306,12 @@ class ClaudeAgent:
                 arguments = use["input"] if isinstance(use.get("input"), dict) else {}
                 outcome = self.tools.call(ctx, ToolCall(use["id"], use["name"], arguments), event=anchor,
                                           sources=conversation.sources, session=session, may_ask=asked is None,
-                                          provenance=conversation.provenance)
+                                          provenance=conversation.provenance, covers=covered)
                 if outcome.outcome == "deferred" and asked is None and outcome.request_id is not None:
                     asked = (use["id"], outcome.request_id)
                     continue
-                results.append(_tool_result(use["id"], outcome.text, error=outcome.outcome in ("error", "refused")))
+                results.append(_tool_result(use["id"], outcome.text,
+                                            error=outcome.outcome in ("error", "refused", "unknown")))
             if asked is not None:
                 use_id, request_id = asked
                 session.update({"agent": self.name, "messages": conversation.messages, "sources": conversation.sources,

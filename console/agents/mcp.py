@@ -38,6 +38,7 @@ from mcp_types import CONNECTION_CLOSED, CallToolResult, Implementation, Request
 
 import console
 from console.config import ConfigError
+from console.core import OutcomeUnknown
 from console.redact import HIDDEN, redact_url, redact_urls
 
 logger = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_NAME = _VARIABLE
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
 _TIMEOUT_KEYS = ("connect_timeout", "list_timeout", "call_timeout")
-_SERVER_KEYS = ("command", "args", "env", "url", "headers", "trusted", *_TIMEOUT_KEYS)
+_SERVER_KEYS = ("command", "args", "env", "url", "headers", "trusted", *_TIMEOUT_KEYS, "idempotency_key")
 _LIST_PAGE_CAP = 100  # a server whose listing never ends cannot hang a connect
 _REASON_CAP = 300
 _SCRUB_MIN_LENGTH = 4  # shorter values are not secrets worth mangling every message for
@@ -80,6 +81,9 @@ class McpServerConfig:
     # The owner vouches for what this server returns: its tools' results do not make a run untrusted unless a
     # tool is annotated openWorldHint: true (docs/security.md). Never set by the server itself.
     trusted: bool = False
+    # The server honours the idempotency key sent in each call's _meta (a repeat under a key it has seen changes
+    # nothing): a call whose outcome is unknown may then be sent again under the same key without asking.
+    idempotency_key: bool = False
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -129,8 +133,11 @@ def _parse_server(name: Any, table: Any) -> McpServerConfig:
     trusted = table.get("trusted", False)
     if not isinstance(trusted, bool):
         raise ConfigError(f"{where}.trusted: expected true or false, got {trusted!r}")
+    honours_key = table.get("idempotency_key", False)
+    if not isinstance(honours_key, bool):
+        raise ConfigError(f"{where}.idempotency_key: expected true or false, got {honours_key!r}")
     return McpServerConfig(name=name, command=command, args=args, env=env, url=url, headers=headers,
-                           trusted=trusted, **timeouts)
+                           trusted=trusted, idempotency_key=honours_key, **timeouts)
 
 
 def _text(table: Mapping[str, Any], key: str, where: str) -> str:
@@ -267,6 +274,15 @@ def read_annotations(annotations: Any) -> dict[str, bool | None]:
 
 class McpToolError(Exception):
     """A call that failed, or a server that is unavailable. str() is safe to show the model: no secrets."""
+
+
+class McpCallUnknown(McpToolError, OutcomeUnknown):
+    """The call was sent and its answer never came: no answer within call_timeout, the connection was lost or
+    the server died mid-call, the hub closed under it. It may or may not have happened."""
+
+
+class _HubClosedMidCall(McpToolError):
+    """The hub was closed while a submitted coroutine ran."""
 
 
 def mcp_tool_name(server: str, tool: str) -> str:
@@ -526,9 +542,23 @@ class McpHub:
                 timeout=server.config.call_timeout + 1.0,
             )
         except concurrent.futures.TimeoutError:
-            raise McpToolError(
+            raise McpCallUnknown(
                 f"{name}: no answer from MCP server {server.config.name} within {server.config.call_timeout:g} s"
             ) from None
+        except _HubClosedMidCall:
+            raise McpCallUnknown(f"{name}: the MCP hub was closed during the call") from None
+
+    def repeatable(self, name: str) -> bool:
+        """A call to this tool whose outcome is unknown may be sent again under the same idempotency key: its
+        server is configured as honouring the key (idempotency_key = true), or the tool is annotated
+        idempotentHint: true."""
+        parts = split_mcp_tool_name(name)
+        server = self._servers.get(parts[0]) if parts else None
+        if parts is None or server is None:
+            return False
+        with self._lock:
+            listed = server.tools.get(parts[1])
+        return server.config.idempotency_key or (listed is not None and listed.annotations.get("idempotent") is True)
 
     def _submit(self, work: Awaitable[_T], *, timeout: float) -> _T:
         """Runs a coroutine on the hub's loop and waits for it, at most timeout seconds."""
@@ -550,7 +580,7 @@ class McpHub:
         try:
             return cast(_T, future.result(timeout=timeout))
         except concurrent.futures.CancelledError:
-            raise McpToolError("the MCP hub is closed") from None
+            raise _HubClosedMidCall("the MCP hub is closed") from None
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise
@@ -603,21 +633,25 @@ class McpHub:
             with anyio.fail_after(config.call_timeout):
                 result = await client.call_tool(tool, arguments, meta=meta)
         except TimeoutError:
-            raise McpToolError(
+            raise McpCallUnknown(
                 f"{name}: no answer from MCP server {config.name} within {config.call_timeout:g} s"
             ) from None
         except MCPError as exc:
             reason = self._reason(server, exc)
             if exc.code == CONNECTION_CLOSED:
                 server.mark_lost(reason)
-                raise McpToolError(f"{name}: MCP server {config.name} closed the connection during the call") from None
+                raise McpCallUnknown(
+                    f"{name}: MCP server {config.name} closed the connection during the call") from None
             raise McpToolError(f"{name}: MCP server {config.name} refused the call: {reason}") from None
         except Exception as exc:
             reason = self._reason(server, exc)
-            if _is_connection_loss(exc):
+            if _is_connection_loss(exc):  # the request was written; whether it was acted on is not known
                 server.mark_lost(reason)
+                raise McpCallUnknown(
+                    f"{name}: the connection to MCP server {config.name} was lost during the call: {reason}"
+                ) from None
             raise McpToolError(f"{name}: the call to MCP server {config.name} failed: {reason}") from None
-        return _result(result)
+        return _result(result, server.scrub)
 
     async def _supervise(self, server: _Server) -> None:
         """Connects the server, keeps its session until it is lost, then reconnects after a backoff. While it
@@ -822,11 +856,27 @@ def _one_line(text: str) -> str:
     return flat if len(flat) <= _REASON_CAP else flat[:_REASON_CAP - 1] + "…"
 
 
-def _result(result: CallToolResult) -> dict[str, Any]:
+def _result(result: CallToolResult, scrub: Callable[[str], str]) -> dict[str, Any]:
+    """The call's result as the gateway keeps it. An error result is scrubbed of the server's secrets like the
+    hub's own errors: a server's error message is where a token it was given ends up quoted."""
     texts = []
     for block in result.content:
         if isinstance(block, TextContent):
             texts.append(block.text)
         else:  # images, audio, resources: the model is told they were there
             texts.append(f"[{getattr(block, 'type', 'non-text')} content not shown]")
-    return {"is_error": bool(result.is_error), "text": "\n".join(texts), "structured": result.structured_content}
+    text, structured = "\n".join(texts), result.structured_content
+    if result.is_error:
+        text = scrub(text)
+        structured = _scrubbed(structured, scrub)
+    return {"is_error": bool(result.is_error), "text": text, "structured": structured}
+
+
+def _scrubbed(value: Any, scrub: Callable[[str], str]) -> Any:
+    if isinstance(value, str):
+        return scrub(value)
+    if isinstance(value, dict):
+        return {scrub(str(key)): _scrubbed(item, scrub) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_scrubbed(item, scrub) for item in value]
+    return value

@@ -19,9 +19,9 @@ import re
 import time
 from typing import Any
 
-from console.agents.base import ApprovalRequest, RunContext
+from console.agents.base import ApprovalRequest, Resumed, RunContext
 from console.agents.provenance import Provenance
-from console.agents.tools import ToolCall, ToolGateway, summary
+from console.agents.tools import ToolCall, ToolGateway, ToolOutcome, summary
 from console.core import Event
 
 DIGEST_TIMER_ID = "daily-digest"
@@ -76,9 +76,11 @@ class OfflineAgent:
             elif isinstance(event.payload, dict) and "long_task" in event.payload:
                 lines.append(self._long_task(ctx, event, event.payload["long_task"]))
             elif event.source == "approval":
-                outcome_line = self._resume(ctx, event)
-                if outcome_line:  # empty: the gateway told the owner itself (a call the policy denies by now)
-                    lines.append(outcome_line)
+                said, request = self._resume(ctx, event)
+                if request is not None:
+                    asked.append((said, request))
+                elif said:  # empty: the gateway told the owner itself (a call the policy denies by now)
+                    lines.append(said)
                 reports_outcome = True
             elif event.source == "timer":
                 line = self._timer(ctx, event)
@@ -116,6 +118,8 @@ class OfflineAgent:
             return "", next(a for a in ctx.approvals if a.request_id == outcome.request_id)
         if outcome.outcome == "done":
             return f"{summary(call.name, call.arguments)}: {outcome.text}", None
+        if outcome.outcome == "unknown":
+            return f"Not known whether it happened: {summary(call.name, call.arguments)}: {outcome.text}", None
         return f"Could not {summary(call.name, call.arguments)}: {outcome.text}", None
 
     def _long_task(self, ctx: RunContext, event: Event, chunks: Any) -> str:
@@ -125,12 +129,20 @@ class OfflineAgent:
             ctx.step(f"long:{event.id}:{index}", functools.partial(_work_one_chunk, index), event=event)
         return f"Long task of event {event.id} finished ({chunks} chunks)"
 
-    def _resume(self, ctx: RunContext, event: Event) -> str:
+    def _resume(self, ctx: RunContext, event: Event) -> tuple[str, ApprovalRequest | None]:
+        """The line reporting an approval's outcome, and the request it announces when the approved call's
+        outcome is unknown and the owner is asked whether to run it again."""
         resumed = ctx.resumed(event)
         if resumed is None or resumed.answer == "unknown":
-            return f"Nothing done: approval event {event.source_id} has no settled request behind it"
+            return f"Nothing done: approval event {event.source_id} has no settled request behind it", None
         # The call comes from the approvals row: exactly what the owner saw is what runs, once.
         outcome = self.tools.execute_approved(ctx, resumed, event=event)
+        if outcome.outcome == "deferred":  # announced by run() with the other questions
+            return "", next(a for a in ctx.approvals if a.request_id == outcome.request_id)
+        return self._reported(resumed, outcome), None
+
+    @staticmethod
+    def _reported(resumed: Resumed, outcome: ToolOutcome) -> str:
         if resumed.tool is None:  # a question without a tool behind it
             if resumed.answer == "yes":
                 return f"You said yes to '{resumed.action}', but no tool can do that, so nothing was done " \
@@ -146,6 +158,8 @@ class OfflineAgent:
             return ""
         if outcome.outcome == "done":
             return f"Done: {resumed.action} (approved, {resumed.request_id}): {outcome.text}"
+        if outcome.outcome == "unknown":
+            return f"Not known whether it happened: {resumed.action} (approved, {resumed.request_id}): {outcome.text}"
         return f"Failed: {resumed.action} (approved, {resumed.request_id}): {outcome.text}"
 
     def _timer(self, ctx: RunContext, event: Event) -> str | None:

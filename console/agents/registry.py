@@ -22,6 +22,7 @@ CLAUDE_EXTRA_MISSING = "the claude agent needs the 'claude' extra: pip install '
 # With no [mcp_servers], the built-in agent uses the example shop server that ships with agent-console, its
 # orders kept beside the inbox; with no [permissions] too, lookups run, deletions are denied and the rest
 # (refunds) asks, as anything unmatched does. (No broad "mcp__shop__*" ask rule: ask is checked before allow.)
+# The shop honours the idempotency key, so a call whose answer was lost is sent again under the same key.
 DEMO_SERVER = "shop"
 DEMO_PERMISSIONS = {
     "allow": [*DEFAULT_ALLOW, "mcp__shop__lookup_*", "mcp__shop__list_*"],
@@ -33,7 +34,7 @@ def demo_servers(settings: Settings) -> dict[str, McpServerConfig]:
     state = settings.inbox_folder / "shop.json"
     return {DEMO_SERVER: McpServerConfig(DEMO_SERVER, command=sys.executable,
                                          args=("-m", "console.examples.shop_server"),
-                                         env={"SHOP_STATE": str(state)})}
+                                         env={"SHOP_STATE": str(state)}, idempotency_key=True)}
 
 
 def build_tools(settings: Settings, *, demo: bool = False) -> ToolGateway:

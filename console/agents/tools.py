@@ -33,7 +33,8 @@ from console.agents.policy import Decision, Policy, Ruling
 from console.agents.provenance import Provenance, note_taint
 from console.callview import QUESTION_LIMIT, compact_call, cut_middle, message_from_run
 from console.config import ConfigError
-from console.core import Event, MemoryEntry, ToolCallRecord, approved_step_key
+from console.core import Event, MemoryEntry, OutcomeUnknown, ToolCallRecord, approved_step_key
+from console.core.journal import Interrupted
 from console.redact import redact_urls
 
 
@@ -59,14 +60,17 @@ class ToolHub(Protocol):
 
     def call(self, name: str, arguments: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]: ...
 
+    def repeatable(self, name: str) -> bool: ...
+
 log = logging.getLogger("agent_console.tools")
 
 ENTRY_POINT_GROUP = "agent_console.tools"
 MAX_RESULT_CHARS = 8000      # of one tool result handed back to the model
 MAX_RECORD_CHARS = 2000      # of one result kept in the transcript
+MAX_JOURNAL_CHARS = 64_000   # of one tool result kept in the journal (what a replay hands back)
 TOOL_NAME_CHARS = 64         # the Messages API's limit on a tool's name
 
-Outcome = Literal["done", "error", "deferred", "refused"]
+Outcome = Literal["done", "error", "deferred", "refused", "unknown"]
 
 
 @dataclass(frozen=True)
@@ -333,7 +337,7 @@ class ToolGateway:
     # One call ------------------------------------------------------------------------------------------
     def call(
         self, ctx: RunContext, call: ToolCall, *, event: Event, sources: list[dict[str, Any]], session: Any = None,
-        may_ask: bool = True, provenance: Provenance | None = None,
+        may_ask: bool = True, provenance: Provenance | None = None, covers: Sequence[Event] = (),
     ) -> ToolOutcome:
         """Decide and act on one call the model made in a conversation about `event` (the anchor), started
         by `sources`. `session` is what a resumed run continues from if the call has to ask. With may_ask
@@ -341,7 +345,13 @@ class ToolGateway:
 
         `provenance` is the conversation's trust (by its sources alone if not given): it decides which allow
         list applies, goes with an approval as where the request came from, and is tainted here when the call
-        reads untrusted content (an open-world tool's result, a note an untrusted run wrote)."""
+        reads untrusted content (an open-world tool's result, a note an untrusted run wrote).
+
+        `covers` are the other events the conversation is about (a batch): an allowed call is journalled
+        under each of them (call_keys), so that an event retried alone finds it done. A call whose outcome is
+        unknown is never run again unasked: the owner is asked whether to (see _unknown), unless the tool is
+        repeatable (idempotentHint, or a server that honours the idempotency key), which is sent again under
+        the same key."""
         provenance = provenance if provenance is not None else Provenance.of_sources(sources)
         untrusted = not provenance.trusted
         trust = audit_provenance(provenance)  # as the call was decided: its own result may taint the run after
@@ -370,28 +380,47 @@ class ToolGateway:
                     "error", "only one approval can be pending at a time; ask again once it is answered", "asked"),
                     rule, trust)
             return self._ask(ctx, call, event, sources, session, provenance, rule)
-        key = f"tool:{event.id}:{call.use_id}"
-        if changes_world(spec):
-            reached = ctx.take_call_slot(key, call.name, event=event)
-            if reached is not None:  # past a cap, an allowed call asks instead (the owner is told once)
-                rule = f"{rule}, past a cap: {reached.in_words()}"
-                if not may_ask:
-                    return self._record(ctx, event, call, ToolOutcome(
-                        "error", f"{call.name} was not run: {reached.in_words()}, so it needs the owner's approval, "
-                                 "and only one approval can be pending at a time; ask again once it is answered",
-                        "asked"), rule, trust)
-                return self._ask(ctx, call, event, sources, session, provenance, rule, capped=reached.in_words())
-        return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, key, event, "allowed",
-                                                        provenance, spec), rule, trust)
+        if not changes_world(spec):
+            return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, "", event, "allowed",
+                                                            provenance, spec), rule, trust)
+        keys = call_keys(ctx, call, [event, *(e for e in covers if e.id != event.id)])
+        reached = ctx.take_call_slot(keys[0][0], call.name, event=event)
+        if reached is not None:  # past a cap, an allowed call asks instead (the owner is told once)
+            rule = f"{rule}, past a cap: {reached.in_words()}"
+            if not may_ask:
+                return self._record(ctx, event, call, ToolOutcome(
+                    "error", f"{call.name} was not run: {reached.in_words()}, so it needs the owner's approval, "
+                             "and only one approval can be pending at a time; ask again once it is answered",
+                    "asked"), rule, trust)
+            return self._ask(ctx, call, event, sources, session, provenance, rule, capped=reached.in_words())
+        earlier = _earlier_unknown(ctx, keys[0][0])
+        if self._repeatable(call.name):
+            # After an unknown outcome the same call is sent under that call's key, which the server knows.
+            return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, keys[0][0], event,
+                                                            "allowed", provenance, spec, aliases=keys[1:],
+                                                            sent_key=earlier[0] if earlier else None), rule, trust)
+        if earlier is not None:  # the same call before it in this conversation may or may not have happened
+            return self._unknown(ctx, call, event, sources, session, may_ask, earlier[1], "allowed", provenance,
+                                 rule, trust)
+        outcome = self._run(ctx, call.name, call.arguments, keys[0][0], event, "allowed", provenance, spec,
+                            aliases=keys[1:], interrupted="unknown")
+        if outcome.outcome == "unknown":
+            self._record(ctx, event, call, outcome, rule, trust)
+            return self._unknown(ctx, call, event, sources, session, may_ask, outcome.text, "allowed", provenance,
+                                 rule, trust)
+        return self._record(ctx, event, call, outcome, rule, trust)
 
     def execute_approved(self, ctx: RunContext, resumed: Resumed, *, event: Event,
-                         provenance: Provenance | None = None) -> ToolOutcome:
+                         provenance: Provenance | None = None, session: Any = None) -> ToolOutcome:
         """An approval's answer came back: on yes, run exactly the call on the approvals row, once (a journal
         step keyed by the request id); no and expiry are a refusal. ask_owner just reports the answer.
 
         The policy is checked again first: a call the owner's policy denies by now is refused, and the owner
         is told (a yes given before the deny cannot outlive it). `provenance` is the resumed conversation's
-        trust (from the approvals row if not given), tainted if the call reads untrusted content."""
+        trust (from the approvals row if not given), tainted if the call reads untrusted content.
+
+        If the approved call's outcome is unknown (see call), the owner is asked whether to run it again:
+        the outcome is then deferred, and `session` is what the conversation resumes from."""
         if provenance is None:
             provenance = Provenance.restored(None, sources=resumed.sources, origin=resumed.origin)
         tool = resumed.tool or "ask_owner"
@@ -409,9 +438,12 @@ class ToolGateway:
             return self._record(ctx, event, call, outcome, rule, trust)
         if resumed.answer != "yes":
             why = "it expired unanswered" if resumed.answer == "expired" else "the owner declined"
-            return self._record(ctx, event, call, ToolOutcome(
-                "refused", f"{summary(tool, arguments)} was not run: {why} (request {resumed.request_id})",
-                _refusal(resumed.answer), resumed.request_id), rule, trust)
+            again = "outcome_unknown" in asked
+            text = (f"{summary(tool, arguments)} was not run again: {why} (request {resumed.request_id}); "
+                    f"whether its first call happened stays unknown" if again else
+                    f"{summary(tool, arguments)} was not run: {why} (request {resumed.request_id})")
+            return self._record(ctx, event, call, ToolOutcome("refused", text, _refusal(resumed.answer),
+                                                              resumed.request_id), rule, trust)
         spec = self.catalogue()[0].get(tool)
         # Judged by name even when the tool is not listed now (a server's listing that timed out): a deny needs
         # no more than the name, and the call may still reach the server.
@@ -427,9 +459,16 @@ class ToolGateway:
         key = approved_step_key(resumed.request_id)
         if spec is None or changes_world(spec):  # counted against the caps, never stopped by them: the owner said yes
             ctx.take_call_slot(key, tool, event=event, capped=False)
-        outcome = self._run(ctx, tool, arguments, key, event, "approved", provenance, spec)
-        return self._record(ctx, event, call, ToolOutcome(outcome.outcome, outcome.text, "approved",
-                                                          resumed.request_id, outcome.result), rule, trust)
+        repeatable = self._repeatable(tool)
+        outcome = self._run(ctx, tool, arguments, key, event, "approved", provenance, spec,
+                            interrupted="redo" if repeatable else "unknown")
+        outcome = ToolOutcome(outcome.outcome, outcome.text, "approved", resumed.request_id, outcome.result)
+        self._record(ctx, event, call, outcome, rule, trust)
+        if outcome.outcome == "unknown" and not repeatable:
+            return self._unknown(ctx, ToolCall(call.use_id, tool, arguments), event,
+                                 resumed.sources or ctx.sources([event]), session, True, outcome.text, "approved",
+                                 provenance, rule, trust)
+        return outcome
 
     # ---------------------------------------------------------------------------------------------------
     def _ask(
@@ -502,9 +541,15 @@ class ToolGateway:
         return cron, zone
 
     def _run(self, ctx: RunContext, name: str, arguments: dict[str, Any], key: str, event: Event,
-             decision: str, provenance: Provenance, spec: ToolSpec | None) -> ToolOutcome:
+             decision: str, provenance: Provenance, spec: ToolSpec | None, *,
+             aliases: Sequence[tuple[str, int | None]] = (), interrupted: Interrupted = "redo",
+             sent_key: str | None = None) -> ToolOutcome:
         """Run one call whose decision is made (allowed, or approved). A tool that reads the open world taints
-        the conversation whatever came back: an error result or a failure's message is the server's text too."""
+        the conversation whatever came back: an error result or a failure's message is the server's text too.
+
+        The call is a journal step under `key` (and its aliases), whose outcome is `unknown` when the call went
+        out and no answer came. With interrupted "redo" (a repeatable tool) an unknown step is sent again, once
+        at once and then on each retry, under the same idempotency key: `sent_key`, or `key`."""
         try:
             if name in BUILTINS:
                 text = self._builtin(ctx, name, arguments, key, event, provenance)
@@ -513,11 +558,20 @@ class ToolGateway:
                 provenance.taint(f"tool {name}")
             if name in self.python_tools:
                 tool = self.python_tools[name]
-                result = ctx.step(key, lambda: _jsonable(tool.call(arguments)), event=event)
+                result = ctx.step(key, lambda: _kept(_jsonable(_python_call(tool, arguments))), event=event,
+                                  aliases=aliases, interrupted=interrupted)
                 return ToolOutcome("done", _result_text(result), decision, result=result)
             hub = self._hub() if name.startswith("mcp__") else None
             if hub is not None:
-                result = ctx.step(key, lambda: hub.call(name, arguments, idempotency_key=key), event=event)
+                def send() -> Any:
+                    return _kept(hub.call(name, arguments, idempotency_key=sent_key or key))
+
+                try:
+                    result = ctx.step(key, send, event=event, aliases=aliases, interrupted=interrupted)
+                except OutcomeUnknown:
+                    if interrupted != "redo":
+                        raise
+                    result = ctx.step(key, send, event=event, aliases=aliases, interrupted="redo")
                 text = str(result.get("text") or "") if isinstance(result, dict) else _result_text(result)
                 failed = isinstance(result, dict) and bool(result.get("is_error"))
                 return ToolOutcome("error" if failed else "done", _cut(text or "(no output)", MAX_RESULT_CHARS),
@@ -525,6 +579,9 @@ class ToolGateway:
             return ToolOutcome("error", f"there is no tool {name!r} any more", "unknown")
         except ToolInputError as exc:
             return ToolOutcome("error", f"{name}: {exc}", decision)
+        except OutcomeUnknown as exc:
+            why = str(exc).removeprefix(f"{name}: ")
+            return ToolOutcome("unknown", f"{name} may or may not have happened: {why}", decision)
         except Exception as exc:
             if type(exc).__name__ == "StaleGeneration":
                 raise  # the run lost its lease: it stops, the tool's outcome does not count
@@ -532,6 +589,35 @@ class ToolGateway:
                 return ToolOutcome("error", f"{name} failed: {exc}", decision)
             log.warning("tool %s failed: %s: %s", name, type(exc).__name__, exc)
             return ToolOutcome("error", f"{name} failed: {type(exc).__name__}: {exc}", decision)
+
+    def _repeatable(self, name: str) -> bool:
+        """A call of this tool whose outcome is unknown may be sent again under the same key, unasked."""
+        return name.startswith("mcp__") and self.mcp is not None and self.mcp.repeatable(name)
+
+    def _unknown(
+        self, ctx: RunContext, call: ToolCall, event: Event, sources: list[dict[str, Any]], session: Any,
+        may_ask: bool, why: str, decision: str, provenance: Provenance, rule: str | None, trust: Any,
+    ) -> ToolOutcome:
+        """A world-changing call may or may not have happened. It is not run again: the owner is asked whether
+        to (an approval bound to the same call, anchored on this conversation's event, so a retry asks the
+        same question), or, when this turn has already asked, told in an urgent message."""
+        shown = summary(call.name, call.arguments)
+        if not may_ask:
+            ctx.say(f"{why}. It was not run again: check whether it happened before asking for it again.",
+                    urgent=True)
+            return ToolOutcome("unknown", f"{why}. It is not run again unless the owner asks for it; the owner "
+                                          f"was told.", decision)
+        details: dict[str, Any] = {"tool": call.name, "arguments": call.arguments, "outcome_unknown": why,
+                                   "rule": OUTCOME_UNKNOWN_RULE}
+        if not provenance.trusted:
+            details["untrusted"] = list(provenance.tainted_by)
+        request = ctx.ask(f"run again? {shown} may or may not have happened ({why.split(': ', 1)[-1]})", details,
+                          event=event, state=session, tool=call.name, arguments=call.arguments, sources=sources,
+                          origin=provenance.approval_origin())
+        text = (f"{why}. It is not run again unless the owner says so: the owner was asked (request "
+                f"{request.request_id}); you are resumed with the answer. Stop here.")
+        return self._record(ctx, event, call, ToolOutcome("deferred", text, "asked", request.request_id),
+                            OUTCOME_UNKNOWN_RULE, trust)
 
     def _builtin(self, ctx: RunContext, name: str, arguments: dict[str, Any], key: str, event: Event,
                  provenance: Provenance) -> str:
@@ -594,6 +680,8 @@ class ToolGateway:
 # is not there was refused before any rule applied.
 QUESTION_RULE = "ask_owner (a question always asks)"
 NO_SUCH_TOOL = "no such tool"
+# ... and a call made before whose outcome is unknown asks before it runs again, whatever the policy says.
+OUTCOME_UNKNOWN_RULE = "outcome unknown (a call that may have happened asks before it runs again)"
 
 
 def audit_provenance(provenance: Provenance) -> dict[str, Any]:
@@ -663,6 +751,78 @@ def _moment(text: str) -> int:
     if moment.tzinfo is None:
         raise ToolInputError(f"`at` needs an offset or Z (whose nine o'clock?), got {text!r}")
     return int(moment.timestamp())
+
+
+def call_keys(ctx: RunContext, call: ToolCall, events: Sequence[Event]) -> list[tuple[str, int | None]]:
+    """The journal keys of an allowed call, one per event its conversation is about (the anchor first; its key
+    is the one sent as the idempotency key): `tool:<event>:<tool>:<digest of the tool and canonical
+    arguments>:<n>`, n its position among the identical calls of this conversation in this run. Never the
+    tool_use id: a retried conversation (replayed, or the event retried alone) makes the same calls at the
+    same positions and finds them done; a different call (other arguments) is another key, whatever id a model
+    or proxy gave it."""
+    digest = hashlib.sha256(f"{call.name}\0{canonical(call.arguments)}".encode()).hexdigest()[:24]
+    counted = f"{','.join(str(e.id) for e in events)}:{digest}"
+    position = ctx.call_positions[counted] = ctx.call_positions.get(counted, 0) + 1
+    return [(f"tool:{e.id}:{call.name}:{digest}:{position}", e.id) for e in events]
+
+
+def _earlier_unknown(ctx: RunContext, key: str) -> tuple[str, str] | None:
+    """The first step before `key` (the same call at an earlier position) whose outcome is unknown, and why."""
+    stem, _, position = key.rpartition(":")
+    for earlier in range(1, int(position)):
+        step = ctx.store.journal_step(f"{stem}:{earlier}")
+        if step is not None and step.state == "unknown":
+            why = step.result.get("outcome_unknown") if isinstance(step.result, dict) else None
+            return step.idem_key, f"{key.split(':')[2]} may or may not have happened: {why or 'unknown'}"
+    return None
+
+
+def _python_call(tool: PythonTool, arguments: Mapping[str, Any]) -> Any:
+    """A Python tool's call; one that times out or loses its connection has an unknown outcome."""
+    try:
+        return tool.call(arguments)
+    except (TimeoutError, ConnectionError) as exc:
+        raise OutcomeUnknown(f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__) from exc
+
+
+def _kept(result: Any) -> Any:
+    """A tool's result as the journal keeps it: at most MAX_JOURNAL_CHARS, said to be cut when it is, and once.
+    An MCP result's structured content is dropped when it only repeats the text (the SDK sends a tool's return
+    value both ways), and cut like the text otherwise."""
+    if isinstance(result, dict) and set(result) == {"is_error", "text", "structured"}:
+        text = str(result["text"] or "")
+        structured = result["structured"]
+        if structured is not None and _repeats(structured, text):
+            structured = None
+        kept_text = _cut_noted(text, MAX_JOURNAL_CHARS)
+        if structured is not None:
+            room = max(0, MAX_JOURNAL_CHARS - len(kept_text))
+            shown = json.dumps(structured, ensure_ascii=False, default=repr)
+            if len(shown) > room:
+                structured = {"cut": _cut_noted(shown, room)}
+        return {"is_error": result["is_error"], "text": kept_text, "structured": structured}
+    shown = result if isinstance(result, str) else json.dumps(result, ensure_ascii=False, default=repr)
+    if len(shown) <= MAX_JOURNAL_CHARS:
+        return result
+    return _cut_noted(shown, MAX_JOURNAL_CHARS)
+
+
+def _repeats(structured: Any, text: str) -> bool:
+    if isinstance(structured, dict) and set(structured) == {"result"}:
+        structured = structured["result"]
+    if structured == text:
+        return True
+    try:
+        return bool(json.loads(text) == structured)
+    except ValueError:
+        return False
+
+
+def _cut_noted(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    note = f"\n[cut: the result had {len(text)} characters; the first {limit} are kept]"
+    return text[: max(0, limit - len(note))] + note
 
 
 def _jsonable(value: Any) -> Any:

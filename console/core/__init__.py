@@ -1,7 +1,7 @@
 """The durable core: one SQLite file per inbox. The only code that speaks SQL; never imports Textual."""
 
 from console.core.approvals import approval_id
-from console.core.base import SendError, StaleGeneration
+from console.core.base import OutcomeUnknown, SendError, StaleGeneration
 from console.core.caps import CapNotice, CapReached, HeldMessage
 from console.core.db import (
     MIN_SQLITE,
@@ -74,6 +74,7 @@ __all__ = [
     "OutboxChannel",
     "OutboxMessage",
     "OutboxSearch",
+    "OutcomeUnknown",
     "PhoneAnswer",
     "PhoneCard",
     "PruneReport",

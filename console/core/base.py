@@ -39,6 +39,12 @@ class StaleGeneration(Exception):
     was refused and recorded, and the run that made it must stop: nothing it does later counts."""
 
 
+class OutcomeUnknown(Exception):
+    """A world-changing step's call was sent and its answer never came (a timeout, a lost connection, a
+    server or an engine that died mid-call): it may or may not have happened. Raised by a step's function to
+    say so, and by run_once for a step already recorded so; the journal keeps the step `unknown`."""
+
+
 def dumps(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
 

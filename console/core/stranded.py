@@ -31,7 +31,7 @@ _COUNT_CRASHES = """
     SELECT COUNT(*) FROM attempts
     WHERE event_id = ? AND kind = 'lost'
       AND id > (SELECT COALESCE(MAX(id), 0) FROM attempts WHERE event_id = ? AND kind = 'retry')"""
-_CALL_STATES = {None: "not_run", "claimed": "unknown", "committed": "done"}
+_CALL_STATES = {None: "not_run", "claimed": "unknown", "unknown": "unknown", "committed": "done"}
 
 
 def approved_step_key(request_id: str) -> str:

@@ -9,7 +9,10 @@ Both offer the same tools: echo, add (structured), whoami (the idempotency key a
 was sent), slow (sleeps), pid (the server's process id), fail (an error result), leak (an error result quoting
 its $ECHO_TOKEN, as a careless server might); and a small shop for the provenance tests: lookup_order (its
 result carries a customer's note, `customer_note`, which an attacker writes), act (a world-changing call), stock
-(annotated read-only, closed-world) and search (annotated open-world).
+(annotated read-only, closed-world) and search (annotated open-world); and for the outcome tests: refund (a
+world-changing call that never de-duplicates: recorded before it acts, then it sleeps `seconds`, or
+$REFUND_SECONDS), put (the same, annotated idempotentHint) and big (a result of `size` characters). Over stdio
+only: crash (recorded, then the server process dies mid-call).
 """
 
 from __future__ import annotations
@@ -35,7 +38,8 @@ IDEMPOTENCY_META_KEY = "agent-console/idempotency-key"
 STDERR_MARKER = "stderr line from the echo tool"
 
 
-def build(name: str, record: Callable[[dict[str, Any]], None], customer_note: str = "") -> MCPServer:
+def build(name: str, record: Callable[[dict[str, Any]], None], customer_note: str = "", *,
+          may_exit: bool = False) -> MCPServer:
     server = MCPServer(name, log_level="WARNING")
 
     def seen(tool: str, ctx: Context, **details: Any) -> None:
@@ -111,6 +115,39 @@ def build(name: str, record: Callable[[dict[str, Any]], None], customer_note: st
         """Searches the web (read-only, open-world)."""
         seen("search", ctx, query=query)
         return f"Results for {query}: {customer_note}"
+    calls = {"put": 0, "refund": 0}
+
+    @server.tool(annotations=ToolAnnotations(idempotent_hint=False))
+    async def refund(order: str, ctx: Context, seconds: float | None = None, first_seconds: float = 0) -> str:
+        """Refunds an order (every call is a refund: this server never de-duplicates); it answers after
+        `seconds` (or $REFUND_SECONDS), the first call in this process after first_seconds more."""
+        seen("refund", ctx, order=order)
+        calls["refund"] += 1
+        delay = float(os.environ.get("REFUND_SECONDS", "0")) if seconds is None else seconds
+        await anyio.sleep(delay + (first_seconds if calls["refund"] == 1 else 0))
+        return f"refunded order {order}"
+
+    @server.tool(annotations=ToolAnnotations(idempotent_hint=True))
+    async def put(setting: str, ctx: Context, first_seconds: float = 0) -> str:
+        """Sets a value (idempotent); the first call in this process answers after first_seconds."""
+        seen("put", ctx, setting=setting)
+        calls["put"] += 1
+        if calls["put"] == 1:
+            await anyio.sleep(first_seconds)
+        return f"{setting} is set"
+
+    @server.tool()
+    def big(size: int, ctx: Context) -> str:
+        """A result of `size` characters."""
+        seen("big", ctx, size=size)
+        return "x" * size
+
+    if may_exit:
+        @server.tool()
+        def crash(order: str, ctx: Context) -> str:
+            """Does the work (records it), then the server process dies before it answers."""
+            seen("crash", ctx, order=order)
+            os._exit(17)
 
     return server
 
@@ -177,7 +214,7 @@ def main() -> None:
         with call_log.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(call) + "\n")
 
-    build(name, record, os.environ.get("CUSTOMER_NOTE", "")).run(transport="stdio")
+    build(name, record, os.environ.get("CUSTOMER_NOTE", ""), may_exit=True).run(transport="stdio")
 
 
 if __name__ == "__main__":

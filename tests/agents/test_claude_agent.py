@@ -222,7 +222,8 @@ def test_the_policy_decides_each_call(agent: ClaudeAgent, claude: FakeClaude, st
     ctx = run(agent, store)
     assert shop.calls == [("lookup_order", "5")]
     event_id = ctx.events[0].id
-    looked = store.journal_step(f"tool:{event_id}:t1")
+    (looked,) = [step for step in store.journal_steps(event_id) if step.idem_key.startswith(f"tool:{event_id}:")]
+    assert looked.idem_key.startswith(f"tool:{event_id}:lookup_order:") and looked.idem_key.endswith(":1")
     assert looked is not None and looked.result == {"order": "5", "status": "paid", "amount": 12.5}
     saved = store.load_session(ctx.approvals[0].request_id)["state"]
     results = {r["tool_use_id"]: r for r in saved["pending"]["results"]}

@@ -15,20 +15,21 @@ SECRET = "s3cr3t-value-never-shown"
 def test_a_stdio_and_an_http_server_are_read_as_written() -> None:
     servers = parse_mcp_servers({
         "shop": {"command": "python", "args": ["-m", "shop_server"], "env": {"SHOP_TOKEN": "${SHOP_TOKEN}"},
-                 "call_timeout": 5},
+                 "call_timeout": 5, "idempotency_key": True},
         "tracker": {"url": "http://127.0.0.1:9000/mcp", "headers": {"Authorization": "Bearer ${TRACKER_TOKEN}"},
                     "connect_timeout": 2.5, "list_timeout": 3},
     })
 
     assert servers == {
         "shop": McpServerConfig("shop", command="python", args=("-m", "shop_server"),
-                                env={"SHOP_TOKEN": "${SHOP_TOKEN}"}, call_timeout=5.0),
+                                env={"SHOP_TOKEN": "${SHOP_TOKEN}"}, call_timeout=5.0, idempotency_key=True),
         "tracker": McpServerConfig("tracker", url="http://127.0.0.1:9000/mcp",
                                    headers={"Authorization": "Bearer ${TRACKER_TOKEN}"},
                                    connect_timeout=2.5, list_timeout=3.0),
     }
     assert (servers["shop"].transport, servers["tracker"].transport) == ("stdio", "http")
     assert (servers["tracker"].call_timeout, servers["shop"].connect_timeout) == (60.0, 10.0)
+    assert servers["tracker"].idempotency_key is False  # a server is not trusted to de-duplicate unless said
 
 
 @pytest.mark.parametrize(("raw", "message"), [
@@ -45,7 +46,7 @@ def test_a_stdio_and_an_http_server_are_read_as_written() -> None:
     ({"shop": "python"}, "mcp_servers.shop: expected a table with command (a stdio server) or url (an HTTP server)"),
     ({"shop": {"command": "x", "cmd": "y"}},
      "mcp_servers.shop.cmd: unknown setting (expected one of command, args, "
-     "env, url, headers, trusted, connect_timeout, list_timeout, call_timeout)"),
+     "env, url, headers, trusted, connect_timeout, list_timeout, call_timeout, idempotency_key)"),
     ({"shop": {"command": "x", "args": "-m shop"}}, "mcp_servers.shop.args: expected a list of text"),
     ({"shop": {"command": "x", "args": ["-m", 3]}}, "mcp_servers.shop.args[1]: expected text"),
     ({"shop": {"command": "x", "env": ["A=1"]}}, "mcp_servers.shop.env: expected a table of name = \"text\""),

@@ -51,12 +51,14 @@ def test_a_python_tool_runs_once_under_the_policy(installed: Path, store: Store)
     (event,) = ctx.events
     sources = ctx.sources()
     looked = gateway.call(ctx, ToolCall("u1", "lookup_order", {"order": "7"}), event=event, sources=sources)
-    again = gateway.call(ctx, ToolCall("u1", "lookup_order", {"order": "7"}), event=event, sources=sources)
+    # The same call in a later run of the event (a retry) is found done: its journalled result comes back.
+    retry = RunContext(store, [event], NOW, "w", gen, approval_expiry=600)
+    again = gateway.call(retry, ToolCall("u9", "lookup_order", {"order": "7"}), event=event, sources=sources)
     denied = gateway.call(ctx, ToolCall("u2", "delete_branch", {"branch": "main"}), event=event, sources=sources)
     bad = gateway.call(ctx, ToolCall("u3", "lookup_order", {"order": 7}), event=event, sources=sources)
     asked = gateway.call(ctx, ToolCall("u4", "refund", {"order": "7", "amount": 5}), event=event, sources=sources)
     assert (looked.outcome, looked.result) == ("done", {"order": "7", "status": "paid"})
-    assert again.result == looked.result  # the same tool use replays its journalled result
+    assert again.result == looked.result  # the same call replays its journalled result, whatever its use id
     assert (denied.outcome, denied.decision) == ("error", "denied")
     assert bad.outcome == "error" and "is not of type 'string'" in bad.text
     assert asked.outcome == "deferred"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from console.core import StaleGeneration, Store
+from console.core import OutcomeUnknown, StaleGeneration, Store
 from tests.core.workers import spawn
 
 T = 1_000_000
@@ -215,3 +215,69 @@ def test_a_second_release_is_refused(store: Store) -> None:
     assert store.release("A", gen, now=101) is True
     assert store.release("A", gen, now=102) is False
     assert [kind for _, kind, *_ in store.lease_log()].count("release") == 1
+
+
+# --- world-changing steps: an outcome that is not known is never redone silently (issue 18 item 5) -------------
+
+def test_a_crash_mid_call_leaves_a_world_changing_step_unknown_and_it_is_never_run_again_unasked(
+    tmp_path: Path, inbox_target: str
+) -> None:
+    db, effects = inbox_target, tmp_path / "effects.log"
+    Store.open(db).close()
+    crasher = spawn("journal-crash", db, effects, "tool:5:refund:1", T)
+    _, err = crasher.communicate(timeout=30)
+    assert crasher.returncode == -signal.SIGKILL, err
+    assert effects.read_text().splitlines() == ["tool:5:refund:1 gen=1"]  # the effect happened; no commit
+
+    with Store.open(db, lease_ttl=10) as store:
+        gen = lease(store, "replacement", T + 11)
+        calls: list[int] = []
+        for now in (T + 11, T + 12):
+            with pytest.raises(OutcomeUnknown, match="stopped before its answer was recorded"):
+                store.run_once("tool:5:refund:1", lambda: calls.append(1), gen=gen, now=now, interrupted="unknown")
+        step = store.journal_step("tool:5:refund:1")
+        assert step is not None and step.state == "unknown" and step.executions == 1
+        assert calls == []
+        # A step the other side de-duplicates by key may be sent again under the same key.
+        assert store.run_once("tool:5:refund:1", lambda: "sent again", gen=gen, now=T + 13) == ("sent again",
+                                                                                                 "executed")
+    assert effects.read_text().splitlines() == ["tool:5:refund:1 gen=1"]
+
+
+def test_a_call_that_gets_no_answer_is_kept_unknown_not_dropped(store: Store) -> None:
+    gen = lease(store, "A", T)
+
+    def times_out() -> None:
+        raise OutcomeUnknown("no answer within 60 s")
+
+    with pytest.raises(OutcomeUnknown):
+        store.run_once("tool:1:refund:1", times_out, gen=gen, now=T, event_id=None, interrupted="unknown")
+    again: list[int] = []
+    with pytest.raises(OutcomeUnknown, match="no answer within 60 s"):
+        store.run_once("tool:1:refund:1", lambda: again.append(1), gen=lease(store, "B", T + 500), now=T + 500,
+                       interrupted="unknown")
+    assert again == []
+    step = store.journal_step("tool:1:refund:1")
+    assert step is not None and (step.state, step.result) == ("unknown", {"outcome_unknown": "no answer within 60 s"})
+
+
+def test_a_step_made_for_several_events_is_found_from_each_and_its_result_is_stored_once(store: Store) -> None:
+    for n in (1, 2):
+        store.ingest("chat", f"m{n}", {"text": "x"}, now=T)
+    first, second = sorted(e.id for e in store.events())
+    gen = lease(store, "A", T)
+    calls: list[int] = []
+
+    def refund() -> dict[str, str]:
+        calls.append(1)
+        return {"text": "refunded"}
+
+    done = store.run_once(f"tool:{first}:r:1", refund, gen=gen, now=T, event_id=first,
+                          aliases=[(f"tool:{second}:r:1", second)], interrupted="unknown")
+    assert done == ({"text": "refunded"}, "executed")
+    # The second event, retried alone, makes the same call: found done, the stored result handed back.
+    alone = store.run_once(f"tool:{second}:r:1", refund, gen=gen, now=T + 1, event_id=second, interrupted="unknown")
+    assert alone == ({"text": "refunded"}, "skipped") and calls == [1]
+    pointer = store.journal_step(f"tool:{second}:r:1")
+    assert pointer is not None and pointer.result == {"same_as": f"tool:{first}:r:1"}
+    assert [s.idem_key for s in store.journal_steps(second)] == [f"tool:{second}:r:1"]

@@ -21,11 +21,11 @@ from console.config import Settings
 from console.core import Store
 from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
-from tests.agents.mcp_servers import serve_http
+from tests.agents.mcp_servers import read_calls, serve_http
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY
 from tests.core.workers import spawn
-from tests.support import inbox_until, read_until
+from tests.support import inbox_until, read_until, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]
 NOW = 1_790_000_000
@@ -142,6 +142,58 @@ def test_a_crash_between_the_servers_answer_and_the_commit_is_one_refund_at_the_
     with Store.open(db) as store:
         bodies = [m.body for m in store.outbox_messages()]
     assert sum(body.startswith("Done: mcp__shop__refund") for body in bodies) == 1
+
+
+def test_an_engine_killed_mid_call_leaves_the_call_unknown_and_the_next_engine_asks_instead_of_calling_again(
+    tmp_path: Path,
+) -> None:
+    """An allowed refund at a server that does not de-duplicate (it records every call before acting): the
+    engine is SIGKILLed while the call is under way. The next engine takes the event over, replays it to the
+    same call, finds its journal step claimed and never answered: it does not call the server again, it asks
+    the owner whether to (may or may not have happened)."""
+    db, calls = tmp_path / "inbox.db", tmp_path / "rec.calls"
+    config = tmp_path / "config" / "agent-console" / "config.toml"
+    config.parent.mkdir(parents=True)
+    server = json.dumps(str(ROOT / "tests" / "agents" / "mcp_servers.py"))
+    config.write_text(f"""
+[mcp_servers.rec]
+command = {json.dumps(sys.executable)}
+args = [{server}, "rec"]
+env = {{ CALL_LOG = {json.dumps(str(calls))}, REFUND_SECONDS = "30" }}
+call_timeout = 60
+
+[permissions]
+allow = ["send_message", "mcp__rec__refund"]
+""")
+    env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), AGENT_CONSOLE_DB=str(db),
+               AGENT_CONSOLE_LEASE_TTL="2", AGENT_CONSOLE_BACKOFF_BASE="0", AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *",
+               PYTHONPATH=str(ROOT))
+    with Store.open(db) as store:
+        store.ingest("chat", "m1", {"text": "refund order 881"}, now=int(time.time()))
+
+    def engine() -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-m", "console", "run"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    first = engine()
+    try:
+        wait_until(lambda: read_calls(calls), "the refund to reach the server")
+    finally:
+        os.killpg(first.pid, signal.SIGKILL)  # the engine and its MCP server, mid-call
+        first.wait(timeout=30)
+    second = engine()
+    try:
+        approval = inbox_until(db, lambda s: s.pending_approvals() and s.pending_approvals()[0], limit=60)
+    finally:
+        os.killpg(second.pid, signal.SIGTERM)
+        second.wait(timeout=30)
+    assert [c["tool"] for c in read_calls(calls)] == ["refund"]  # one real refund: never sent again unasked
+    assert (approval.tool, approval.arguments) == ("mcp__rec__refund", {"order": "881"})
+    assert "may or may not have happened" in approval.action
+    assert "stopped before its answer was recorded" in approval.details["outcome_unknown"]
+    with Store.open(db) as store:
+        (step,) = [s for s in store.journal_steps(approval.event_id) if s.idem_key.startswith("tool:")]
+        assert step.state == "unknown" and step.idem_key == read_calls(calls)[0]["key"]
 
 
 @pytest.fixture
