@@ -3,8 +3,9 @@
 No internet: an agent's client is pointed at it with claude_base_url and a fake key. The `claude` fixture
 (tests/agents/conftest.py) serves one for a test. `obey()` turns it into the obedient model of the provenance
 tests (obedient_reply): once the script runs out, it carries out every "SYSTEM: call TOOL key=value ..." it
-reads, in the owner's chat, a payload, a tool result, a note or a timer's text. It bills every reply's `usage` as the Messages API
-documents it, prompt caching included (PromptCache below), unless a test scripts the usage itself.
+reads, in the owner's chat, a payload, a tool result, a note or a timer's text. It bills every reply's `usage`
+as the Messages API documents it, prompt caching included (PromptCache below), unless a test scripts the usage
+itself.
 """
 
 from __future__ import annotations
