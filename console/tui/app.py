@@ -425,7 +425,8 @@ class ConsoleApp(App[None]):
             return
         self.push_screen(ConfirmScreen(
             f"A run is in progress ({plural(running, 'event')}). Quit anyway? The run gets a few seconds to "
-            "finish; what it does not finish goes back to pending for the next worker.", yes_label="Quit"),
+            "finish; what it does not finish goes back to pending for the next worker.", yes_label="Quit",
+            destructive=True),
             self._quit_confirmed)
 
     async def _quit_confirmed(self, confirmed: bool | None) -> None:
@@ -775,7 +776,7 @@ class ConsoleApp(App[None]):
                     await self._settle_answer(approval, answer)
 
             question = f"Approve {approval.action} ({approval.request_id})? It has {span(left)} left to answer."
-            self.push_screen(ConfirmScreen(question, yes_label="Approve"), confirmed)
+            self.push_screen(ConfirmScreen(question, yes_label="Approve", destructive=True), confirmed)
             return
         await self._settle_answer(approval, answer)
 
@@ -841,7 +842,7 @@ class ConsoleApp(App[None]):
             return
         what = f"#{ids[0]}" if len(ids) == 1 else f"{len(ids)} marked events"
         self.push_screen(ConfirmScreen(f"Discard {what}? Kept for the record and never run again "
-                                       "(r brings one back).", yes_label="Discard"),
+                                       "(r brings one back).", yes_label="Discard", destructive=True),
                          partial(self._discard_confirmed, ids))
 
     async def _discard_confirmed(self, ids: list[int], confirmed: bool | None) -> None:
@@ -867,7 +868,8 @@ class ConsoleApp(App[None]):
             return
         where = "" if flt.source is None else f" from source {flt.source}"
         self.push_screen(ConfirmScreen(f"Retry {count} dead event{'s' if count != 1 else ''}{where}?",
-                                       yes_label=f"Retry {count}"), self._retry_all_confirmed)
+                                       yes_label=f"Retry {count}", destructive=True),
+                         self._retry_all_confirmed)
 
     async def _retry_all_confirmed(self, confirmed: bool | None) -> None:
         if not confirmed:

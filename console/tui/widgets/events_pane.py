@@ -273,9 +273,12 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         self.query_one(EventError).show(event, now, self.zone, stranded)
 
     @on(EventsTable.RowHighlighted)
-    def _remember_selection(self, message: EventsTable.RowHighlighted) -> None:
-        if message.row_key.value is not None:
-            self.selected_id = int(message.row_key.value)
+    def _remember_selection(self) -> None:
+        # The cursor's row now, not the message's: a highlight queued before a mark moved the cursor on must
+        # not pull the remembered event back (the next redraw would put the cursor there).
+        event = self.selected_event()
+        if event is not None:
+            self.selected_id = event.id
             self._show_error()
 
     @on(EventsTable.HeaderSelected)
@@ -288,14 +291,43 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         await self.app.run_action(f"sort({order!r})")
 
     @on(EventsTable.ToggleMark)
-    def _toggle_mark(self, message: EventsTable.ToggleMark) -> None:
+    async def _toggle_mark(self, message: EventsTable.ToggleMark) -> None:
+        """Mark (or unmark) and move down at once, in the pane's own message order: spaces typed quickly are
+        each handled after the last one's move (a page edge's read included), so each marks the next row."""
         message.stop()
         event = self.selected_event()
         if event is None:
             return
         self.marked.symmetric_difference_update({event.id})
         self._remark()
-        self.table.action_cursor_down()  # marking runs down a list, as in a file manager
+        await self._step("down")  # marking runs down a list, as in a file manager
+
+    @on(EventsTable.MarkRange)
+    async def _mark_range(self, message: EventsTable.MarkRange) -> None:
+        """shift+↓ / shift+↑: this event and the next one that way are marked (added to the marks, never
+        unmarked), and the cursor moves there, so holding shift marks a range."""
+        message.stop()
+        event = self.selected_event()
+        if event is None:
+            return
+        self.marked.add(event.id)
+        await self._step(message.direction)
+        moved = self.selected_event()
+        if moved is not None:
+            self.marked.add(moved.id)
+        self._remark()
+
+    async def _step(self, direction: str) -> None:
+        """One row down or up now, reading the next window when the cursor is at the page's edge."""
+        table = self.table
+        events = self.page.events if self.page else []
+        row = table.cursor_row + (1 if direction == "down" else -1)
+        if 0 <= row < len(events):
+            table.move_cursor(row=row, animate=False)
+            self.selected_id = events[row].id
+            self._show_error()
+        else:
+            await self.move(direction)
 
     @on(EventsTable.ClearMarks)
     def _clear_marks(self, message: EventsTable.ClearMarks) -> None:
@@ -315,13 +347,17 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
     @on(EventsTable.Shift)
     async def _shift(self, message: EventsTable.Shift) -> None:
         message.stop()
+        await self.move(message.kind)
+
+    async def move(self, kind: str) -> None:
+        """Another window: kind is up, down (one row past the edge), page_up, page_down, newest or oldest."""
         events = self.page.events if self.page else []
         rows = self.table.visible_rows()
         key = self.filter.key
-        if message.kind == "newest":
+        if kind == "newest":
             self.top = None
             self.selected_id = None
-        elif message.kind == "oldest":
+        elif kind == "oldest":
             top = await self.reader(read_oldest_top(self.filter, rows))
             if top is None:
                 return
@@ -329,7 +365,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             self.selected_id = None  # the cursor goes to the last row, the oldest event itself (below)
         elif not events:
             return
-        elif message.kind == "down":
+        elif kind == "down":
             if len(events) < 2:
                 return
             older = await self.reader(read_older_top(self.filter, key(events[-1]), 1))
@@ -337,24 +373,24 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
                 return
             self.top = key(events[1])
             self.selected_id = older[1]
-        elif message.kind == "up":
+        elif kind == "up":
             above = await self.reader(read_newer_top(self.filter, key(events[0]), 1))
             if above is None:
                 return
             self.top = above
             self.selected_id = above[1]
-        elif message.kind == "page_down":
+        elif kind == "page_down":
             older = await self.reader(read_older_top(self.filter, key(events[-1]), rows))
             if older is None:
                 self.table.move_cursor(row=len(events) - 1)
                 return
             self.top = older
             self.selected_id = None
-        elif message.kind == "page_up":
+        elif kind == "page_up":
             self.top = await self.reader(read_newer_top(self.filter, key(events[0]), rows))
             self.selected_id = None
         await self.reload()
-        if message.kind == "oldest" and self.page is not None and self.page.events:
+        if kind == "oldest" and self.page is not None and self.page.events:
             self.selected_id = self.page.events[-1].id
             self.table.move_cursor(row=len(self.page.events) - 1, animate=False, scroll=False)
 

@@ -29,11 +29,22 @@ class EventsTable(DataTable[object], inherit_bindings=False):
         Binding("right", "scroll_right", "Scroll right", show=False, tooltip="to read a long error"),
         Binding("space", "toggle_mark", "Mark", show=False, id="events.mark",
                 tooltip="mark or unmark the event, for r (retry) and D (discard)"),
+        Binding("shift+down", "mark_range('down')", "Mark down", show=False, id="events.mark_down",
+                tooltip="mark this event and the one below, moving down (a range)"),
+        Binding("shift+up", "mark_range('up')", "Mark up", show=False, id="events.mark_up",
+                tooltip="mark this event and the one above, moving up (a range)"),
         Binding("escape", "clear_marks", "Unmark all", show=False, id="events.unmark"),
     ]
 
     class ToggleMark(Message):
-        """Mark the highlighted event, or unmark it."""
+        """Mark the highlighted event, or unmark it, and move down."""
+
+    class MarkRange(Message):
+        """Mark the highlighted event and the next one in `direction` (up or down), moving there."""
+
+        def __init__(self, direction: str) -> None:
+            super().__init__()
+            self.direction = direction
 
     class ClearMarks(Message):
         """Unmark every event."""
@@ -80,6 +91,9 @@ class EventsTable(DataTable[object], inherit_bindings=False):
 
     def action_toggle_mark(self) -> None:
         self.post_message(self.ToggleMark())
+
+    def action_mark_range(self, direction: str) -> None:
+        self.post_message(self.MarkRange(direction))
 
     def action_clear_marks(self) -> None:
         self.post_message(self.ClearMarks())
