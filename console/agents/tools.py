@@ -591,7 +591,11 @@ class ToolGateway:
             return ToolOutcome("error", f"{name} failed: {type(exc).__name__}: {exc}", decision)
 
     def _repeatable(self, name: str) -> bool:
-        """A call of this tool whose outcome is unknown may be sent again under the same key, unasked."""
+        """A call of this tool whose outcome is unknown may be made again (an MCP call under the same key),
+        unasked: an MCP tool annotated idempotentHint or whose server honours the key (McpHub.repeatable), or
+        a Python tool declared tool_hints(idempotent=True)."""
+        if name in self.python_tools:
+            return self.python_tools[name].spec.hints.idempotent is True
         return name.startswith("mcp__") and self.mcp is not None and self.mcp.repeatable(name)
 
     def _unknown(

@@ -23,7 +23,7 @@ import pytest
 from console.agents.claude import ClaudeAgent, ClaudeError
 from console.agents.mcp import McpHub, McpServerConfig
 from console.agents.policy import DEFAULT_ALLOW, Policy
-from console.agents.tools import MAX_JOURNAL_CHARS, ToolGateway
+from console.agents.tools import MAX_JOURNAL_CHARS, PythonTool, ToolGateway, tool_hints
 from console.core import Store
 from console.redact import HIDDEN
 from tests.agents.mcp_servers import read_calls, stdio_command
@@ -109,6 +109,8 @@ def test_an_approved_refund_slower_than_call_timeout_is_unknown_and_runs_again_o
     assert "Run it again? It was called before and may or may not have happened" in announcement
     calls = store.tool_calls(resumed.events[0].id)
     assert [(c.decision, c.outcome) for c in calls] == [("approved", "unknown"), ("asked", "deferred")]
+    trail = [row.body for row in store.audit_rows() if row.kind == "call" and row.event_id == resumed.events[0].id]
+    assert [row["outcome"] for row in trail] == ["unknown", "deferred"]  # the audit trail says unknown, not failed
     assert len(claude.requests) == 1  # the conversation waits on the owner: no model turn was paid for
 
     # Only the owner's yes runs it again, under a key of its own; its result goes back to the waiting call.
@@ -163,6 +165,44 @@ def test_a_server_that_dies_mid_call_after_doing_the_work_is_not_called_again_wh
     assert len(shop.calls("crash")) == 1
     (asked,) = store.pending_approvals()
     assert asked.request_id == again.request_id and "may or may not have happened" in asked.action
+
+
+def test_an_unknown_outcome_in_a_turn_that_already_asked_is_told_in_an_urgent_message_and_not_run_again(
+    rig: Callable[..., Rig], claude: FakeClaude, store: Store
+) -> None:
+    shop = rig()
+    agent = shop.agent(allow=(REFUND,), ask=("mcp__rec__whoami",))
+    store.ingest("chat", "m1", {"text": "check, then refund order 3"}, now=NOW)
+    claude.reply(tool("t1", "mcp__rec__whoami"), tool("t2", REFUND, order="3", seconds=3))
+    ctx = run(agent, store)
+    (asked,) = ctx.approvals  # the whoami question; the refund could not ask as well
+    assert asked.details["tool"] == "mcp__rec__whoami" and len(shop.calls(REFUND)) == 1
+    (told,) = [body for body in bodies(store) if "may or may not have happened" in body]
+    assert told.startswith(f"{REFUND} may or may not have happened") and "It was not run again" in told
+    (pending,) = store.load_session(asked.request_id)["state"]["pending"]["results"]
+    assert pending["tool_use_id"] == "t2" and pending["is_error"] and "not run again" in pending["content"]
+
+
+def test_a_python_tool_that_times_out_is_unknown_and_asks_before_it_runs_again(
+    claude: FakeClaude, store: Store
+) -> None:
+    calls: list[str] = []
+
+    def transfer(account: str) -> str:
+        """Transfers money (its bank did not answer in time)."""
+        calls.append(account)
+        raise TimeoutError("the bank did not answer within 30 s")
+
+    gateway = ToolGateway(Policy(allow=(*DEFAULT_ALLOW, "transfer")), python_tools={
+        "transfer": PythonTool("transfer", tool_hints(open_world=False)(transfer))})
+    agent = ClaudeAgent(api_key=FAKE_KEY, model="claude-sonnet-5-5", max_tokens=512, base_url=claude.url,
+                        tools=gateway)
+    store.ingest("chat", "m1", {"text": "pay the rent"}, now=NOW)
+    claude.reply(tool("t1", "transfer", account="rent"))
+    run(agent, store)
+    (again,) = store.pending_approvals()
+    assert calls == ["rent"] and "the bank did not answer within 30 s" in again.details["outcome_unknown"]
+    assert (again.tool, again.arguments) == ("transfer", {"account": "rent"})
 
 
 @pytest.mark.parametrize(("name", "honours_key"), [("mcp__rec__put", False), (REFUND, True)],
