@@ -568,6 +568,7 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
         detail = ", ".join(f"{count(n)} {verdict.replace('_', ' ')}" for verdict, n in ignored.items())
         lines.append(f"phone      {plural(taken, 'answer')} taken · {count(sum(ignored.values()))} ignored"
                      + (f" ({detail})" if detail else ""))
+    lines += telegram_lines(info.get("telegram") or {})
     outbox = info["outbox"]
     next_send = info["next_send_at"]
     send = "nothing to send" if next_send is None else f"next send {relative(next_send, now)}"
@@ -1291,3 +1292,9 @@ def timers_run(state: CliState, timer_id: str) -> None:
     if outcome == "duplicate":
         raise UserError(f"timer {timer_id} already fired at {now}: try again in a second")
     _say(f"fired timer {timer_id}: event timer/{timer_id}@{now}")
+
+
+# The chat sources' commands live beside this module; imported last, since they use its helpers.
+from console.cli_telegram import telegram, telegram_lines  # noqa: E402
+
+main.add_command(telegram)

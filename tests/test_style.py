@@ -130,7 +130,9 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     # The CLI builds an engine only through the assembly, and loads the console by name (importlib) when it is
     # opened, so `run` never imports Textual.
     ("console.cli", ("console.core", "console.config", "console.runtime.assembly", "console.runtime.why",
-                     "console.edges.receiver", *LEAVES)),
+                     "console.edges.receiver", "console.cli_telegram", *LEAVES)),
+    # `agent-console telegram ...`: the chat source's commands, registered on the CLI's group.
+    ("console.cli_telegram", ("console.core", "console.cli")),
     ("console.__main__", ("console.cli",)),
 ]
 

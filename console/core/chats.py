@@ -10,7 +10,9 @@ cursor only moves forward: a listener that lost the lease and commits late canno
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import secrets
 from collections.abc import Sequence
 from typing import Any
 
@@ -18,8 +20,20 @@ from console.core.db import transaction, translate_errors
 from console.core.inbox import InboxMixin
 from console.core.models import ChatPairing, ChatTake
 
+PAIR_CODE_SECONDS = 600  # a pairing code is good for ten minutes
+PAIR_CODE_CHARS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a screen, typed on a phone
 PRIVATE_NOTICE_EVERY = 3600  # a chat that is not paired is told at most once an hour that the bot is private
 HEALTH_STATES = ("ok", "paused", "conflict", "waiting", "offline")
+
+
+def pair_code() -> str:
+    """A fresh one-time pairing code: 8 characters, 40 bits."""
+    return "".join(secrets.choice(PAIR_CODE_CHARS) for _ in range(8))
+
+
+def code_hash(code: str) -> str:
+    """What the inbox keeps of a code (the code is printed once, never stored); case does not matter."""
+    return hashlib.sha256(code.strip().upper().encode("utf-8")).hexdigest()
 
 
 class ChatMixin(InboxMixin):

@@ -20,12 +20,11 @@ A chat source's four parts:
 
 from __future__ import annotations
 
-import hashlib
-import secrets
 from typing import Protocol
 
-PAIR_CODE_SECONDS = 600  # a pairing code is good for ten minutes
-PAIR_CODE_CHARS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a screen, typed on a phone
+from console.core.chats import PAIR_CODE_SECONDS, code_hash, pair_code
+
+__all__ = ["COMMANDS", "PAIR_CODE_SECONDS", "PRIVATE_REPLY", "ChatSource", "code_hash", "pair_code", "split_text"]
 COMMANDS = {
     "status": "the agent's state, pending approvals, dead events, today's spend",
     "pending": "each pending approval, with Yes / No buttons",
@@ -51,16 +50,6 @@ class ChatSource(Protocol):
     async def answer_command(self, chat_id: str, command: str) -> None:
         """Answer one of COMMANDS (or /pair) in the chat it came from."""
         ...
-
-
-def pair_code() -> str:
-    """A fresh one-time pairing code: 8 characters, 40 bits."""
-    return "".join(secrets.choice(PAIR_CODE_CHARS) for _ in range(8))
-
-
-def code_hash(code: str) -> str:
-    """What the inbox keeps of a code (the code is printed once, never stored)."""
-    return hashlib.sha256(code.strip().upper().encode("utf-8")).hexdigest()
 
 
 def split_text(text: str, limit: int) -> list[str]:

@@ -231,11 +231,15 @@ class StandInBotApi(_Server):
     actions: list[dict[str, Any]] = field(default_factory=list)     # sendChatAction calls
     commands: list[dict[str, Any]] = field(default_factory=list)    # as set by setMyCommands
     user_message_id: int = 10
+    conflicts: int = 0                                              # getUpdates calls that overlapped
+    delivered: list[int] = field(default_factory=list)             # update ids getUpdates returned, each time
 
     def __post_init__(self) -> None:
         _Server.__init__(self)
         self._changed = asyncio.Condition()
         self._message_id = 100
+        self._poll = 0
+        self._waiting = 0
 
     def routes(self, app: web.Application) -> None:
         app.router.add_post("/bot{token}/{method}", self._method)
@@ -304,17 +308,33 @@ class StandInBotApi(_Server):
         offset = payload.get("offset")
         if offset is not None:
             self.updates = [u for u in self.updates if u["update_id"] >= offset]  # confirmed: forgotten
+        # A second getUpdates while one waits ends the waiting one with 409, as the Bot API does ("terminated
+        # by other getUpdates request"): two programs polling one bot is an error both can see.
+        self._poll += 1
+        mine = self._poll
+        if self._waiting:
+            self.conflicts += 1
+            async with self._changed:
+                self._changed.notify_all()
         deadline = asyncio.get_running_loop().time() + float(payload.get("timeout", 0))
-        async with self._changed:
-            while not self.updates:
-                left = deadline - asyncio.get_running_loop().time()
-                if left <= 0:
-                    break
-                try:
-                    await asyncio.wait_for(self._changed.wait(), left)
-                except TimeoutError:
-                    break
+        self._waiting += 1
+        try:
+            async with self._changed:
+                while not self.updates and mine == self._poll:
+                    left = deadline - asyncio.get_running_loop().time()
+                    if left <= 0:
+                        break
+                    try:
+                        await asyncio.wait_for(self._changed.wait(), left)
+                    except TimeoutError:
+                        break
+        finally:
+            self._waiting -= 1
+        if mine != self._poll and not self.updates:
+            return self._error(409, "Conflict: terminated by other getUpdates request; make sure that only one bot "
+                                    "instance is running")
         # allowed_updates only stops new kinds being queued: what is queued already is returned (as the docs say)
+        self.delivered.extend(u["update_id"] for u in self.updates)
         return self._ok(list(self.updates))
 
     async def _chat_action(self, payload: dict[str, Any]) -> web.Response:

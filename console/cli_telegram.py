@@ -1,0 +1,72 @@
+"""`agent-console telegram pair|unpair|chats`: pairing the owner's Telegram chat without editing files (issue 20).
+
+Registered on the main group by console/cli.py. The code is made here and only its hash is stored in the inbox;
+the running engine (the one holding the lease) checks what the owner sends to the bot against it.
+"""
+
+from __future__ import annotations
+
+import click
+
+from console.cli import CliState, UserError, _now, _print_json, _say, rejecting_bad_input
+from console.core.chats import PAIR_CODE_SECONDS, code_hash, pair_code
+
+SOURCE = "telegram"
+
+
+@click.group()
+def telegram() -> None:
+    """Pair your Telegram chat with the agent, list or forget paired chats."""
+
+
+@telegram.command("pair")
+@click.pass_obj
+def telegram_pair(state: CliState) -> None:
+    """Print a one-time code (good for 10 minutes) to send to the bot as `/pair CODE`: the chat it comes from
+    becomes yours (in a group, only you are trusted there). A new code replaces the last one."""
+    code = pair_code()
+    with state.store() as store, rejecting_bad_input():
+        store.new_pair_code(SOURCE, code_hash(code), expires_at=_now() + PAIR_CODE_SECONDS)
+    _say(f"Send this to your bot within {PAIR_CODE_SECONDS // 60} minutes (the engine must be running):")
+    _say(f"/pair {code}")
+
+
+@telegram.command("unpair")
+@click.argument("chat_id", required=False)
+@click.pass_obj
+def telegram_unpair(state: CliState, chat_id: str | None) -> None:
+    """Forget the paired chat CHAT_ID (every paired chat without it); its messages no longer reach the agent."""
+    with state.store() as store, rejecting_bad_input():
+        forgotten = store.unpair_chat(SOURCE, chat_id)
+    if chat_id is not None and not forgotten:
+        raise UserError(f"chat {chat_id} is not paired")
+    _say(f"unpaired {forgotten} chat{'s' if forgotten != 1 else ''}")
+
+
+@telegram.command("chats")
+@click.option("--json", "as_json", is_flag=True, help="Print the channel's state as JSON.")
+@click.pass_obj
+def telegram_chats(state: CliState, as_json: bool) -> None:
+    """The paired chats, the chats refused, and how the channel is doing."""
+    with state.reader() as store:
+        info = store.chat_status(SOURCE)
+    if as_json:
+        _print_json(info)
+        return
+    for line in telegram_lines(info) or ["telegram   no chat paired (agent-console telegram pair)"]:
+        _say(line)
+    for chat in info["paired_chats"]:
+        _say(f"  {chat['chat_id']}  {chat['kind']}{'  ' + chat['title'] if chat['title'] else ''}  "
+             f"owner {chat['owner_id']}")
+
+
+def telegram_lines(info: dict[str, object]) -> list[str]:
+    """status's line for the channel (nothing when it was never used)."""
+    paired = info.get("paired_chats") or []
+    assert isinstance(paired, list)
+    refused = info.get("refused_messages") or 0
+    if info.get("state") == "off" and not paired and not refused:
+        return []
+    reason = f" ({info['reason']})" if info.get("reason") else ""
+    return [f"telegram   {info.get('state')}{reason} · {len(paired)} paired chat{'s' if len(paired) != 1 else ''}"
+            f" · {refused} message{'s' if refused != 1 else ''} refused from chats not paired"]

@@ -1,0 +1,110 @@
+"""Real processes (issue 20): `agent-console run` with a Telegram channel against the stand-in Bot API. SIGKILL
+between getUpdates and the commit loses nothing and stores nothing twice; of two engines only the lease holder
+polls, and a takeover continues from the stored offset."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from console.core import Store
+from tests.edges.phone_standins import StandInBotApi
+from tests.edges.test_phone_processes import ROOT, inbox, kill, phone
+
+OWNER = 424242
+TOKEN = "123456:process-token-XYZ"
+
+
+@pytest.fixture
+async def bot() -> AsyncIterator[StandInBotApi]:
+    server = StandInBotApi(token=TOKEN)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def start(tmp_path: Path, bot: StandInBotApi, *, batch_window: float, name: str) -> subprocess.Popen[bytes]:
+    config = tmp_path / "config.toml"
+    config.write_text(
+        f'[webhooks]\nsecrets_file = "{tmp_path / "secrets.env"}"\n\n'
+        f'[[channels]]\ntype = "telegram"\ntoken_env = "TG_TEST_TOKEN"\nchat_id = {OWNER}\napi_base = "{bot.url}"\n'
+        f'batch_window = {batch_window}\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_CONSOLE_")}
+    env.update(PYTHONPATH=str(ROOT), TG_TEST_TOKEN=TOKEN, AGENT_CONSOLE_LEASE_TTL="2",
+               AGENT_CONSOLE_BACKOFF_BASE="0", XDG_CONFIG_HOME=str(tmp_path / "xdg"))
+    with (tmp_path / f"{name}.log").open("ab") as sink:
+        return subprocess.Popen([sys.executable, "-m", "console", "--db", str(tmp_path / "inbox.db"), "--config",
+                                 str(config), "run"], cwd=ROOT, env=env, stdout=sink, stderr=sink)
+
+
+def stored(db: Path) -> list[tuple[str, int]]:
+    with Store.open(db, check=False) as store:
+        return [(e.source_id, e.duplicates) for e in store.events(source="telegram")]
+
+
+@pytest.mark.parametrize("kill_when", ["read, not committed", "committed"])
+async def test_sigkill_around_the_commit_loses_nothing_and_stores_nothing_twice(
+        tmp_path: Path, bot: StandInBotApi, kill_when: str) -> None:
+    db = tmp_path / "inbox.db"
+    # A long batch window holds the read updates uncommitted for 3 s: the kill lands between read and commit.
+    first = start(tmp_path, bot, batch_window=3, name="first")
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        await inbox(db, lambda s: s.lease() is not None, "the first engine's lease")
+        update_id, message_id = await bot.write(OWNER, "buy milk")
+        await phone(lambda: update_id in bot.delivered, "the update read by the first engine")
+        if kill_when == "committed":
+            await inbox(db, lambda s: s.find_event("telegram", f"{OWNER}:{message_id}"), "the event stored")
+        else:
+            assert stored(db) == []  # read, held in the batch window, not stored yet
+        kill(first)
+        delivered_before = bot.delivered.count(update_id)
+        second = start(tmp_path, bot, batch_window=0, name="second")
+        await inbox(db, lambda s: s.counts()["done"] == 1, "the message's run")
+        await inbox(db, lambda s: s.phone_cursor("telegram") == str(update_id + 1), "the offset past it")
+        assert stored(db) == [(f"{OWNER}:{message_id}", 0)]  # once, and no copy even offered to the inbox
+        if kill_when == "committed":
+            assert bot.delivered.count(update_id) == delivered_before  # the stored offset moved past it
+        else:
+            assert bot.delivered.count(update_id) > delivered_before  # read again from the stored offset
+        await phone(lambda: [m for m in bot.sent_to(OWNER) if m["text"] == "Noted: buy milk"], "one reply")
+        assert len([m for m in bot.sent_to(OWNER) if m["text"].startswith("Noted")]) == 1
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                kill(process)
+
+
+async def test_only_the_holder_polls_and_a_takeover_continues_from_the_stored_offset(
+        tmp_path: Path, bot: StandInBotApi) -> None:
+    db = tmp_path / "inbox.db"
+    first = start(tmp_path, bot, batch_window=0, name="first")
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        await inbox(db, lambda s: s.lease() is not None, "the first engine's lease")
+        second = start(tmp_path, bot, batch_window=0, name="second")
+        _, one = await bot.write(OWNER, "first message")
+        await inbox(db, lambda s: s.find_event("telegram", f"{OWNER}:{one}"), "stored by the holder")
+        await phone(lambda: (tmp_path / "second.log").exists() and b"standby" in (tmp_path / "second.log").read_bytes(),
+                    "the second engine on standby")
+        _, two = await bot.write(OWNER, "second message")
+        await inbox(db, lambda s: s.find_event("telegram", f"{OWNER}:{two}"), "stored by the holder")
+        assert bot.conflicts == 0  # a standby never polled beside the holder
+        kill(first)
+        _, three = await bot.write(OWNER, "while nobody holds the lease")
+        await inbox(db, lambda s: s.find_event("telegram", f"{OWNER}:{three}"), "stored after the takeover")
+        await inbox(db, lambda s: s.counts()["done"] == 3, "every message run")
+        assert sorted(stored(db)) == sorted([(f"{OWNER}:{m}", 0) for m in (one, two, three)])
+        assert bot.conflicts == 0
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                kill(process)
