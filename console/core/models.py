@@ -201,7 +201,8 @@ class StrandedAnswer:
             return f"Your yes to {asked} was not run: {dead}. Nothing was done. {retry} runs it, once."
         if self.call == "unknown":
             return (f"Your yes to {asked} may not have been carried out: {dead}, and its worker died during the "
-                    f"call, before the result was recorded. {retry} finishes it under the same idempotency key.")
+                    f"call, before the result was recorded. {retry} sends it again under the same idempotency key "
+                    f"if the tool is safe to repeat, and otherwise asks you first.")
         if self.call == "done":
             return (f"Your yes to {asked} was carried out, but the conversation did not resume to report it: "
                     f"{dead}. {retry} resumes it; the call is not run again.")
