@@ -70,6 +70,28 @@ class AgentStateMixin(StoreBase):
             return AgentState(state, reason, until, since, holder, gen, waits, notified, loads(cause))
         return AgentState("ready", None, None, 0)
 
+    def pause_by_owner(self, *, now: int, via: str) -> bool:
+        """The owner pauses the agent (a chat's /pause): nothing is claimed until they resume it, whichever
+        engine holds the lease, a restart included. False when it was already paused by the owner."""
+        with translate_errors(), transaction(self._conn):
+            if self.agent_state().owner_paused:
+                return False
+            self._conn.execute(
+                """UPDATE agent_state SET state = 'paused', reason = ?, until = NULL, since = ?, waits = 0,
+                   cause = ? WHERE one = 1""",
+                (f"paused by you ({via})", now, dumps({"owner": True, "via": via})),
+            )
+            return True
+
+    def resume_by_owner(self, *, now: int) -> bool:
+        """Undo the owner's pause (False when the agent was not paused by the owner: any other pause stands)."""
+        with translate_errors(), transaction(self._conn):
+            if not self.agent_state().owner_paused:
+                return False
+            self._conn.execute("""UPDATE agent_state SET state = 'ready', reason = NULL, until = NULL, since = ?,
+                                  cause = NULL WHERE one = 1""", (now,))
+            return True
+
     def set_agent_state(
         self,
         holder: str,

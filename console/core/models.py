@@ -307,7 +307,8 @@ class AgentState:
     waits: int = 0
     notified: str | None = None
     # What lifts a pause besides a restart: a budget pause is {"budget": "daily"|"monthly", "limit_usd": float}
-    # and lifts at `until` (the period rolls over) or as soon as that budget changes.
+    # and lifts at `until` (the period rolls over) or as soon as that budget changes. The owner's own pause is
+    # {"owner": true, "via": ...}: only the owner's resume lifts it.
     cause: Any = None
 
     def at(self, now: int) -> AgentState:
@@ -316,6 +317,11 @@ class AgentState:
         if self.state in ("waiting", "paused") and self.until is not None and self.until <= now:
             return AgentState("ready", None, None, self.until, self.holder, self.gen, self.waits, self.notified)
         return self
+
+    @property
+    def owner_paused(self) -> bool:
+        """Paused by the owner (/pause): it lasts until they resume it."""
+        return self.state == "paused" and isinstance(self.cause, dict) and self.cause.get("owner") is True
 
     @property
     def budget(self) -> str | None:

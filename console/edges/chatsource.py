@@ -28,6 +28,8 @@ __all__ = ["COMMANDS", "PAIR_CODE_SECONDS", "PRIVATE_REPLY", "ChatSource", "code
 COMMANDS = {
     "status": "the agent's state, pending approvals, dead events, today's spend",
     "pending": "each pending approval, with Yes / No buttons",
+    "pause": "pause the agent: your messages are kept, nothing runs until /resume",
+    "resume": "let the agent run again",
     "help": "what the bot understands",
 }
 PRIVATE_REPLY = "This bot is private: it answers only its owner's paired chats."

@@ -455,6 +455,20 @@ class TelegramChannel(PhoneChannel):
             ]))
         elif command == "pending":
             await self._show_pending(chat_id)
+        elif command in ("pause", "resume"):
+            now = self.host.clock.now()
+            if command == "pause":
+                changed = await self.host.write(lambda s: s.pause_by_owner(now=now, via="Telegram"))
+                said = ("Paused: your messages are kept, and nothing runs until /resume." if changed
+                        else "Already paused by you.")
+            else:
+                changed = await self.host.write(lambda s: s.resume_by_owner(now=now))
+                state = await self.host.read(lambda s: s.agent_state().at(now))
+                said = ("Resumed: the agent runs again." if changed else
+                        f"It was not paused by you; the agent is {state.state}"
+                        + (f" ({state.reason})." if state.reason else "."))
+            self.host.publish("lease", f"agent {command}d from Telegram")
+            await self._say(chat_id, said)
 
     async def _show_pending(self, chat_id: int) -> None:
         approvals = await self.host.read(lambda s: s.pending_approvals())

@@ -261,6 +261,8 @@ class Worker:
                 await host.on("writer", lambda store: store.accept_unknown_spend(holder, gen, kind, now=now))
             await self._lift_pause(gen, now, f"the {state.budget} budget changed or its period rolled over")
             return None
+        if state.owner_paused:
+            return host.idle_cap  # until the owner resumes it (that commit wakes this pass)
         if state.state == "paused":
             if (state.holder, state.gen) == (host.holder, gen):
                 return host.idle_cap

@@ -63,3 +63,11 @@ def test_a_runs_reply_answers_the_last_chat_message_of_its_batch(store: Store) -
     assert store.finish("w", gen, ids, now=NOW, messages=["noted"])
     [message] = store.event_replies(ids[0])
     assert store.outbox_reply_to(message.id) == "telegram:5:2" and message.urgent
+
+
+def test_the_owners_pause_holds_until_the_owner_resumes(store: Store) -> None:
+    assert store.pause_by_owner(now=NOW, via="Telegram") and not store.pause_by_owner(now=NOW, via="Telegram")
+    state = store.agent_state()
+    assert state.owner_paused and state.public(NOW + 10**6)["state"] == "paused"
+    assert store.resume_by_owner(now=NOW + 1) and not store.resume_by_owner(now=NOW + 2)
+    assert store.agent_state().state == "ready"

@@ -69,7 +69,7 @@ async def test_the_owners_message_is_one_event_and_the_reply_answers_it(tmp_path
         assert "parse_mode" not in reply and "<b>dentist</b>" in reply["text"]  # sent as plain text
         assert await engine.read(lambda s: s.phone_cursor("telegram")) == str(update_id + 1)
         await stored(engine, lambda s: s.counts()["done"] == 1, "the run done")
-        assert [c["command"] for c in bot.commands] == ["status", "pending", "help"]
+        assert [c["command"] for c in bot.commands] == ["status", "pending", "pause", "resume", "help"]
         status = await engine.read(lambda s: s.status(now=clock.now())["telegram"])
         assert (status["state"], status["refused_messages"]) == ("ok", 0)
 
@@ -219,6 +219,22 @@ async def test_commands_are_answered_by_the_engine(tmp_path: Path, clock: Manual
         await bot.write(OWNER, "/pending")
         await until(lambda: any("Nothing is waiting" in m["text"] for m in bot.sent_to(OWNER)), "/pending")
         assert await engine.read(lambda s: s.events(source="telegram")) == []  # none of them reached the model
+
+
+async def test_pause_and_resume_from_the_chat(tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
+    async with running(phone_settings(tmp_path, table(bot, chat_id=OWNER)), clock, ENV, tune=quick) as engine:
+        await bot.write(OWNER, "/pause")
+        await until(lambda: any(m["text"].startswith("Paused") for m in bot.sent_to(OWNER)), "paused")
+        state = await engine.read(lambda s: s.agent_state())
+        assert (state.state, state.reason) == ("paused", "paused by you (Telegram)")
+        _, message_id = await bot.write(OWNER, "kept for later")
+        await stored(engine, lambda s: s.find_event("telegram", f"{OWNER}:{message_id}"), "stored while paused")
+        await bot.write(OWNER, "/status")
+        await until(lambda: any(m["text"].startswith("Agent: paused") for m in bot.sent_to(OWNER)), "/status")
+        assert await engine.read(lambda s: s.counts()["pending"]) == 1 and replies(bot, OWNER) == []
+        await bot.write(OWNER, "/resume")
+        await until(lambda: replies(bot, OWNER), "the kept message run after /resume")
+        assert (await engine.read(lambda s: s.agent_state())).state == "ready"
 
 
 def test_long_text_is_split_on_paragraphs() -> None:
