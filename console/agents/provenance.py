@@ -111,9 +111,10 @@ class Provenance:
 def event_taint(event: Event) -> str | None:
     """Why reading this event makes a conversation untrusted, or None when it does not: a source from outside,
     or a timer set by a conversation that was untrusted (it fires with that trust). A chat source's message is
-    trusted when its listener marked it the paired owner's (`owner`); only that listener writes the source."""
-    if event.source in CHAT_SOURCES and isinstance(event.payload, Mapping) and event.payload.get("owner") is True:
-        return None
+    trusted when its listener marked it the paired owner's (`owner`; only that listener writes the source) and
+    it is the owner's own words: not forwarded, not quoting another message."""
+    if event.source in CHAT_SOURCES:
+        return _chat_taint(event)
     if event.source not in TRUSTED_SOURCES:
         return _delivery(event.source, event.source_id, event.id)
     if event.source == "timer":
@@ -121,6 +122,24 @@ def event_taint(event: Event) -> str | None:
         if "origin" in payload and not origin_trusted(payload["origin"]):
             timer_id = event.source_id.rsplit("@", 1)[0]
             return f"timer {timer_id} set by {_run_words(payload['origin'])}"
+    return None
+
+
+def _chat_taint(event: Event) -> str | None:
+    """A chat source's message carries someone else's words when another member of a paired group wrote it,
+    when the owner forwarded it, or when it quotes the message it replies to (in the owner's chat with the bot
+    that may be the agent's own message from an untrusted run: replying to it must not launder it)."""
+    payload = event.payload if isinstance(event.payload, Mapping) else {}
+    where = f"(#{event.id})"
+    if payload.get("owner") is not True:
+        return f"{event.source} message from someone other than you {where}"
+    forwarded = payload.get("forwarded_from")
+    if forwarded is not None:
+        who = " ".join(str(forwarded).split())
+        who = who if len(who) <= SHORT_ID_CHARS * 3 else who[: SHORT_ID_CHARS * 3 - 1] + "…"
+        return f"{event.source} message forwarded from {who} {where}"
+    if payload.get("reply_to_text") is not None:
+        return f"{event.source} reply quoting another message {where}"
     return None
 
 
