@@ -206,6 +206,17 @@ class Origin:
     def public(self) -> dict[str, Any]:
         return {"trusted": self.trusted, "summary": self.summary}
 
+    def short(self) -> str:
+        """For a narrow pane: '⚠ untrusted: github delivery 9a1f (#7), tool …' or '← your chat #12'."""
+        for lead in _SUMMARY_LEADS:
+            if self.summary.startswith(lead):
+                rest = self.summary[len(lead):].strip()
+                return f"⚠ untrusted: {rest}" if not self.trusted else f"← {rest}"
+        return self.summary if self.trusted else f"⚠ {self.summary}"
+
+
+_SUMMARY_LEADS = ("asked by a run that read untrusted content:", "asked by a run from", "asked by a run started by")
+
 
 def origin_of(origin: Any, sources: Any, details: Any) -> Origin | None:
     """The request's origin: the row's own `origin` when the run recorded it, else derived from the sources

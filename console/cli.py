@@ -23,6 +23,7 @@ from zoneinfo import ZoneInfo
 import click
 
 from console import __version__
+from console.callview import RequestView, origin_line, request_view
 from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
@@ -44,6 +45,7 @@ PROG = "agent-console"
 USER_ERROR = 2
 UNKNOWN_REQUEST = 1
 DAMAGED = 1
+SHOW_WIDTH = 100  # columns `show` wraps an approval's call to
 RECENT_IN_STATUS = 3  # settled approvals `status` lists under the pending ones (--json has more)
 
 
@@ -529,6 +531,12 @@ def _writable_existing(state: CliState, settings: Settings) -> Iterator[Store]:
         yield store
 
 
+def _asks(what: RequestView) -> str:
+    """One approval on one line: its id, then the call with every argument named, or the question."""
+    asks = f"question: “{what.compact()}”" if what.is_question else what.compact()
+    return f"{what.request_id}  {asks}"
+
+
 def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     counts = info["events"]
     lines = [f"inbox      {info['path']}"]
@@ -548,14 +556,16 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
     pending = info["approvals_pending"]
     lines.append(f"approvals  {count(len(pending))} pending" if pending else "approvals  none pending")
     for approval in pending:
+        # Every argument named (long values cut in the middle), then where the request came from.
+        what = request_view(approval)
         left = f"{span(approval['expires_in'])} left" if approval["expires_in"] > 0 else "expired, not yet swept"
-        asker = f"event {approval['event_id']}, " if approval.get("event_id") is not None else ""
-        origin = ", ".join(sorted({str(s.get("source")) for s in approval.get("sources") or []}))
-        started = f"from {origin}, " if origin else ""
-        lines.append(f"           {approval['request_id']}  {approval['action']}  ({asker}{started}{left})")
+        asker = f"event {approval['event_id']} · " if approval.get("event_id") is not None else ""
+        lines.append(f"           {_asks(what)}")
+        origin = f"{origin_line(what.origin)} · " if what.origin is not None else ""
+        lines.append(f"             {origin}{asker}{left}")
     for answered in info.get("approvals_recent", [])[:RECENT_IN_STATUS]:
         said = answered_in_words(answered["outcome"], answered["answered_via"], answered["answered_at"], now)
-        lines.append(f"           {answered['request_id']}  {answered['action']}  ({said})")
+        lines.append(f"           {_asks(request_view(answered))}  ({said})")
     stranded = info.get("stranded_answers", [])
     if stranded:  # an answer that did not reach its conversation: on a yes, a call that may not have happened
         lines.append(f"answers    {plural(len(stranded), 'answer')} did not resume (dead events; retry runs them)")
@@ -649,6 +659,7 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         history = store.history(event_id)
         steps = store.journal_steps(event_id)
         calls = store.tool_calls(event_id)
+        approvals = store.approvals_of_event(event_id)
         model_calls = store.event_spend(event_id)
         why = why_not_run(store, event, now=_now(), zone=state.zone())
     if as_json:
@@ -656,6 +667,7 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
                      "history": [dataclasses.asdict(a) for a in history],
                      "journal": [dataclasses.asdict(s) for s in steps],
                      "tool_calls": [dataclasses.asdict(c) for c in calls],
+                     "approvals": [dataclasses.asdict(a) for a in approvals],
                      "model_calls": [_call_record(call) for call in model_calls]})
         return
     zone = state.zone()
@@ -684,6 +696,18 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         under = f"  (request {call.request_id})" if call.request_id else ""
         _say(f"  {call.tool} {json.dumps(call.arguments, ensure_ascii=False)}  {call.decision}, {call.outcome}"
              f"{under}: {call.result or ''}")
+    if approvals:
+        click.echo("approvals:")
+    for approval in approvals:
+        # Each argument on its own line, the whole value: what a yes runs (or ran), and where it came from.
+        what = request_view(approval)
+        settled = "waiting" if approval.outcome is None else answered_in_words(
+            approval.outcome, approval.answered_via, approval.resolved_at, _now())
+        _say(f"  {approval.request_id}  {'question' if what.is_question else 'call'}, {settled}")
+        for line in what.lines(SHOW_WIDTH, value_limit=None):
+            _say(f"    {line}")
+        if what.origin is not None:
+            _say(f"    {origin_line(what.origin)}")
     click.echo("journal:" if steps else "journal: no steps")
     for step in steps:
         _say(f"  {step.idem_key}  {step.state}  gen {step.gen}  executed {step.executions}x  "

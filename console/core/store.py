@@ -257,12 +257,13 @@ class Store(
             "approvals_pending": [
                 {"request_id": a.request_id, "action": a.action, "expires_at": a.expires_at,
                  "expires_in": a.expires_at - now, "event_id": a.event_id, "tool": a.tool,
-                 "arguments": a.arguments, "sources": a.sources or []}
+                 "arguments": a.arguments, "sources": a.sources or [], "details": a.details, "origin": a.origin}
                 for a in approvals
             ],
             "approvals_recent": [
                 {"request_id": a.request_id, "action": a.action, "outcome": a.outcome,
-                 "answered_via": a.answered_via, "answered_at": a.resolved_at}
+                 "answered_via": a.answered_via, "answered_at": a.resolved_at, "tool": a.tool,
+                 "arguments": a.arguments, "details": a.details}
                 for a in self.resolved_approvals(RECENT_APPROVALS)
             ],
             "stranded_answers": [answer.public() for answer in self.stranded_answers()],

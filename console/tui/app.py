@@ -35,6 +35,7 @@ from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.widgets import DataTable, Footer, HelpPanel
 
+from console.callview import APPROVAL_OPENING, QUESTION_OPENING, request_view
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import STATUSES, Approval, Event, Store, StoreError
@@ -70,7 +71,7 @@ from console.tui.screens.search import SearchScreen
 from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
-from console.tui.widgets.approvals_pane import ApprovalsPane, started_by
+from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.approvals_pane import at as approvals_at
 from console.tui.widgets.console_header import ConsoleHeader, HeaderView
 from console.tui.widgets.events_pane import EventsPane
@@ -567,7 +568,10 @@ class ConsoleApp(App[None]):
             self.query_one(LeasePane).view = LeasePaneView(data, self.engine.mode, self.engine.holder,
                                                            self.settings.lease_ttl)
         elif pane == "approvals":
-            self.query_one(ApprovalsPane).view = await self.read(read_approvals(now))
+            approvals_view = await self.read(read_approvals(now))
+            self.query_one(ApprovalsPane).view = approvals_view
+            # A waiting question gets the room to show all of what it asks (app.tcss: #bottom.-asking).
+            self.query_one("#bottom").set_class(bool(approvals_view.pending), "-asking")
         elif pane == "outbox":
             self.query_one(OutboxPane).view = OutboxPaneView(await self.read(read_outbox(now)),
                                                              self.settings.outbox_gap)
@@ -611,10 +615,12 @@ class ConsoleApp(App[None]):
         yes, no = self.key_for("console.approve"), self.key_for("console.decline")
         keys = f"{yes} / {no} answer it, enter opens it" if yes and no else "enter opens it"
         for approval in message.approvals[:3]:
-            origin = started_by(approval)
-            where = f" ← {origin}" if origin else ""
-            self.notify(f"{approval.action}{where}\n{approval.request_id} · {keys}", title="Approval needed",
-                        severity="warning", timeout=20)
+            what = request_view(approval)
+            where = f"\n{what.origin.short()}" if what.origin else ""
+            asks = f"“{what.compact()}”" if what.is_question else what.compact()
+            self.notify(f"{asks}{where}\n{approval.request_id} · {keys}",
+                        title=QUESTION_OPENING if what.is_question else APPROVAL_OPENING, severity="warning",
+                        timeout=20)
         if len(message.approvals) > 3:
             self.notify(f"and {len(message.approvals) - 3} more", title="Approval needed", severity="warning")
         if self.settings.approval_bell:

@@ -58,12 +58,13 @@ async def test_an_arriving_approval_toasts_rings_when_asked_and_shows_a_header_b
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
         assert "2 approvals waiting" in text(app, "#header-title")
-        assert not any("Approval needed" in t for t in toasts(app))  # waiting at start: not an arrival
+        assert not any("apr-9-1" in t for t in toasts(app))  # waiting at start: not an arrival
         with reopen(filled) as store:  # another process asks: the engine's watcher sees the commit
             store.request_approval("apr-42-1", "pay invoice 42", now=clock.now(), expires_in=900)
         await wait_until(pilot, lambda: any("apr-42-1" in t for t in toasts(app)), what="the approval toast")
         toast = next(t for t in toasts(app) if "apr-42-1" in t)
-        assert toast == "Approval needed: pay invoice 42\napr-42-1 · y / n answer it, enter opens it"
+        # A request with no tool behind it is a question, and reads as one.
+        assert toast == "Question for you: “pay invoice 42”\napr-42-1 · y / n answer it, enter opens it"
         await wait_until(pilot, lambda: "3 approvals waiting" in text(app, "#header-title"), what="the badge")
         rows = [str(app.query_one(ApprovalsPane).table.get_row_at(i)[0]) for i in range(3)]
         assert any("pay invoice 42" in r and "apr-42-1" in r for r in rows), rows

@@ -19,7 +19,7 @@ from console.tui.widgets.approvals_pane import ApprovalsPane
 from tests.support import pilot_until
 from tests.tui.conftest import reopen, wait_until
 from tests.tui.scenes import make_app
-from tests.tui.test_tool_approvals import asked_by_a_webhook
+from tests.tui.test_tool_approvals import asked_by_a_webhook, asked_to_pay, grown
 
 Compare = Callable[..., bool]
 
@@ -75,6 +75,39 @@ def test_detail_screen_tall(snap_compare: Compare, filled: Path, clock: ManualCl
 def test_approval_screen(snap_compare: Compare, db_path: Path, clock: ManualClock, size: tuple[int, int]) -> None:
     """A Claude run's approval: the request id and the event that asked, the tool and its arguments, the sources."""
     asked_by_a_webhook(db_path, clock)
+    app = make_app(db_path, clock)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await ready(app)(pilot)
+        app.query_one(ApprovalsPane).table.focus()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_the_approvals_pane_with_a_long_call(snap_compare: Compare, db_path: Path, clock: ManualClock,
+                                             size: tuple[int, int]) -> None:
+    """pay(amount, memo of 170 characters, to_account): every argument named, the memo cut in its middle,
+    the untrusted origin, the pane grown while it waits, q Quit in the footer."""
+    asked_to_pay(db_path, clock)
+    app = make_app(db_path, clock)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await ready(app)(pilot)
+        await wait_until(pilot, lambda: grown(app) and app.query_one(ApprovalsPane).laid_out, what="the grown pane")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+def test_the_approval_screen_with_a_long_call(snap_compare: Compare, db_path: Path, clock: ManualClock,
+                                              size: tuple[int, int]) -> None:
+    """The same call opened: every value whole, one argument a line, where the request came from."""
+    asked_to_pay(db_path, clock)
     app = make_app(db_path, clock)
 
     async def run_before(pilot: Pilot[Any]) -> None:

@@ -6,6 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from textual.widget import Widget
+from textual.widgets import DataTable
+from textual.widgets._footer import FooterKey
+
 from console.clock import ManualClock
 from console.core import ApprovalDraft, ToolCallRecord
 from console.tui.app import ConsoleApp
@@ -59,9 +64,12 @@ async def test_an_approval_opens_with_its_call_and_conversation_and_is_answered_
     app: ConsoleApp = make_app(db_path, clock)
     async with app.run_test(size=SIZE) as pilot:
         pane = app.query_one(ApprovalsPane)
-        await pilot_until(pilot, lambda: pane.table.row_count == 1, what="the approval listed")
+        await pilot_until(pilot, lambda: pane.table.row_count == 1 and grown(app) and pane.laid_out,
+                          what="the approval listed in the grown pane")
         row = str(pane.table.get_row_at(0)[0])
-        assert row.startswith("mcp__shop__refund(amount=12.5") and row.endswith("← github")
+        # Too long for the pane's width: wrapped, every argument named, and where the run came from.
+        assert row.splitlines() == ['mcp__shop__refund(amount=12.5, order="881")', "▰▰▰▰▰▱ 8m20s apr-1-abcdef12",
+                                    "⚠ untrusted: github delivery-7"]
         pane.table.focus()
         await pilot.press("enter")
         await pilot_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
@@ -71,7 +79,8 @@ async def test_an_approval_opens_with_its_call_and_conversation_and_is_answered_
             return str(screen.query_one(selector).render())
 
         assert shown("#approval-tool") == "mcp__shop__refund"
-        assert '"amount": 12.5' in shown("#approval-arguments") and '"order": "881"' in shown("#approval-arguments")
+        assert shown("#approval-arguments").splitlines() == ["  amount = 12.5", '  order = "881"']
+        assert shown("#approval-origin") == "⚠ asked by a run that read untrusted content: github delivery-7"
         assert f"event {event_id}" in shown("#approval-sources") and "github/delivery-7" in shown("#approval-sources")
         assert "untrusted run" in shown("#approval-sources")
         conversation = shown("#approval-conversation")
@@ -101,3 +110,91 @@ async def test_an_events_detail_shows_the_transcript_with_each_calls_decision(
     assert lines[2] == '→ mcp__shop__lookup_order(order="881")  asked, error'
     assert lines[4] == f'→ mcp__shop__refund(amount=12.5, order="881")  asked, deferred (request {rid})'
     assert lines[5] == "← Asked the owner"
+
+
+# The issue's call: a memo long enough that a sorted line cut at 160 characters never showed `to_account`.
+PAY_MEMO = ("Invoice 2291 for the spring consulting work: see the attached statement for the hours, the rates and "
+            "the expenses: pay within 14 days. Reference ACME-2291-SPRING; thanks!")
+PAY = {"amount": 480, "memo": PAY_MEMO, "to_account": "DE89 3704 0044 0532 0130 00"}
+PAY_ORIGIN = {"trusted": False, "summary": "asked by a run that read untrusted content: github delivery 9a1f (#1), "
+                                           "tool mcp__shop__lookup_order"}
+
+
+def asked_to_pay(db: Path, clock: ManualClock) -> str:
+    """A GitHub-started run that read a shop lookup and asks to pay: the long-argument approval."""
+    now = clock.now()
+    with reopen(db) as store:
+        store.ingest("github", "9a1f", {"action": "opened"}, now=now - 100)
+        gen = store.acquire(HOLDER, now=now - 100)
+        assert gen is not None
+        (event,) = store.claim_batch(HOLDER, gen, now=now - 100)
+        rid = "apr-1-0badcafe"
+        draft = ApprovalDraft(rid, "mcp__x__pay(...)", 600, {"tool": "mcp__x__pay", "arguments": PAY,
+                                                              "untrusted": ["github"]}, {}, event.id,
+                              "mcp__x__pay", PAY, [{"event_id": event.id, "source": "github", "source_id": "9a1f"}],
+                              origin=PAY_ORIGIN)
+        assert store.finish(HOLDER, gen, [event.id], now=now - 100, approvals=[draft])
+        assert store.release(HOLDER, gen, now=now - 99)
+    return rid
+
+
+def grown(app: ConsoleApp) -> bool:
+    """The approvals pane has taken the room a waiting question gets (twice the lease pane's width)."""
+    return app.query_one(ApprovalsPane).size.width > app.query_one("#lease").size.width * 3 // 2
+
+
+def drawn(widget: Widget) -> str:
+    """What the widget draws now, line by line (the terminal's view of it, not the data behind it)."""
+    region = widget.content_region if isinstance(widget, DataTable) else widget.region
+    return "\n".join(widget.render_line(y).text for y in range(region.height))
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_the_long_call_is_whole_in_the_pane_and_q_stays_in_the_footer(
+    db_path: Path, clock: ManualClock, size: tuple[int, int]
+) -> None:
+    asked_to_pay(db_path, clock)
+    app: ConsoleApp = make_app(db_path, clock)
+    async with app.run_test(size=size) as pilot:
+        pane = app.query_one(ApprovalsPane)
+        # The pane grows while a question waits: the whole row is drawn once the layout has settled.
+        await pilot_until(pilot, lambda: grown(app) and pane.laid_out and "apr-1-0badcafe" in drawn(pane.table),
+                          what="the pane grown and its row laid out")
+        shown = drawn(pane.table)
+        flat = " ".join(shown.split())
+        # Every argument's name on screen, the account whole, the memo's two ends, and where the run came from.
+        for name in ("amount=480", "to_account=", "memo="):
+            assert name in flat, shown
+        assert '"DE89 3704 0044 0532 0130 00"' in flat and "Invoice 2291" in flat and "thanks!" in flat
+        assert "chars cut]" in flat and "⚠ untrusted: github delivery 9a1f (#1), tool mcp__shop__lookup_order" in flat
+        assert flat.index("amount=") < flat.index("to_account=") < flat.index("memo=")  # short ones first
+        keys = {key.key: key for key in app.screen.query(FooterKey)}
+        assert "q" in keys, sorted(keys)
+        quit_key = keys["q"]
+        assert quit_key.display and quit_key.region.right <= size[0] and quit_key.region.width > 0
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)], ids=["80x24", "120x40"])
+async def test_the_approval_screen_shows_every_value_whole_and_where_it_came_from(
+    db_path: Path, clock: ManualClock, size: tuple[int, int]
+) -> None:
+    rid = asked_to_pay(db_path, clock)
+    app: ConsoleApp = make_app(db_path, clock)
+    async with app.run_test(size=size) as pilot:
+        pane = app.query_one(ApprovalsPane)
+        await pilot_until(pilot, lambda: pane.table.row_count == 1, what="the approval listed")
+        pane.table.focus()
+        await pilot.press("enter")
+        await pilot_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
+        await pilot.pause()
+        arguments = drawn(app.screen.query_one("#approval-arguments"))
+        flat = " ".join(arguments.split())
+        assert flat.startswith('amount = 480 to_account = "DE89 3704 0044 0532 0130 00" memo = "Invoice 2291')
+        assert " ".join(PAY_MEMO.split()) in flat  # the whole memo, wrapped, not cut
+        origin = " ".join(drawn(app.screen.query_one("#approval-origin")).split())
+        assert origin == f"⚠ {PAY_ORIGIN['summary']}"
+        await pilot.press("n")
+        await pilot_until(pilot, lambda: pane.table.row_count == 0, what="the approval answered")
+    with reopen(db_path) as store:
+        approval = store.approval(rid)
+        assert approval is not None and approval.outcome == "no"

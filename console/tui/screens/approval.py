@@ -3,7 +3,6 @@ arguments), where the run that asks came from, the conversation so far, and y / 
 
 from __future__ import annotations
 
-import json
 from datetime import tzinfo
 from typing import ClassVar
 
@@ -11,11 +10,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
 from textual.content import Content
-from textual.highlight import highlight
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.textsafe import json_terminal_safe, terminal_safe
+from console.callview import ordered, origin_line, request_view
+from console.textsafe import terminal_safe
 from console.tui.detail import clock_text
 from console.tui.reads import ApprovalView
 from console.tui.transcript import Line
@@ -51,18 +50,27 @@ class ApprovalScreen(ModalScreen[str | None]):
             dialog.border_title = f"Approval {approval.request_id}"
             dialog.border_subtitle = "y yes · n no · esc close"
             with VerticalScroll(id="approval-body"):
+                what = request_view(approval)
                 asker = "" if approval.event_id is None else f" · asked by event #{approval.event_id}"
                 yield Static(Content.assemble(
                     ("Request: ", "bold"), terminal_safe(approval.request_id), (asker, "dim"), "\n",
-                    ("Asks: ", "bold"), terminal_safe(approval.action), "\n",
                     (self._deadline(), "$text-warning" if approval.outcome is None else "dim"),
                 ), id="approval-title")
-                if approval.tool is not None:
-                    yield Static("Tool and arguments (exactly this runs on yes)", classes="heading")
-                    text = json_terminal_safe(json.dumps(approval.arguments, indent=2, ensure_ascii=False,
-                                                         sort_keys=True))
-                    yield Static(Content.assemble((terminal_safe(approval.tool), "bold")), id="approval-tool")
-                    yield Static(highlight(text, language="json"), id="approval-arguments")
+                if what.call is not None:
+                    tool, arguments = what.call
+                    yield Static("Approve this call? Exactly this runs on yes:", classes="heading")
+                    yield Static(Content.assemble((terminal_safe(tool), "bold")), id="approval-tool")
+                    # Every argument on its own line, its whole value (wrapped by the screen, never cut).
+                    yield Static(Content.assemble(*_argument_parts(arguments)), id="approval-arguments")
+                else:
+                    yield Static("A question for you (y answers yes, n no; nothing runs by itself):",
+                                 classes="heading")
+                    yield Static(Content.styled(f"“{what.question or what.action}”", "italic"),
+                                 id="approval-question")
+                if what.origin is not None:
+                    yield Static(Content.styled(origin_line(what.origin),
+                                                "dim" if what.origin.trusted else "$text-warning"),
+                                 id="approval-origin")
                 yield Static("Started by", classes="heading")
                 yield Static(self._sources(), id="approval-sources")
                 yield Static("The conversation so far", classes="heading")
@@ -103,6 +111,14 @@ class ApprovalScreen(ModalScreen[str | None]):
 
     def action_close(self) -> None:
         self.dismiss(None)
+
+
+def _argument_parts(arguments: dict[str, object]) -> list[Part]:
+    """name = value, one argument a line, identifying and short ones first (console.callview's order)."""
+    parts: list[Part] = []
+    for name, value in ordered(arguments):
+        parts += [(f"  {name}", "bold"), " = ", value, "\n"]
+    return parts[:-1] or [("  (no arguments)", "dim")]
 
 
 def _styled(line: Line) -> Part:

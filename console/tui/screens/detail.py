@@ -23,6 +23,7 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
+from console.callview import origin_line, request_view
 from console.core import Approval, Event, StoreError
 from console.textsafe import json_terminal_safe, terminal_safe
 from console.timefmt import span, via_in_words
@@ -242,7 +243,11 @@ class DetailScreen(ModalScreen[None]):
         parts: list[Part] = []
         for trail in view.approvals:
             approval = trail.approval
-            parts += [(f"{approval.request_id}  ", "bold"), terminal_safe(approval.action), "\n  "]
+            what = request_view(approval)
+            asks = f"question: “{what.compact()}”" if what.is_question else what.compact()
+            parts += [(f"{terminal_safe(approval.request_id)}  ", "bold"), asks, "\n  "]
+            if what.origin is not None:
+                parts += [(origin_line(what.origin), "dim" if what.origin.trusted else "$text-warning"), "\n  "]
             if approval.outcome is None:
                 parts.append((f"waiting · expires {clock_text(approval.expires_at, view.now, self.zone)} · y / n "
                               "answer it", "$text-warning"))

@@ -14,6 +14,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
+from console.callview import MIN_VALUE, RequestView, cut_middle, request_view, wrapped
 from console.core import Approval
 from console.textsafe import terminal_safe
 from console.timefmt import VIA_SHORT, coarse_span
@@ -33,29 +34,45 @@ def countdown_bar(approval: Approval, now: int, cells: int = BAR_CELLS) -> str:
     return bar_text(quantized(left), span, cells) + f" {coarse_span(left)}"
 
 
-def approval_cell(approval: Approval, now: int, width: int) -> tuple[Text, int]:
-    """The row for one approval and its height: the countdown, the request id, the action (the tool call it is
-    bound to) and where the run that asks came from; on one line when it fits, else the action above the rest.
-
-    A narrow pane (80 columns shares the width with two other panes) keeps the action readable by giving
-    it a line of its own instead of cutting it after a few letters.
-    """
+def approval_cell(approval: Approval, now: int, width: int, lines: int = 12) -> tuple[Text, int]:
+    """The row for one approval and its height: what it asks (the tool call with every argument named, or a
+    question in its words), the countdown and request id, and where the run that asks came from. On one line
+    when it all fits; else wrapped, never cut: a narrow pane (80 columns shares the width with two other panes)
+    shows the whole call over as many lines as it takes, long values shortened in their middle."""
+    what = request_view(approval)
     bar = countdown_bar(approval, now)
-    action = terminal_safe(approval.action)  # an agent words it from the event, which the sender wrote
     ident = terminal_safe(approval.request_id)
-    origin = started_by(approval)
-    where = f"  ← {origin}" if origin else ""  # where the run that asks came from: a webhook's name stands out
-    one_line = f"{bar:<{BAR_CELLS + 6}}{GAP}{action}{where}{GAP}{ident}"
+    origin = what.origin
+    where = f"  {origin.short()}" if origin else ""
+    where_style = "" if origin is None or origin.trusted else "$text-warning"
+    asks = f"? “{what.compact()}”" if what.is_question else what.compact()
+    asks_style = "italic" if what.is_question else ""
+    one_line = f"{bar:<{BAR_CELLS + 6}}{GAP}{asks}{where}{GAP}{ident}"
     if len(one_line) <= width:
-        return Text.assemble(f"{bar:<{BAR_CELLS + 6}}{GAP}{action}{where}", (f"{GAP}{ident}", "dim")), 1
-    action = action if len(action) <= width else action[: max(1, width - 1)] + "…"
-    return Text.assemble(action, "\n", (f"{bar} {ident}", "dim"), where), 2
+        return Text.assemble(f"{bar:<{BAR_CELLS + 6}}{GAP}", (asks, asks_style), (where, where_style),
+                             (f"{GAP}{ident}", "dim")), 1
+    where_lines = [] if origin is None else wrapped(origin.short(), width, rest="  ")
+    # Long values are shortened in their middle until the whole row fits the pane's height (every argument's
+    # name stays whatever the size); the approval's screen shows every value whole.
+    room = max(1, lines - 1 - len(where_lines))
+    value_limit = max(MIN_VALUE, 3 * width)
+    asks_lines = _asks_lines(what, width, value_limit)
+    while len(asks_lines) > room and value_limit > MIN_VALUE:
+        value_limit = max(MIN_VALUE, value_limit * 3 // 4)
+        asks_lines = _asks_lines(what, width, value_limit)
+    parts: list[str | tuple[str, str]] = []
+    for line in asks_lines:
+        parts += [(line, asks_style), "\n"]
+    parts.append((f"{bar} {ident}", "dim"))
+    for line in where_lines:
+        parts += ["\n", (line, where_style)]
+    return Text.assemble(*parts), len(asks_lines) + 1 + len(where_lines)
 
 
-def started_by(approval: Approval) -> str:
-    """Where the run that asks came from, in a word or two: its events' sources."""
-    names = sorted({str(s.get("source")) for s in approval.sources or [] if isinstance(s, dict)})
-    return terminal_safe(", ".join(names))
+def _asks_lines(what: RequestView, width: int, value_limit: int) -> list[str]:
+    if what.is_question:
+        return wrapped(f"? “{cut_middle(what.question or what.action, 2 * value_limit)}”", width, rest="  ")
+    return what.lines(width, value_limit)
 
 
 def at(view: ApprovalsView, now: int) -> ApprovalsView:
@@ -148,7 +165,7 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
         lines: list[str | tuple[str, str]] = [("recent", "dim") if view.resolved else ("nothing resolved yet", "dim")]
         for approval in view.resolved[:4]:
             lines += ["\n", (f"{approval.outcome:<8}", OUTCOME_STYLE.get(approval.outcome or "", "")),
-                      terminal_safe(approval.action)]
+                      request_view(approval).compact()]
             if approval.answered_via:  # where the answer came from: console, CLI, ntfy, Telegram, deadline
                 lines.append((f" · {VIA_SHORT.get(approval.answered_via, approval.answered_via)}", "dim"))
         show(self.query_one("#approvals-resolved", Static), Content.assemble(*lines))
@@ -185,8 +202,12 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
         if view is None:
             return
         table = self.table
-        width = max(1, table.scrollable_content_region.width - 2)  # the cell's own padding
-        rows = [(approval.request_id, *approval_cell(approval, view.now, width)) for approval in view.pending]
+        # The pane's own size, not the table's: on a resize the pane knows its new size first (the table is
+        # laid out after), and a row measured for the old size would be cut for nothing or overflow.
+        resolved = self.query_one("#approvals-resolved", Static)
+        width = max(1, self.content_size.width - 2)  # the cell's own padding
+        height = max(4, self.content_size.height - resolved.outer_size.height)
+        rows = [(approval.request_id, *approval_cell(approval, view.now, width, height)) for approval in view.pending]
         if width == self._width and rows == self._rows and table.row_count == len(rows):
             # The same text: nothing to redraw. Countdowns past ten minutes change once a minute (coarse_span),
             # so an idle console rebuilds this table once a minute, not every second.
@@ -200,6 +221,11 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
             return
         index = next((i for i, a in enumerate(view.pending) if keep and a.request_id == keep.request_id), 0)
         table.move_cursor(row=index, animate=False, scroll=False)
+
+    @property
+    def laid_out(self) -> bool:
+        """Whether the rows were laid out for the pane's present width (a resize lays them out after it)."""
+        return self._width == max(1, self.content_size.width - 2)
 
     def redraw(self) -> None:
         """Lay the rows out again even if their text is the same (settle: a screen drawn the same every time)."""
