@@ -71,7 +71,7 @@ from console.tui.screens.search import SearchScreen
 from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
-from console.tui.widgets.approvals_pane import ApprovalsPane
+from console.tui.widgets.approvals_pane import ApprovalsPane, wants_room
 from console.tui.widgets.approvals_pane import at as approvals_at
 from console.tui.widgets.console_header import ConsoleHeader, HeaderView
 from console.tui.widgets.events_pane import EventsPane
@@ -570,8 +570,8 @@ class ConsoleApp(App[None]):
         elif pane == "approvals":
             approvals_view = await self.read(read_approvals(now))
             self.query_one(ApprovalsPane).view = approvals_view
-            # A waiting question gets the room to show all of what it asks (app.tcss: #bottom.-asking).
-            self.query_one("#bottom").set_class(bool(approvals_view.pending), "-asking")
+            # A waiting call too long for the pane gets the room to show all it asks (app.tcss: #bottom.-asking).
+            self.query_one("#bottom").set_class(wants_room(approvals_view), "-asking")
         elif pane == "outbox":
             self.query_one(OutboxPane).view = OutboxPaneView(await self.read(read_outbox(now)),
                                                              self.settings.outbox_gap)

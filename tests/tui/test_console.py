@@ -439,14 +439,15 @@ async def test_the_console_says_where_each_answer_came_from(db_path: Path, clock
         await pilot_until(pilot, lambda: "deploy web · console" in text_of(app, "#approvals-resolved"), what="console")
         await pilot.press("enter")  # the newest event: the answer just given
         await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
-        assert "apr-9-bb  deploy web\n  yes in the console" in text_of(app, "#detail-approvals")
+        # A request with no tool behind it is a question, and says so.
+        assert "apr-9-bb  question: “deploy web”\n  yes in the console" in text_of(app, "#detail-approvals")
         await pilot.press("escape")
         await pilot_until(pilot, lambda: not isinstance(app.screen, DetailScreen), what="back")
         await pilot.press("down")  # the answer from the phone
         await pilot.press("enter")
         await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="detail")
         trail = text_of(app, "#detail-approvals")
-        assert "apr-1-aa  refund order 881\n  yes from Telegram" in trail
+        assert "apr-1-aa  question: “refund order 881”\n  yes from Telegram" in trail
         assert "telegram: yes → settled" in trail and "telegram: no → wrong chat" in trail
 
 

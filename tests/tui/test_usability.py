@@ -58,11 +58,11 @@ async def test_approvals_keep_the_action_readable_at_80_columns(filled: Path, cl
         table = app.query_one(ApprovalsPane).table
         assert row_heights(app) == [2, 2]  # the action on a line of its own, its countdown below
         # the action on a line of its own; below it the countdown and the request id
-        assert str(table.get_row_at(0)[0]).startswith("deploy web to prod\n▰")
+        assert str(table.get_row_at(0)[0]).startswith("“deploy web to prod”\n▰")  # a question, in its words
         assert str(table.get_row_at(0)[0]).endswith(" apr-8-1")
-        await pilot.resize_terminal(140, 36)
+        await pilot.resize_terminal(150, 36)  # a question's quotes take two columns more than its words
         await pilot_until(pilot, lambda: row_heights(app) == [1, 1], what="one line each when there is room")
-        assert str(table.get_row_at(0)[0]).endswith("deploy web to prod  apr-8-1")
+        assert str(table.get_row_at(0)[0]).endswith("“deploy web to prod”  apr-8-1")
         assert app.query_one(ApprovalsPane).selected().request_id == "apr-8-1"  # type: ignore[union-attr]
 
 

@@ -45,7 +45,7 @@ def approval_cell(approval: Approval, now: int, width: int, lines: int = 12) -> 
     origin = what.origin
     where = f"  {origin.short()}" if origin else ""
     where_style = "" if origin is None or origin.trusted else "$text-warning"
-    asks = f"? “{what.compact()}”" if what.is_question else what.compact()
+    asks = f"“{what.compact()}”" if what.is_question else what.compact()  # a question in quotes, in italics
     asks_style = "italic" if what.is_question else ""
     one_line = f"{bar:<{BAR_CELLS + 6}}{GAP}{asks}{where}{GAP}{ident}"
     if len(one_line) <= width:
@@ -69,9 +69,20 @@ def approval_cell(approval: Approval, now: int, width: int, lines: int = 12) -> 
     return Text.assemble(*parts), len(asks_lines) + 1 + len(where_lines)
 
 
+ROOMY_CALL = 60  # characters of a call on one line past which the pane asks for more room while it waits
+
+
+def wants_room(view: ApprovalsView) -> bool:
+    """Whether a waiting call is too long for the pane at its usual size: the console then gives the pane more
+    room (taller, wider) until it is answered. Decided by what is asked, not by the pane's size, so growing
+    the pane cannot make it shrink again."""
+    return any(not what.is_question and len(what.compact()) > ROOMY_CALL
+               for what in map(request_view, view.pending))
+
+
 def _asks_lines(what: RequestView, width: int, value_limit: int) -> list[str]:
     if what.is_question:
-        return wrapped(f"? “{cut_middle(what.question or what.action, 2 * value_limit)}”", width, rest="  ")
+        return wrapped(f"“{cut_middle(what.question or what.action, 2 * value_limit)}”", width, rest=" ")
     return what.lines(width, value_limit)
 
 
