@@ -6,10 +6,15 @@ the running engine (the one holding the lease) checks what the owner sends to th
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from console.cli import CliState, UserError, _now, _print_json, _say, rejecting_bad_input
 from console.core.chats import PAIR_CODE_SECONDS, code_hash, pair_code
+from console.edges.phone_config import telegram_bot
+from console.edges.telegram import UPDATE_KINDS
+from console.edges.telegram_webhook import PATH, bot_api_call
 
 SOURCE = "telegram"
 
@@ -58,6 +63,34 @@ def telegram_chats(state: CliState, as_json: bool) -> None:
     for chat in info["paired_chats"]:
         _say(f"  {chat['chat_id']}  {chat['kind']}{'  ' + chat['title'] if chat['title'] else ''}  "
              f"owner {chat['owner_id']}")
+
+
+@telegram.command("webhook")
+@click.option("--url", metavar="URL", help="The public https:// address of the receiver (ending in /telegram).")
+@click.option("--delete", is_flag=True, help="Remove the webhook: the engine goes back to polling.")
+@click.pass_obj
+def telegram_webhook(state: CliState, url: str | None, delete: bool) -> None:
+    """Have Telegram POST the bot's updates to the receiver (`webhook_secret_env` set on the channel, the
+    receiver reachable at URL), or with --delete stop it. Updates are stored under the same keys either way."""
+    if delete == (url is not None):
+        raise UserError("give --url URL, or --delete")
+    api_base, token, secret = telegram_bot(state.settings(), os.environ)
+    try:
+        if delete:
+            bot_api_call(api_base, token, "deleteWebhook", {"drop_pending_updates": False})
+            _say("webhook removed: remove webhook_secret_env from the channel and restart, and the engine polls")
+            return
+        assert url is not None
+        if not url.startswith("https://") and not url.startswith("http://"):
+            raise UserError(f"--url: expected an https:// address of the receiver, got {url!r}")
+        if secret is None:
+            raise UserError("set webhook_secret_env on the telegram channel first (the secret Telegram sends "
+                            "with each update)")
+        bot_api_call(api_base, token, "setWebhook", {"url": url, "secret_token": secret.reveal(),
+                                                     "allowed_updates": UPDATE_KINDS})
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    _say(f"webhook set: Telegram now POSTs updates to {url} (the receiver takes them at {PATH})")
 
 
 def telegram_lines(info: dict[str, object]) -> list[str]:

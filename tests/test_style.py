@@ -132,7 +132,8 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("console.cli", ("console.core", "console.config", "console.runtime.assembly", "console.runtime.why",
                      "console.edges.receiver", "console.cli_telegram", *LEAVES)),
     # `agent-console telegram ...`: the chat source's commands, registered on the CLI's group.
-    ("console.cli_telegram", ("console.core", "console.cli")),
+    ("console.cli_telegram", ("console.core", "console.cli", "console.config", "console.edges.phone_config",
+                              "console.edges.telegram", "console.edges.telegram_webhook")),
     ("console.__main__", ("console.cli",)),
 ]
 

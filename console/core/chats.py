@@ -16,6 +16,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
+from console.core.base import dumps, loads
 from console.core.db import transaction, translate_errors
 from console.core.inbox import InboxMixin
 from console.core.models import ChatPairing, ChatTake
@@ -134,6 +135,30 @@ class ChatMixin(InboxMixin):
                ON CONFLICT (channel) DO UPDATE SET cursor = excluded.cursor, updated_at = excluded.updated_at""",
             (channel, cursor, now),
         )
+
+    # --- webhook mode: updates the receiver kept, for the engine to take --------------------------------
+    def queue_chat_update(self, source: str, update_id: int, body: Any, *, now: int) -> bool:
+        """Keep an update the service POSTed (False: already kept, a redelivery). Durable when this returns."""
+        text = dumps(body)
+        with translate_errors(), transaction(self._conn):
+            rows = self._conn.execute(
+                """INSERT INTO chat_updates (source, update_id, body, received_at) VALUES (?, ?, ?, ?)
+                   ON CONFLICT (source, update_id) DO NOTHING RETURNING update_id""",
+                (source, update_id, text, now),
+            ).fetchall()
+            return bool(rows)
+
+    def chat_updates(self, source: str, *, from_id: int, limit: int = 100) -> list[Any]:
+        """The kept updates from update id from_id on, in order (what getUpdates with that offset returns)."""
+        return [loads(row[0]) for row in self._conn.execute(
+            "SELECT body FROM chat_updates WHERE source = ? AND update_id >= ? ORDER BY update_id LIMIT ?",
+            (source, from_id, limit))]
+
+    def forget_chat_updates(self, source: str, *, below: int) -> int:
+        """Drop the kept updates the listener's cursor has passed."""
+        with translate_errors(), transaction(self._conn):
+            return len(self._conn.execute("DELETE FROM chat_updates WHERE source = ? AND update_id < ? RETURNING 1",
+                                          (source, below)).fetchall())
 
     # --- health -----------------------------------------------------------------------------------
     def _health_row(self, source: str, now: int) -> None:

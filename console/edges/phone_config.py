@@ -17,10 +17,11 @@ from console.edges.ntfy import DEFAULT_SERVER, TOPIC, NtfyChannel
 from console.edges.phone import PhoneChannel
 from console.edges.secretfile import Secret, load_secrets_file, resolve_secret
 from console.edges.telegram import DEFAULT_API_BASE, DEFAULT_BATCH_WINDOW, TelegramChannel
+from console.edges.telegram_webhook import SECRET_PATTERN, TelegramWebhook
 
 PHONE_KEYS = {
     "ntfy": {"server", "topic", "answer_topic", "token_env", "priority", "timeout"},
-    "telegram": {"token_env", "chat_id", "api_base", "timeout", "batch_window"},
+    "telegram": {"token_env", "chat_id", "api_base", "timeout", "batch_window", "webhook_secret_env"},
 }
 DEFAULT_TIMEOUT = 10.0
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -44,17 +45,17 @@ def _timeout(raw: Mapping[str, Any], where: str) -> float:
 
 
 def _token(raw: Mapping[str, Any], where: str, settings: Settings, environ: Mapping[str, str],
-           required: bool) -> Secret | None:
-    variable = raw.get("token_env")
+           required: bool, key: str = "token_env") -> Secret | None:
+    variable = raw.get(key)
     if variable is None:
         if required:
-            raise ConfigError(f"{where}.token_env: missing (the name of the variable holding the bot token)")
+            raise ConfigError(f"{where}.{key}: missing (the name of the variable holding the bot token)")
         return None
     if not isinstance(variable, str) or not _ENV_NAME.match(variable):
-        raise ConfigError(f"{where}.token_env: expected an environment variable name, got {variable!r}")
+        raise ConfigError(f"{where}.{key}: expected an environment variable name, got {variable!r}")
     path = secrets_path(settings)
     file_values = load_secrets_file(path) if variable not in environ and path.exists() else {}
-    return resolve_secret(variable, f"{where}.token_env", environ=environ, file_values=file_values,
+    return resolve_secret(variable, f"{where}.{key}", environ=environ, file_values=file_values,
                           file_path=path if path.exists() else None)
 
 
@@ -92,6 +93,45 @@ def build_phone_channel(
     api_base = _base_url(raw.get("api_base", DEFAULT_API_BASE), f"{where}.api_base")
     token = _token(raw, where, settings, environ, required=True)
     assert token is not None
+    webhook = _webhook_secret(raw, where, settings, environ)
     return TelegramChannel(name=name, token=token, chat_id=chat_id, api_base=api_base,
                            secrets_file=secrets_path(settings), timeout=timeout, at_most_once=at_most_once,
-                           batch_window=float(window))
+                           batch_window=float(window), webhook=webhook is not None)
+
+
+def _webhook_secret(raw: Mapping[str, Any], where: str, settings: Settings, environ: Mapping[str, str]
+                    ) -> Secret | None:
+    """The webhook's secret_token when the channel takes its updates by webhook (webhook_secret_env), else None."""
+    if raw.get("webhook_secret_env") is None:
+        return None
+    secret = _token(raw, where, settings, environ, required=True, key="webhook_secret_env")
+    assert secret is not None
+    if not SECRET_PATTERN.match(secret.reveal()):
+        raise ConfigError(f"{where}.webhook_secret_env: the secret must be 1-256 letters, digits, '_' or '-' "
+                          f"(Telegram's rule for secret_token)")
+    return secret
+
+
+def telegram_webhook(settings: Settings, environ: Mapping[str, str]) -> TelegramWebhook | None:
+    """What the receiver needs to take a Telegram channel's updates by webhook, or None (it polls)."""
+    channels = settings.channels if isinstance(settings.channels, list) else []
+    for index, raw in enumerate(channels):
+        if isinstance(raw, Mapping) and raw.get("type") == "telegram":
+            secret = _webhook_secret(raw, f"channels[{index}]", settings, environ)
+            if secret is not None:
+                return TelegramWebhook(secret)
+    return None
+
+
+def telegram_bot(settings: Settings, environ: Mapping[str, str]) -> tuple[str, Secret, Secret | None]:
+    """The configured Telegram channel's API base, bot token and webhook secret (None: it polls), for the
+    `agent-console telegram webhook` command; ConfigError when there is no telegram channel."""
+    channels = settings.channels if isinstance(settings.channels, list) else []
+    for index, raw in enumerate(channels):
+        if isinstance(raw, Mapping) and raw.get("type") == "telegram":
+            where = f"channels[{index}]"
+            token = _token(raw, where, settings, environ, required=True)
+            assert token is not None
+            api_base = _base_url(raw.get("api_base", DEFAULT_API_BASE), f"{where}.api_base")
+            return api_base, token, _webhook_secret(raw, where, settings, environ)
+    raise ConfigError("channels: no [[channels]] table with type = \"telegram\"")

@@ -32,6 +32,8 @@ from console.core import MoveRefusal, StoreError, StoreOptions
 from console.core.db import InboxDamaged
 from console.edges.config import WebhookConfig, build_verifiers, parse_webhooks
 from console.edges.connections import BACKLOG, ConnectionGate, connection_cap
+from console.edges.phone_config import telegram_webhook
+from console.edges.telegram_webhook import TelegramWebhook
 from console.edges.verifiers import BadDelivery, Rejected, Verifier
 from console.edges.writer import IngestWriter
 
@@ -66,9 +68,12 @@ class WebhookReceiver:
         check_first: bool = False,
         refusal: Callable[[], str | None] | None = None,
         on_damage: Callable[[BaseException], None] | None = None,
+        telegram: TelegramWebhook | None = None,
     ) -> None:
         """check_first: run the gate before intake before listening (a receiver on its own). Beside an engine,
-        refusal is the engine's verdict on the inbox and on_damage tells it of damage a delivery met."""
+        refusal is the engine's verdict on the inbox and on_damage tells it of damage a delivery met. telegram:
+        a Telegram channel's updates are taken at their own path (edges/telegram_webhook.py)."""
+        self.telegram = telegram
         self.config = config
         self.clock = clock or WallClock()
         self.writer = IngestWriter(store_path, store_options=store_options, clock=self.clock, group_commit=group_commit,
@@ -87,6 +92,8 @@ class WebhookReceiver:
         app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[self._head_arrived])
         app.router.add_post("/hooks/{source}", self._hook)
         app.router.add_get("/healthz", self._health)
+        if self.telegram is not None:
+            app.router.add_post(self.telegram.path, self._telegram_update)
         return app
 
     async def start(self) -> None:
@@ -203,6 +210,37 @@ class WebhookReceiver:
         detail = "the same signed body was seen within the replay window" if verdict == "replay" else None
         return self._answer(200, verdict, source, delivery.source_id, started, detail, {"stored": stored})
 
+    async def _telegram_update(self, request: web.Request) -> web.StreamResponse:
+        """A Telegram update: the secret header (constant time), then kept under its update id before the 200."""
+        started, webhook = time.perf_counter(), self.telegram
+        assert webhook is not None
+        try:
+            async with asyncio.timeout(self.config.read_timeout):
+                body = await self._read_capped(request, self.config.max_body_bytes)
+        except TimeoutError:
+            return await self._cut_off(request, webhook.source, started)
+        except (ConnectionError, web.RequestPayloadError):
+            self._log(0, "hung_up", webhook.source, None, started, "the client closed the connection mid-body")
+            return web.Response(status=400)
+        if body is None:
+            return self._answer(413, "too_large", webhook.source, None, started, "body is over the limit")
+        try:
+            update_id, update = webhook.check(body, request.headers)
+        except Rejected as exc:
+            return self._answer(401, "unauthorized", webhook.source, None, started, str(exc))
+        except BadDelivery as exc:
+            return self._answer(400, "bad_request", webhook.source, None, started, str(exc))
+        refused, now = self.writer.refusal(), self.clock.now()
+        try:
+            if refused is not None:
+                raise InboxDamaged(refused)
+            kept = await self.writer.call(lambda s: s.queue_chat_update(webhook.source, update_id, update, now=now))
+        except (StoreError, InboxDamaged) as exc:  # not kept: Telegram delivers it again
+            return self._answer(503, "unavailable", webhook.source, str(update_id), started, str(exc))
+        if kept and self._on_stored is not None:
+            self._on_stored(webhook.source, str(update_id))
+        return self._answer(200, "stored" if kept else "duplicate", webhook.source, str(update_id), started, None, {})
+
     @staticmethod
     async def _read_capped(request: web.Request, limit: int) -> bytes | None:
         """The body, or None as soon as it grows past limit (whatever Content-Length claimed)."""
@@ -295,7 +333,8 @@ def build_receiver(
         config = dataclasses.replace(
             config, host=host if host is not None else config.host, port=port if port is not None else config.port
         )
-    if not config.sources:
+    telegram = telegram_webhook(settings, os.environ if environ is None else environ)
+    if not config.sources and telegram is None:
         raise ConfigError(
             "webhooks.sources: no webhook sources are configured; add one, e.g. [webhooks.sources.github] "
             'with verifier = "github" and secret_env = "GITHUB_WEBHOOK_SECRET"'
@@ -304,7 +343,7 @@ def build_receiver(
     return WebhookReceiver(
         config, verifiers, store_path if store_path is not None else settings.db,
         store_options=settings.store_options(), clock=clock, group_commit=group_commit, on_stored=on_stored,
-        check_first=check_first, refusal=refusal, on_damage=on_damage,
+        check_first=check_first, refusal=refusal, on_damage=on_damage, telegram=telegram,
     )
 
 

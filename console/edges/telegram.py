@@ -162,12 +162,14 @@ class TelegramChannel(PhoneChannel):
     def __init__(
         self, *, name: str, token: Secret, chat_id: int | None, api_base: str, secrets_file: Path, timeout: float,
         poll_seconds: int = DEFAULT_POLL, at_most_once: bool = False, batch_window: float = DEFAULT_BATCH_WINDOW,
+        webhook: bool = False,
     ) -> None:
         super().__init__(name, secrets_file=secrets_file, timeout=timeout, at_most_once=at_most_once)
         self.chat_id = chat_id
         self.api_base = api_base.rstrip("/")
         self.poll_seconds = poll_seconds
         self.batch_window = batch_window
+        self.webhook = webhook  # updates come through the receiver (kept in the inbox), not getUpdates
         self._token = token
         self._health: tuple[str, str | None] | None = None  # as last recorded: written only when it changes
         self._typing_sent: dict[int, float] = {}
@@ -325,6 +327,9 @@ class TelegramChannel(PhoneChannel):
 
     # --- receiving ------------------------------------------------------------------------------
     async def listen(self) -> None:
+        if self.webhook:
+            await self._take_kept()
+            return
         offset = await self.host.read(lambda s: s.phone_cursor(self.name))
         payload: dict[str, Any] = {"timeout": self.poll_seconds, "allowed_updates": UPDATE_KINDS}
         if offset is not None and offset.lstrip("-").isdigit():
@@ -335,6 +340,32 @@ class TelegramChannel(PhoneChannel):
         if self.batch_window > 0 and any(isinstance(u, dict) and "message" in u for u in updates):
             updates = await self._gather_burst(payload, updates)
         await self.receive(updates)
+
+    async def _take_kept(self) -> None:
+        """Webhook mode: the updates the receiver kept, from the stored cursor on, taken as a poll's would be
+        (a burst gathered the same way), then forgotten once the cursor is past them."""
+        host = self.host
+        wake = host.wake_event()
+        cursor = await host.read(lambda s: s.phone_cursor(self.name))
+        start = int(cursor) if cursor is not None and cursor.isdigit() else 0
+        updates = await host.read(lambda s: s.chat_updates(SOURCE, from_id=start))
+        if not updates:
+            await host.sleep(wake, 1.0)  # the receiver's commit wakes this at once
+            return
+        self._reached = True
+        await self._health_is("ok", None)
+        started = time.monotonic()
+        while self.batch_window > 0 and any("message" in u for u in updates if isinstance(u, dict)) \
+                and time.monotonic() - started < BURST_MAX:
+            await asyncio.sleep(self.batch_window)
+            again = await host.read(lambda s: s.chat_updates(SOURCE, from_id=start))
+            if len(again) <= len(updates):
+                break
+            updates = again
+        await self.receive(updates)
+        last = max((u["update_id"] for u in updates if isinstance(u, dict) and isinstance(u.get("update_id"), int)),
+                   default=start - 1)
+        await host.write(lambda s: s.forget_chat_updates(SOURCE, below=last + 1))
 
     async def _gather_burst(self, payload: dict[str, Any], updates: list[Any]) -> list[Any]:
         """While messages keep coming within the batch window, read again from the same offset (nothing is

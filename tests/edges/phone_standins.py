@@ -261,7 +261,8 @@ class StandInBotApi(_Server):
         payload = json.loads(await request.read() or b"{}")
         handler = {"sendMessage": self._send, "editMessageText": self._edit, "getUpdates": self._get_updates,
                    "answerCallbackQuery": self._answer_callback, "sendChatAction": self._chat_action,
-                   "setMyCommands": self._set_commands}.get(method)
+                   "setMyCommands": self._set_commands, "setWebhook": self._webhook,
+                   "deleteWebhook": self._webhook}.get(method)
         if handler is None:
             return self._error(404, "Not Found")
         return await handler(payload)
@@ -340,6 +341,9 @@ class StandInBotApi(_Server):
     async def _chat_action(self, payload: dict[str, Any]) -> web.Response:
         self.actions.append(payload)
         return self._ok(True)
+
+    async def _webhook(self, payload: dict[str, Any]) -> web.Response:
+        return self._ok(True)  # what was asked is in self.requests
 
     async def _set_commands(self, payload: dict[str, Any]) -> web.Response:
         self.commands = list(payload["commands"])
