@@ -48,9 +48,11 @@ def test_status_lists_recent_outcomes_newest_first_and_bounded(store: Store) -> 
     store.request_approval("open", "still asking", now=T, expires_in=HOUR)
     recent = store.status(now=T + 20)["approvals_recent"]
     assert [item["request_id"] for item in recent] == [f"r{n}" for n in range(11, 1, -1)]
-    assert all(set(item) == {"request_id", "action", "outcome", "answered_via", "answered_at"} for item in recent)
+    # What was answered, and the whole call it approved (tool, arguments, details), so status names every argument.
+    assert all(set(item) == {"request_id", "action", "outcome", "answered_via", "answered_at", "tool", "arguments",
+                             "details"} for item in recent)
     assert recent[0] == {"request_id": "r11", "action": "action 11", "outcome": "yes", "answered_via": "console",
-                         "answered_at": T + 11}
+                         "answered_at": T + 11, "tool": None, "arguments": None, "details": {}}
     assert recent[2]["answered_via"] == "cli"
 
 
@@ -67,7 +69,8 @@ def test_an_announcement_carries_its_request_into_the_batch(store: Store) -> Non
     assert store.dispatch(sent.append, now=T) == 2
     [batch] = sent
     assert batch.urgent and batch.approval_ids == [None, request.request_id]
-    assert batch.bodies[1].startswith(f"Approval needed [{request.request_id}]")
+    # The offline agent asks the owner a question about a refund (ask_owner): announced as a question.
+    assert batch.bodies[1].startswith(f"Question for you [{request.request_id}]")
     assert [m.approval_id for m in store.outbox_messages()] == [request.request_id, None]
 
 
