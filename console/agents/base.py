@@ -95,6 +95,7 @@ class RunContext:
     deferred: dict[int, str] = field(default_factory=dict)  # event id -> why it was handed back unrun
     memory_writes: list[MemoryWrite] = field(default_factory=list)
     tool_log: list[ToolCallRecord] = field(default_factory=list)
+    replayed_steps: set[str] = field(default_factory=set)  # journal steps an earlier attempt made: replayed here
     cap_notices: list[CapNotice] = field(default_factory=list)  # caps this run reached, for the owner
     # How many times each allowed call (by its events, tool and arguments) was made so far in this run: its
     # journal key's position (console.agents.tools.call_keys).
@@ -188,9 +189,11 @@ class RunContext:
         OutcomeUnknown for a step that may or may not have happened (Store.run_once: aliases, interrupted)."""
         self.check_fence()
         anchor = event if event is not None else (self.events[0] if self.events else None)
-        result, _how = self.store.run_once(key, fn, gen=self.gen, now=self.time(), holder=self.holder,
-                                           event_id=None if anchor is None else anchor.id, aliases=aliases,
-                                           interrupted=interrupted)
+        result, how = self.store.run_once(key, fn, gen=self.gen, now=self.time(), holder=self.holder,
+                                          event_id=None if anchor is None else anchor.id, aliases=aliases,
+                                          interrupted=interrupted)
+        if how == "skipped":
+            self.replayed_steps.add(key)
         self.check_fence()
         return result  # type: ignore[no-any-return]
 

@@ -152,6 +152,8 @@ class ToolOutcome:
     decision: str                   # allowed | asked | denied | unknown | approved | declined | expired
     request_id: str | None = None   # the approval it asked for (deferred) or ran under (approved)
     result: Any = None              # the tool's own result, when it ran
+    made: bool = False              # it went out (a journal step that stands), for the audit trail
+    replayed: bool = False          # ... in an earlier attempt: the journal answered it here
 
 
 def canonical(arguments: Mapping[str, Any]) -> str:
@@ -462,7 +464,8 @@ class ToolGateway:
         repeatable = self._repeatable(tool)
         outcome = self._run(ctx, tool, arguments, key, event, "approved", provenance, spec,
                             interrupted="redo" if repeatable else "unknown")
-        outcome = ToolOutcome(outcome.outcome, outcome.text, "approved", resumed.request_id, outcome.result)
+        outcome = ToolOutcome(outcome.outcome, outcome.text, "approved", resumed.request_id, outcome.result,
+                              outcome.made, outcome.replayed)
         self._record(ctx, event, call, outcome, rule, trust)
         if outcome.outcome == "unknown" and not repeatable:
             return self._unknown(ctx, ToolCall(call.use_id, tool, arguments), event,
@@ -560,7 +563,8 @@ class ToolGateway:
                 tool = self.python_tools[name]
                 result = ctx.step(key, lambda: _kept(_jsonable(_python_call(tool, arguments))), event=event,
                                   aliases=aliases, interrupted=interrupted)
-                return ToolOutcome("done", _result_text(result), decision, result=result)
+                return ToolOutcome("done", _result_text(result), decision, result=result, made=True,
+                                   replayed=key in ctx.replayed_steps)
             hub = self._hub() if name.startswith("mcp__") else None
             if hub is not None:
                 def send() -> Any:
@@ -575,13 +579,13 @@ class ToolGateway:
                 text = str(result.get("text") or "") if isinstance(result, dict) else _result_text(result)
                 failed = isinstance(result, dict) and bool(result.get("is_error"))
                 return ToolOutcome("error" if failed else "done", _cut(text or "(no output)", MAX_RESULT_CHARS),
-                                   decision, result=result)
+                                   decision, result=result, made=True, replayed=key in ctx.replayed_steps)
             return ToolOutcome("error", f"there is no tool {name!r} any more", "unknown")
         except ToolInputError as exc:
             return ToolOutcome("error", f"{name}: {exc}", decision)
         except OutcomeUnknown as exc:
             why = str(exc).removeprefix(f"{name}: ")
-            return ToolOutcome("unknown", f"{name} may or may not have happened: {why}", decision)
+            return ToolOutcome("unknown", f"{name} may or may not have happened: {why}", decision, made=True)
         except Exception as exc:
             if type(exc).__name__ == "StaleGeneration":
                 raise  # the run lost its lease: it stops, the tool's outcome does not count
@@ -665,7 +669,7 @@ class ToolGateway:
         ctx.log_tool_call(ToolCallRecord(
             event.id, call.use_id, call.name, self._scrubbed(call.arguments), outcome.decision, outcome.outcome,
             self._scrubbed(_cut(outcome.text, MAX_RECORD_CHARS)), outcome.request_id, rule=rule,
-            provenance=provenance, run=run))
+            provenance=provenance, run=run, made=outcome.made, replayed=outcome.replayed))
         return outcome
 
     def _scrubbed(self, value: Any) -> Any:

@@ -128,8 +128,14 @@ class AuditMixin(StoreBase):
             (seq, prev_hash),
         )
 
-    def _audit_calls(self, calls: Sequence[ToolCallRecord], now: int) -> None:
-        """The tool calls a run recorded, written by that run's finish."""
+    def _audit_failed_run(self, tool_calls: Sequence[ToolCallRecord], error: str, now: int) -> None:
+        """The calls a run made in the world before it failed, written by its (fenced) failed finish: they stand
+        in the journal whatever becomes of the run, and a retry replays them rather than make them again. Its
+        other records (a built-in's staged effect, a call that asked) are dropped with the run."""
+        self._audit_calls([call for call in tool_calls if call.made], now, failed=error)
+
+    def _audit_calls(self, calls: Sequence[ToolCallRecord], now: int, *, failed: str | None = None) -> None:
+        """The tool calls a run recorded, written by that run's finish (with `failed`, its failed finish)."""
         entries: list[tuple[str, int, int | None, dict[str, Any]]] = []
         for call in calls:
             via = None
@@ -137,7 +143,16 @@ class AuditMixin(StoreBase):
                 via = answered_via(self._scalar("SELECT answered_via FROM approvals WHERE request_id = ?",
                                                 (call.request_id,)))
             outcome = call_outcome(call.decision, call.outcome)
-            detail = None if outcome in ("done", "deferred") or not call.result else _cut(call.result, DETAIL_CHARS)
+            said = None if outcome in ("done", "deferred") or not call.result else call.result
+            if call.replayed:
+                said = "; ".join(part for part in (
+                    "replayed from the journal: an earlier attempt of this run made the call, it was not made again",
+                    said) if part)
+            if failed is not None:
+                said = "; ".join(part for part in (
+                    f"its run then failed ({_cut(failed, 120)}): the call stands, and a retry replays it from the "
+                    "journal rather than make it again", said) if part)
+            detail = None if said is None else _cut(said, DETAIL_CHARS)
             entries.append(("call", now, call.event_id, {
                 "run": call.run, "tool": call.tool, "arguments": call.arguments, "request_id": call.request_id,
                 "provenance": call.provenance, "rule": call.rule, "decision": call.decision, "answered_via": via,

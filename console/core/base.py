@@ -123,6 +123,10 @@ class StoreBase:
         """Tell the owner an answer's event died (inside the caller's transaction; StrandedMixin does it)."""
         raise NotImplementedError
 
+    def _audit_failed_run(self, tool_calls: Sequence[ToolCallRecord], error: str, now: int) -> None:
+        """Write the audit rows of the calls a failed run made in the world, inside its finish (AuditMixin)."""
+        raise NotImplementedError
+
     def _backoff(self, attempts: int) -> int:
         """Seconds before attempt number attempts+1 may be claimed: exponential, capped, jittered."""
         if self.backoff_base <= 0:

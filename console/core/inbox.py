@@ -352,6 +352,8 @@ class InboxMixin(StoreBase):
                 moved = len(done)
             else:
                 moved = sum(self._finish_failed(event_id, holder, gen, now, error) for event_id in ids)
+                if moved:  # the calls a failed run made stand (journalled): the audit trail says so now
+                    self._audit_failed_run(tool_calls, error, now)
             if error is None and (moved or not ids):
                 queue_run_messages(self, outgoing, ids[0] if ids else None, now, notices,
                                    reply_to=self.conversation_of(ids))

@@ -412,6 +412,8 @@ class ToolCallRecord:
     rule: str | None = None  # the policy rule that decided it: `allow: mcp__shop__lookup_*`, `default`, ...
     provenance: Any = None   # {"trusted": bool, "summary": str}: what the run that made it had read
     run: Any = None          # {"holder", "gen", "events"}: the run that made it
+    made: bool = False       # it went out to the world (a journal step that stands: done, error or unknown)
+    replayed: bool = False   # its journal step was made by an earlier attempt: its result was replayed, not made
 
 
 @dataclass(frozen=True)

@@ -161,6 +161,8 @@ class Worker:
         except Exception as exc:
             error = redact_urls(f"{type(exc).__name__}: {exc}")  # it is stored and shown: no credentials
             log.warning("run %s failed: %s", self.runs, error)
+            # The calls it made in the world stand (journalled): its failed finish writes them to the audit trail.
+            staged = {"tool_calls": list(contexts[0].tool_log)} if contexts else {}
         finally:
             renewer.cancel()
             try:
@@ -229,7 +231,9 @@ class Worker:
         self, gen: int, ids: list[int], staged: dict[str, Any], error: str | None, now: int
     ) -> Callable[[Store], bool]:
         holder = self.host.holder
-        outputs = {} if error else staged  # a failed run's outputs are dropped; its retry produces them again
+        # A failed run's outputs are dropped (its retry produces them again), but for the calls it made, which the
+        # audit trail records with the failure.
+        outputs = {"tool_calls": staged.get("tool_calls", [])} if error else staged
         return lambda store: store.finish(holder, gen, ids, now=now, error=error, **outputs)
 
     # --- the agent as a whole: waiting out back-pressure, paused by a refused configuration ----------------

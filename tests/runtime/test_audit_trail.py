@@ -19,14 +19,17 @@ from typing import Any
 import apsw
 import pytest
 
+from console.agents.claude import ClaudeAgent
+from console.agents.policy import DEFAULT_ALLOW, Policy
+from console.agents.tools import PythonTool, ToolGateway
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
-from console.core.audit import AUDIT_FIELDS
+from console.core.audit import AUDIT_FIELDS, audit_record
 from console.runtime.assembly import build_engine
 from tests.agents import mcp_servers
 from tests.agents.stand_in import FakeClaude, text, tool
-from tests.agents.test_claude_agent import FAKE_KEY
+from tests.agents.test_claude_agent import FAKE_KEY, Shop
 from tests.cli.helpers import assert_user_error, isolated_env, run_process
 from tests.support import read_until
 
@@ -192,3 +195,37 @@ def check_verification(db: Path, home: Path) -> None:
 
     with Store.open(db, read_only=True) as store:  # the original is untouched
         assert store.verify_audit().intact
+
+
+async def test_a_call_made_by_a_run_that_then_failed_is_in_the_trail_and_its_retry_says_it_replayed(
+    tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The model's refund runs (a real Python tool), then the model call after it fails: the run fails, but the
+    refund happened. The failed finish writes its row; the retry replays the refund from the journal (the shop
+    is called once) and its row says so."""
+    monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
+    shop = Shop()
+    gateway = ToolGateway(Policy(allow=(*DEFAULT_ALLOW, "refund")), python_tools={"refund": PythonTool(
+        "refund", shop.refund)})
+    agent = ClaudeAgent(api_key=FAKE_KEY, model="claude-sonnet-5-5", max_tokens=512, base_url=claude.url,
+                        tools=gateway)
+    settings = Settings(db=tmp_path / "inbox.db", backoff_base=0, instructions=tmp_path / "none.md")
+    engine = build_engine(settings, clock=ManualClock(int(time.time())), holder="w", agent=agent, idle_cap=0.1,
+                          install_defaults=False)
+    claude.reply(tool("t1", "refund", order="881"))
+    claude.fail(500, "api_error", "Internal server error")  # the model call after the refund fails the run
+    claude.reply(text("Refunded."))
+    await engine.start()
+    try:
+        await engine.ingest("chat", "m1", {"text": "refund order 881"})
+        await read_until(engine, lambda s: s.counts()["done"] == 1)
+        rows = [audit_record(r) for r in await engine.read(lambda s: list(s.audit_rows()))]
+        attempts = await engine.read(lambda s: s.events()[0].attempts)
+    finally:
+        await engine.stop()
+
+    assert attempts == 2 and shop.calls == [("refund", "881")]  # two runs, one refund at the shop
+    assert [(r["tool"], r["decision"], r["outcome"]) for r in rows] == [("refund", "allowed", "done")] * 2
+    assert rows[0]["detail"].startswith("its run then failed (ClaudeError") and "replays it" in rows[0]["detail"]
+    assert rows[1]["detail"].startswith("replayed from the journal: an earlier attempt")
+    assert rows[0]["run"]["gen"] == rows[1]["run"]["gen"]  # the same worker's next attempt
