@@ -198,6 +198,10 @@ def request_view(approval: Any) -> RequestView:
 
 # --- where it came from ---------------------------------------------------------------------------------
 
+# The sources the owner or the engine wrote (console.agents.policy.TRUSTED_SOURCES; a test keeps them equal).
+OWNERS_SOURCES = frozenset({"chat", "timer", "approval"})
+
+
 @dataclass(frozen=True)
 class Origin:
     trusted: bool
@@ -231,6 +235,8 @@ def origin_of(origin: Any, sources: Any, details: Any) -> Origin | None:
     listed = [s for s in sources if isinstance(s, dict)] if isinstance(sources, list) else []
     untrusted = details.get("untrusted") if isinstance(details, dict) else None
     untrusted_names = {str(name) for name in untrusted} if isinstance(untrusted, list) else set()
+    # A row that says nothing of its trust: any source but the owner's own counts as untrusted.
+    untrusted_names |= {str(s.get("source")) for s in listed if str(s.get("source")) not in OWNERS_SOURCES}
     if untrusted_names:
         named = [s for s in listed if str(s.get("source")) in untrusted_names] or \
             [{"source": name} for name in sorted(untrusted_names)]

@@ -9,8 +9,10 @@ from typing import Any
 
 import pytest
 
+from console.agents.policy import TRUSTED_SOURCES
 from console.callview import (
     COMPACT_LIMIT,
+    OWNERS_SOURCES,
     Origin,
     announcement,
     compact_call,
@@ -83,6 +85,13 @@ def test_the_origin_comes_from_the_row_when_recorded_else_from_the_sources() -> 
     assert origin_of(None, [{"source": "chat", "source_id": "7:1"}], {}) == \
         Origin(True, "asked by a run started by chat 7:1")
     assert origin_of(None, None, {}) is None
+    # A row that does not say: a source from outside is never shown as trusted.
+    assert origin_of(None, GITHUB, {}) == \
+        Origin(False, "asked by a run that read untrusted content: github delivery-9a1f")
+
+
+def test_the_owners_sources_are_the_policys_trusted_ones() -> None:
+    assert OWNERS_SOURCES == TRUSTED_SOURCES
 
 
 def test_the_announcement_names_every_argument_and_warns_of_an_untrusted_origin() -> None:

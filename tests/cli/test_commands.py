@@ -143,7 +143,7 @@ def test_status_text_shows_lease_approvals_outbox_timer_and_fencing(db: Path) ->
     text = ok(db, "status")
     assert "1 pending · 0 running · 0 done · 0 dead · 0 discarded" in text
     assert "held by new-worker, generation 2" in text
-    assert "deploy-1  deploy web" in text and "left)" in text
+    assert "deploy-1  question: “deploy web”" in text and " left\n" in text
     assert "1 queued · 0 sent · 0 failed" in text
     assert "timers     next: expire:deploy-1 in " in text
     assert "1 takeover · 1 refused late finish" in text
@@ -171,8 +171,8 @@ def test_status_says_where_recent_answers_came_from_and_what_phones_sent(db: Pat
         store.answer_approval("apr-2-bb", "no", now=now - 30, via="console")
     text = ok(db, "status")
     # The command reads the wall clock itself: a loaded machine may have moved on a few seconds since `now`.
-    assert re.search(r"apr-1-aa  refund order 881  \(yes from Telegram, 2m0\ds ago\)", text), text
-    assert re.search(r"apr-2-bb  deploy web  \(no in the console, 3\ds ago\)", text), text
+    assert re.search(r"apr-1-aa  question: “refund order 881”  \(yes from Telegram, 2m0\ds ago\)", text), text
+    assert re.search(r"apr-2-bb  question: “deploy web”  \(no in the console, 3\ds ago\)", text), text
     assert "phone      1 answer taken · 1 ignored (1 wrong chat)" in text
     info = json.loads(ok(db, "status", "--json"))
     assert [(a["request_id"], a["answered_via"]) for a in info["approvals_recent"]] == [
@@ -611,7 +611,10 @@ def test_a_tool_approval_is_listed_with_its_tool_arguments_and_sources_and_show_
                                                   "Asked the owner", "apr-1-abc")])
     (pending,) = json.loads(ok(db, "status", "--json"))["approvals_pending"]
     assert (pending["tool"], pending["arguments"], pending["sources"]) == ("refund", {"order": "881"}, sources)
-    assert f"(event {event.id}, from github, " in ok(db, "status")
+    # Every argument named; where it came from (a webhook's delivery: untrusted, marked), the event, the time left.
+    status = ok(db, "status")
+    assert 'apr-1-abc  refund(order="881")\n' in status
+    assert f"⚠ asked by a run that read untrusted content: github d-1 · event {event.id} · " in status
     shown = json.loads(ok(db, "show", str(event.id), "--json"))
     assert [(c["tool"], c["decision"], c["request_id"]) for c in shown["tool_calls"]] == [
         ("refund", "asked", "apr-1-abc")]

@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
+from console.agents.base import Agent
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
@@ -30,7 +31,8 @@ def phone_settings(tmp_path: Path, channel: dict[str, Any], **overrides: Any) ->
 
 @asynccontextmanager
 async def running(settings: Settings, clock: ManualClock, env: dict[str, str], *, holder: str = "phone",
-                  tune: Callable[[PhoneChannel], None] | None = None) -> AsyncIterator[Engine]:
+                  tune: Callable[[PhoneChannel], None] | None = None, agent: Agent | None = None,
+                  ) -> AsyncIterator[Engine]:
     channels = build_channels(settings, clock=clock, environ=env)
     for channel in channels:
         if isinstance(channel, PhoneChannel):
@@ -38,7 +40,8 @@ async def running(settings: Settings, clock: ManualClock, env: dict[str, str], *
             channel.reconnect_max = 0.2
             if tune is not None:
                 tune(channel)
-    engine = build_engine(settings, clock=clock, holder=holder, channels=channels, idle_cap=0.1, install_defaults=False)
+    engine = build_engine(settings, clock=clock, holder=holder, channels=channels, idle_cap=0.1, install_defaults=False,
+                          agent=agent)
     await engine.start()
     try:
         yield engine
