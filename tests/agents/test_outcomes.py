@@ -13,7 +13,12 @@ de-duplicates), the stand-in Messages API, and a real inbox file. Effects are co
 from __future__ import annotations
 
 import json
+import os
 import secrets
+import socket
+import subprocess
+import sys
+import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -21,12 +26,12 @@ from typing import Any
 import pytest
 
 from console.agents.claude import ClaudeAgent, ClaudeError
-from console.agents.mcp import McpHub, McpServerConfig
+from console.agents.mcp import McpCallUnknown, McpHub, McpServerConfig
 from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.tools import MAX_JOURNAL_CHARS, PythonTool, ToolGateway, tool_hints
-from console.core import Store
+from console.core import OutcomeUnknown, Store
 from console.redact import HIDDEN
-from tests.agents.mcp_servers import read_calls, stdio_command
+from tests.agents.mcp_servers import THIS_FILE, read_calls, stdio_command
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY, run
 from tests.support import wait_until
@@ -203,6 +208,44 @@ def test_a_python_tool_that_times_out_is_unknown_and_asks_before_it_runs_again(
     (again,) = store.pending_approvals()
     assert calls == ["rent"] and "the bank did not answer within 30 s" in again.details["outcome_unknown"]
     assert (again.tool, again.arguments) == ("transfer", {"account": "rent"})
+
+
+def test_an_http_server_killed_mid_call_is_an_unknown_outcome_not_a_failure(tmp_path: Path) -> None:
+    """The connection is lost under a call in flight (the server process is SIGKILLed after it recorded the
+    call): the hub says the outcome is unknown, never that the call failed."""
+    log = tmp_path / "remote.calls"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    server = subprocess.Popen([sys.executable, str(THIS_FILE), "remote", "--http", str(port)],
+                              env={**os.environ, "CALL_LOG": str(log)}, stderr=subprocess.DEVNULL)
+    hub = McpHub({"remote": McpServerConfig("remote", url=f"http://127.0.0.1:{port}/mcp", call_timeout=10.0,
+                                            connect_timeout=2.0)}, backoff_base=0.05, backoff_max=0.2)
+    outcome: list[BaseException | dict[str, Any]] = []
+    try:
+        hub.start()
+        wait_until(lambda: hub.status()["remote"] == "up", "the server to be up")
+
+        def call() -> None:
+            try:
+                outcome.append(hub.call("mcp__remote__refund", {"order": "12", "seconds": 30}, idempotency_key="k-12"))
+            except BaseException as exc:  # the test reads what the call raised
+                outcome.append(exc)
+
+        caller = threading.Thread(target=call)
+        caller.start()
+        wait_until(lambda: read_calls(log), "the refund to reach the server")
+        server.kill()
+        caller.join(timeout=30)
+        assert not caller.is_alive()
+    finally:
+        server.kill()
+        server.wait(timeout=30)
+        hub.close()
+    (raised,) = outcome
+    assert isinstance(raised, McpCallUnknown) and isinstance(raised, OutcomeUnknown), raised
+    assert "closed the connection during the call" in str(raised)
+    assert [c["key"] for c in read_calls(log)] == ["k-12"]
 
 
 @pytest.mark.parametrize(("name", "honours_key"), [("mcp__rec__put", False), (REFUND, True)],
