@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import difflib
 import logging
 import signal
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -25,15 +24,15 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from zoneinfo import ZoneInfo
 
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.css.query import NoMatches
-from textual.dom import DOMNode
 from textual.driver import Driver
 from textual.message import Message
 from textual.notifications import SeverityLevel
-from textual.widgets import DataTable, Footer, HelpPanel
+from textual.screen import Screen
+from textual.widgets import DataTable, Footer
 
 from console.callview import APPROVAL_OPENING, QUESTION_OPENING, request_view
 from console.clock import Clock, WallClock
@@ -48,6 +47,7 @@ from console.tui.backend import EngineLike
 from console.tui.commands import ConsoleCommands
 from console.tui.detail import DetailView, read_detail, read_neighbour
 from console.tui.finding import read_message
+from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
 from console.tui.reads import (
     Activity,
     EventFilter,
@@ -65,6 +65,7 @@ from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailHost, DetailScreen
 from console.tui.screens.filter_picker import FilterScreen
 from console.tui.screens.inject import InjectScreen
+from console.tui.screens.keys import KeysScreen, plain_help
 from console.tui.screens.message import MessageScreen
 from console.tui.screens.notes import NotesScreen
 from console.tui.screens.search import SearchScreen
@@ -107,29 +108,6 @@ SORT_CYCLE = [("id", True), ("id", False), ("status", True), ("status", False), 
               ("source", False)]
 # The test keys write made-up events into the inbox: only in `--demo`, whose inbox is a throwaway.
 DEMO_ACTIONS = frozenset({"quick_chat", "quick_poison", "quick_redeliver", "quick_approval"})
-
-
-def binding_ids() -> set[str]:
-    """Every binding id the console's app, screens and widgets declare (what `[keys]` may remap)."""
-    found: set[str] = set()
-    pending: list[type] = [DOMNode]
-    while pending:
-        cls = pending.pop()
-        pending.extend(cls.__subclasses__())
-        if cls.__module__.startswith("console."):
-            found.update(b.id for b in getattr(cls, "BINDINGS", ()) if isinstance(b, Binding) and b.id)
-    return found
-
-
-def unknown_key_ids(keys: dict[str, str], known: set[str]) -> list[str]:
-    """One line per `[keys]` entry that names no binding, with the nearest id when one is close."""
-    lines = []
-    for name in sorted(set(keys) - known):
-        ids = sorted(known)
-        close = [i for i in ids if i.endswith("." + name)] or difflib.get_close_matches(name, ids, n=1)
-        hint = f" (did you mean {close[0]}?)" if close else " (docs/console.md lists the ids)"
-        lines.append(f"[keys] {terminal_safe(name)}: no such binding id{hint}")
-    return lines
 
 
 def screenshot_folder() -> Path:
@@ -203,7 +181,7 @@ class ConsoleApp(App[None]):
         Binding("a", "quick_approval", "Needs approval", id="console.quick_approval", show=False,
                 tooltip='chat "refund order 881": the agent asks first'),
         Binding("f1,question_mark", "toggle_help", "Keys", id="console.help",
-                tooltip="show or hide this panel of keys"),
+                tooltip="every key on a full screen, filtered as you type"),
         Binding("q", "request_quit", "Quit", id="console.quit_asking",
                 tooltip="quit; asks first while a run is in progress"),
         Binding("ctrl+q", "quit", "Quit", id="console.quit", priority=True, show=False,
@@ -266,6 +244,7 @@ class ConsoleApp(App[None]):
         if settings.keys:
             self.set_keymap(dict(settings.keys))
         self._key_problems = unknown_key_ids(dict(settings.keys), binding_ids())
+        self._key_clashes = key_clashes(self._keymap, () if demo else DEMO_ACTIONS)
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's own driver, except that on Linux and macOS a closed terminal cannot wedge it."""
@@ -352,6 +331,10 @@ class ConsoleApp(App[None]):
                 log.warning("%s", problem)
             self.notify("\n".join(self._key_problems), title="Config: [keys] entries ignored", severity="warning",
                         timeout=15)
+        if self._key_clashes:
+            for clash in self._key_clashes:
+                log.warning("%s", clash)
+            self.notify("\n".join(self._key_clashes), title="Config: [keys] clash", severity="warning", timeout=20)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.query_one(EventsTable).focus()
         # The first frame is drawn from plain reads; the engine starts behind it, because its opening
@@ -454,11 +437,24 @@ class ConsoleApp(App[None]):
         return super().deliver_screenshot(filename, path, time_format)
 
     def action_toggle_help(self) -> None:
-        """Textual's help panel: the focused pane's help and every key that works here."""
-        if self.screen.query(HelpPanel):
-            self.action_hide_help_panel()
-        else:
-            self.action_show_help_panel()
+        """f1 / ?: every key on a full screen, filterable (the focused pane's few lines of help above them)."""
+        if isinstance(self.screen, KeysScreen):
+            self.screen.dismiss(None)
+            return
+        helps = [help_text for node in (self.focused.ancestors_with_self if self.focused else ())
+                 if isinstance(help_text := getattr(node, "HELP", None), str)]
+        actions = [b.action.split("(")[0] for b in self.BINDINGS if isinstance(b, Binding)]
+        rows = key_rows(self._keymap, None if self.demo else [a for a in actions if a not in DEMO_ACTIONS])
+        self.push_screen(KeysScreen(rows, plain_help(helps[0]) if helps else ""))
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's own commands, with "Keys" opening the console's help screen instead of its side panel."""
+        for command in super().get_system_commands(screen):
+            if command.title == "Keys":
+                yield command._replace(help="Every key, filterable, after [keys] remaps (f1 / ?)",
+                                       callback=self.action_toggle_help)
+            else:
+                yield command
 
     def _theme_changed(self, theme: Any) -> None:
         self._mark(*PANES)
@@ -957,18 +953,6 @@ class ConsoleApp(App[None]):
             descending = not flt.descending if order == flt.order else True
         self.filter = replace(flt, order=order, descending=descending)
         await self.query_one(EventsPane).set_filter(self.filter)
-
-    async def action_newest(self) -> None:
-        self.query_one(EventsTable).action_newest()
-
-    async def action_oldest(self) -> None:
-        self.query_one(EventsTable).action_oldest()
-
-    async def action_toggle_mark(self) -> None:
-        self.query_one(EventsTable).action_toggle_mark()
-
-    async def action_clear_marks(self) -> None:
-        self.query_one(EventsTable).action_clear_marks()
 
 
 def run_app(settings: Settings, *, demo: bool = False) -> None:

@@ -6,9 +6,13 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
+from textual.binding import Binding
 from textual.command import DiscoveryHit, Hit, Hits, Provider
+from textual.content import Content
 
 from console.core import STATUSES
+from console.tui.keys import key_for_id
+from console.tui.widgets.events_table import EventsTable
 
 if TYPE_CHECKING:
     from console.tui.app import ConsoleApp
@@ -46,34 +50,59 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Jump to the newest events", "Follow new events live", "newest"),
     ("Jump to the oldest events", "Page from the start of the inbox", "oldest"),
     ("Mark or unmark the selected event", "For retry (r) and discard (D) of several", "toggle_mark"),
+    ("Mark a range downwards", "This event and the one below, moving down", "mark_range('down')"),
+    ("Mark a range upwards", "This event and the one above, moving up", "mark_range('up')"),
     ("Unmark every event", "Clear the marks", "clear_marks"),
 )
+# The palette's actions that are the events table's own (run on the table, as its keys run them).
+TABLE_ACTIONS = {"newest": "events.newest", "oldest": "events.oldest", "toggle_mark": "events.mark",
+                 "clear_marks": "events.unmark", "mark_range('down')": "events.mark_down",
+                 "mark_range('up')": "events.mark_up"}
+
+
+def key_of(app: ConsoleApp, action: str) -> str | None:
+    """The key that runs a palette action, after `[keys]` remaps (the palette teaches the keys)."""
+    binding_id = "events.detail" if action == "detail" else TABLE_ACTIONS.get(action) or next(
+        (b.id for b in app.BINDINGS if isinstance(b, Binding) and b.action == action), None)
+    return None if binding_id is None else key_for_id(binding_id, app._keymap)
+
+
+def run(app: ConsoleApp, action: str) -> Callable[[], object]:
+    if action in TABLE_ACTIONS:
+        return partial(app.run_action, action, app.query_one(EventsTable))
+    return partial(app.run_action, action)
+
+
+def with_key(title: Content, key: str | None) -> Content:
+    return title if key is None else title + Content.styled(f"  {key}", "$text-accent bold")
 
 
 class ConsoleCommands(Provider):
-    def _commands(self) -> list[tuple[str, str, Callable[[], object]]]:
+    def _commands(self) -> list[tuple[str, str, str | None, Callable[[], object]]]:
         app: ConsoleApp = self.app  # type: ignore[assignment]
-        found: list[tuple[str, str, Callable[[], object]]] = [
-            (title, help_text, partial(app.run_action, action)) for title, help_text, action in ACTIONS
+        found: list[tuple[str, str, str | None, Callable[[], object]]] = [
+            (title, help_text, key_of(app, action), run(app, action))
+            for title, help_text, action in ACTIONS
             if app.check_action(action.split("(")[0], ()) is not False  # the test keys: only in --demo
         ]
         for status in (None, *STATUSES):
-            found.append((f"Filter: {status or 'all statuses'}", "Show only events in this state",
+            found.append((f"Filter: {status or 'all statuses'}", "Show only events in this state", None,
                           partial(app.set_status_filter, status)))
         for source in (None, *app.known_sources):
             found.append((f"Filter: {'all sources' if source is None else 'source ' + source}",
-                          "Show only events from this source", partial(app.set_source_filter, source)))
+                          "Show only events from this source", None, partial(app.set_source_filter, source)))
         for name in sorted(app.console_themes):
-            found.append((f"Theme: {name}", "Switch the colour theme (remembered)", partial(app.use_theme, name)))
+            found.append((f"Theme: {name}", "Switch the colour theme (remembered)", None,
+                          partial(app.use_theme, name)))
         return found
 
     async def discover(self) -> Hits:
-        for title, help_text, command in self._commands():
-            yield DiscoveryHit(title, command, help=help_text)
+        for title, help_text, key, command in self._commands():
+            yield DiscoveryHit(with_key(Content(title), key), command, text=title, help=help_text)
 
     async def search(self, query: str) -> Hits:
         matcher = self.matcher(query)
-        for title, help_text, command in self._commands():
+        for title, help_text, key, command in self._commands():
             score = matcher.match(title)
             if score > 0:
-                yield Hit(score, matcher.highlight(title), command, help=help_text)
+                yield Hit(score, with_key(matcher.highlight(title), key), command, text=title, help=help_text)

@@ -114,7 +114,7 @@ async def test_test_keys_write_nothing_outside_the_demo(filled: Path, clock: Man
         await started(app, pilot)
         await pilot.press("c", "p", "d", "a")
         await app.settle()
-        titles = [title for title, _, _ in ConsoleCommands(app.screen)._commands()]
+        titles = [title for title, _, _, _ in ConsoleCommands(app.screen)._commands()]
         assert "Inject a poison event" not in titles and "Inject an event" in titles
         assert not {"quick_chat", "quick_poison", "quick_redeliver", "quick_approval"} & {
             b.binding.action for b in app.active_bindings.values()}

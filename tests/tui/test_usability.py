@@ -4,13 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from textual.widgets import HelpPanel
+from textual.command import CommandPalette
+from textual.widgets import OptionList
 
 from console.clock import ManualClock
 from console.core import Store
 from console.tui.app import ConsoleApp
 from console.tui.commands import ACTIONS
 from console.tui.screens.inject import InjectScreen
+from console.tui.screens.keys import KeysScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
@@ -66,14 +68,34 @@ async def test_approvals_keep_the_action_readable_at_80_columns(filled: Path, cl
         assert app.query_one(ApprovalsPane).selected().request_id == "apr-8-1"  # type: ignore[union-attr]
 
 
-async def test_f1_and_question_mark_toggle_the_help_panel(filled: Path, clock: ManualClock) -> None:
-    app = make_app(filled, clock)
-    async with app.run_test(size=(120, 36)) as pilot:
+async def test_f1_and_question_mark_open_the_keys_screen_filtered_as_you_type(filled: Path,
+                                                                             clock: ManualClock) -> None:
+    app = make_app(filled, clock, settings={"keys": {"console.stall": "X"}})
+    async with app.run_test(size=(80, 24)) as pilot:
         await pilot_until(pilot, lambda: app.started, what="start")
         await pilot.press("f1")
-        await pilot_until(pilot, lambda: bool(app.screen.query(HelpPanel)), what="help panel")
+        await pilot_until(pilot, lambda: isinstance(app.screen, KeysScreen), what="the keys screen")
+        screen = app.screen
+        assert isinstance(screen, KeysScreen)
+        await pilot_until(pilot, lambda: bool(screen.shown), what="the keys listed")
+        assert screen.size == app.size  # the whole screen, not a side panel
+        assert "The inbox, newest first" in str(screen.query_one("#keys-about").render())  # the focused pane's help
+        everything = len(screen.shown)
+        assert everything > 40
+        await pilot.press("pagedown", "pagedown")
+        assert (screen.keys_list.highlighted or 0) > 10  # ↑ ↓ pgup pgdn move the list while the box keeps the typing
+        await pilot.press(*"stall")
+        await pilot_until(pilot, lambda: [r.binding_id for r in screen.shown] == ["console.stall"], what="one row")
+        assert screen.shown[0].keys == "X"  # after the remap
+        assert "X: Stall, stop (or resume) renewing the lease" in str(screen.query_one("#keys-detail").render())
+        await pilot.press("escape")  # clears the filter first
+        await pilot_until(pilot, lambda: len(screen.shown) == everything, what="every key again")
+        await pilot.press("escape")
+        await pilot_until(pilot, lambda: not isinstance(app.screen, KeysScreen), what="closed")
         await pilot.press("question_mark")
-        await pilot_until(pilot, lambda: not app.screen.query(HelpPanel), what="help panel hidden")
+        await pilot_until(pilot, lambda: isinstance(app.screen, KeysScreen), what="? opens it too")
+        await pilot.press("f1")
+        await pilot_until(pilot, lambda: not isinstance(app.screen, KeysScreen), what="f1 closes it")
 
 
 def test_every_key_is_also_in_the_command_palette() -> None:
@@ -92,6 +114,39 @@ async def test_the_palette_offers_keys_and_quit(filled: Path, clock: ManualClock
         await pilot_until(pilot, lambda: app.started, what="start")
         titles = {command.title for command in app.get_system_commands(app.screen)}
         assert {"Keys", "Quit"} <= titles
+        keys = next(c for c in app.get_system_commands(app.screen) if c.title == "Keys")
+        keys.callback()  # type: ignore[call-arg]
+        await pilot_until(pilot, lambda: isinstance(app.screen, KeysScreen) and bool(app.screen.shown),
+                          what="the keys screen")
+
+
+async def test_the_palette_shows_each_actions_key_after_remaps(filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock, settings={"keys": {"console.inject": "ctrl+n"}})
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot_until(pilot, lambda: app.started, what="start")
+        await pilot.press("ctrl+p")
+        await pilot_until(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette")
+        await pilot.press(*"inject an")
+        options = app.screen.query_one(OptionList)
+        await pilot_until(pilot, lambda: options.option_count > 0, what="hits")
+        prompts = [str(options.get_option_at_index(i).prompt) for i in range(options.option_count)]
+        assert any(p.startswith("Inject an event  ^n") for p in prompts), prompts
+        await pilot.press("escape", "ctrl+p", *"sort the")
+        await pilot_until(pilot, lambda: isinstance(app.screen, CommandPalette), what="the palette again")
+        options = app.screen.query_one(OptionList)
+        await pilot_until(pilot, lambda: any("Sort the events  S" in str(options.get_option_at_index(i).prompt)
+                                             for i in range(options.option_count)), what="Sort with its key S")
+
+
+async def test_a_remap_onto_a_key_another_action_uses_warns_naming_both(filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock, settings={"keys": {"console.stall": "S"}})  # the docs' old example
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot_until(pilot, lambda: app.started, what="start")
+        await pilot_until(pilot, lambda: any(n.title == "Config: [keys] clash" for n in app._notifications),
+                          what="the warning")
+        warning = next(n.message for n in app._notifications if n.title == "Config: [keys] clash")
+        assert warning == ('[keys] console.stall = "S" takes S, which console.sort (Sort) uses too: one key runs '
+                           "one of them; pick another key")
 
 
 async def test_the_footer_shows_the_keys_a_newcomer_needs(filled: Path, clock: ManualClock) -> None:
