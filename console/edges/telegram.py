@@ -35,10 +35,12 @@ from typing import Any, ClassVar
 
 import aiohttp
 
+from console.callview import announcement, request_view
 from console.core import Approval, PhoneCard, SendError
 from console.edges.chatsource import COMMANDS, PRIVATE_REPLY, code_hash, split_text
 from console.edges.phone import PhoneChannel, PhoneHost, describe, read_json, shorten, tap_reply
 from console.edges.secretfile import Secret
+from console.timefmt import coarse_span
 
 log = logging.getLogger("agent_console.telegram")
 
@@ -506,8 +508,10 @@ class TelegramChannel(PhoneChannel):
         if not approvals:
             await self._say(chat_id, "Nothing is waiting for your answer.")
             return
+        now = self.host.clock.now()
         for approval in approvals:
-            text = f"Approval needed: {approval.action} ({approval.request_id})"
+            # The same words as its card: every argument named, where it came from; a question as a question.
+            text = announcement(request_view(approval), f"{coarse_span(approval.seconds_left(now))} left")
             buttons = [(label, callback_data(word, approval.request_id, self.mac(approval.request_id, word)))
                        for label, word in (("Yes", "yes"), ("No", "no"))]
             payload: dict[str, Any] = {"chat_id": chat_id, "text": shorten(text, TEXT_LIMIT)}

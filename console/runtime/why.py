@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any
 
+from console.callview import request_view
 from console.core import Event, Store
 from console.core.models import death_in_words
 from console.timefmt import agent_in_words, clock_text, span
@@ -73,7 +74,8 @@ def why_not_run(
         if approval.outcome is None:
             reasons.append(Reason(
                 "awaiting_approval",
-                f"waiting for approval {approval.request_id!r} ({approval.action}); expires {at(approval.expires_at)}",
+                f"waiting for approval {approval.request_id!r} ({request_view(approval).compact()}); "
+                f"expires {at(approval.expires_at)}",
                 {"request_id": approval.request_id, "expires_at": approval.expires_at}))
         else:  # its answer came back as an event: that event may have died before the conversation resumed
             answer = store.find_event("approval", approval.request_id)

@@ -625,7 +625,7 @@ class ConsoleApp(App[None]):
     @on(ApprovalsPane.Expired)
     def _approvals_expired(self, message: ApprovalsPane.Expired) -> None:
         for expired in message.approvals:
-            self.notify(f"{expired.action} ({expired.request_id}) expired unanswered",
+            self.notify(f"{request_view(expired).compact()} ({expired.request_id}) expired unanswered",
                         title="Approval expired", severity="warning", timeout=8)
 
     # --- actions --------------------------------------------------------------------------------
@@ -777,7 +777,8 @@ class ConsoleApp(App[None]):
                 if sure:
                     await self._settle_answer(approval, answer)
 
-            question = f"Approve {approval.action} ({approval.request_id})? It has {span(left)} left to answer."
+            question = (f"Approve {request_view(approval).compact()} ({approval.request_id})? "
+                        f"It has {span(left)} left to answer.")
             self.push_screen(ConfirmScreen(question, yes_label="Approve", destructive=True), confirmed)
             return
         await self._settle_answer(approval, answer)
@@ -786,9 +787,9 @@ class ConsoleApp(App[None]):
         outcome = await self.engine.answer(approval.request_id, answer)
         self._mark("approvals", "events")
         if outcome == answer:
-            self.notify(f"{approval.action}: {outcome}", title="Answered")
+            self.notify(f"{request_view(approval).compact()}: {outcome}", title="Answered")
         else:
-            self.notify(f"{approval.action}: the outcome that stands is {outcome}", title="Too late",
+            self.notify(f"{request_view(approval).compact()}: the outcome that stands is {outcome}", title="Too late",
                         severity="warning")
 
     async def action_retry(self) -> None:

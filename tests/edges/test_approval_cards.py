@@ -108,6 +108,13 @@ async def test_the_telegram_card_names_every_argument_and_the_untrusted_origin(t
             assert buttons == ["Yes", "No"]
             assert message["text"] == MARKED + "(message) " + MIMIC and message["reply_markup"] is None
             await stored(engine, lambda s: len(s.pending_approvals()) == 1, "the approval stored")
+            # /pending lists it in the card's own words, with its buttons.
+            await bot.write(OWNER, "/pending")
+            listed = await until(lambda: [m for m in bot.chats.get(OWNER, []) if m["reply_markup"]
+                                          and m["message_id"] != card["message_id"]], "/pending's answer")
+            first, origin = listed[0]["text"].split("\n")
+            assert first.startswith("Approval needed [apr-1-") and first.endswith(" left)") and origin == UNTRUSTED
+            names_every_argument(first)
     finally:
         await bot.stop()
 
