@@ -170,6 +170,7 @@ class OutboxView:
     queued: list[OutboxMessage]
     sent: list[OutboxMessage]
     troubled: list[OutboxMessage] = field(default_factory=list)  # failed, or waiting to retry
+    telegram: dict[str, Any] | None = None  # the Telegram channel's state (status --json "telegram")
 
 
 def read_outbox(now: int) -> Callable[[Store], OutboxView]:
@@ -184,6 +185,7 @@ def read_outbox(now: int) -> Callable[[Store], OutboxView]:
             store.outbox_messages(status="queued", limit=RECENT),
             store.outbox_messages(status="sent", limit=RECENT),
             retrying + store.outbox_messages(status="failed", limit=RECENT),
+            store.chat_status("telegram"),
         )
 
     return read

@@ -312,3 +312,17 @@ async def test_below_100_columns_the_sparkline_gives_the_inbox_path_room(filled:
         assert sparkline.size.width == 10
         await pilot.resize_terminal(120, 40)
         await wait_until(pilot, lambda: sparkline.size.width == 20, what="the whole sparkline at 120 columns")
+
+
+async def test_the_outbox_pane_shows_the_telegram_channel_once_it_is_used(filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        assert "telegram" not in text(app, "#outbox-lines")  # never used: no line
+        with reopen(filled) as store:
+            store.take_chat_updates("telegram", "telegram", now=clock.now(), strangers=["777", "777"])
+            store.set_chat_health("telegram", "conflict", "another program is reading this bot's updates",
+                                  now=clock.now())
+        await wait_until(pilot, lambda: "telegram conflict" in text(app, "#outbox-lines"), what="the channel's line")
+        line = text(app, "#outbox-lines")
+        assert "another program" in line and "paired\u00a00" in line and "refused\u00a02" in line

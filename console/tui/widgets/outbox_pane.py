@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -24,6 +25,21 @@ NBSP = "\u00a0"
 def one_line(text: str, width: int = 60) -> str:
     flat = terminal_safe(" ".join(text.split()))  # a reply may quote the sender's text
     return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def telegram_line(info: dict[str, Any] | None) -> list[Part]:
+    """The Telegram channel, once it is in use: its state (and why, when it is not ok), paired chats, and the
+    messages refused from chats that are not paired."""
+    if not info or (info["state"] == "off" and not info["paired_chats"] and not info["refused_messages"]):
+        return []
+    state = str(info["state"])
+    line: list[Part] = [("telegram ", "dim"), (state, "$text-success" if state == "ok" else "$text-warning bold")]
+    if info.get("reason"):
+        line.append((f" ({one_line(str(info['reason']), 50)})", "$text-warning"))
+    line += [(f" · paired{NBSP}", "dim"), (str(len(info["paired_chats"])), "bold")]
+    if info["refused_messages"]:
+        line += [(f" · refused{NBSP}", "dim"), (str(info["refused_messages"]), "$text-warning bold")]
+    return [*line, "\n"]
 
 
 @dataclass(frozen=True)
@@ -100,7 +116,7 @@ A failed send is retried, never dropped.
             wait = max(0, data.next_send_at - now)
             countdown = Countdown(quantized(wait), max(view.gap, wait, 1), label="next ", prefix="in ")
         self.query_one(CountdownBar).countdown = countdown
-        lines: list[Part] = []
+        lines: list[Part] = telegram_line(data.telegram)
         for message in data.troubled[:2]:
             retry = f", retry in {human_span((message.next_try_at or now) - now)}" if (
                 message.status != "failed") else ""
