@@ -214,7 +214,7 @@ class AuditMixin(StoreBase):
         at a time (by row number), so a long trail is never held whole."""
         after = 0
         if since is not None:
-            first = self._scalar("SELECT MIN(seq) FROM audit WHERE at >= ?", (since,))
+            first = self._scalar("SELECT MIN(seq) FROM audit INDEXED BY audit_at WHERE at >= ?", (since,))
             if first is None:
                 return
             after = int(first) - 1
@@ -290,7 +290,7 @@ class AuditMixin(StoreBase):
         """The last row a prune at cutoff may delete: rows go as a run from the oldest, up to the first one
         written at or after the cutoff (0: none)."""
         base = int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0)
-        first_kept = self._scalar("SELECT MIN(seq) FROM audit WHERE at >= ?", (cutoff,))
+        first_kept = self._scalar("SELECT MIN(seq) FROM audit INDEXED BY audit_at WHERE at >= ?", (cutoff,))
         last = self._scalar("SELECT MAX(seq) FROM audit") if first_kept is None else int(first_kept) - 1
         return max(base, int(last or 0))
 
