@@ -25,13 +25,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import platformdirs
 import tzlocal
 
-from console.agents.pricing import parse_prices
 from console.core.db import StoreError, is_postgres
 from console.core.models import BudgetDefaults
 from console.core.options import STORE_OPTION_NAMES, StoreOptions
 from console.core.pg_target import parse_target, with_inbox_params
 from console.core.spend import check_budget_usd
 from console.core.timers import validate_cron
+from console.pricing import parse_prices
 from console.redact import redact_url
 
 APP_NAME = "agent-console"

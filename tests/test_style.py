@@ -96,7 +96,7 @@ def test_the_rules_catch_what_they_look_for() -> None:
 # --- rooms: who may import whom ------------------------------------------------------------------
 # Modules everyone may use: small, and they import nothing of the rooms above them.
 LEAVES = ("console.clock", "console.futures", "console.notices", "console.redact", "console.textsafe",
-          "console.timefmt", "console.spendfmt", "console.callview")
+          "console.timefmt", "console.spendfmt", "console.callview", "console.pricing")
 # Each room, and the console modules it may import (a prefix allows the modules under it). First match wins,
 # so the composition root is listed before the rest of the runtime.
 ROOMS: list[tuple[str, tuple[str, ...]]] = [
@@ -107,11 +107,12 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("console.redact", ()),
     ("console.textsafe", ()),
     ("console.timefmt", ()),
+    ("console.pricing", ()),
     ("console.spendfmt", ("console.core",)),
     ("console.callview", ("console.textsafe",)),
     ("console.examples", ()),
-    # The settings check an agent's name against a constant, never the agents' registry (prices are data).
-    ("console.config", ("console.core", *LEAVES, "console.agents.pricing")),
+    # The settings check an agent's name against a constant, never the agents' registry (prices are a leaf).
+    ("console.config", ("console.core", *LEAVES)),
     ("console.demo", ("console.core", "console.config", *LEAVES)),
     ("console.agents", ("console.core", "console.config", "console.agents", *LEAVES)),
     ("console.edges", ("console.core", "console.config", "console.edges", *LEAVES)),

@@ -63,12 +63,12 @@ from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 
 from console.agents.base import AgentSetupError, Resumed, RunContext
 from console.agents.errors import AgentPaused, ProviderBusy
-from console.agents.pricing import Usage
 from console.agents.provenance import Provenance, note_taint
 from console.agents.spending import Meter, SpendGuard
 from console.agents.tools import ToolCall, ToolGateway, quoted_notes
 from console.config import Settings
 from console.core import Event, MemoryEntry
+from console.pricing import Usage
 from console.redact import install_log_redaction, redact_url, redact_urls
 from console.spendfmt import money
 

@@ -2,7 +2,7 @@
 with what it cost after.
 
 The worst case is the call's prompt at the dearer of the input and cache-write prices plus max_tokens of
-output, at the model's prices (console/agents/pricing.py). The prompt is bounded at one token a byte (no
+output, at the model's prices (console/pricing.py). The prompt is bounded at one token a byte (no
 token is shorter), and when that bound would pass a budget the API's own count of the prompt
 (count_tokens) is reserved instead, with a margin. A call whose reservation would still pass the daily or
 monthly budget in force is not made: BudgetReached pauses the agent (no event spends an attempt) until the
@@ -26,10 +26,10 @@ from zoneinfo import ZoneInfo
 
 from console.agents.base import RunContext
 from console.agents.errors import AgentPaused, BudgetReached
-from console.agents.pricing import Price, PriceTable, Usage
 from console.config import Settings
 from console.core import Event, Store, StoreUnavailable
 from console.core.models import BudgetDefaults, SpendDecision, UnpricedCall
+from console.pricing import Price, PriceTable, Usage
 from console.spendfmt import money
 from console.timefmt import span
 

@@ -23,11 +23,11 @@ import pytest
 from console.agents.base import RunContext
 from console.agents.claude import ClaudeAgent
 from console.agents.errors import AgentPaused, BudgetReached, ProviderBusy
-from console.agents.pricing import PriceTable, parse_prices
 from console.agents.spending import SpendGuard
 from console.clock import ManualClock
 from console.core import Store, StoreUnavailable
 from console.core.models import BudgetDefaults
+from console.pricing import PriceTable, parse_prices
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, claim
 from tests.agents.test_claude_provider import (
