@@ -40,15 +40,16 @@ import urllib.request
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, BinaryIO
-
-import apprise
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import Batch, SendError
 from console.core.outbox import OutboxChannel
 from console.edges.phone_config import PHONE_KEYS, build_phone_channel
+
+if TYPE_CHECKING:
+    import apprise
 
 DEFAULT_HTTP_TIMEOUT = 10.0
 # Statuses that say "not now" rather than "never": retried like a 5xx.
@@ -246,6 +247,8 @@ class AppriseChannel:
                  title: str = "agent-console") -> None:
         if not urls:
             raise ValueError("an apprise channel needs at least one URL")
+        import apprise  # about 80 ms to import: loaded only when an apprise channel is configured
+
         self.name = name
         self.at_most_once = at_most_once
         self.title = title
@@ -263,6 +266,8 @@ class AppriseChannel:
         self._delivered.move_to_end(batch.key)
         while len(self._delivered) > self.REMEMBERED_KEYS:
             self._delivered.popitem(last=False)
+        import apprise
+
         failed = []
         for index, target in enumerate(self._targets):
             if index in done:

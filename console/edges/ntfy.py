@@ -29,8 +29,6 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, ClassVar
 
-import aiohttp
-
 from console.callview import APPROVAL_OPENING, QUESTION_OPENING, request_view
 from console.core import Approval, PhoneCard, SendError
 from console.edges.phone import PhoneChannel, describe, read_json, shorten
@@ -114,6 +112,8 @@ class NtfyChannel(PhoneChannel):
                             card.ref)
 
     async def _publish(self, fields: dict[str, Any], sequence_id: str, *, title: str = TITLE) -> None:
+        from aiohttp import ClientError  # loaded once the channel runs
+
         message = {"topic": self.topic, "title": title, "sequence_id": sequence_id, **fields}
         try:
             async with self.session.post(f"{self.server}/", json=message, headers=self._headers()) as response:
@@ -124,7 +124,7 @@ class NtfyChannel(PhoneChannel):
                 await read_json(response)
         except SendError:
             raise
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (ClientError, TimeoutError) as exc:
             raise SendError(f"{self.name}: {describe(exc)}", permanent=False) from None
 
     # --- the answer stream ----------------------------------------------------------------------
@@ -132,8 +132,10 @@ class NtfyChannel(PhoneChannel):
         host = self.host
         since = await host.read(lambda s: s.phone_cursor(self.name)) or "all"
         url = f"{self.server}/{urllib.parse.quote(self.answer_topic)}/json"
+        from aiohttp import ClientTimeout  # loaded once the channel runs, not before the console's first frame
+
         # No total deadline: the stream stays open; a silence longer than the keepalive interval is a failure.
-        timeout = aiohttp.ClientTimeout(total=None, sock_connect=self.timeout, sock_read=self.stream_silence)
+        timeout = ClientTimeout(total=None, sock_connect=self.timeout, sock_read=self.stream_silence)
         async with self.session.get(url, params={"since": since}, headers=self._headers(),
                                     timeout=timeout) as response:
             if response.status != 200:

@@ -27,9 +27,7 @@ import logging
 import random
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, TypeVar
-
-import aiohttp
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from console.clock import Clock
 from console.core import Approval, Batch, PhoneAnswer, PhoneCard, SendError, Store
@@ -38,6 +36,9 @@ from console.edges.answerkey import answer_key, answer_mac, mac_matches
 from console.edges.secretfile import Secret
 from console.notices import NoticeKind
 from console.timefmt import via_in_words
+
+if TYPE_CHECKING:
+    import aiohttp
 
 T = TypeVar("T")
 log = logging.getLogger("agent_console.phone")
@@ -110,6 +111,8 @@ def shorten(text: str, limit: int) -> str:
 
 def describe(exc: BaseException) -> str:
     """A failure in words without any URL (the Bot API's URLs hold the bot token)."""
+    import aiohttp
+
     if isinstance(exc, SendError):
         return str(exc)
     if isinstance(exc, aiohttp.ClientResponseError):
@@ -155,6 +158,8 @@ class PhoneChannel:
         self._loop = asyncio.get_running_loop()
         self._tag = await host.read(lambda store: store.inbox_tag())
         self._key = await asyncio.to_thread(answer_key, self.secrets_file, self._tag)
+        import aiohttp  # loaded here, when the channel starts: not before the console's first frame
+
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=self.timeout))
         await self.prepare()
         return [(f"{self.name}-answers", self._listen_forever()), (f"{self.name}-cards", self._keep_cards())]

@@ -33,8 +33,6 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
 
-import aiohttp
-
 from console.callview import announcement, request_view
 from console.core import Approval, PhoneCard, SendError
 from console.edges.chatsource import COMMANDS, PRIVATE_REPLY, code_hash, split_text
@@ -180,14 +178,16 @@ class TelegramChannel(PhoneChannel):
 
     async def call(self, method: str, payload: dict[str, Any], *, timeout: float | None = None) -> Any:
         """One Bot API method; its result, or SendError worded without the URL (it holds the token)."""
+        from aiohttp import ClientError, ClientTimeout  # loaded once the channel runs
+
         url = f"{self.api_base}/bot{self._token.reveal()}/{method}"
         try:
-            async with self.session.post(url, json=payload, timeout=aiohttp.ClientTimeout(
+            async with self.session.post(url, json=payload, timeout=ClientTimeout(
                     total=timeout or self.timeout)) as response:
                 body = await read_json(response)
         except SendError as exc:
             raise SendError(f"{self.name}: {method}: {exc}", permanent=False) from None
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (ClientError, TimeoutError) as exc:
             raise SendError(f"{self.name}: {method}: {describe(exc)}", permanent=False) from None
         if isinstance(body, dict) and body.get("ok") is True:
             return body.get("result")

@@ -10,13 +10,13 @@ imports neither the agents it runs nor the channels it sends through.
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from console.agents.base import Agent
 from console.agents.offline import DIGEST_TIMER_ID
-from console.agents.registry import build_agent
 from console.clock import Clock, WallClock
 from console.config import Settings
 from console.core import Store
@@ -24,6 +24,9 @@ from console.core.outbox import OutboxChannel
 from console.edges.channels import build_channels
 from console.edges.phone import PhoneChannel
 from console.runtime.engine import Engine, SetUp
+
+if TYPE_CHECKING:
+    from console.agents.base import RunContext
 
 if TYPE_CHECKING:
     from console.edges.receiver import EngineLike, WebhookReceiver
@@ -43,6 +46,38 @@ def default_timers(settings: Settings, clock: Clock) -> SetUp:
     return install
 
 
+class LateAgent:
+    """The configured agent, built when the engine starts rather than with the engine.
+
+    Building it imports its tools' libraries (the MCP SDK alone takes about a second, pydantic and the
+    HTTP client with it), which the console's first frame does not need: the console draws from plain reads
+    first and the engine builds the agent, off the event loop, as it starts (`prepare`). A setup error
+    (a missing key, a bad [mcp_servers] entry) then stops the start with its ConfigError, as it stops `run`
+    before anything runs."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.name = settings.agent
+        self._settings = settings
+        self._agent: Agent | None = None
+        self._lock = threading.Lock()
+
+    def prepare(self) -> Agent:
+        with self._lock:
+            if self._agent is None:
+                from console.agents.registry import build_agent
+
+                self._agent = build_agent(self.name, self._settings)
+            return self._agent
+
+    def run(self, ctx: RunContext) -> None:
+        self.prepare().run(ctx)
+
+    def close(self) -> None:
+        closer = getattr(self._agent, "close", None)
+        if callable(closer):
+            closer()
+
+
 def build_engine(
     settings: Settings,
     *,
@@ -51,18 +86,27 @@ def build_engine(
     agent: Agent | None = None,
     channels: Sequence[OutboxChannel] | None = None,
     install_defaults: bool = True,
+    late_agent: bool = False,
     watch_interval: float = 0.05,
     idle_cap: float | None = None,
     shutdown_grace: float = 10.0,
 ) -> Engine:
     """The engine for these settings. `agent` and `channels` replace the configured ones (tests, benchmarks);
     install_defaults=False leaves the default timers out. A bad [[channels]] entry or agent setup raises
-    ConfigError / AgentSetupError, naming it, before anything runs."""
+    ConfigError / AgentSetupError, naming it, before anything runs; with late_agent=True (the console) the
+    agent is built as the engine starts (LateAgent), and its setup error is raised by `start()`."""
     clock = clock or WallClock()
+    if agent is None:
+        if late_agent:
+            agent = LateAgent(settings)
+        else:
+            from console.agents.registry import build_agent
+
+            agent = build_agent(settings.agent, settings)
     chosen_channels = list(channels) if channels is not None else build_channels(settings, clock=clock)
     return Engine(
         settings,
-        agent=agent if agent is not None else build_agent(settings.agent, settings),
+        agent=agent,
         channels=chosen_channels,
         service_channels=[channel for channel in chosen_channels if isinstance(channel, PhoneChannel)],
         set_up=[default_timers(settings, clock)] if install_defaults else [],

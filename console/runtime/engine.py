@@ -115,8 +115,17 @@ class Engine:
             return
         self._stopping = False
         self._mode = "starting"
+        prepare = getattr(self.agent, "prepare", None)  # an agent built as the engine starts (LateAgent)
         if not self._checked:
-            await self.check_inbox()
+            if callable(prepare):  # its imports (a second or so) run beside the inbox's check
+                outcomes = await asyncio.gather(asyncio.to_thread(prepare), self.check_inbox(), return_exceptions=True)
+                for outcome in outcomes:
+                    if isinstance(outcome, BaseException):
+                        raise outcome
+            else:
+                await self.check_inbox()
+        elif callable(prepare):
+            await asyncio.to_thread(prepare)
         # Versions before this one left an answered approval's expiry timer waiting (listed, counted as
         # the next timer due): drop what they left, once per start.
         await self.write(lambda store: store.drop_settled_expiry_timers())

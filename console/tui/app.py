@@ -16,7 +16,7 @@ import logging
 import signal
 import sys
 import tempfile
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -33,6 +33,7 @@ from textual.message import Message
 from textual.notifications import SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
+from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from console.callview import APPROVAL_OPENING, QUESTION_OPENING, request_view
 from console.clock import Clock, WallClock
@@ -210,7 +211,8 @@ class ConsoleApp(App[None]):
         if engine is None:
             from console.runtime.assembly import build_engine
 
-            engine = build_engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults)
+            engine = build_engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults,
+                                  late_agent=True)
         self.engine: EngineLike = engine
         self.deterministic = deterministic
         self.state = ConsoleState(state_path)
@@ -337,13 +339,20 @@ class ConsoleApp(App[None]):
             self.notify("\n".join(self._key_clashes), title="Config: [keys] clash", severity="warning", timeout=20)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
         self.query_one(EventsTable).focus()
-        # The first frame is drawn from plain reads; the engine starts behind it, because its opening
-        # integrity check reads the whole file (about 0.7 s for a million events).
+        # The first frame is drawn from plain reads; the engine starts once it is on the screen, because its
+        # start checks the inbox (up to START_CHECK_SECONDS on a large file) and builds the agent, whose tools'
+        # libraries take about a second to import (tests/tui/test_start_imports.py).
         self._mark(*PANES)
-        self._flush_dirty()
-        self.run_worker(self._start_engine(), group="engine", exit_on_error=False)
+        first_reads = self._flush_dirty(before_start=True)
+        self.run_worker(self._start_engine(first_reads), group="engine", exit_on_error=False)
 
-    async def _start_engine(self) -> None:
+    async def _start_engine(self, first_reads: Sequence[Worker[None]] = ()) -> None:
+        for read in first_reads:
+            with contextlib.suppress(WorkerCancelled, WorkerFailed):
+                await read.wait()
+        drawn = asyncio.Event()
+        self.call_after_refresh(drawn.set)
+        await drawn.wait()
         try:
             await self.engine.start()
         except (StoreError, ConfigError) as exc:
@@ -495,14 +504,18 @@ class ConsoleApp(App[None]):
             self._flush_due = True
             self.set_timer(FLUSH_SECONDS, self._flush_dirty)
 
-    def _flush_dirty(self) -> None:
+    def _flush_dirty(self, *, before_start: bool = False) -> list[Worker[None]]:
+        """Read every dirty pane again (each on its own worker, which it returns). Before the engine has
+        started only the first frame's reads run (before_start)."""
         self._flush_due = False
-        if not self.started:
-            return
+        if not self.started and not before_start:
+            return []
+        reads = []
         for pane in sorted(self._dirty - self._busy):
             self._dirty.discard(pane)
             self._busy.add(pane)
-            self._reload(pane)
+            reads.append(self._reload(pane))
+        return reads
 
     def _tick(self) -> None:
         """Once a second: redraw what moves with the clock from the views the panes hold (no reads), and

@@ -1,0 +1,107 @@
+"""Issue 22: nothing the console's first frame does not need is imported before it.
+
+The agent's tools (the MCP SDK, about a second to import, pydantic and an HTTP client with it), the phone
+channels (aiohttp), apprise and the webhook receiver load after the first frame, as the engine starts; and
+`--version` and `status` load none of them. Each check runs in a fresh interpreter."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from console.config import Settings
+from console.core import Store
+from console.tui.app import ConsoleApp
+from tests.support import pilot_until
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# What the first frame may load beyond the standard library: Textual and what it draws with, SQLite, the
+# settings' and timers' parsers. `certifi` and the `_distutils_hack` / editable-install finders come from the
+# interpreter's site-packages start-up, before any of our code; multidict (about 1 ms, a C extension) is the
+# webhook verifiers' header map.
+FIRST_FRAME_ALLOWED = {
+    "console", "textual", "rich", "markdown_it", "mdurl", "linkify_it", "pygments", "typing_extensions",
+    "platformdirs", "apsw", "croniter", "dateutil", "six", "tzlocal", "tzdata", "multidict",
+    "textual_speedups", "tree_sitter",  # Textual's own, where installed
+    "certifi", "_distutils_hack", "__editable___agent_console_0_1_0_finder", "__main__", "tests",
+    "_sysconfigdata__linux_x86_64-linux-gnu",
+}
+SHOW_MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
+HEAVY = {"mcp", "mcp_types", "aiohttp", "apprise", "pydantic", "pydantic_core", "anyio", "httpx2", "jsonschema",
+         "anthropic", "psycopg", "starlette", "uvicorn"}
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": str(ROOT)}
+
+
+def third_party(modules: list[str]) -> set[str]:
+    """The top-level names of the modules outside the standard library (the editable finder's name
+    changes with the installed version, so any of its names counts as the one)."""
+    tops = {name.split(".")[0] for name in modules} - set(sys.stdlib_module_names)
+    return {("__editable___agent_console_0_1_0_finder" if top.startswith("__editable___") else top)
+            for top in tops}
+
+
+def imported_by(code: str) -> tuple[set[str], str]:
+    """The top-level modules loaded once `code` has run in a fresh interpreter (its sys.modules at exit), and
+    `python -X importtime`'s report of what each cost (to read when the test fails)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-c", f"{code}\n{SHOW_MODULES}"],
+                          capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return third_party(json.loads(done.stdout.strip().splitlines()[-1])), done.stderr
+
+
+def costliest(report: str, names: set[str]) -> str:
+    """The importtime lines of these top-level modules, for a failure's message."""
+    lines = [line for line in report.splitlines()
+             if (m := re.match(r"import time:\s+\d+ \|\s+\d+ \| (\s*)(\S+)$", line)) and m.group(2) in names]
+    return "\n".join(lines)
+
+
+def test_importing_the_console_loads_only_what_the_first_frame_needs() -> None:
+    loaded, report = imported_by("import console.tui.app")
+    unexpected = loaded - FIRST_FRAME_ALLOWED
+    assert unexpected == set(), costliest(report, unexpected)
+
+
+def test_the_first_frame_is_drawn_before_the_agent_channels_and_receiver_are_imported() -> None:
+    done = subprocess.run([sys.executable, "-m", "tests.tui.start_probe"], capture_output=True, text=True,
+                          env=_env(), cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["rows_drawn"], "the events pane had not drawn its first page when the engine started"
+    assert third_party(seen["first_frame"]) - FIRST_FRAME_ALLOWED == set()
+    # Then the engine builds the agent as it starts: the built-in agent's tools come through the MCP hub.
+    assert seen["start_error"] is None
+    assert {"mcp", "console"} <= third_party(seen["started"])
+    assert "console.agents.registry" in seen["started"]
+
+
+@pytest.mark.parametrize("command", ["--version", "status"])
+def test_version_and_status_load_none_of_the_heavy_libraries(command: str, tmp_path: Path) -> None:
+    Store.open(tmp_path / "inbox.db").close()
+    argv = ["agent-console", "--db", str(tmp_path / "inbox.db"), command]
+    loaded, report = imported_by(f"import sys\nfrom console.cli import main\nsys.argv = {argv!r}\n"
+                                 "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code")
+    heavy = loaded & (HEAVY | {"textual"})
+    assert heavy == set(), costliest(report, heavy)
+
+
+async def test_an_agent_that_cannot_be_built_stops_the_console_as_it_starts(tmp_path: Path,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agent is built after the first frame; its setup error still ends the console with its one line."""
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    app = ConsoleApp(Settings(db=tmp_path / "inbox.db", agent="claude"), install_defaults=False,
+                     state_path=tmp_path / "state.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot_until(pilot, lambda: app.start_error is not None, "the start error")
+    assert app.start_error is not None and "ANTHROPIC_API_KEY" in app.start_error
+    assert app.return_code == 2
