@@ -25,11 +25,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import datetime as dt
 import json
 import multiprocessing as mp
 import os
-import platform
 import shutil
 import sys
 import tempfile
@@ -44,23 +42,30 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as `python bench/postgres_bench.py`: the checkout's packages
 
-import apsw  # noqa: E402
 import pgqueuer  # noqa: E402
 import psycopg  # noqa: E402
 from pgqueuer import Queries  # noqa: E402
 from pgqueuer.ports.repository import EntrypointExecutionParameter  # noqa: E402
 from pgqueuer.types import QueueEntrypoint, QueueManagerId  # noqa: E402
 
+from bench.common import (  # noqa: E402
+    Timings,
+    add_sizes_and_outputs,
+    fmt,
+    parsed_with_sizes,
+    print_durability,
+    ratio,
+    round_plan,
+    run_steps,
+    write_results,
+)
+from bench.common import machine as common_machine  # noqa: E402
 from bench.store_bench import (  # noqa: E402
     HOLDER,
     IDLE_POLL_S,
     NOW,
     CoreSubject,
-    Timings,
-    chunks,
     payload,
-    positive,
-    rotated,
 )
 from console.core import Store  # noqa: E402
 from console.core.pg_store import PgStore  # noqa: E402
@@ -275,18 +280,6 @@ class Line:
     notes: dict[str, str] = field(default_factory=dict)
 
 
-def ratio(ours: float | None, peer: float | None) -> str:
-    if ours is None or peer is None or peer == 0:
-        return "n/a"
-    return f"{ours / peer:.2f}x"
-
-
-def fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.2f}" if unit == "ratio" else f"{value:,.0f}"
-
-
 def print_line(line: Line) -> None:
     print(f"\n{line.title} [{line.unit}]")
     peer = line.figures.get(PGQ)
@@ -346,11 +339,7 @@ class Bench:
         return {kind: self.fresh(kind) for kind in KINDS}
 
     def rounds(self, total: int) -> list[tuple[int, int, list[str]]]:
-        plan, first = [], 0
-        for number, size in enumerate(chunks(total, self.args.rounds)):
-            plan.append((first, size, rotated(KINDS, number)))
-            first += size
-        return plan
+        return round_plan(total, self.args.rounds, KINDS)
 
     def record(self, *lines: Line) -> None:
         for line in lines:
@@ -690,31 +679,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--url", help="an existing PostgreSQL database to use (default: start a throwaway server)")
     parser.add_argument("--dir", type=Path, help="parent folder for the SQLite files (default: a temp dir)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, seconds (the smoke test)")
-    parser.add_argument("--only", choices=STEPS, action="append", help="run only these lines (repeatable)")
-    for name, (default, quick, meaning) in SIZES.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=positive,
-                            help=f"{meaning} (default {default}, --quick {quick})")
-    parser.add_argument("--json", type=Path, help="also write the results to this file")
-    parser.add_argument("--markdown", action="store_true", help="also print the results as a Markdown table")
-    args = parser.parse_args(argv)
-    for name, (default, quick, _) in SIZES.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else default)
-    return args
+    add_sizes_and_outputs(parser, STEPS, SIZES)
+    return parsed_with_sizes(parser, argv, SIZES)
 
 
 def machine() -> dict[str, Any]:
-    return {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "apsw_sqlite": apsw.sqlite_lib_version(),
-        "psycopg": psycopg.__version__,
-        "libpq": psycopg.pq.version(),
-        "pgqueuer": pgqueuer.__version__,
-    }
+    return common_machine(psycopg=psycopg.__version__, libpq=psycopg.pq.version(), pgqueuer=pgqueuer.__version__)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -751,11 +721,7 @@ def main(argv: list[str] | None = None) -> int:
              "pair": bench.engine_pair}
     started = time.perf_counter()
     try:
-        for name in STEPS:
-            if args.only is None or name in args.only:
-                step_started = time.perf_counter()
-                steps[name]()
-                print(f"  ({name}: {time.perf_counter() - step_started:.1f} s with set-up)")
+        run_steps(steps, args.only)
         if not bench.durability:
             bench.durability[PG] = bench.fresh(PG).durability()
     finally:
@@ -765,8 +731,7 @@ def main(argv: list[str] | None = None) -> int:
         else:
             drop_schemas(url, bench.schemas)
     print("\ndurability as read back from the live connections:")
-    for kind, settings in bench.durability.items():
-        print(f"  {kind:20} " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+    print_durability(bench.durability, 20)
     elapsed = time.perf_counter() - started
     print(f"\nfinished in {elapsed:.1f} s")
     result = {
@@ -778,10 +743,7 @@ def main(argv: list[str] | None = None) -> int:
         "pair": bench.pair,
         "lines": [vars(line) for line in bench.lines],
     }
-    if args.markdown:
-        print("\n" + markdown(bench.lines))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    write_results(args, result, markdown(bench.lines))
     return 0
 
 

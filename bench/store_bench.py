@@ -18,14 +18,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import datetime as dt
 import json
 import multiprocessing as mp
-import os
-import platform
 import shutil
 import sqlite3
-import statistics
 import sys
 import tempfile
 import time
@@ -45,6 +41,18 @@ from persistqueue.exceptions import Empty
 # The script runs as `python bench/store_bench.py`: make the checkout's console package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.common import (
+    Timings,
+    add_sizes_and_outputs,
+    fmt,
+    parsed_with_sizes,
+    print_durability,
+    ratio,
+    round_plan,
+    run_steps,
+    write_results,
+)
+from bench.common import machine as common_machine
 from console.core import Store
 
 NOW = 1_700_000_000  # the core takes integer seconds; a fixed clock keeps the lease live for the whole run
@@ -278,47 +286,6 @@ def short(kind: str) -> str:
     return {CORE: "core", PQ_ACK: "SQLiteAckQueue", PQ_UNIQUE: "UniqueAckQ", HUEY: "huey"}[kind]
 
 
-def ratio(ours: float | None, peer: float | None) -> str:
-    if ours is None or peer is None or peer == 0:
-        return "n/a"
-    return f"{ours / peer:.2f}x"
-
-
-class Timings:
-    """Per-round rates; a line's figure is their median, so a slow spell on the shared disk is outvoted.
-
-    The systems take turns within each round (in rotating order), so every system sees the same
-    spells of background load in the same proportion.
-    """
-
-    def __init__(self) -> None:
-        self.count: dict[str, int] = {}
-        self.per_round: dict[str, list[float]] = {}
-
-    @contextlib.contextmanager
-    def timed(self, kind: str) -> Iterator[list[int]]:
-        done = [0]
-        start = time.perf_counter()
-        yield done
-        elapsed = time.perf_counter() - start
-        self.count[kind] = self.count.get(kind, 0) + done[0]
-        if done[0]:
-            self.per_round.setdefault(kind, []).append(done[0] / elapsed if elapsed > 0 else float("inf"))
-
-    def rate(self, kind: str) -> float:
-        return statistics.median(self.per_round[kind])
-
-
-def chunks(total: int, rounds: int) -> list[int]:
-    """total split into rounds near-equal parts."""
-    return [total // rounds + (1 if r < total % rounds else 0) for r in range(rounds)]
-
-
-def rotated(kinds: tuple[str, ...], shift: int) -> list[str]:
-    shift %= len(kinds)
-    return [*kinds[shift:], *kinds[:shift]]
-
-
 class Bench:
     def __init__(self, root: Path, args: argparse.Namespace) -> None:
         self.root = root
@@ -341,12 +308,7 @@ class Bench:
         return {kind: self.fresh(kind) for kind in kinds}
 
     def rounds(self, total: int) -> list[tuple[int, int, list[str]]]:
-        """(round, first index, kinds in this round's order) with each round's share of total."""
-        plan, first = [], 0
-        for number, size in enumerate(chunks(total, self.args.rounds)):
-            plan.append((first, size, rotated(KINDS, number)))
-            first += size
-        return plan
+        return round_plan(total, self.args.rounds, KINDS)
 
     def record(self, *lines: Line) -> None:
         for line in lines:
@@ -558,12 +520,6 @@ def produce(kind: str, folder: str, index: int, first: int, count: int, ready: A
 
 
 # --- output -------------------------------------------------------------------------------------
-def fmt(value: float | None, unit: str) -> str:
-    if value is None:
-        return "n/a"
-    return f"{value:.2f}" if unit == "ratio" else f"{value:,.0f}"
-
-
 def print_line(line: Line) -> None:
     ours = line.figures.get(CORE)
     print(f"\n{line.title} [{line.unit}]")
@@ -592,16 +548,8 @@ def markdown(lines: list[Line]) -> str:
 
 
 def machine() -> dict[str, Any]:
-    return {
-        "date": dt.datetime.now(dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
-        "cpus": os.cpu_count(),
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "apsw_sqlite": apsw.sqlite_lib_version(),
-        "stdlib_sqlite": sqlite3.sqlite_version,
-        "persist_queue": persistqueue.__version__,
-        "huey": huey.__version__,
-    }
+    return common_machine(stdlib_sqlite=sqlite3.sqlite_version, persist_queue=persistqueue.__version__,
+                          huey=huey.__version__)
 
 
 # --- command line -------------------------------------------------------------------------------
@@ -623,28 +571,11 @@ SIZES = {
 }
 
 
-def positive(text: str) -> int:
-    value = int(text)
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, not {value}")
-    return value
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--dir", type=Path, help="parent folder for the databases (default: a temp dir under /tmp)")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, a few seconds (the smoke test)")
-    parser.add_argument("--only", choices=STEPS, action="append", help="run only these lines (repeatable)")
-    for name, (default, quick, meaning) in SIZES.items():
-        parser.add_argument(f"--{name.replace('_', '-')}", type=positive, help=f"{meaning} (default {default}, "
-                            f"--quick {quick})")
-    parser.add_argument("--json", type=Path, help="also write the results to this file")
-    parser.add_argument("--markdown", action="store_true", help="also print the results as a Markdown table")
-    args = parser.parse_args(argv)
-    for name, (default, quick, _) in SIZES.items():
-        if getattr(args, name) is None:
-            setattr(args, name, quick if args.quick else default)
-    return args
+    add_sizes_and_outputs(parser, STEPS, SIZES)
+    return parsed_with_sizes(parser, argv, SIZES)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -662,17 +593,12 @@ def main(argv: list[str] | None = None) -> int:
              "cycles": bench.cycles, "producers": bench.producers, "group": bench.group_commit}
     started = time.perf_counter()
     try:
-        for name in STEPS:
-            if args.only is None or name in args.only:
-                step_started = time.perf_counter()
-                steps[name]()
-                print(f"  ({name}: {time.perf_counter() - step_started:.1f} s with set-up)")
+        run_steps(steps, args.only)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if bench.durability:
         print("\ndurability as read back from each live connection:")
-        for kind, settings in bench.durability.items():
-            print(f"  {kind:30} " + ", ".join(f"{k}={v}" for k, v in settings.items()))
+        print_durability(bench.durability, 30)
     elapsed = time.perf_counter() - started
     print(f"\nfinished in {elapsed:.1f} s")
     result = {
@@ -683,10 +609,7 @@ def main(argv: list[str] | None = None) -> int:
         "claim_plans": bench.claim_plans,
         "lines": [{**vars(line), "met": line.met(), "target": line.target()} for line in bench.lines],
     }
-    if args.markdown:
-        print("\n" + markdown(bench.lines))
-    if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2), encoding="utf-8")
+    write_results(args, result, markdown(bench.lines))
     return 0
 
 
