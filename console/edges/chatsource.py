@@ -20,7 +20,7 @@ A chat source's four parts:
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 from console.core.chats import PAIR_CODE_SECONDS, code_hash, pair_code
 
@@ -35,22 +35,27 @@ COMMANDS = {
 PRIVATE_REPLY = "This bot is private: it answers only its owner's paired chats."
 
 
+@runtime_checkable
 class ChatSource(Protocol):
-    """One chat app as the owner's conversation with the agent."""
+    """One chat app as the owner's conversation with the agent (TelegramChannel is one). The engine runs it as a
+    phone channel (edges/phone.py): start() binds it to the engine that holds the lease, listen() is called in
+    a loop, send() delivers the outbox; what it keeps lives in the inbox under `source`."""
 
-    source: str  # the events' source name (the inbox key's first half) and the config's `type`
+    source: str  # the events' source name (the inbox key's first half), one of core.base.CHAT_SOURCES
 
-    async def receive(self) -> None:
-        """Read what arrived since the stored cursor and store it with the next cursor (one transaction)."""
+    async def listen(self) -> None:
+        """receive: one read from the service from the stored cursor, stored with the next cursor in one
+        transaction (Store.take_chat_updates); a pairing code checked with Store.pair_chat; a tap through
+        Store.take_phone_answer. Raises on a network failure (the engine reconnects with backoff)."""
         ...
 
-    async def reply(self, text: str, reply_to: str | None, *, urgent: bool) -> str:
-        """Send text to the chat of reply_to ('<chat>:<message>', as a reply to it) or to the owner's chat;
-        returns the service's handle of the (first) message sent."""
+    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> str:
+        """reply: send text to the chat reply_to names ('<source>:<chat>:<message>', as a reply to that message)
+        or else to the owner's chat; returns the service's handle of the (first) message sent."""
         ...
 
-    async def answer_command(self, chat_id: str, command: str) -> None:
-        """Answer one of COMMANDS (or /pair) in the chat it came from."""
+    async def answer_command(self, chat_id: int, command: str) -> None:
+        """commands: answer one of COMMANDS (no model involved) in the chat it came from."""
         ...
 
 

@@ -439,7 +439,7 @@ class TelegramChannel(PhoneChannel):
                 cursor = next_cursor
                 continue
             owner = owners[chat_id] is None or from_id == owners[chat_id]
-            if command is not None and owner and command[0] in COMMANDS:
+            if command is not None and owner and (command[0] in COMMANDS or command[0] == "start"):
                 await flush()
                 await self._pass(next_cursor)
                 await self.answer_command(chat_id, command[0])
@@ -472,7 +472,7 @@ class TelegramChannel(PhoneChannel):
 
     # --- commands ---------------------------------------------------------------------------------
     async def answer_command(self, chat_id: int, command: str) -> None:
-        if command == "help":
+        if command in ("help", "start"):  # /start: what every Telegram client sends first
             await self._say(chat_id, HELP)
         elif command == "status":
             now = self.host.clock.now()

@@ -4,18 +4,22 @@ burst as one run, edits, media, commands, and what goes wrong (401, 409, 429, ma
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from console.agents.base import RunContext
 from console.agents.provenance import event_taint
 from console.clock import ManualClock
 from console.core import Store
+from console.edges.channels import build_channels
 from console.edges.chatsource import PRIVATE_REPLY, code_hash, split_text
 from console.edges.phone import PhoneChannel
 from console.edges.telegram import TelegramChannel
+from console.runtime.assembly import build_engine
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInBotApi
 
@@ -250,3 +254,53 @@ def test_long_text_is_split_on_paragraphs() -> None:
 def test_only_the_listener_writes_telegram_events(tmp_path: Path) -> None:
     with Store.open(tmp_path / "inbox.db") as store, pytest.raises(ValueError, match="reserved"):
         store.ingest("telegram", "1:2", {"text": "fake", "owner": True}, now=START)
+
+
+def test_the_telegram_channel_is_a_chat_source() -> None:
+    from console.edges.chatsource import ChatSource
+    from console.edges.secretfile import Secret
+
+    channel = TelegramChannel(name="telegram", token=Secret("t"), chat_id=None, api_base="http://127.0.0.1:1",
+                              secrets_file=Path("/nonexistent"), timeout=1)
+    assert isinstance(channel, ChatSource) and channel.source == "telegram"
+
+
+class HeldRun:
+    """An agent whose run stays open until the test lets go (a model thinking)."""
+
+    name = "held"
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+
+    def run(self, ctx: RunContext) -> None:
+        self.entered.set()
+        if not self.release.wait(30):
+            raise TimeoutError("the test never let the run go")
+
+
+async def test_the_chat_shows_typing_while_the_run_works(tmp_path: Path, clock: ManualClock,
+                                                         bot: StandInBotApi) -> None:
+    settings = phone_settings(tmp_path, table(bot, chat_id=OWNER))
+    channels = build_channels(settings, clock=clock, environ=ENV)
+    for channel in channels:
+        if isinstance(channel, TelegramChannel):
+            quick(channel)
+    agent = HeldRun()
+    engine = build_engine(settings, clock=clock, holder="phone", channels=channels, agent=agent, idle_cap=0.1,
+                          install_defaults=False)
+    await engine.start()
+    try:
+        await bot.write(OWNER, "think hard about this")
+        await until(agent.entered.is_set, "the run started")
+        await until(lambda: {"chat_id": OWNER, "action": "typing"} in bot.actions, "typing… in the chat")
+        agent.release.set()
+        await stored(engine, lambda s: s.counts()["done"] == 1, "the run done")
+        shown = len(bot.actions)
+        await bot.write(STRANGER, "no run here")  # a later read, after the run: nothing is typing any more
+        await until(lambda: bot.sent_to(STRANGER), "the stranger told")
+        assert len(bot.actions) == shown
+    finally:
+        agent.release.set()
+        await engine.stop()
