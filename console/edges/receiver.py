@@ -347,8 +347,9 @@ def build_receiver(
     )
 
 
-class EngineLike(Protocol):
-    """What start_receiver needs of console.runtime.engine.Engine (kept structural: edges never import runtime)."""
+class ReceiverHost(Protocol):
+    """What a receiver started beside an engine needs of it (console.runtime.engine.Engine satisfies it; kept
+    structural: edges never import the runtime). Not the console's ConsoleEngine (tui/backend.py)."""
 
     @property
     def path(self) -> Path | str: ...
@@ -367,7 +368,7 @@ class EngineLike(Protocol):
 async def start_receiver(
     settings: Settings,
     *,
-    engine: EngineLike | None = None,
+    engine: ReceiverHost | None = None,
     store_path: str | os.PathLike[str] | None = None,
     host: str | None = None,
     port: int | None = None,

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from console.agents.base import RunContext
 
 if TYPE_CHECKING:
-    from console.edges.receiver import EngineLike, WebhookReceiver
+    from console.edges.receiver import ReceiverHost, WebhookReceiver
 
 log = logging.getLogger("agent_console.assembly")
 
@@ -118,7 +118,7 @@ def build_engine(
     )
 
 
-async def start_receiver_beside(settings: Settings, engine: EngineLike) -> WebhookReceiver | None:
+async def start_receiver_beside(settings: Settings, engine: ReceiverHost) -> WebhookReceiver | None:
     """Start the webhook receiver next to the engine when the config has `[webhooks] enabled = true` (else
     None). It writes to the engine's inbox on its own writer thread and wakes the worker as soon as an event
     is stored. ConfigError / StoreError / OSError say why it could not start."""

@@ -44,7 +44,7 @@ from console.demo import demo_settings, run_demo
 from console.notices import Notice, NoticeKind
 from console.textsafe import terminal_safe, terminal_safe_lines
 from console.timefmt import plural, span
-from console.tui.backend import EngineLike
+from console.tui.backend import ConsoleEngine
 from console.tui.commands import ConsoleCommands
 from console.tui.detail import DetailView, read_detail, read_neighbour
 from console.tui.finding import read_message
@@ -194,7 +194,7 @@ class ConsoleApp(App[None]):
         settings: Settings,
         *,
         clock: Clock | None = None,
-        engine: EngineLike | None = None,
+        engine: ConsoleEngine | None = None,
         holder: str | None = None,
         deterministic: bool = False,
         state_path: Path | None = None,
@@ -213,7 +213,7 @@ class ConsoleApp(App[None]):
 
             engine = build_engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults,
                                   late_agent=True)
-        self.engine: EngineLike = engine
+        self.engine: ConsoleEngine = engine
         self.deterministic = deterministic
         self.state = ConsoleState(state_path)
         self.after_start = after_start

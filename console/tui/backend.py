@@ -1,4 +1,5 @@
-"""What the console needs from the runtime Engine (console.runtime.engine.Engine satisfies it)."""
+"""ConsoleEngine: what the console drives (console.runtime.engine.Engine satisfies it). Not the receiver's
+ReceiverHost (edges/receiver.py), the little a webhook receiver needs of the engine it runs beside."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from console.notices import Notice
 T = TypeVar("T")
 
 
-class EngineLike(Protocol):
+class ConsoleEngine(Protocol):
     @property
     def mode(self) -> str: ...
     @property
