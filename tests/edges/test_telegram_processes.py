@@ -108,3 +108,26 @@ async def test_only_the_holder_polls_and_a_takeover_continues_from_the_stored_of
         for process in (first, second):
             if process is not None and process.poll() is None:
                 kill(process)
+
+
+async def test_a_strangers_messages_never_run_and_a_burst_is_one_run_with_one_reply(
+        tmp_path: Path, bot: StandInBotApi) -> None:
+    db = tmp_path / "inbox.db"
+    engine = start(tmp_path, bot, batch_window=1, name="engine")
+    try:
+        await inbox(db, lambda s: s.lease() is not None, "the engine's lease")
+        await bot.write(777, "run my errands", from_id=777)
+        await phone(lambda: bot.sent_to(777), "the stranger told the bot is private")
+        ids = [(await bot.write(OWNER, text))[1] for text in ("one", "two", "three")]
+        await inbox(db, lambda s: s.counts()["done"] == 3, "the burst run")
+        [reply] = await phone(lambda: [m for m in bot.sent_to(OWNER) if m["text"].startswith("Noted")], "one reply")
+        assert reply["text"] == "Noted your 3 messages: one; two; three"
+        assert reply["reply_to_message_id"] == ids[-1]
+        with Store.open(db, check=False) as store:
+            assert [e.source_id for e in store.events(source="telegram")] == [f"{OWNER}:{m}" for m in reversed(ids)]
+            assert store.chat_status("telegram")["refused_messages"] == 1
+        # One run saw all three (its one reply names them); three runs would have sent three replies.
+        assert len([m for m in bot.sent_to(OWNER) if m["text"].startswith("Noted")]) == 1
+    finally:
+        if engine.poll() is None:
+            kill(engine)
