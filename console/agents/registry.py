@@ -10,7 +10,8 @@ import sys
 from collections.abc import Callable
 
 from console.agents.base import Agent, AgentSetupError
-from console.agents.mcp import McpHub, McpServerConfig, parse_mcp_servers
+from console.agents.mcp import McpHub
+from console.agents.mcp_config import McpServerConfig, parse_mcp_servers
 from console.agents.offline import OfflineAgent
 from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.tools import ToolGateway, load_python_tools

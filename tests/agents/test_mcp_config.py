@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from console.agents.mcp import McpServerConfig, expand_env, parse_mcp_servers, split_mcp_tool_name
+from console.agents.mcp import split_mcp_tool_name
+from console.agents.mcp_config import McpServerConfig, expand_env, parse_mcp_servers
 from console.config import ConfigError
 
 SECRET = "s3cr3t-value-never-shown"

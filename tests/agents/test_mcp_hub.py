@@ -17,7 +17,8 @@ from typing import Any
 import psutil
 import pytest
 
-from console.agents.mcp import IDEMPOTENCY_META_KEY, McpHub, McpServerConfig, McpToolError
+from console.agents.mcp import IDEMPOTENCY_META_KEY, McpHub, McpToolError
+from console.agents.mcp_config import McpServerConfig
 from tests.agents import mcp_servers
 from tests.agents.mcp_servers import HttpServer, read_calls, serve_http, stdio_command
 from tests.support import wait_until

@@ -26,7 +26,8 @@ from typing import Any
 import pytest
 
 from console.agents.claude import ClaudeAgent, ClaudeError
-from console.agents.mcp import McpCallUnknown, McpHub, McpServerConfig
+from console.agents.mcp import McpCallUnknown, McpHub
+from console.agents.mcp_config import McpServerConfig
 from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.tools import MAX_JOURNAL_CHARS, PythonTool, ToolGateway, tool_hints
 from console.core import OutcomeUnknown, Store

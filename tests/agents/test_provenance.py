@@ -18,7 +18,8 @@ import pytest
 
 from console.agents.base import RunContext
 from console.agents.claude import ClaudeAgent
-from console.agents.mcp import McpHub, McpServerConfig
+from console.agents.mcp import McpHub
+from console.agents.mcp_config import McpServerConfig
 from console.agents.policy import Policy
 from console.agents.tools import PythonTool, ToolGateway, tool_hints
 from console.core import Approval, Event, Store

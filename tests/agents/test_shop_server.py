@@ -12,7 +12,8 @@ from typing import Any
 
 import pytest
 
-from console.agents.mcp import IDEMPOTENCY_META_KEY, McpHub, McpServerConfig
+from console.agents.mcp import IDEMPOTENCY_META_KEY, McpHub
+from console.agents.mcp_config import McpServerConfig
 from console.examples import shop_server
 
 
