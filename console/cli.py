@@ -579,6 +579,10 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
         lines.append(f"phone      {plural(taken, 'answer')} taken · {count(sum(ignored.values()))} ignored"
                      + (f" ({detail})" if detail else ""))
     lines += telegram_lines(info.get("telegram") or {})
+    mail = info.get("email") or {}
+    if mail.get("state", "off") != "off" or mail.get("last_uid") is not None:
+        reason = f" ({mail['reason']})" if mail.get("reason") else ""
+        lines.append(f"email      {mail.get('state')}{reason} · last UID stored {mail.get('last_uid')}")
     outbox = info["outbox"]
     next_send = info["next_send_at"]
     send = "nothing to send" if next_send is None else f"next send {relative(next_send, now)}"

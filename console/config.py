@@ -121,6 +121,7 @@ class Settings:
     webhook_read_timeout: int = DEFAULT_WEBHOOK_READ_TIMEOUT
     webhook_max_connections: int = DEFAULT_WEBHOOK_MAX_CONNECTIONS  # more at once are refused with a 503
     channels: list[dict[str, Any]] = field(default_factory=list)
+    email: dict[str, Any] = field(default_factory=dict)  # [email]: a mailbox as a source (console/edges/mail_config.py)
     keys: dict[str, str] = field(default_factory=dict)  # binding id -> key, remaps the console's keys
     # Where each setting given by the user came from ("config file PATH", "environment variable NAME", "the
     # command line"); a setting missing here has its default. Not a setting itself.
@@ -395,6 +396,7 @@ CHECKS: dict[str, Checker] = {
     "webhook_read_timeout": _seconds_or_count(1),
     "webhook_max_connections": _seconds_or_count(1),
     "channels": _channels,
+    "email": _structured(dict, "a table"),
     "keys": _keys,
 }
 SETTING_NAMES = tuple(f.name for f in fields(Settings) if f.name != "origins")

@@ -61,7 +61,8 @@ class OfflineAgent:
         asked: list[tuple[str, ApprovalRequest]] = []
         reports_outcome = False  # what became of an answered approval: the owner waits to hear it
         for event in ctx.events:
-            if event.source == "chat" or (isinstance(event.payload, dict) and event.payload.get("kind") == "chat"
+            if event.source == "chat" or (isinstance(event.payload, dict)
+                                          and event.payload.get("kind") in ("chat", "email")
                                           and event.source != "approval"):
                 text = _chat_text(event)
                 call = self._intent(event, text)

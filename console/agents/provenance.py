@@ -112,7 +112,11 @@ def event_taint(event: Event) -> str | None:
     """Why reading this event makes a conversation untrusted, or None when it does not: a source from outside,
     or a timer set by a conversation that was untrusted (it fires with that trust). A chat source's message is
     trusted when its listener marked it the paired owner's (`owner`; only that listener writes the source) and
-    it is the owner's own words: not forwarded, not quoting another message."""
+    it is the owner's own words: not forwarded, not quoting another message. An e-mail is trusted only when its
+    listener (the only writer of source `email`) proved it the owner's: a trusted sender whose mail the owner's
+    own server authenticated (console/edges/mailmsg.py)."""
+    if event.source == "email":
+        return _mail_taint(event)
     if event.source in CHAT_SOURCES:
         return _chat_taint(event)
     if event.source not in TRUSTED_SOURCES:
@@ -141,6 +145,16 @@ def _chat_taint(event: Event) -> str | None:
     if payload.get("reply_to_text") is not None:
         return f"{event.source} reply quoting another message {where}"
     return None
+
+
+def _mail_taint(event: Event) -> str | None:
+    payload = event.payload if isinstance(event.payload, Mapping) else {}
+    if payload.get("trusted") is True:
+        return None
+    sender = payload.get("from", {}).get("address") if isinstance(payload.get("from"), Mapping) else None
+    who = " ".join(str(sender or "an unknown sender").split())
+    who = who if len(who) <= SHORT_ID_CHARS * 4 else who[: SHORT_ID_CHARS * 4 - 1] + "…"
+    return f"email from {who} (#{event.id})"
 
 
 def note_taint(entry: MemoryEntry) -> str | None:

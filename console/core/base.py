@@ -16,9 +16,9 @@ from console.core.options import StoreOptions
 # Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
 # (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick. A chat
 # source's events carry whether the paired owner wrote them, which only its listener may say.
-RESERVED_SOURCES = ("approval", "timer", "telegram")
+RESERVED_SOURCES = ("approval", "timer", "telegram", "email")
 # The chat sources: a run whose batch holds one of their messages answers in that chat (the outbox's reply_to).
-CHAT_SOURCES = ("telegram",)
+CHAT_SOURCES = ("telegram", "email")
 # The duplicate ledger: an insert meeting a stored key counts the copy on the stored row instead.
 COUNT_A_COPY = """ON CONFLICT (source, source_id) DO UPDATE
                   SET duplicates = inbox.duplicates + 1, last_duplicate_at = excluded.created_at"""

@@ -34,6 +34,7 @@ from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
+from console.core.mail import MailMixin
 from console.core.models import BudgetDefaults
 from console.core.options import StoreOptions
 from console.core.outbox import OutboxMixin
@@ -79,7 +80,7 @@ class PollingFeed:
 
 
 class Store(
-    RetentionMixin, ReplayMixin, ChatMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin,
+    RetentionMixin, ReplayMixin, MailMixin, ChatMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin,
     JournalMixin, InsightsMixin, AgentStateMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, options: StoreOptions, seed: int | None = None) -> None:
@@ -275,4 +276,5 @@ class Store(
             "spend": self.spend_summary(budgets or BudgetDefaults(), now=now),
             "move": self._move_status(),
             "telegram": self.chat_status("telegram"),
+            "email": self.mail_status(),
         }

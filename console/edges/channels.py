@@ -365,4 +365,13 @@ def build_channels(
             raise ConfigError(f"channels[{seen['console']}].name: 'console' is the name of the always-on console "
                               "channel; pick another")
         channels.insert(0, ConsoleChannel())
+    if settings.email:  # the mailbox source answers mail it read (its imapclient loaded only when it is wanted)
+        from console.edges.mail_config import build_mail_settings
+        from console.edges.mailsource import MailChannel
+
+        mail = build_mail_settings(settings, env)
+        if mail is not None:
+            if mail.name in seen:
+                raise ConfigError(f"email.name: {mail.name!r} is already the name of channels[{seen[mail.name]}]")
+            channels.append(MailChannel(mail))
     return channels

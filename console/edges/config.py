@@ -34,7 +34,7 @@ DEFAULT_PORT = 8765
 DEFAULT_MAX_BODY = 1024 * 1024
 # Sources the console itself writes: a webhook under one of these names could forge a timer firing
 # or answer an approval, so they are refused as webhook source names.
-RESERVED_SOURCES = ("approval", "chat", "telegram", "timer")
+RESERVED_SOURCES = ("approval", "chat", "email", "telegram", "timer")
 
 _SOURCE_NAME = re.compile(r"^[a-z0-9][a-z0-9_.-]{0,63}$")
 _HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+$")

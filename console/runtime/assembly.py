@@ -22,6 +22,7 @@ from console.config import Settings
 from console.core import Store
 from console.core.outbox import OutboxChannel
 from console.edges.channels import build_channels
+from console.edges.mailsource import MailChannel
 from console.edges.phone import PhoneChannel
 from console.runtime.engine import Engine, SetUp
 
@@ -108,7 +109,7 @@ def build_engine(
         settings,
         agent=agent,
         channels=chosen_channels,
-        service_channels=[channel for channel in chosen_channels if isinstance(channel, PhoneChannel)],
+        service_channels=[channel for channel in chosen_channels if isinstance(channel, PhoneChannel | MailChannel)],
         set_up=[default_timers(settings, clock)] if install_defaults else [],
         clock=clock,
         holder=holder,

@@ -88,6 +88,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_DB_SCHEMA": "ada", "AGENT_CONSOLE_PASSWORD_ENV": "AGENT_PG_PASSWORD",
         "AGENT_CONSOLE_APPROVAL_BELL": "true", "AGENT_CONSOLE_MAX_TOOL_CALLS_PER_RUN": "5",
         "AGENT_CONSOLE_MAX_TOOL_CALLS_PER_HOUR": "0", "AGENT_CONSOLE_MAX_MESSAGES_PER_HOUR": "12",
+        "AGENT_CONSOLE_EMAIL": '{"imap_host": "imap.example.org"}',
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -98,6 +99,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert s.webhooks == {"enabled": False}
     assert (s.webhook_read_timeout, s.webhook_max_connections) == (30, 20)
     assert s.channels == [{"kind": "file", "path": "/tmp/out"}]
+    assert s.email == {"imap_host": "imap.example.org"}
     assert (s.claude_model, s.claude_max_tokens, s.claude_base_url) == (
         "claude-opus-5-5", 4096, "http://127.0.0.1:8080")
     assert (s.claude_max_turns, s.claude_timeout, s.claude_batch_tokens) == (4, 7.5, 20000)

@@ -1,0 +1,71 @@
+"""A mailbox as a source (issue 23): where the IMAP listener resumes, and the messages it takes in.
+
+The listener's place is kept in phone_cursors under its channel's name, as "<UIDVALIDITY>:<UID>:<date>": the
+folder's UIDVALIDITY, the highest UID stored, and the newest Date of the mail stored (epoch seconds). It moves in
+the transaction that stores the messages it moves past, so a crash between reading and committing repeats
+nothing and loses nothing (the inbox refuses a copy anyway: source id "<UIDVALIDITY>:<UID>"). Within one
+UIDVALIDITY it only moves forward: a listener that lost the lease and commits late cannot send its successor
+back. Its health is the source's row in chat_health (status --json "email").
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from console.core.chats import ChatMixin
+from console.core.db import transaction, translate_errors
+
+SOURCE = "email"
+
+
+@dataclass(frozen=True)
+class MailCursor:
+    uidvalidity: int
+    uid: int          # the highest UID stored (or skipped past) in this UIDVALIDITY
+    date: int         # the newest Date of the mail stored, epoch seconds (0: none yet)
+
+    def text(self) -> str:
+        return f"{self.uidvalidity}:{self.uid}:{self.date}"
+
+    @classmethod
+    def parse(cls, text: str | None) -> MailCursor | None:
+        parts = (text or "").split(":")
+        if len(parts) != 3 or not all(part.isdigit() for part in parts):
+            return None
+        return cls(int(parts[0]), int(parts[1]), int(parts[2]))
+
+
+class MailMixin(ChatMixin):
+    def mail_cursor(self, channel: str) -> MailCursor | None:
+        return MailCursor.parse(self._scalar("SELECT cursor FROM phone_cursors WHERE channel = ?", (channel,)))
+
+    def take_mail(
+        self, channel: str, cursor: MailCursor, *, now: int, events: Sequence[tuple[str, Any]] = (),
+    ) -> list[bool]:
+        """Store these messages (source id, payload) and move the listener's cursor to `cursor`, in one
+        transaction. Returns, for each, whether it was stored (False: the inbox already had it). A cursor behind
+        the stored one in the same UIDVALIDITY (a late commit) stores what is new and leaves the cursor."""
+        encoded = [(SOURCE, source_id, self.encode_event(SOURCE, source_id, payload, by_engine=True))
+                   for source_id, payload in events]
+        with translate_errors(), transaction(self._conn):
+            current = self.mail_cursor(channel)
+            if current is None or current.uidvalidity != cursor.uidvalidity or cursor.uid > current.uid:
+                date = max(cursor.date, current.date if current is not None else 0)
+                self._conn.execute(
+                    """INSERT INTO phone_cursors (channel, cursor, updated_at) VALUES (?, ?, ?)
+                       ON CONFLICT (channel) DO UPDATE
+                       SET cursor = excluded.cursor, updated_at = excluded.updated_at""",
+                    (channel, MailCursor(cursor.uidvalidity, cursor.uid, date).text(), now),
+                )
+            return self._insert_events(encoded, now) if encoded else []
+
+    def mail_status(self, channel: str = SOURCE) -> dict[str, Any]:
+        """status --json's "email" (contract: state, reason, last_uid)."""
+        row = self._conn.execute("SELECT state, reason, since FROM chat_health WHERE source = ?",
+                                 (SOURCE,)).fetchall()
+        state, reason, since = row[0] if row else ("off", None, None)
+        cursor = self.mail_cursor(channel)
+        return {"state": state, "reason": reason, "last_uid": None if cursor is None else cursor.uid,
+                "uidvalidity": None if cursor is None else cursor.uidvalidity, "since": since}

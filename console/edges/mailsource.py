@@ -1,0 +1,440 @@
+"""A mailbox as a source, read exactly once, and replies that thread (issue 23).
+
+The engine that holds the lease keeps one IMAP connection (imapclient, on a thread of its own: the library is
+blocking) in IDLE, or polls where the server lacks IDLE, and reconnects with backoff. Each new message is stored
+as an event (source `email`, source id `<UIDVALIDITY>:<UID>`) in the transaction that moves the stored cursor past
+it (console/core/mail.py): a crash between reading and committing repeats nothing, one after the commit loses
+nothing. Only then is the message marked \\Seen or moved (the setting); a crash between the two leaves it as it
+was, and it is never read again. A UIDVALIDITY change (the folder recreated) takes only mail that arrived after
+the newest stored; a first start takes only new mail, or a bounded catch-up from `since`.
+
+A run whose batch holds an e-mail answers it (the outbox's reply_to, as for chat sources): send() sends the run's
+message to the sender over SMTP as a reply (Re: subject, In-Reply-To, References), under a Message-ID made from
+the outbox row's id, so a retried send is the same message. Mail a machine sent (Auto-Submitted, Precedence,
+List-Id, mailer-daemon / no-reply senders) is never answered; replies say Auto-Submitted: auto-replied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import datetime as dt
+import email.policy
+import email.utils
+import logging
+import random
+import smtplib
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Coroutine
+from email.message import EmailMessage
+from typing import Any
+
+import imapclient
+from imapclient.exceptions import IMAPClientError, LoginError
+
+from console.core import Batch, SendError
+from console.core.mail import SOURCE, MailCursor
+from console.edges.mail_config import MailSettings
+from console.edges.mailmsg import read_message
+from console.edges.phone import PhoneHost
+
+log = logging.getLogger("agent_console.email")
+
+CHUNK = 50                  # messages fetched and stored per transaction
+IDLE_RENEW = 25 * 60        # seconds an IDLE is kept before it is renewed (servers drop it after 30 minutes)
+IDLE_TICK = 1.0             # seconds between looks at whether the engine is stopping, while in IDLE
+LOGIN_RETRY = 300.0         # a refused login: tried again every five minutes (one notice, not one a try)
+
+
+class MailLoginRefused(Exception):
+    """The server refused the user and password."""
+
+
+class MailChannel:
+    """The [email] source's listener and its replies' outbox channel."""
+
+    def __init__(self, settings: MailSettings) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.at_most_once = False
+        self.reconnect_base = 1.0
+        self.reconnect_max = 60.0
+        self.login_retry = LOGIN_RETRY
+        self._host: PhoneHost | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._tag = ""
+        self._health: tuple[str, str | None] | None = None
+        self._stop = threading.Event()
+
+    # --- lifecycle ------------------------------------------------------------------------------
+    async def start(self, host: PhoneHost) -> list[tuple[str, Coroutine[Any, Any, None]]]:
+        self._host = host
+        self._loop = asyncio.get_running_loop()
+        self._stop.clear()
+        self._tag = await host.read(lambda store: store.inbox_tag())
+        return [(f"{self.name}-imap", self._listen_forever())]
+
+    async def stop(self) -> None:
+        self._stop.set()
+        self._loop = None
+
+    @property
+    def host(self) -> PhoneHost:
+        if self._host is None:
+            raise SendError(f"{self.name}: the source has not been started by an engine", permanent=False)
+        return self._host
+
+    def _should_stop(self) -> bool:
+        host = self._host
+        return self._stop.is_set() or host is None or host.stopping or host.mode != "active"
+
+    async def _health_is(self, state: str, reason: str | None) -> None:
+        if self._health == (state, reason):
+            return
+        self._health = (state, reason)
+        now = self.host.clock.now()
+        changed = await self.host.write(lambda s: s.set_chat_health(SOURCE, state, reason, now=now))
+        if changed and state != "ok":  # said once, when the state changes (note_error logs it)
+            self.host.note_error(f"{self.name}: {reason}")
+
+    # --- the listener ---------------------------------------------------------------------------
+    async def _listen_forever(self) -> None:
+        host = self.host
+        wake = host.wake_event()
+        failures = 0
+        while not host.stopping and not self._stop.is_set():
+            if host.mode != "active":  # only the lease holder reads the mailbox
+                await host.sleep(wake, 1.0)
+                continue
+            try:
+                await asyncio.to_thread(self._session)
+                failures = 0
+                continue
+            except asyncio.CancelledError:
+                raise
+            except MailLoginRefused as exc:
+                await self._health_is("paused", f"the server refused the login of {self.settings.user} ({exc}); "
+                                                "fix the user or password, then restart")
+                delay = self.login_retry
+            except Exception as exc:  # a network or server failure: reconnect after a backoff
+                failures += 1
+                delay = min(self.reconnect_max, self.reconnect_base * 2 ** (failures - 1)) * random.uniform(0.5, 1)
+                await self._health_is("offline", f"{_describe(exc)}; reconnecting")
+                log.info("%s: %s; reconnecting in %.1f s", self.name, _describe(exc), delay)
+            await host.sleep(wake, delay)
+
+    def _call(self, make: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
+        """Run a coroutine of the host's on the engine's loop, from the IMAP thread, and wait for it."""
+        loop = self._loop
+        if loop is None or loop.is_closed():
+            raise ConnectionAbortedError("the engine stopped")
+        return asyncio.run_coroutine_threadsafe(make(), loop).result(timeout=120)
+
+    def _connect(self) -> imapclient.IMAPClient:
+        s = self.settings
+        context = s.tls_context()
+        client = imapclient.IMAPClient(s.imap_host, port=s.imap_port, ssl=s.tls == "implicit", ssl_context=context,
+                                       timeout=s.timeout)
+        try:
+            if s.tls == "starttls":
+                client.starttls(context)
+            try:
+                client.login(s.user, s.password.reveal())
+            except LoginError as exc:
+                raise MailLoginRefused(_server_words(exc)) from None
+            return client
+        except BaseException:
+            _close(client)
+            raise
+
+    def _session(self) -> None:
+        """One connection: log in, select the folder, store what is new, then wait in IDLE (or poll) for more,
+        until the engine stops or loses the lease, or the connection fails (raised)."""
+        client = self._connect()
+        try:
+            selected = client.select_folder(self.settings.folder)
+            self._call(lambda: self._health_is("ok", None))
+            idle = client.has_capability("IDLE")
+            self._take_new(client, selected)
+            while not self._should_stop():
+                if idle:
+                    self._idle(client)
+                else:
+                    deadline = self._clock_monotonic() + self.settings.poll_seconds
+                    while not self._should_stop() and self._clock_monotonic() < deadline:
+                        self._stop.wait(min(IDLE_TICK, self.settings.poll_seconds))
+                    client.noop()
+                if self._should_stop():
+                    break
+                self._take_new(client, client.folder_status(self.settings.folder, ["UIDVALIDITY", "UIDNEXT"]))
+        finally:
+            _close(client)
+
+    @staticmethod
+    def _clock_monotonic() -> float:
+        import time
+
+        return time.monotonic()
+
+    def _idle(self, client: imapclient.IMAPClient) -> None:
+        """Wait in IDLE until the server says something changed, the engine stops, or it is time to renew."""
+        client.idle()
+        try:
+            deadline = self._clock_monotonic() + IDLE_RENEW
+            while not self._should_stop() and self._clock_monotonic() < deadline:
+                responses = client.idle_check(timeout=IDLE_TICK)
+                if any(isinstance(r, tuple) and len(r) > 1 and r[1] in (b"EXISTS", b"RECENT") for r in responses):
+                    break
+                if any(isinstance(r, tuple) and r and r[0] == b"BYE" for r in responses):
+                    raise ConnectionResetError("the server said BYE")
+        finally:
+            try:
+                client.idle_done()
+            except (OSError, IMAPClientError):
+                if not self._should_stop():
+                    raise
+
+    # --- what is new ----------------------------------------------------------------------------
+    def _take_new(self, client: imapclient.IMAPClient, selected: dict[bytes, Any]) -> None:
+        s = self.settings
+        uidvalidity = int(selected[b"UIDVALIDITY"])
+        uidnext = int(selected.get(b"UIDNEXT") or 0)
+        cursor: MailCursor | None = self._call(lambda: self.host.read(lambda st: st.mail_cursor(self.name)))
+        now = self.host.clock.now()
+        if cursor is None:
+            if s.since is None:  # a first start takes only what arrives from now on
+                last = uidnext - 1 if uidnext else max(client.search(["ALL"]) or [0])
+                self._commit(client, MailCursor(uidvalidity, max(0, last), now), [])
+                log.info("%s: first start on %s: mail from UID %s on is read", self.name, s.folder, last + 1)
+                return
+            uids = sorted(client.search(["SINCE", s.since]))[-s.catch_up_max:]
+            self._fetch_and_store(client, uidvalidity, uids, after_date=0)
+            if not uids:
+                self._commit(client, MailCursor(uidvalidity, max(0, uidnext - 1), 0), [])
+            return
+        if cursor.uidvalidity != uidvalidity:
+            # The folder was recreated: its UIDs are new names for old mail. Only mail that arrived after the
+            # newest stored is taken (bounded), so nothing is read twice.
+            since_day = dt.datetime.fromtimestamp(cursor.date, dt.UTC).date() if cursor.date else dt.date.today()
+            uids = sorted(client.search(["SINCE", since_day]))[-s.catch_up_max:]
+            log.warning("%s: %s's UIDVALIDITY changed (%s -> %s): only mail newer than the last stored is read",
+                        self.name, s.folder, cursor.uidvalidity, uidvalidity)
+            self._fetch_and_store(client, uidvalidity, uids, after_date=cursor.date)
+            if self._last_cursor is None or self._last_cursor.uidvalidity != uidvalidity:
+                self._commit(client, MailCursor(uidvalidity, max(0, uidnext - 1), cursor.date), [])
+            return
+        if uidnext and uidnext <= cursor.uid + 1:
+            return
+        uids = sorted(uid for uid in client.search(["UID", f"{cursor.uid + 1}:*"]) if uid > cursor.uid)
+        self._fetch_and_store(client, uidvalidity, uids, after_date=0)
+
+    _last_cursor: MailCursor | None = None
+
+    def _fetch_and_store(self, client: imapclient.IMAPClient, uidvalidity: int, uids: list[int], *,
+                         after_date: int) -> None:
+        s = self.settings
+        self._last_cursor = None
+        for start in range(0, len(uids), CHUNK):
+            chunk = uids[start:start + CHUNK]
+            sizes = client.fetch(chunk, ["RFC822.SIZE", "INTERNALDATE"])
+            whole = [uid for uid in chunk if int(sizes.get(uid, {}).get(b"RFC822.SIZE", 0)) <= s.max_message_bytes]
+            cut = [uid for uid in chunk if uid not in whole and uid in sizes]
+            bodies: dict[int, bytes] = {}
+            if whole:
+                for uid, data in client.fetch(whole, ["BODY.PEEK[]"]).items():
+                    bodies[uid] = bytes(data.get(b"BODY[]") or b"")
+            for uid in cut:  # a huge message: its head and first part are read, the rest is not fetched
+                for got, data in client.fetch([uid], [f"BODY.PEEK[]<0.{s.max_message_bytes}>"]).items():
+                    bodies[got] = bytes(next((v for k, v in data.items() if k.startswith(b"BODY[]")), b"") or b"")
+            events: list[tuple[str, Any]] = []
+            newest = 0
+            stored_uids: list[int] = []
+            for uid in chunk:
+                if uid not in sizes:
+                    continue  # expunged meanwhile
+                arrived = _epoch(sizes[uid].get(b"INTERNALDATE"))
+                if after_date and arrived <= after_date:
+                    continue
+                newest = max(newest, arrived)
+                payload = read_message(bodies.get(uid, b""), trusted_senders=s.trusted_senders,
+                                       authserv_id=s.authserv_id, body_cap=s.body_cap)
+                size = int(sizes[uid].get(b"RFC822.SIZE", 0))
+                payload.update({"uid": uid, "uidvalidity": uidvalidity, "folder": s.folder, "size": size})
+                if uid in cut:
+                    payload.setdefault("notes", []).append(
+                        f"the message is {size:,} bytes: only its first {s.max_message_bytes:,} were read")
+                if not payload["trusted"] and s.untrusted == "ignore":
+                    log.info("%s: UID %s from %s ignored (untrusted = \"ignore\"): %s", self.name, uid,
+                             payload["from"]["address"], payload["authentication"])
+                    continue
+                events.append((f"{uidvalidity}:{uid}", payload))
+                stored_uids.append(uid)
+            cursor = MailCursor(uidvalidity, max(chunk), newest)
+            self._commit(client, cursor, events)
+            self._last_cursor = cursor
+            self._after_store(client, stored_uids)
+
+    def _commit(self, client: imapclient.IMAPClient, cursor: MailCursor, events: list[tuple[str, Any]]) -> None:
+        now = self.host.clock.now()
+        stored: list[bool] = self._call(lambda: self.host.write(
+            lambda st: st.take_mail(self.name, cursor, now=now, events=events)))
+        new = sum(stored)
+        if new:
+            log.info("%s: %s new message(s) stored (UID up to %s)", self.name, new, cursor.uid)
+            self.host.publish("events", f"{SOURCE}: {new} new")
+
+    def _after_store(self, client: imapclient.IMAPClient, uids: list[int]) -> None:
+        """\\Seen or moved, as set; only after the commit (a crash before this leaves the message as it was)."""
+        if not uids or self.settings.after == "leave":
+            return
+        if self.settings.after == "seen":
+            client.add_flags(uids, [imapclient.SEEN])
+            return
+        target = self.settings.move_to
+        assert target is not None
+        if client.has_capability("MOVE"):
+            client.move(uids, target)
+        else:
+            client.copy(uids, target)
+            client.delete_messages(uids)
+            client.uid_expunge(uids) if client.has_capability("UIDPLUS") else client.expunge()
+
+    # --- replies (the outbox side, on the dispatcher's sender thread) ----------------------------
+    def send(self, batch: Batch) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed() or self._host is None:
+            raise SendError(f"{self.name}: the source is not running", permanent=False)
+        future = asyncio.run_coroutine_threadsafe(self._deliver(batch), loop)
+        try:
+            future.result(timeout=self.settings.timeout * (len(batch.bodies) + 1) + 5)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise SendError(f"{self.name}: sending timed out", permanent=False) from None
+
+    async def _deliver(self, batch: Batch) -> None:
+        host = self.host
+        for index, body in enumerate(batch.bodies):
+            outbox_id = batch.message_ids[index] if index < len(batch.message_ids) else None
+            if outbox_id is not None and batch.approval_of(index) is None:
+                await self._deliver_one(host, outbox_id, body)  # approvals are never answered by mail
+
+    async def _deliver_one(self, host: PhoneHost, outbox_id: int, body: str) -> None:
+        reply_to = await host.read(lambda s: s.outbox_reply_to(outbox_id))
+        if reply_to is None or not reply_to.startswith(f"{SOURCE}:"):
+            return  # a message to the owner, not an answer to a mail: the other channels carry it
+        if await host.read(lambda s: s.phone_sent_ref(self.name, outbox_id)) is not None:
+            return  # sent on an earlier try
+        event = await host.read(lambda s: s.find_event(SOURCE, reply_to[len(SOURCE) + 1:]))
+        payload = event.payload if event is not None and isinstance(event.payload, dict) else None
+        message_id = f"<agent-console.{self._tag}.{outbox_id}@{self._domain()}>"
+        refused = self._why_not(payload)
+        if refused is None:
+            assert payload is not None
+            reply = self.reply_of(payload, body, message_id)
+            await asyncio.to_thread(self._smtp_send, reply)
+            ref = message_id
+            log.info("%s: replied to %s (%s)", self.name, reply["To"], message_id)
+        else:
+            ref = f"not sent: {refused}"
+            log.info("%s: no reply to %s: %s", self.name, reply_to, refused)
+        now = host.clock.now()
+        await host.write(lambda s: s.record_phone_message(self.name, outbox_id, ref, now=now))
+
+    def _domain(self) -> str:
+        address = self.settings.from_address or "agent-console.invalid"
+        return address.rsplit("@", 1)[-1]
+
+    def _why_not(self, payload: dict[str, Any] | None) -> str | None:
+        """Why a run's message is not sent as a reply to this mail (None: it is)."""
+        if self.settings.smtp_host is None:
+            return "no smtp_host is set"
+        if payload is None:
+            return "the mail it answers is no longer in the inbox"
+        if payload.get("auto"):
+            return f"the mail was sent by a machine ({payload['auto']}); never answered automatically"
+        if not (payload.get("reply_to") or (payload.get("from") or {}).get("address")):
+            return "the mail has no sender address"
+        return None
+
+    def reply_of(self, payload: dict[str, Any], body: str, message_id: str) -> EmailMessage:
+        """The reply to one stored mail: threaded (Re:, In-Reply-To, References), marked auto-replied."""
+        reply = EmailMessage(policy=email.policy.SMTP)
+        subject = str(payload.get("subject") or "").strip()
+        reply["Subject"] = subject if subject.lower().startswith("re:") else f"Re: {subject}".rstrip()
+        reply["From"] = self.settings.from_address or ""
+        reply["To"] = str(payload.get("reply_to") or payload["from"]["address"])
+        reply["Date"] = email.utils.formatdate(self.host.clock.now(), usegmt=True)
+        reply["Message-ID"] = message_id
+        original = payload.get("message_id")
+        if original:
+            reply["In-Reply-To"] = str(original)
+            references = [str(r) for r in payload.get("references") or []]
+            reply["References"] = " ".join([*references, str(original)][-20:])
+        reply["Auto-Submitted"] = "auto-replied"
+        reply.set_content(body)
+        return reply
+
+    def _smtp_send(self, reply: EmailMessage) -> None:
+        s = self.settings
+        assert s.smtp_host is not None
+        context = s.tls_context()
+        try:
+            if s.smtp_tls == "implicit":
+                server: smtplib.SMTP = smtplib.SMTP_SSL(s.smtp_host, s.smtp_port, timeout=s.timeout, context=context)
+            else:
+                server = smtplib.SMTP(s.smtp_host, s.smtp_port, timeout=s.timeout)
+            with server:
+                if s.smtp_tls == "starttls":
+                    server.starttls(context=context)
+                if s.smtp_user and s.smtp_password is not None:
+                    server.login(s.smtp_user, s.smtp_password.reveal())
+                server.send_message(reply)
+        except smtplib.SMTPAuthenticationError as exc:
+            raise SendError(f"{self.name}: the SMTP server refused the login ({exc.smtp_code})",
+                            permanent=False) from None
+        except smtplib.SMTPResponseException as exc:
+            raise SendError(f"{self.name}: the SMTP server answered {exc.smtp_code}",
+                            permanent=500 <= exc.smtp_code < 600) from None
+        except smtplib.SMTPRecipientsRefused:
+            raise SendError(f"{self.name}: the SMTP server refused the recipient", permanent=True) from None
+        except (OSError, smtplib.SMTPException) as exc:
+            raise SendError(f"{self.name}: SMTP: {_describe(exc)}", permanent=False) from None
+
+
+def _epoch(value: Any) -> int:
+    if isinstance(value, dt.datetime):
+        if value.tzinfo is None:  # imapclient gives local naive times unless asked otherwise
+            value = value.astimezone()
+        return int(value.timestamp())
+    return 0
+
+
+def _server_words(exc: BaseException) -> str:
+    """What the server said, as text (imaplib hands over its bytes' repr)."""
+    text = str(exc).strip() or type(exc).__name__
+    if len(text) > 3 and text[:2] in ("b'", 'b"') and text[-1] == text[1]:
+        text = text[2:-1]
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, ssl.SSLCertVerificationError):
+        return f"the server's certificate was not accepted ({exc.verify_message})"
+    if isinstance(exc, socket.timeout | TimeoutError):
+        return "timed out"
+    if isinstance(exc, ConnectionRefusedError):
+        return "the server refused the connection"
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror
+    return f"{type(exc).__name__}: {_server_words(exc)}"
+
+
+def _close(client: imapclient.IMAPClient) -> None:
+    try:
+        client.logout()
+    except Exception:
+        with contextlib.suppress(Exception):
+            client.shutdown()

@@ -1,0 +1,195 @@
+"""Throwaway mail servers for the e-mail source's tests (issue 23): Dovecot for IMAP (Debian's dovecot-imapd,
+started from a temporary config on 127.0.0.1 with a passwd-file user and a maildir in a temp folder, TLS with a
+certificate made for the test) and aiosmtpd as the SMTP server that receives the replies (STARTTLS, AUTH).
+
+Mail is delivered by IMAP APPEND, as the owner's server would after adding its Authentication-Results header.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from email.message import EmailMessage
+from pathlib import Path
+from typing import Any
+
+import imapclient
+
+MAIL_USER = "owner@example.org"
+MAIL_PASSWORD = "correct horse battery staple"
+MAIL_UID_NAME = "nobody"   # Dovecot refuses to keep mail as root
+
+
+class DovecotMissing(RuntimeError):
+    pass
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def make_certificate(folder: Path) -> tuple[Path, Path]:
+    """A self-signed certificate for 127.0.0.1 / localhost: the CA file the client is given (ca_file)."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj",
+                    "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost",
+                    "-keyout", str(key), "-out", str(cert)], check=True, capture_output=True)
+    return cert, key
+
+
+@dataclass
+class Dovecot:
+    folder: Path
+    port: int
+    cert: Path
+    key: Path
+    process: subprocess.Popen[bytes] | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def config(self) -> Path:
+        return self.folder / "dovecot.conf"
+
+    def write_config(self) -> None:
+        user = pwd.getpwnam(MAIL_UID_NAME)
+        (self.folder / "passwd").write_text(f"{MAIL_USER}:{{PLAIN}}{MAIL_PASSWORD}::::::\n")
+        for sub in ("run", "state", "home"):
+            (self.folder / sub).mkdir(exist_ok=True)
+        os.chown(self.folder / "home", user.pw_uid, user.pw_gid)
+        self.config.write_text(f"""
+base_dir = {self.folder}/run
+state_dir = {self.folder}/state
+log_path = {self.folder}/dovecot.log
+protocols = imap
+listen = 127.0.0.1
+ssl = required
+ssl_cert = <{self.cert}
+ssl_key = <{self.key}
+auth_mechanisms = plain login
+passdb {{
+  driver = passwd-file
+  args = scheme=PLAIN username_format=%u {self.folder}/passwd
+}}
+userdb {{
+  driver = static
+  args = uid={user.pw_uid} gid={user.pw_gid} home={self.folder}/home/%u
+}}
+mail_location = maildir:~/Maildir
+namespace inbox {{
+  inbox = yes
+  separator = /
+}}
+service imap-login {{
+  inet_listener imap {{
+    port = 0
+  }}
+  inet_listener imaps {{
+    address = 127.0.0.1
+    port = {self.port}
+    ssl = yes
+  }}
+}}
+service anvil {{
+  chroot =
+}}
+service imap-login {{
+  chroot =
+}}
+""")
+        os.chmod(self.folder, 0o755)
+
+    def start(self) -> None:
+        self.write_config()
+        binary = shutil.which("dovecot") or "/usr/sbin/dovecot"
+        self.process = subprocess.Popen([binary, "-F", "-c", str(self.config)], stdout=subprocess.DEVNULL,
+                                        stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
+                    return
+            except OSError:
+                if self.process.poll() is not None:
+                    break
+                time.sleep(0.05)
+        log = (self.folder / "dovecot.log")
+        raise RuntimeError("dovecot did not start: " + (log.read_text()[-2000:] if log.exists() else "no log"))
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait(5)
+        self.process = None
+
+    def remove(self) -> None:
+        self.stop()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def client(self) -> imapclient.IMAPClient:
+        context = ssl.create_default_context(cafile=str(self.cert))
+        client = imapclient.IMAPClient("127.0.0.1", port=self.port, ssl=True, ssl_context=context, timeout=10)
+        client.login(MAIL_USER, MAIL_PASSWORD)
+        return client
+
+    def append(self, *messages: bytes | EmailMessage, folder: str = "INBOX") -> None:
+        client = self.client()
+        try:
+            for message in messages:
+                client.append(folder, message if isinstance(message, bytes) else bytes(message))
+        finally:
+            client.logout()
+
+    def email_settings(self, **extra: Any) -> dict[str, Any]:
+        """An [email] table for this server."""
+        table: dict[str, Any] = {"imap_host": "127.0.0.1", "imap_port": self.port, "tls": "implicit",
+                                 "ca_file": str(self.cert), "user": MAIL_USER, "password_env": "MAIL_TEST_PASSWORD",
+                                 "trusted_senders": [MAIL_USER], "authserv_id": "mx.example.org"}
+        table.update(extra)
+        return table
+
+
+def start_dovecot() -> Dovecot:
+    """A server in a folder of its own under the system's temp folder (Dovecot's unprivileged processes must
+    reach its files, which pytest's owner-only tmp_path does not allow); Dovecot.remove() deletes it."""
+    if not (shutil.which("dovecot") or Path("/usr/sbin/dovecot").exists()):
+        raise DovecotMissing("dovecot not found: install dovecot-imapd to run these tests")
+    folder = Path(tempfile.mkdtemp(prefix="dovecot-"))
+    cert, key = make_certificate(folder)
+    server = Dovecot(folder=folder, port=free_port(), cert=cert, key=key)
+    server.start()
+    return server
+
+
+def mail(subject: str, text: str, *, sender: str = MAIL_USER, authenticated: bool = True,
+         authserv_id: str = "mx.example.org", headers: dict[str, str] | None = None,
+         message_id: str | None = None) -> EmailMessage:
+    """A message as the owner's server would store it: with its Authentication-Results when it checked it."""
+    message = EmailMessage()
+    if authenticated:
+        domain = sender.rsplit("@", 1)[1]
+        message["Authentication-Results"] = (f"{authserv_id}; dkim=pass header.d={domain}; spf=pass "
+                                             f"smtp.mailfrom={domain}; dmarc=pass header.from={domain}")
+    message["From"] = sender
+    message["To"] = "agent@example.org"
+    message["Subject"] = subject
+    message["Message-ID"] = message_id or f"<{abs(hash((subject, text, time.time_ns())))}@{sender.split('@')[1]}>"
+    message["Date"] = "Tue, 01 Dec 2026 10:00:00 +0000"
+    for name, value in (headers or {}).items():
+        message[name] = value
+    message.set_content(text)
+    return message
+
