@@ -30,16 +30,16 @@ import ssl
 import threading
 from collections.abc import Callable, Coroutine
 from email.message import EmailMessage
-from typing import Any
-
-import imapclient
-from imapclient.exceptions import IMAPClientError, LoginError
+from typing import TYPE_CHECKING, Any
 
 from console.core import Batch, SendError
 from console.core.mail import SOURCE, MailCursor
 from console.edges.mail_config import MailSettings
 from console.edges.mailmsg import read_message
 from console.edges.phone import PhoneHost
+
+if TYPE_CHECKING:  # imapclient is imported when the source connects (the console's start does not load it)
+    import imapclient
 
 log = logging.getLogger("agent_console.email")
 
@@ -134,6 +134,9 @@ class MailChannel:
         return asyncio.run_coroutine_threadsafe(make(), loop).result(timeout=120)
 
     def _connect(self) -> imapclient.IMAPClient:
+        import imapclient
+        from imapclient.exceptions import LoginError
+
         s = self.settings
         context = s.tls_context()
         client = imapclient.IMAPClient(s.imap_host, port=s.imap_port, ssl=s.tls == "implicit", ssl_context=context,
@@ -191,6 +194,8 @@ class MailChannel:
                 if any(isinstance(r, tuple) and r and r[0] == b"BYE" for r in responses):
                     raise ConnectionResetError("the server said BYE")
         finally:
+            from imapclient.exceptions import IMAPClientError
+
             try:
                 client.idle_done()
             except (OSError, IMAPClientError):
@@ -291,7 +296,7 @@ class MailChannel:
         if not uids or self.settings.after == "leave":
             return
         if self.settings.after == "seen":
-            client.add_flags(uids, [imapclient.SEEN])
+            client.add_flags(uids, [b"\\Seen"])
             return
         target = self.settings.move_to
         assert target is not None
