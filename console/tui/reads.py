@@ -171,6 +171,7 @@ class OutboxView:
     sent: list[OutboxMessage]
     troubled: list[OutboxMessage] = field(default_factory=list)  # failed, or waiting to retry
     telegram: dict[str, Any] | None = None  # the Telegram channel's state (status --json "telegram")
+    email: dict[str, Any] | None = None  # the [email] source's state (status --json "email")
 
 
 def read_outbox(now: int) -> Callable[[Store], OutboxView]:
@@ -186,6 +187,7 @@ def read_outbox(now: int) -> Callable[[Store], OutboxView]:
             store.outbox_messages(status="sent", limit=RECENT),
             retrying + store.outbox_messages(status="failed", limit=RECENT),
             store.chat_status("telegram"),
+            store.mail_status(),
         )
 
     return read

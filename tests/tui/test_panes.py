@@ -326,3 +326,19 @@ async def test_the_outbox_pane_shows_the_telegram_channel_once_it_is_used(filled
         await wait_until(pilot, lambda: "telegram conflict" in text(app, "#outbox-lines"), what="the channel's line")
         line = text(app, "#outbox-lines")
         assert "another program" in line and "paired\u00a00" in line and "refused\u00a02" in line
+
+
+async def test_the_outbox_pane_shows_the_email_source_once_it_is_used(filled: Path, clock: ManualClock) -> None:
+    from console.core.mail import MailCursor
+
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        assert "email" not in text(app, "#outbox-lines")  # no [email]: no line
+        with reopen(filled) as store:
+            store.take_mail("email", MailCursor(7, 41, 0), now=clock.now())
+            store.set_chat_health("email", "paused", "the server refused the login of me@example.org",
+                                  now=clock.now())
+        await wait_until(pilot, lambda: "email paused" in text(app, "#outbox-lines"), what="the source's line")
+        line = text(app, "#outbox-lines")
+        assert "refused the login" in line and "last UID\u00a041" in line

@@ -42,6 +42,19 @@ def telegram_line(info: dict[str, Any] | None) -> list[Part]:
     return [*line, "\n"]
 
 
+def email_line(info: dict[str, Any] | None) -> list[Part]:
+    """The [email] source, once it is in use: its state (and why, when it is not ok) and the last UID stored."""
+    if not info or (info["state"] == "off" and info.get("last_uid") is None):
+        return []
+    state = str(info["state"])
+    line: list[Part] = [("email ", "dim"), (state, "$text-success" if state == "ok" else "$text-warning bold")]
+    if info.get("reason"):
+        line.append((f" ({one_line(str(info['reason']), 50)})", "$text-warning"))
+    if info.get("last_uid") is not None:
+        line += [(f" · last UID{NBSP}", "dim"), (str(info["last_uid"]), "bold")]
+    return [*line, "\n"]
+
+
 @dataclass(frozen=True)
 class OutboxPaneView:
     """The outbox as read, and the send gap the countdown is measured against."""
@@ -116,7 +129,7 @@ A failed send is retried, never dropped.
             wait = max(0, data.next_send_at - now)
             countdown = Countdown(quantized(wait), max(view.gap, wait, 1), label="next ", prefix="in ")
         self.query_one(CountdownBar).countdown = countdown
-        lines: list[Part] = telegram_line(data.telegram)
+        lines: list[Part] = telegram_line(data.telegram) + email_line(data.email)
         for message in data.troubled[:2]:
             retry = f", retry in {human_span((message.next_try_at or now) - now)}" if (
                 message.status != "failed") else ""
