@@ -7,6 +7,7 @@ Mail is delivered by IMAP APPEND, as the owner's server would after adding its A
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 import shutil
@@ -193,3 +194,57 @@ def mail(subject: str, text: str, *, sender: str = MAIL_USER, authenticated: boo
     message.set_content(text)
     return message
 
+
+
+class HoldingProxy:
+    """A TLS proxy between the engine and Dovecot that holds back the first command matching `hold` (never
+    forwarded while holding): the test sees the engine reach that step and can kill it there, for real."""
+
+    def __init__(self, server: Dovecot, hold: bytes) -> None:
+        self.server = server
+        self.hold = hold
+        self.port = free_port()
+        self.holding = True
+        self.held: asyncio.Event | None = None
+        self._server: asyncio.AbstractServer | None = None
+
+    async def start(self) -> None:
+        self.held = asyncio.Event()
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(self.server.cert), str(self.server.key))
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, ssl=context)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        context = ssl.create_default_context(cafile=str(self.server.cert))
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.server.port, ssl=context,
+                                                                         server_hostname="127.0.0.1")
+
+        async def client_to_server() -> None:
+            while line := await reader.readline():
+                if self.holding and self.hold in line.upper():
+                    assert self.held is not None
+                    self.held.set()
+                    await asyncio.Event().wait()  # held: never forwarded
+                upstream_writer.write(line)
+                await upstream_writer.drain()
+
+        async def server_to_client() -> None:
+            while data := await upstream_reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+
+        pumps = [asyncio.create_task(client_to_server()), asyncio.create_task(server_to_client())]
+        try:
+            await asyncio.wait(pumps, return_when=asyncio.FIRST_COMPLETED)
+        except Exception:
+            pass
+        finally:
+            for pump in pumps:
+                pump.cancel()
+            for side in (writer, upstream_writer):
+                side.close()

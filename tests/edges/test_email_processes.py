@@ -5,6 +5,7 @@ machine sent gets no reply."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import json
 import os
@@ -23,7 +24,7 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from console.core import Store
 from tests.edges.test_phone_processes import ROOT, inbox, kill, phone
-from tests.mail_servers import MAIL_PASSWORD, MAIL_USER, Dovecot, free_port, mail, start_dovecot
+from tests.mail_servers import MAIL_PASSWORD, MAIL_USER, Dovecot, HoldingProxy, free_port, mail, start_dovecot
 
 SMTP_USER, SMTP_PASSWORD = "agent-sender", "smtp secret"
 
@@ -284,3 +285,33 @@ async def test_a_wrong_password_pauses_the_source_with_one_notice(tmp_path: Path
         assert log.count("refused the login") == 1 and "not-the-password-7731" not in log
     finally:
         stop(engine)
+
+
+async def test_a_sigkill_between_the_store_and_the_flag_loses_nothing_and_repeats_nothing(
+        tmp_path: Path, dovecot: Dovecot) -> None:
+    db = tmp_path / "inbox.db"
+    proxy = HoldingProxy(dovecot, hold=b"UID STORE")  # the \Seen flag's command is held on its way to Dovecot
+    await proxy.start()
+    first = start(tmp_path, dovecot, name="first", after="seen", imap_port=proxy.port)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        await inbox(db, started(db), "the first start's place")
+        dovecot.append(*(mail(f"kept {n}", f"message {n}") for n in range(3)))
+        assert proxy.held is not None
+        await asyncio.wait_for(proxy.held.wait(), 40)
+        assert sorted(p["subject"] for _, _, p in stored(db)) == ["kept 0", "kept 1", "kept 2"]  # committed
+        kill(first)  # between the commit and the flag
+        proxy.holding = False
+        second = start(tmp_path, dovecot, name="second", after="seen", imap_port=proxy.port)
+        dovecot.append(mail("after the crash", "message 3"))
+        await inbox(db, lambda s: len(s.events(source="email")) == 4, "the next message")
+        await inbox(db, lambda s: s.counts()["done"] == 4, "each message run once")
+        assert sorted((p["subject"], dup) for _, dup, p in stored(db)) == [
+            ("after the crash", 0), ("kept 0", 0), ("kept 1", 0), ("kept 2", 0)]  # none read again
+        client = dovecot.client()
+        client.select_folder("INBOX")
+        assert client.search(["SEEN"]) == [4]  # the three whose flag was lost stay unread, and are not re-read
+        client.logout()
+    finally:
+        stop(first, second)
+        await proxy.stop()
