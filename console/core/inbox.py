@@ -355,8 +355,9 @@ class InboxMixin(StoreBase):
                 if moved:  # the calls a failed run made stand (journalled): the audit trail says so now
                     self._audit_failed_run(tool_calls, error, now)
             if error is None and (moved or not ids):
-                queue_run_messages(self, outgoing, ids[0] if ids else None, now, notices,
-                                   reply_to=self.conversation_of(ids))
+                if outgoing or notices:  # most finishes queue nothing: no cap count, no conversation to find
+                    queue_run_messages(self, outgoing, ids[0] if ids else None, now, notices,
+                                       reply_to=self.conversation_of(ids) if outgoing else None)
                 self._commit_staged(approvals, timers, memory, tool_calls, now)
             return True
 
