@@ -54,8 +54,9 @@ class Dovecot:
     port: int
     cert: Path
     key: Path
+    starttls_port: int = 0
     process: subprocess.Popen[bytes] | None = None
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict)  # "settings": more lines for dovecot.conf
 
     @property
     def config(self) -> Path:
@@ -86,13 +87,15 @@ userdb {{
   args = uid={user.pw_uid} gid={user.pw_gid} home={self.folder}/home/%u
 }}
 mail_location = maildir:~/Maildir
+{self.extra.get("settings", "")}
 namespace inbox {{
   inbox = yes
   separator = /
 }}
 service imap-login {{
   inet_listener imap {{
-    port = 0
+    address = 127.0.0.1
+    port = {self.starttls_port}
   }}
   inet_listener imaps {{
     address = 127.0.0.1
@@ -163,14 +166,15 @@ service imap-login {{
         return table
 
 
-def start_dovecot() -> Dovecot:
+def start_dovecot(settings: str = "") -> Dovecot:
     """A server in a folder of its own under the system's temp folder (Dovecot's unprivileged processes must
     reach its files, which pytest's owner-only tmp_path does not allow); Dovecot.remove() deletes it."""
     if not (shutil.which("dovecot") or Path("/usr/sbin/dovecot").exists()):
         raise DovecotMissing("dovecot not found: install dovecot-imapd to run these tests")
     folder = Path(tempfile.mkdtemp(prefix="dovecot-"))
     cert, key = make_certificate(folder)
-    server = Dovecot(folder=folder, port=free_port(), cert=cert, key=key)
+    server = Dovecot(folder=folder, port=free_port(), cert=cert, key=key, starttls_port=free_port(),
+                     extra={"settings": settings})
     server.start()
     return server
 

@@ -24,7 +24,16 @@ from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from console.core import Store
 from tests.edges.test_phone_processes import ROOT, inbox, kill, phone
-from tests.mail_servers import MAIL_PASSWORD, MAIL_USER, Dovecot, HoldingProxy, free_port, mail, start_dovecot
+from tests.mail_servers import (
+    MAIL_PASSWORD,
+    MAIL_USER,
+    Dovecot,
+    HoldingProxy,
+    free_port,
+    mail,
+    make_certificate,
+    start_dovecot,
+)
 
 SMTP_USER, SMTP_PASSWORD = "agent-sender", "smtp secret"
 
@@ -315,3 +324,46 @@ async def test_a_sigkill_between_the_store_and_the_flag_loses_nothing_and_repeat
     finally:
         stop(first, second)
         await proxy.stop()
+
+
+async def test_starttls_polling_a_server_without_idle_a_bounded_catch_up_and_move(tmp_path: Path) -> None:
+    # A server that does not offer IDLE: the source polls. STARTTLS on the plain port, the certificate checked.
+    server = start_dovecot(settings="imap_capability = IMAP4rev1 LITERAL+ SASL-IR UIDPLUS MOVE STARTTLS "
+                                    "AUTH=PLAIN")
+    db = tmp_path / "inbox.db"
+    engine: subprocess.Popen[bytes] | None = None
+    try:
+        client = server.client()
+        assert not client.has_capability("IDLE")
+        client.create_folder("Done")
+        client.logout()
+        server.append(*(mail(f"old {n}", "before the first start") for n in range(5)))
+        engine = start(tmp_path, server, tls="starttls", imap_port=server.starttls_port, poll_seconds=0.2,
+                       since=dt.date.today().isoformat(), catch_up_max=3, after="move", move_to="Done")
+        await inbox(db, lambda s: len(s.events(source="email")) == 3, "the bounded catch-up")
+        server.append(mail("new", "while polling"))
+        await inbox(db, lambda s: len(s.events(source="email")) == 4, "the polled message")
+        assert sorted(p["subject"] for _, _, p in stored(db)) == ["new", "old 2", "old 3", "old 4"]
+        client = server.client()
+        client.select_folder("INBOX")
+        await phone(lambda: len(client.search(["ALL"])) == 2 or (client.noop() and False), "the stored ones moved")
+        client.select_folder("Done")
+        assert len(client.search(["ALL"])) == 4
+        client.logout()
+    finally:
+        stop(engine)
+        server.remove()
+
+
+async def test_a_certificate_not_signed_by_the_ca_file_is_refused(tmp_path: Path, dovecot: Dovecot) -> None:
+    other = tmp_path / "other-ca.pem"
+    other.write_text(make_certificate(tmp_path)[0].read_text())
+    engine = start(tmp_path, dovecot, ca_file=str(other))
+    db = tmp_path / "inbox.db"
+    try:
+        await inbox(db, lambda s: s.mail_status()["state"] == "offline", "the source offline")
+        with Store.open(db, check=False) as store:
+            assert "certificate was not accepted" in store.mail_status()["reason"]
+            assert store.mail_status()["last_uid"] is None  # it never read the folder
+    finally:
+        stop(engine)
