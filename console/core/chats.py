@@ -101,8 +101,12 @@ class ChatMixin(InboxMixin):
         payload; a copy is refused and counted), the messages of chats that are not paired counted (those not
         told within the hour are returned, to be told the bot is private), updates skipped as malformed or
         unknown counted, and the cursor moved past all of it."""
-        encoded = [(source, source_id, self.encode_event(source, source_id, payload, by_engine=True))
-                   for source_id, payload in events]
+        encoded: list[tuple[str, str, str]] = []
+        for source_id, payload in events:
+            try:
+                encoded.append((source, source_id, self.encode_event(source, source_id, payload, by_engine=True)))
+            except ValueError:  # over the payload limit, say: skipped and counted, never a loop stuck on it
+                skipped += 1
         with translate_errors(), transaction(self._conn):
             if cursor is not None:
                 self._move_cursor_forward(channel, cursor, now)

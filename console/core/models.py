@@ -597,8 +597,9 @@ class ChatPairing:
 
 @dataclass(frozen=True)
 class ChatTake:
-    """What one read of a chat source's listener stored: per event, whether it was new; and the chats not
-    paired that are to be told (once an hour) that the bot is private."""
+    """What one read of a chat source's listener stored: per event it could store (one the inbox refuses as too
+    large is skipped and counted), whether it was new; and the chats not paired that are to be told (once an
+    hour) that the bot is private."""
 
     stored: list[bool]
     tell: list[str]

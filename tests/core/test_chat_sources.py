@@ -71,3 +71,12 @@ def test_the_owners_pause_holds_until_the_owner_resumes(store: Store) -> None:
     assert state.owner_paused and state.public(NOW + 10**6)["state"] == "paused"
     assert store.resume_by_owner(now=NOW + 1) and not store.resume_by_owner(now=NOW + 2)
     assert store.agent_state().state == "ready"
+
+
+def test_a_message_the_inbox_cannot_take_is_skipped_not_a_stuck_loop(store: Store) -> None:
+    huge = {"text": "x" * (store.max_payload_bytes + 1)}
+    take = store.take_chat_updates("telegram", "telegram", now=NOW, cursor="8",
+                                   events=[("5:1", huge), ("5:2", {"text": "fine"})])
+    assert take.stored == [True] and store.phone_cursor("telegram") == "8"
+    assert store.chat_status("telegram")["skipped_updates"] == 1
+    assert [e.source_id for e in store.events(source="telegram")] == ["5:2"]
