@@ -116,6 +116,9 @@ class Settings:
     timezone: str = field(default_factory=local_zone_name)  # this machine's zone (UTC if it cannot tell)
     theme: str = "agent-dark"
     approval_bell: bool = False     # ring the terminal's bell when an approval arrives in the console
+    # Traces and metrics of every run (OpenTelemetry): to telemetry.jsonl beside the inbox, and to an OTLP
+    # endpoint when OTEL_EXPORTER_OTLP_* names one. false turns them off.
+    telemetry: bool = True
     webhooks: dict[str, Any] = field(default_factory=dict)
     # Seconds a webhook sender has to send its request's head, and again its body; then it is cut off.
     webhook_read_timeout: int = DEFAULT_WEBHOOK_READ_TIMEOUT
@@ -392,6 +395,7 @@ CHECKS: dict[str, Checker] = {
     "timezone": _zone_name,
     "theme": _text,
     "approval_bell": _flag,
+    "telemetry": _flag,
     "webhooks": _structured(dict, "a table"),
     "webhook_read_timeout": _seconds_or_count(1),
     "webhook_max_connections": _seconds_or_count(1),

@@ -65,6 +65,17 @@ def test_only_the_console_imports_textual() -> None:
     assert offenders == []
 
 
+def test_only_the_telemetry_leaf_imports_opentelemetry() -> None:
+    """The runtime and the agents call console/telemetry.py's few functions, never the SDK: it stays a no-op
+    when off and loads lazily when on."""
+    offenders = []
+    for path in sorted((ROOT / "console").rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        if path.name != "telemetry.py" and any(within(name, "opentelemetry") for name in imported(tree)):
+            offenders.append(str(path.relative_to(ROOT)))
+    assert offenders == []
+
+
 def test_sql_lives_only_in_the_core() -> None:
     offenders: list[str] = []
     for path in modules_outside_the_core():
@@ -96,7 +107,7 @@ def test_the_rules_catch_what_they_look_for() -> None:
 # --- rooms: who may import whom ------------------------------------------------------------------
 # Modules everyone may use: small, and they import nothing of the rooms above them.
 LEAVES = ("console.clock", "console.futures", "console.notices", "console.redact", "console.textsafe",
-          "console.timefmt", "console.spendfmt", "console.callview", "console.pricing")
+          "console.timefmt", "console.spendfmt", "console.callview", "console.pricing", "console.telemetry")
 # Each room, and the console modules it may import (a prefix allows the modules under it). First match wins,
 # so the composition root is listed before the rest of the runtime.
 ROOMS: list[tuple[str, tuple[str, ...]]] = [
@@ -110,6 +121,7 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("console.pricing", ()),
     ("console.spendfmt", ("console.core",)),
     ("console.callview", ("console.textsafe",)),
+    ("console.telemetry", ()),
     ("console.examples", ()),
     # The settings check an agent's name against a constant, never the agents' registry (prices are a leaf).
     ("console.config", ("console.core", *LEAVES)),

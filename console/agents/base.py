@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
+from console import telemetry
 from console.callview import announcement, request_view
 from console.config import ConfigError
 from console.core import (
@@ -194,6 +195,8 @@ class RunContext:
                                           interrupted=interrupted)
         if how == "skipped":
             self.replayed_steps.add(key)
+            telemetry.current().set("agent_console.journal.replayed", True)
+            telemetry.span_event("journal.replay", {"agent_console.journal.step": key})
         self.check_fence()
         return result  # type: ignore[no-any-return]
 
@@ -278,6 +281,17 @@ class RunContext:
         if approval is None:
             return Resumed(request_id, "unknown", "", None)
         saved = self.store.load_session(approval.session_id) if approval.session_id else None
+        waited = None if approval.resolved_at is None else max(0, approval.resolved_at - approval.requested_at)
+        outcome = approval.outcome or "unknown"
+        telemetry.span_event("approval.answered", {
+            "agent_console.approval.id": request_id, "agent_console.approval.outcome": outcome,
+            "agent_console.approval.channel": approval.answered_via, "agent_console.approval.waited_s": waited})
+        telemetry.count("agent_console.approvals", "{approval}", "Approvals by outcome and channel",
+                        {"agent_console.approval.outcome": outcome,
+                         "agent_console.approval.channel": approval.answered_via or "unknown"})
+        if waited is not None:
+            telemetry.record("agent_console.approval.wait", "s", "Time from asking to the answer", waited,
+                             {"agent_console.approval.outcome": outcome})
         return Resumed(request_id, approval.outcome or "unknown", approval.action, saved, approval.details,
                        approval.event_id, approval.tool, approval.arguments, approval.sources, approval.origin)
 

@@ -57,10 +57,12 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, cast
+from urllib.parse import urlsplit
 
 import anthropic
 from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 
+from console import telemetry
 from console.agents.base import AgentSetupError, Resumed, RunContext
 from console.agents.errors import AgentPaused, ProviderBusy
 from console.agents.provenance import Provenance, note_taint
@@ -174,6 +176,7 @@ class ClaudeAgent:
         self.timeout = timeout
         self.batch_tokens = batch_tokens
         self._where = redact_url(base_url) if base_url else "the Claude API"
+        self._server_address = urlsplit(base_url).hostname if base_url else "api.anthropic.com"
         # Names this configuration without holding on to the key: a pause is announced once per
         # configuration, and a changed key, model or address that fails again is news.
         self._configuration = hashlib.sha256(f"{model}\0{base_url}\0{api_key}".encode()).hexdigest()[:16]
@@ -391,6 +394,19 @@ class ClaudeAgent:
     def _request(
         self, messages: list[dict[str, Any]], max_tokens: int, meter: Meter, *, system: str, tools: list[ToolParam],
     ) -> dict[str, Any]:
+        with telemetry.chat_span(self.model, conversation=meter.step_key.rsplit(":turn:", 1)[0], max_tokens=max_tokens,
+                                 server=self._server_address) as span:
+            if telemetry.capture_content():
+                span.content("gen_ai.input.messages", messages)
+                span.content("gen_ai.system_instructions", system)
+            reply = self._request_in_span(span, messages, max_tokens, meter, system=system, tools=tools)
+            span.content("gen_ai.output.messages", reply["content"])
+            return reply
+
+    def _request_in_span(
+        self, span: telemetry.Span, messages: list[dict[str, Any]], max_tokens: int, meter: Meter, *, system: str,
+        tools: list[ToolParam],
+    ) -> dict[str, Any]:
         request = self._build_request(messages, max_tokens, system, tools)
         reservation = self.spend.reserve(meter, self.model, worst_case_request_tokens(request), max_tokens,
                                          count_tokens=functools.partial(self._count_tokens, request))
@@ -422,6 +438,11 @@ class ClaudeAgent:
         billed = Usage(reply.usage.input_tokens, reply.usage.output_tokens,
                        reply.usage.cache_creation_input_tokens or 0, reply.usage.cache_read_input_tokens or 0)
         cost = self.spend.settle(meter, reservation, reply.model, billed)
+        telemetry.chat_reply(span, response_id=reply.id, model=reply.model, finish_reason=reply.stop_reason,
+                             input_tokens=billed.input_tokens, output_tokens=billed.output_tokens,
+                             cache_read_tokens=billed.cache_read_tokens,
+                             cache_creation_tokens=billed.cache_write_tokens,
+                             cost_usd=None if cost is None else cost / 1e9, request_model=self.model)
         usage = {"input_tokens": billed.input_tokens, "output_tokens": billed.output_tokens,
                  "cache_creation_input_tokens": billed.cache_write_tokens,
                  "cache_read_input_tokens": billed.cache_read_tokens}

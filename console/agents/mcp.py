@@ -37,6 +37,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, CallToolResult, Implementation, RequestParamsMeta, TextContent
 
 import console
+from console import telemetry
 from console.agents.mcp_config import McpServerConfig, expanded_with_secrets
 from console.config import ConfigError
 from console.core import OutcomeUnknown
@@ -349,7 +350,7 @@ class McpHub:
             raise McpToolError(f"{name}: the arguments must be an object")
         try:
             return self._submit(
-                self._call(server, parts[1], name, arguments, idempotency_key),
+                self._call(server, parts[1], name, arguments, idempotency_key, telemetry.traceparent()),
                 timeout=server.config.call_timeout + 1.0,
             )
         except concurrent.futures.TimeoutError:
@@ -429,7 +430,7 @@ class McpHub:
         return results
 
     async def _call(
-        self, server: _Server, tool: str, name: str, arguments: dict[str, Any], key: str
+        self, server: _Server, tool: str, name: str, arguments: dict[str, Any], key: str, parent: str | None = None
     ) -> dict[str, Any]:
         config = server.config
         client = server.client
@@ -439,7 +440,9 @@ class McpHub:
             raise McpToolError(f"{name}: MCP server {config.name} is unavailable ({why})")
         if tool not in server.tools:
             raise McpToolError(f"unknown tool {name}: server {config.name} does not offer a tool {tool!r}")
-        meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: key})
+        # The W3C trace context of the call's span, as MCP carries it (_meta.traceparent): the server's own spans
+        # join the run's trace.
+        meta = cast(RequestParamsMeta, {IDEMPOTENCY_META_KEY: key, **({"traceparent": parent} if parent else {})})
         try:
             with anyio.fail_after(config.call_timeout):
                 result = await client.call_tool(tool, arguments, meta=meta)

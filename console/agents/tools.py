@@ -22,12 +22,14 @@ import inspect
 import json
 import logging
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.metadata import entry_points
 from typing import Any, Literal, Protocol, TypeVar
 
+from console import telemetry
 from console.agents.base import Resumed, RunContext
 from console.agents.policy import Decision, Policy, Ruling
 from console.agents.provenance import Provenance, note_taint
@@ -341,6 +343,27 @@ class ToolGateway:
         self, ctx: RunContext, call: ToolCall, *, event: Event, sources: list[dict[str, Any]], session: Any = None,
         may_ask: bool = True, provenance: Provenance | None = None, covers: Sequence[Event] = (),
     ) -> ToolOutcome:
+        """One call the model made, in its `execute_tool` span (see _call)."""
+        with self._span(call) as span:
+            outcome = self._call(ctx, call, event=event, sources=sources, session=session, may_ask=may_ask,
+                                 provenance=provenance, covers=covers)
+            if telemetry.capture_content():
+                span.content("gen_ai.tool.call.result", self._scrubbed(outcome.text))
+            return outcome
+
+    def _span(self, call: ToolCall) -> AbstractContextManager[telemetry.Span]:
+        """The `execute_tool` span of one call: its arguments recorded (scrubbed) only on the content opt-in."""
+        mcp = call.name.startswith("mcp__")
+        session = getattr(self.mcp, "session_id", None) if mcp else None
+        span = telemetry.tool_span(call.name, call_id=call.use_id,
+                                   tool_type="extension" if mcp else "function",
+                                   mcp_session=session(call.name) if callable(session) else None)
+        return _with_arguments(span, self._scrubbed(call.arguments) if telemetry.capture_content() else None)
+
+    def _call(
+        self, ctx: RunContext, call: ToolCall, *, event: Event, sources: list[dict[str, Any]], session: Any = None,
+        may_ask: bool = True, provenance: Provenance | None = None, covers: Sequence[Event] = (),
+    ) -> ToolOutcome:
         """Decide and act on one call the model made in a conversation about `event` (the anchor), started
         by `sources`. `session` is what a resumed run continues from if the call has to ask. With may_ask
         False (a call has already asked in this turn) a call that would ask is answered with an error.
@@ -414,6 +437,16 @@ class ToolGateway:
 
     def execute_approved(self, ctx: RunContext, resumed: Resumed, *, event: Event,
                          provenance: Provenance | None = None, session: Any = None) -> ToolOutcome:
+        """An approval's answer acted on, in its `execute_tool` span (see _execute_approved)."""
+        call = ToolCall(f"approval:{resumed.request_id}", resumed.tool or "ask_owner", dict(resumed.arguments or {}))
+        with self._span(call) as span:
+            outcome = self._execute_approved(ctx, resumed, event=event, provenance=provenance, session=session)
+            if telemetry.capture_content():
+                span.content("gen_ai.tool.call.result", self._scrubbed(outcome.text))
+            return outcome
+
+    def _execute_approved(self, ctx: RunContext, resumed: Resumed, *, event: Event,
+                          provenance: Provenance | None = None, session: Any = None) -> ToolOutcome:
         """An approval's answer came back: on yes, run exactly the call on the approvals row, once (a journal
         step keyed by the request id); no and expiry are a refusal. ask_owner just reports the answer.
 
@@ -666,6 +699,11 @@ class ToolGateway:
         """The transcript's and the audit trail's record of one call, scrubbed of secrets: the values substituted
         from ${VAR} into an MCP server's env or headers, and URL credentials."""
         run = {"holder": ctx.holder, "gen": ctx.gen, "events": [e.id for e in ctx.events]}
+        telemetry.tool_decided(telemetry.current(), decision=outcome.decision, outcome=outcome.outcome, rule=rule,
+                               replayed=outcome.replayed)
+        if outcome.outcome == "deferred" and outcome.request_id is not None:
+            telemetry.span_event("approval.asked", {"agent_console.approval.id": outcome.request_id,
+                                                    "gen_ai.tool.name": call.name})
         ctx.log_tool_call(ToolCallRecord(
             event.id, call.use_id, call.name, self._scrubbed(call.arguments), outcome.decision, outcome.outcome,
             self._scrubbed(_cut(outcome.text, MAX_RECORD_CHARS)), outcome.request_id, rule=rule,
@@ -848,3 +886,10 @@ def _result_text(result: Any) -> str:
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@contextmanager
+def _with_arguments(span: AbstractContextManager[telemetry.Span], arguments: Any) -> Iterator[telemetry.Span]:
+    with span as handle:
+        handle.content("gen_ai.tool.call.arguments", arguments)
+        yield handle

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from console import telemetry
 from console.agents.base import Agent
 from console.clock import Clock, WallClock
 from console.config import Settings
@@ -131,6 +132,8 @@ class Engine:
         await self.write(lambda store: store.drop_settled_expiry_timers())
         for set_up in self._set_up:
             await self.write(set_up)
+        # Nothing is loaded yet: the SDK comes with the first span (a run), never before the console's first frame.
+        telemetry.configure(self.settings.inbox_folder, enabled=self.settings.telemetry)
         channel_services = await self._start_service_channels()
         loop_tasks = [
             ("worker", self.worker.run()),
@@ -200,6 +203,7 @@ class Engine:
         if callable(closer):
             closer()
         self._mode = "stopped"
+        await asyncio.to_thread(telemetry.flush)
         self.publish("lease", "stopped")
         log.info("engine stopped")
 

@@ -9,8 +9,10 @@ import math
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
+from time import monotonic
 from typing import Any, TypeVar
 
+from console import telemetry
 from console.agents.base import Agent, RunContext
 from console.agents.errors import AgentPaused, AgentUnavailable, ProviderBusy
 from console.core import AgentState, Event, Lease, StaleGeneration, Store, StoreUnavailable
@@ -136,6 +138,7 @@ class Worker:
         log.info("run %s: %s event(s) %s under generation %s", self.runs, len(events), ids, gen)
         host.publish("run", f"started {ids}")
         started = host.clock.now()
+        began = monotonic()
         fence = threading.Event()  # set once the lease is gone: the run's next step, ask or say raises
         renewer = asyncio.create_task(self._keep_renewing(gen, fence))
 
@@ -145,7 +148,11 @@ class Worker:
             ctx = RunContext(store, events, started, holder, gen, host.settings.approval_expiry,
                              fence=fence, clock=host.clock.now)
             contexts.append(ctx)
-            self.agent.run(ctx)
+            with telemetry.run_span(self.agent.name, event_ids=ids, sources=[event.source for event in events],
+                                    holder=holder, generation=gen) as span:
+                self.agent.run(ctx)
+                span.set_many({"agent_console.journal.replayed_steps": len(ctx.replayed_steps) or None,
+                               "agent_console.tool.calls": len(ctx.tool_log) or None})
             return ctx
 
         error: str | None = None
@@ -198,6 +205,12 @@ class Worker:
             log.info("run %s %s", self.runs, "failed" if error else f"done, {said} message(s)")
         if error:
             host.note_run_error(error)
+        outcome = "fenced" if not finished else "failed" if error else "done"
+        telemetry.count("agent_console.runs", "{run}", "Runs by outcome", {"agent_console.run.outcome": outcome})
+        telemetry.record("agent_console.run.duration", "s", "Wall time of each run", monotonic() - began,
+                         {"agent_console.run.outcome": outcome})
+        if not finished:
+            telemetry.count("agent_console.refused_writes", "{write}", "Writes refused by the lease fence", {})
         if finished:
             await self._agent_worked(gen)
         host.publish("run", "finished" if finished and not error else "failed")

@@ -46,7 +46,7 @@ def build(name: str, record: Callable[[dict[str, Any]], None], customer_note: st
     def seen(tool: str, ctx: Context, **details: Any) -> None:
         meta = ctx.request_context.meta or {}
         headers = ctx.headers or {}
-        record({"tool": tool, "key": meta.get(IDEMPOTENCY_META_KEY),
+        record({"tool": tool, "key": meta.get(IDEMPOTENCY_META_KEY), "traceparent": meta.get("traceparent"),
                 "authorization": headers.get("authorization"), **details})
 
     @server.tool()

@@ -1,0 +1,508 @@
+"""Traces and metrics of every run in the OpenTelemetry GenAI conventions, behind a few functions (a leaf).
+
+The runtime and the agents call `run_span`, `chat_span`, `tool_span`, `span_event`, `traceparent` and the
+`count_*` / `record_*` functions; nothing else in the code touches OpenTelemetry. Until `configure` is called, or
+with `telemetry = "off"` (or OTEL_SDK_DISABLED=true), every one of them is a no-op that costs a global read. The
+SDK itself is imported on the first span or metric, never at import time: the console's first frame never waits
+for it (a test checks with python -X importtime).
+
+Where it goes: always an OTLP JSON-lines file in the data folder (`telemetry.jsonl`, owner-only, rotated by
+size; one ExportTraceServiceRequest or ExportMetricsServiceRequest a line, encoded by the SDK's OTLP encoder);
+and OTLP/HTTP as well when the standard OTEL_EXPORTER_OTLP_* variables name an endpoint (the SDK's exporter reads
+them). Message contents, tool arguments and results are recorded only with the standard opt-in
+OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, and only as the caller scrubbed them.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+FILE_NAME = "telemetry.jsonl"
+MAX_FILE_BYTES = 16 * 1024 * 1024  # then the file is rotated: telemetry.jsonl.1 .. .KEEP_FILES
+KEEP_FILES = 3
+CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+PROVIDER = "anthropic"
+SCOPE = "agent-console"
+# Either names an OTLP endpoint: traces (and metrics) then also go there over OTLP/HTTP.
+_TRACE_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+_METRIC_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
+_ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
+
+Attributes = Mapping[str, Any]
+
+
+# --- the handle callers hold -----------------------------------------------------------------------------
+class Span:
+    """One span as the callers see it: set attributes, add events, mark a failure. This base is the no-op."""
+
+    def set(self, key: str, value: Any) -> None:
+        """One attribute (None is left out)."""
+
+    def set_many(self, attributes: Attributes) -> None:
+        """Several attributes (None values left out)."""
+
+    def event(self, name: str, attributes: Attributes | None = None) -> None:
+        """An event on this span, now."""
+
+    def fail(self, error_type: str) -> None:
+        """The operation failed: error.type and an error status."""
+
+    def content(self, key: str, value: Any) -> None:
+        """A content attribute (messages, arguments, results): recorded only on the standard opt-in."""
+
+
+OFF = Span()
+
+
+class _LiveSpan(Span):
+    def __init__(self, span: Any, capture: bool) -> None:
+        self._span = span
+        self._capture = capture
+
+    def set(self, key: str, value: Any) -> None:
+        if value is not None:
+            self._span.set_attribute(key, _attribute(value))
+
+    def set_many(self, attributes: Attributes) -> None:
+        self._span.set_attributes({key: _attribute(value) for key, value in attributes.items() if value is not None})
+
+    def event(self, name: str, attributes: Attributes | None = None) -> None:
+        self._span.add_event(name, {key: _attribute(value) for key, value in (attributes or {}).items()
+                                    if value is not None})
+
+    def fail(self, error_type: str) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        self._span.set_attribute("error.type", error_type)
+        self._span.set_status(Status(StatusCode.ERROR))
+
+    def content(self, key: str, value: Any) -> None:
+        if self._capture and value is not None:
+            self._span.set_attribute(key, value if isinstance(value, str) else json.dumps(value, default=str))
+
+
+def _attribute(value: Any) -> Any:
+    """A value OpenTelemetry takes as an attribute: str, bool, int, float or a homogeneous list of them."""
+    if isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        items = list(value)
+        if all(isinstance(item, int) and not isinstance(item, bool) for item in items):
+            return items
+        return [str(item) for item in items]
+    return str(value)
+
+
+# --- configuration -------------------------------------------------------------------------------------
+@dataclass
+class _Config:
+    folder: Path
+    env: Mapping[str, str]
+    max_bytes: int = MAX_FILE_BYTES
+
+
+@dataclass
+class _Live:
+    """The SDK's parts once loaded: a tracer provider and a meter provider of our own (never the global ones:
+    a host application's telemetry is its own business)."""
+
+    tracer: Any
+    tracer_provider: Any
+    meter_provider: Any
+    trace_api: Any
+    propagator: Any
+    capture: bool
+    instruments: dict[str, Any] = field(default_factory=dict)
+
+
+_lock = threading.Lock()
+_config: _Config | None = None
+_live: _Live | None = None
+
+
+def configure(folder: Path | None, *, enabled: bool = True, env: Mapping[str, str] | None = None,
+              max_bytes: int = MAX_FILE_BYTES) -> None:
+    """Telemetry for this process: to `folder`/telemetry.jsonl (and OTLP/HTTP when the environment names an
+    endpoint), or off. Loads nothing yet; a reconfiguration flushes and closes what was there."""
+    global _config
+    environment = dict(os.environ if env is None else env)
+    shutdown()
+    disabled = environment.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
+    with _lock:
+        _config = _Config(folder, environment, max_bytes) if enabled and folder is not None and not disabled else None
+
+
+def enabled() -> bool:
+    return _config is not None
+
+
+def capture_content() -> bool:
+    live = _ensure()
+    return live is not None and live.capture
+
+
+def flush() -> None:
+    """Everything recorded so far written out (the engine calls it when it stops)."""
+    live = _live
+    if live is not None:
+        live.tracer_provider.force_flush()
+        live.meter_provider.force_flush()
+
+
+def shutdown() -> None:
+    """Flush and close the exporters; telemetry stays configured and loads again on the next span."""
+    global _live
+    with _lock:
+        live, _live = _live, None
+    if live is not None:
+        live.tracer_provider.shutdown()
+        live.meter_provider.shutdown()
+
+
+def file_path(folder: Path) -> Path:
+    return folder / FILE_NAME
+
+
+def _ensure() -> _Live | None:
+    global _live
+    live = _live
+    if live is not None or _config is None:
+        return live
+    with _lock:
+        if _live is None and _config is not None:
+            _live = _load(_config)
+        return _live
+
+
+def _load(config: _Config) -> _Live:
+    from opentelemetry import trace as trace_api
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    from console import __version__
+
+    env = config.env
+    resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or SCOPE,
+                                "service.version": __version__})
+    sink = JsonLinesFile(file_path(config.folder), max_bytes=config.max_bytes)
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(BatchSpanProcessor(_file_span_exporter(sink)))
+    readers = [PeriodicExportingMetricReader(_file_metric_exporter(sink), export_interval_millis=60_000)]
+    if any(env.get(name) for name in _TRACE_ENDPOINTS):
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+        tracer_provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+    if any(env.get(name) for name in _METRIC_ENDPOINTS):
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+        readers.append(PeriodicExportingMetricReader(OTLPMetricExporter(), export_interval_millis=60_000))
+    meter_provider = MeterProvider(resource=resource, metric_readers=readers)
+    capture = env.get(CAPTURE_CONTENT_ENV, "").strip().lower() == "true"
+    return _Live(tracer_provider.get_tracer(SCOPE, __version__), tracer_provider, meter_provider, trace_api,
+                 TraceContextTextMapPropagator(), capture)
+
+
+# --- the OTLP JSON-lines file ----------------------------------------------------------------------------
+class JsonLinesFile:
+    """The local file: one OTLP export request a line in the OTLP/JSON encoding (the protobuf JSON mapping with
+    integer enums, and trace and span ids in hex as OTLP/JSON wants them). Created owner-only (0600); past
+    max_bytes it is rotated to .1 (.1 to .2, ...), KEEP_FILES kept."""
+
+    def __init__(self, path: Path, *, max_bytes: int = MAX_FILE_BYTES, keep: int = KEEP_FILES) -> None:
+        self.path = path
+        self.max_bytes = max_bytes
+        self.keep = keep
+        self._lock = threading.Lock()
+
+    def write(self, message: Any) -> None:
+        from google.protobuf.json_format import MessageToDict
+
+        line = (json.dumps(_hex_ids(MessageToDict(message, use_integers_for_enums=True)), separators=(",", ":"))
+                + "\n").encode()
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                if self.path.stat().st_size + len(line) > self.max_bytes:
+                    self._rotate()
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.fchmod(fd, 0o600)  # an existing file made by hand, or under another umask, is narrowed too
+                os.write(fd, line)
+            finally:
+                os.close(fd)
+
+    def _rotate(self) -> None:
+        for number in range(self.keep - 1, 0, -1):
+            older = self.path.with_name(f"{self.path.name}.{number}")
+            if older.exists():
+                older.replace(self.path.with_name(f"{self.path.name}.{number + 1}"))
+        self.path.replace(self.path.with_name(f"{self.path.name}.1"))
+
+
+def _hex_ids(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: (base64.b64decode(item).hex() if key in _ID_KEYS and isinstance(item, str) else _hex_ids(item))
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [_hex_ids(item) for item in value]
+    return value
+
+
+def _file_span_exporter(sink: JsonLinesFile) -> Any:
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class FileSpanExporter(SpanExporter):
+        def export(self, spans: Sequence[Any]) -> SpanExportResult:
+            try:
+                sink.write(encode_spans(spans))
+            except OSError:
+                return SpanExportResult.FAILURE
+            return SpanExportResult.SUCCESS
+
+    return FileSpanExporter()
+
+
+def _file_metric_exporter(sink: JsonLinesFile) -> Any:
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
+
+    class FileMetricExporter(MetricExporter):
+        def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
+            try:
+                sink.write(encode_metrics(metrics_data))
+            except OSError:
+                return MetricExportResult.FAILURE
+            return MetricExportResult.SUCCESS
+
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+        def shutdown(self, timeout_millis: float = 30_000, **kwargs: Any) -> None:
+            return None
+
+    return FileMetricExporter()
+
+
+def read_spans(folder: Path) -> list[dict[str, Any]]:
+    """Every span in the local file (and its rotated copies, oldest first), each a dict in the OTLP/JSON form
+    with its resource's and scope's names left out: {"traceId", "spanId", "parentSpanId", "name", ...}."""
+    path = file_path(folder)
+    spans: list[dict[str, Any]] = []
+    for part in [path.with_name(f"{path.name}.{n}") for n in range(KEEP_FILES, 0, -1)] + [path]:
+        if not part.exists():
+            continue
+        for line in part.read_text(encoding="utf-8", errors="replace").splitlines():
+            try:
+                request = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line cut by a crash mid-write: the rest of the file still reads
+            for resource in request.get("resourceSpans", []) if isinstance(request, dict) else []:
+                for scope in resource.get("scopeSpans", []):
+                    spans.extend(scope.get("spans", []))
+    return spans
+
+
+def attributes_of(span: Mapping[str, Any]) -> dict[str, Any]:
+    """A span's (or event's) attributes from the OTLP/JSON form as plain values."""
+    return {item["key"]: _plain(item.get("value", {})) for item in span.get("attributes", [])}
+
+
+def _plain(value: Mapping[str, Any]) -> Any:
+    if "stringValue" in value:
+        return value["stringValue"]
+    if "intValue" in value:
+        return int(value["intValue"])
+    if "doubleValue" in value:
+        return float(value["doubleValue"])
+    if "boolValue" in value:
+        return bool(value["boolValue"])
+    if "arrayValue" in value:
+        return [_plain(item) for item in value["arrayValue"].get("values", [])]
+    return None
+
+
+# --- spans -----------------------------------------------------------------------------------------------
+@contextlib.contextmanager
+def _span(name: str, attributes: Attributes, *, kind: str = "INTERNAL", parent: str | None = None,
+          links: Sequence[str] = (), new_trace: bool = False) -> Iterator[Span]:
+    live = _ensure()
+    if live is None:
+        yield OFF
+        return
+    trace_api = live.trace_api
+    context = None
+    if parent:
+        context = live.propagator.extract({"traceparent": parent})
+    elif new_trace:
+        context = trace_api.set_span_in_context(trace_api.INVALID_SPAN)
+    linked = [trace_api.Link(_span_context(live, text)) for text in links if text]
+    with live.tracer.start_as_current_span(
+        name, context=context, kind=getattr(trace_api.SpanKind, kind),
+        attributes={key: _attribute(value) for key, value in attributes.items() if value is not None},
+        links=[link for link in linked if link.context.is_valid], record_exception=False,
+        set_status_on_exception=False,
+    ) as span:
+        handle = _LiveSpan(span, live.capture)
+        try:
+            yield handle
+        except BaseException as exc:
+            handle.fail(type(exc).__name__)
+            raise
+
+
+def _span_context(live: _Live, traceparent_text: str) -> Any:
+    context = live.propagator.extract({"traceparent": traceparent_text})
+    return live.trace_api.get_current_span(context).get_span_context()
+
+
+def run_span(agent: str, *, event_ids: Sequence[int], sources: Sequence[str], holder: str, generation: int,
+             trusted: bool | None = None, parent: str | None = None, links: Sequence[str] = ()
+             ) -> contextlib.AbstractContextManager[Span]:
+    """The `invoke_agent {agent}` span of one run: a trace of its own (or under `parent`, a traceparent a
+    webhook delivery brought), linked to the spans that fed it (`links`)."""
+    return _span(f"invoke_agent {agent}", {
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
+        "agent_console.event.ids": list(event_ids), "agent_console.event.sources": sorted(set(sources)),
+        "agent_console.trusted": trusted, "agent_console.lease.holder": holder,
+        "agent_console.lease.generation": generation,
+    }, parent=parent, links=links, new_trace=parent is None)
+
+
+def chat_span(model: str, *, conversation: str | None = None, max_tokens: int | None = None,
+              server: str | None = None) -> contextlib.AbstractContextManager[Span]:
+    """The `chat {model}` span of one Messages API call."""
+    return _span(f"chat {model}", {
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": PROVIDER, "gen_ai.request.model": model,
+        "gen_ai.request.max_tokens": max_tokens, "gen_ai.conversation.id": conversation, "server.address": server,
+    }, kind="CLIENT")
+
+
+def chat_reply(span: Span, *, response_id: str, model: str, finish_reason: str | None, input_tokens: int,
+               output_tokens: int, cache_read_tokens: int, cache_creation_tokens: int, cost_usd: float | None,
+               request_model: str) -> None:
+    """What a model call answered, on its span and in the token and cost metrics."""
+    span.set_many({
+        "gen_ai.response.id": response_id, "gen_ai.response.model": model,
+        "gen_ai.response.finish_reasons": [finish_reason] if finish_reason else None,
+        "gen_ai.usage.input_tokens": input_tokens, "gen_ai.usage.output_tokens": output_tokens,
+        "gen_ai.usage.cache_read.input_tokens": cache_read_tokens,
+        "gen_ai.usage.cache_creation.input_tokens": cache_creation_tokens,
+        "agent_console.cost.usd": cost_usd,
+    })
+    live = _ensure()
+    if live is None:
+        return
+    common = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": PROVIDER,
+              "gen_ai.request.model": request_model, "gen_ai.response.model": model}
+    tokens = _instrument(live, "histogram", "gen_ai.client.token.usage", "{token}",
+                         "Tokens of each model call, by type")
+    tokens.record(input_tokens + cache_read_tokens + cache_creation_tokens, {**common, "gen_ai.token.type": "input"})
+    tokens.record(output_tokens, {**common, "gen_ai.token.type": "output"})
+    if cost_usd is not None:
+        _instrument(live, "counter", "agent_console.cost", "USD", "Spend on model calls").add(cost_usd, common)
+
+
+def tool_span(name: str, *, call_id: str, tool_type: str, mcp_session: str | None = None
+              ) -> contextlib.AbstractContextManager[Span]:
+    """The `execute_tool {name}` span of one tool call, whatever the policy decided."""
+    mcp = name.startswith("mcp__")
+    return _span(f"execute_tool {name}", {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": name, "gen_ai.tool.call.id": call_id,
+        "gen_ai.tool.type": tool_type, "mcp.method.name": "tools/call" if mcp else None,
+        "mcp.session.id": mcp_session,
+    })
+
+
+def tool_decided(span: Span, *, decision: str, outcome: str, rule: str | None, replayed: bool) -> None:
+    """The policy's decision and the call's outcome (done, error, deferred, refused, unknown)."""
+    span.set_many({"agent_console.tool.decision": decision, "agent_console.tool.outcome": outcome,
+                   "agent_console.policy.rule": rule, "agent_console.journal.replayed": replayed or None})
+    if outcome in ("error", "unknown"):
+        span.fail("tool_error" if outcome == "error" else "outcome_unknown")
+    count("agent_console.tool.calls", "{call}", "Tool calls by decision and outcome",
+          {"agent_console.tool.decision": decision, "agent_console.tool.outcome": outcome})
+
+
+def service_span(name: str, attributes: Attributes, *, parent: str | None = None, links: Sequence[str] = (),
+                 kind: str = "INTERNAL") -> contextlib.AbstractContextManager[Span]:
+    """A span of the engine's own work: a webhook delivery stored, a timer fired, an outbox send."""
+    return _span(name, attributes, kind=kind, parent=parent, links=links, new_trace=parent is None)
+
+
+def span_event(name: str, attributes: Attributes | None = None) -> None:
+    """An event on the current span (the run's, a tool call's), if any."""
+    live = _ensure()
+    if live is None:
+        return
+    span = live.trace_api.get_current_span()
+    if span.is_recording():
+        _LiveSpan(span, live.capture).event(name, attributes)
+
+
+def current() -> Span:
+    """The current span's handle (the no-op one when there is none)."""
+    live = _ensure()
+    if live is None:
+        return OFF
+    span = live.trace_api.get_current_span()
+    return _LiveSpan(span, live.capture) if span.is_recording() else OFF
+
+
+def traceparent() -> str | None:
+    """The current span's W3C traceparent, for MCP calls' _meta and outgoing HTTP requests; None when off."""
+    live = _ensure()
+    if live is None:
+        return None
+    carrier: dict[str, str] = {}
+    live.propagator.inject(carrier)
+    return carrier.get("traceparent")
+
+
+def inject(headers: dict[str, str]) -> dict[str, str]:
+    """headers with the current traceparent (and tracestate) added, when there is one."""
+    live = _ensure()
+    if live is not None:
+        live.propagator.inject(headers)
+    return headers
+
+
+# --- metrics ---------------------------------------------------------------------------------------------
+def _instrument(live: _Live, kind: str, name: str, unit: str, description: str) -> Any:
+    instrument = live.instruments.get(name)
+    if instrument is None:
+        meter = live.meter_provider.get_meter(SCOPE)
+        make = meter.create_histogram if kind == "histogram" else meter.create_counter
+        instrument = live.instruments.setdefault(name, make(name, unit=unit, description=description))
+    return instrument
+
+
+def count(name: str, unit: str, description: str, attributes: Attributes, amount: float = 1) -> None:
+    """Add to a counter (created on first use)."""
+    live = _ensure()
+    if live is not None:
+        _instrument(live, "counter", name, unit, description).add(amount, dict(attributes))
+
+
+def record(name: str, unit: str, description: str, value: float, attributes: Attributes) -> None:
+    """Record one value in a histogram (created on first use)."""
+    live = _ensure()
+    if live is not None:
+        _instrument(live, "histogram", name, unit, description).record(value, dict(attributes))
+
+
+def monotonic() -> float:
+    return time.monotonic()
