@@ -89,6 +89,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_APPROVAL_BELL": "true", "AGENT_CONSOLE_MAX_TOOL_CALLS_PER_RUN": "5",
         "AGENT_CONSOLE_MAX_TOOL_CALLS_PER_HOUR": "0", "AGENT_CONSOLE_MAX_MESSAGES_PER_HOUR": "12",
         "AGENT_CONSOLE_EMAIL": '{"imap_host": "imap.example.org"}',
+        "AGENT_CONSOLE_TELEMETRY": "false",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -106,6 +107,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.mcp_servers, s.permissions) == ({"shop": {"command": "shop-server"}}, {"allow": ["recall"]})
     assert (s.instructions, s.memory_chars) == (Path("/tmp/mine.md"), 100)
     assert s.approval_bell is True
+    assert s.telemetry is False and Settings().telemetry is True
     assert (s.claude_prompt_cache, s.daily_budget_usd, s.monthly_budget_usd) == (False, 2.5, 40.0)
     assert s.prices == {"claude-x": {"input": 1, "output": 5}}
     assert (s.db_schema, s.password_env) == ("ada", "AGENT_PG_PASSWORD")
