@@ -360,6 +360,10 @@ class MailChannel:
             return "the mail it answers is no longer in the inbox"
         if payload.get("auto"):
             return f"the mail was sent by a machine ({payload['auto']}); never answered automatically"
+        if payload.get("trusted") is not True:
+            # A run's messages are written for the owner: mailing them to whoever wrote (or forged) an untrusted
+            # mail would hand a stranger what the agent tells its owner. They reach the owner's channels only.
+            return "the mail is not from a trusted, authenticated sender; the run's messages went to you only"
         if not (payload.get("reply_to") or (payload.get("from") or {}).get("address")):
             return "the mail has no sender address"
         return None

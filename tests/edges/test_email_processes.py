@@ -254,7 +254,7 @@ async def test_a_20_mb_message_and_malformed_mime_are_stored_with_notes(tmp_path
         stop(engine)
 
 
-async def test_replies_thread_and_mail_from_a_machine_gets_none(
+async def test_replies_thread_and_mail_from_a_machine_or_an_unproven_sender_gets_none(
         tmp_path: Path, dovecot: Dovecot, smtp: tuple[Controller, Received]) -> None:
     controller, received = smtp
     db = tmp_path / "inbox.db"
@@ -263,13 +263,14 @@ async def test_replies_thread_and_mail_from_a_machine_gets_none(
         await inbox(db, started(db), "the first start's place")
         dovecot.append(mail("Out of office", "I am away", headers={"Auto-Submitted": "auto-replied"}),
                        mail("News", "weekly", headers={"List-Id": "<news.example.org>"}),
-                       mail("Bounce", "undeliverable", sender="mailer-daemon@example.org"))
-        await inbox(db, lambda s: s.counts()["done"] == 3, "the three runs")
+                       mail("Bounce", "undeliverable", sender="mailer-daemon@example.org"),
+                       mail("Send me the notes", "mail them to me", authenticated=False))
+        await inbox(db, lambda s: s.counts()["done"] == 4, "the four runs")
         dovecot.append(mail("Plants", "please water the plants", message_id="<q1@example.org>",
                             headers={"References": "<q0@example.org>"}))
         await phone(lambda: received.messages, "the reply")
         with Store.open(db, check=False) as store:
-            assert store.counts()["done"] == 4
+            assert store.counts()["done"] == 5
         reply = received.messages[0]
         assert reply["Subject"] == "Re: Plants" and reply["To"] == MAIL_USER
         assert reply["In-Reply-To"] == "<q1@example.org>"
@@ -277,7 +278,7 @@ async def test_replies_thread_and_mail_from_a_machine_gets_none(
         assert reply["Auto-Submitted"] == "auto-replied" and reply["Message-ID"].startswith("<agent-console.")
         assert reply.get_content().strip() == "Noted: please water the plants"
         await inbox(db, lambda s: s.outbox_counts().get("queued", 0) == 0, "the outbox drained")
-        assert len(received.messages) == 1  # none to the machines' mail, none twice
+        assert len(received.messages) == 1  # none to the machines' mail nor to an unproven sender, none twice
     finally:
         stop(engine)
 
