@@ -48,13 +48,21 @@ def dovecot() -> Iterator[Dovecot]:
 
 
 class Received:
-    def __init__(self) -> None:
+    """What the SMTP server was given: every message offered (refused ones too) and those it accepted."""
+
+    def __init__(self, refuse_first: int = 0) -> None:
         self.messages: list[EmailMessage] = []
+        self.offered: list[EmailMessage] = []
+        self.refuse_first = refuse_first
         self.lock = threading.Lock()
 
     async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        message = message_from_bytes(envelope.original_content, policy=policy.default)
         with self.lock:
-            self.messages.append(message_from_bytes(envelope.original_content, policy=policy.default))  # type: ignore
+            self.offered.append(message)  # type: ignore[arg-type]
+            if len(self.offered) <= self.refuse_first:
+                return "451 4.3.0 try again later"
+            self.messages.append(message)  # type: ignore[arg-type]
         return "250 OK"
 
 
@@ -64,12 +72,17 @@ def _authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data
 
 
 @pytest.fixture
-async def smtp(dovecot: Dovecot) -> AsyncIterator[tuple[Controller, Received]]:
+def refuse_first() -> int:
+    return 0
+
+
+@pytest.fixture
+async def smtp(dovecot: Dovecot, refuse_first: int) -> AsyncIterator[tuple[Controller, Received]]:
     import ssl
 
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.load_cert_chain(str(dovecot.cert), str(dovecot.key))
-    received = Received()
+    received = Received(refuse_first)
     controller = Controller(received, hostname="127.0.0.1", port=free_port(), tls_context=context,
                             require_starttls=True, authenticator=_authenticate, auth_require_tls=True)
     controller.start()
@@ -366,5 +379,21 @@ async def test_a_certificate_not_signed_by_the_ca_file_is_refused(tmp_path: Path
         with Store.open(db, check=False) as store:
             assert "certificate was not accepted" in store.mail_status()["reason"]
             assert store.mail_status()["last_uid"] is None  # it never read the folder
+    finally:
+        stop(engine)
+
+
+@pytest.mark.parametrize("refuse_first", [2])
+async def test_a_retried_reply_is_the_same_message(
+        tmp_path: Path, dovecot: Dovecot, smtp: tuple[Controller, Received]) -> None:
+    controller, received = smtp
+    db = tmp_path / "inbox.db"
+    engine = start(tmp_path, dovecot, smtp_port=controller.port)
+    try:
+        await inbox(db, started(db), "the first start's place")
+        dovecot.append(mail("Plants", "please water the plants", message_id="<q1@example.org>"))
+        await phone(lambda: received.messages, "the reply, after two refusals", limit=60)
+        assert len(received.offered) == 3 and len({m["Message-ID"] for m in received.offered}) == 1
+        assert received.messages[0]["In-Reply-To"] == "<q1@example.org>"
     finally:
         stop(engine)
