@@ -304,3 +304,11 @@ async def test_the_chat_shows_typing_while_the_run_works(tmp_path: Path, clock: 
     finally:
         agent.release.set()
         await engine.stop()
+
+
+async def test_a_group_set_in_the_config_is_untrusted_until_paired(tmp_path: Path, clock: ManualClock,
+                                                                   bot: StandInBotApi) -> None:
+    async with running(phone_settings(tmp_path, table(bot, chat_id=GROUP)), clock, ENV, tune=quick) as engine:
+        _, message_id = await bot.write(GROUP, "from whoever", from_id=OWNER, chat_type="group")
+        event = await stored(engine, lambda s: s.find_event("telegram", f"{GROUP}:{message_id}"), "the event")
+        assert event.payload["owner"] is False and event_taint(event) is not None
