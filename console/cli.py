@@ -652,6 +652,36 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
 
 @main.command()
 @click.argument("event_id", type=SQLITE_COUNT)
+@click.pass_obj
+def trace(state: CliState, event_id: int) -> None:
+    """Print the runs of one event as trace trees with timings (from telemetry.jsonl beside the inbox)."""
+    from console import telemetry  # reads the file as JSON: the OpenTelemetry SDK is not loaded
+
+    folder = state.settings().inbox_folder
+    runs = telemetry.runs_of_event(telemetry.read_spans(folder), event_id)
+    if not runs:
+        raise UserError(f"no run of event {event_id} in {telemetry.file_path(folder)} (not run yet, telemetry off, "
+                        f"or rotated away)")
+    zone = state.zone()
+    for number, tree in enumerate(runs, 1):
+        root = tree[0][1]
+        began = int(root.get("startTimeUnixNano", 0))
+        when = _clock_time(began // 1_000_000_000, zone)
+        _say(f"run {number}  {when}  trace {root.get('traceId')}")
+        for depth, node in tree:
+            offset = (int(node.get("startTimeUnixNano", 0)) - began) / 1e9
+            what = telemetry.describe(node)
+            _say(f"{'  ' * (depth + 1)}{node.get('name')}  +{offset:.3f} s  {telemetry.seconds(node):.3f} s"
+                 + (f"  {what}" if what else ""))
+            for event in node.get("events", []):
+                at = (int(event.get("timeUnixNano", 0)) - began) / 1e9
+                details = ", ".join(f"{key.rsplit('.', 1)[-1]} {value}"
+                                    for key, value in telemetry.attributes_of(event).items())
+                _say(f"{'  ' * (depth + 2)}· {event.get('name')}  +{at:.3f} s  {details}")
+
+
+@main.command()
+@click.argument("event_id", type=SQLITE_COUNT)
 @click.option("--json", "as_json", is_flag=True, help="Print the event, its history and journal steps as JSON.")
 @click.pass_obj
 def show(state: CliState, event_id: int, as_json: bool) -> None:

@@ -283,6 +283,7 @@ class RunContext:
         saved = self.store.load_session(approval.session_id) if approval.session_id else None
         waited = None if approval.resolved_at is None else max(0, approval.resolved_at - approval.requested_at)
         outcome = approval.outcome or "unknown"
+        telemetry.current().set("agent_console.event.resumes", [approval.event_id] if approval.event_id else None)
         telemetry.span_event("approval.answered", {
             "agent_console.approval.id": request_id, "agent_console.approval.outcome": outcome,
             "agent_console.approval.channel": approval.answered_via, "agent_console.approval.waited_s": waited})

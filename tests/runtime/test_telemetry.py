@@ -10,12 +10,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
 from console import telemetry
 from console.agents.claude import ClaudeAgent
 from console.agents.mcp import McpHub, McpServerConfig
 from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.tools import ToolGateway
+from console.cli import main
 from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.mcp_servers import read_calls, stdio_command
@@ -145,6 +147,19 @@ async def test_each_run_is_one_trace_with_chat_and_tool_spans_and_the_approval_a
     assert answer_attrs["agent_console.approval.outcome"] == "yes"
     assert answer_attrs["agent_console.approval.channel"] == "console"
     assert answer_attrs["agent_console.approval.waited_s"] >= 0
+
+    # `agent-console trace EVENT_ID`: both runs of the chat event (the second resumed its conversation), as trees.
+    asker = telemetry.attributes_of(root)["agent_console.event.ids"][0]
+    result = CliRunner().invoke(main, ["--db", str(tmp_path / "inbox.db"), "trace", str(asker)])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert [line.split("  ")[0] for line in lines if line.startswith("run ")] == ["run 1", "run 2"]
+    assert any(line.startswith("    chat claude-sonnet-5-5  +") and "out tokens" in line for line in lines)
+    assert any(line.startswith(f"    execute_tool {REFUND}") and "asked → deferred" in line for line in lines)
+    assert any(line.startswith(f"    execute_tool {REFUND}") and "approved → done" in line for line in lines)
+    assert any("· approval.answered" in line and "channel console" in line for line in lines)
+    missing = CliRunner().invoke(main, ["--db", str(tmp_path / "inbox.db"), "trace", "999"])
+    assert missing.exit_code == 2 and "no run of event 999" in missing.output
 
     raw = b"".join(p.read_bytes() for p in tmp_path.glob("telemetry.jsonl*"))
     assert b"QZX881" not in raw and b"refund order" not in raw and b"Refunded" not in raw  # no content by default

@@ -1,0 +1,143 @@
+"""console/telemetry.py on its own: the OTLP/HTTP path against a receiver on 127.0.0.1 that decodes the protobuf
+it gets, the local file's rotation and mode, and off meaning nothing loaded and nothing written."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+from console import telemetry
+from tests.support import wait_until
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Receiver:
+    """An OTLP/HTTP receiver: keeps each request's path and decoded body."""
+
+    def __init__(self) -> None:
+        self.traces: list[ExportTraceServiceRequest] = []
+        self.metrics: list[ExportMetricsServiceRequest] = []
+        self.content_types: list[str] = []
+        received = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                received.content_types.append(self.headers["Content-Type"])
+                if self.path == "/v1/traces":
+                    received.traces.append(ExportTraceServiceRequest.FromString(body))
+                elif self.path == "/v1/metrics":
+                    received.metrics.append(ExportMetricsServiceRequest.FromString(body))
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    made = Receiver()
+    yield made
+    made.close()
+
+
+@pytest.fixture(autouse=True)
+def reset() -> Iterator[None]:
+    yield
+    telemetry.configure(None, enabled=False)
+
+
+def a_run() -> None:
+    with telemetry.run_span("claude", event_ids=[7], sources=["github"], holder="w1", generation=3) as run:
+        with telemetry.chat_span("claude-sonnet-5-5", conversation="claude:7") as chat:
+            telemetry.chat_reply(chat, response_id="msg_1", model="claude-sonnet-5-5", finish_reason="tool_use",
+                                 input_tokens=10, output_tokens=5, cache_read_tokens=0, cache_creation_tokens=100,
+                                 cost_usd=0.001, request_model="claude-sonnet-5-5")
+        with telemetry.tool_span("mcp__shop__refund", call_id="t1", tool_type="extension") as call:
+            telemetry.tool_decided(call, decision="allowed", outcome="unknown", rule="allow", replayed=False)
+        run.set("agent_console.tool.calls", 1)
+
+
+def test_the_otlp_http_endpoint_gets_the_run_as_protobuf(
+    tmp_path: Path, receiver: Receiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url)
+    telemetry.configure(tmp_path)
+    a_run()
+    telemetry.flush()
+    wait_until(lambda: receiver.traces and receiver.metrics, "the receiver to get traces and metrics")
+    spans = [span for request in receiver.traces for resource in request.resource_spans
+             for scope in resource.scope_spans for span in scope.spans]
+    by_name = {span.name: span for span in spans}
+    assert set(by_name) == {"invoke_agent claude", "chat claude-sonnet-5-5", "execute_tool mcp__shop__refund"}
+    root = by_name["invoke_agent claude"]
+    assert by_name["chat claude-sonnet-5-5"].parent_span_id == root.span_id
+    tool = {a.key: a.value for a in by_name["execute_tool mcp__shop__refund"].attributes}
+    assert tool["agent_console.tool.outcome"].string_value == "unknown"
+    assert tool["error.type"].string_value == "outcome_unknown"
+    metric_names = {metric.name for request in receiver.metrics for resource in request.resource_metrics
+                    for scope in resource.scope_metrics for metric in scope.metrics}
+    assert {"gen_ai.client.token.usage", "agent_console.cost", "agent_console.tool.calls"} <= metric_names
+    assert set(receiver.content_types) == {"application/x-protobuf"}
+    # ... and the local file has the same spans.
+    assert {span["name"] for span in telemetry.read_spans(tmp_path)} == set(by_name)
+
+
+def test_the_file_is_owner_only_and_rotated_by_size(tmp_path: Path) -> None:
+    path = telemetry.file_path(tmp_path)
+    path.write_text("")
+    path.chmod(0o644)  # made by hand under a loose umask: narrowed on the next write
+    telemetry.configure(tmp_path, max_bytes=4000)
+    for _ in range(12):
+        a_run()
+        telemetry.flush()
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    rotated = sorted(tmp_path.glob("telemetry.jsonl.*"))
+    assert [p.name for p in rotated] == [f"telemetry.jsonl.{n}" for n in range(1, telemetry.KEEP_FILES + 1)]
+    assert all(p.stat().st_size <= 4000 for p in [path, *rotated])
+    assert telemetry.read_spans(tmp_path)  # the kept files still read
+
+
+def test_off_loads_no_sdk_and_writes_nothing(tmp_path: Path) -> None:
+    code = (
+        "import sys; from pathlib import Path; from console import telemetry\n"
+        f"telemetry.configure(Path({str(tmp_path)!r}), enabled=False)\n"
+        "with telemetry.run_span('a', event_ids=[1], sources=['x'], holder='h', generation=1) as s:\n"
+        "    s.set('k', 1); telemetry.span_event('e'); assert telemetry.traceparent() is None\n"
+        "telemetry.count('c', '1', 'd', {})\n"
+        "assert not [m for m in sys.modules if m.startswith('opentelemetry')], 'the SDK was loaded'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60,
+                   env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert not list(tmp_path.iterdir())
+
+
+def test_otel_sdk_disabled_turns_it_off(tmp_path: Path) -> None:
+    telemetry.configure(tmp_path, env={"OTEL_SDK_DISABLED": "true"})
+    assert not telemetry.enabled()
+    a_run()
+    assert not list(tmp_path.iterdir())
