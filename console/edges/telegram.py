@@ -462,10 +462,14 @@ class TelegramChannel(PhoneChannel):
             SOURCE, code_hash(code), chat_id=str(chat_id), owner_id=str(from_id), kind=str(kind),
             title=title if isinstance(title, str) else None, now=now, channel=self.name, cursor=cursor))
         if not paired:
-            await self.host.write(lambda s: s.take_chat_updates(self.name, SOURCE, now=now, cursor=cursor,
-                                                               strangers=[str(chat_id)]))
-            await self._say(chat_id, "That code is not valid (wrong, used or expired). Run `agent-console "
-                                     "telegram pair` for a new one.")
+            # A chat already paired is always told; any other is counted and told at most once an hour, like
+            # every message from a chat that is not paired (no stranger makes the bot talk more by trying codes).
+            known = chat_id in await self.owner_chats()
+            take = await self.host.write(lambda s: s.take_chat_updates(
+                self.name, SOURCE, now=now, cursor=cursor, strangers=[] if known else [str(chat_id)]))
+            if known or take.tell:
+                await self._say(chat_id, "That code is not valid (wrong, used or expired). Run `agent-console "
+                                         "telegram pair` for a new one.")
             return
         log.info("%s: chat %s paired", self.name, chat_id)
         self.host.publish("log", f"{self.name}: chat {chat_id} paired")

@@ -109,8 +109,10 @@ async def test_pairing_with_the_code_makes_the_chat_the_owners(tmp_path: Path, c
         _, message_id = await bot.write(OWNER, "now we talk")
         await stored(engine, lambda s: s.find_event("telegram", f"{OWNER}:{message_id}"), "the owner's event")
         await until(lambda: replies(bot, OWNER), "the reply")
-        await bot.write(STRANGER, "/pair ABCD2345")  # used up
-        await until(lambda: sum("not valid" in m["text"] for m in bot.sent_to(STRANGER)) == 2, "a used code refused")
+        used, _ = await bot.write(STRANGER, "/pair ABCD2345")  # used up: refused, and not told twice within the hour
+        await stored(engine, lambda s: s.phone_cursor("telegram") == str(used + 1), "the used code read")
+        assert sum("not valid" in m["text"] for m in bot.sent_to(STRANGER)) == 1
+        assert await engine.read(lambda s: s.chat_status("telegram")["refused_messages"]) == 2
         assert len(await engine.read(lambda s: s.chat_pairings("telegram"))) == 1
         assert await engine.read(lambda s: s.unpair_chat("telegram")) == 1
 
