@@ -55,23 +55,6 @@ async def ask(engine: Any, ntfy: StandInNtfy, source_id: str = "c1") -> tuple[st
     return approval.request_id, card
 
 
-async def test_the_card_has_http_buttons_on_the_answer_topic_and_drops_to_low_priority_once_answered(
-    tmp_path: Path, clock: ManualClock, ntfy: StandInNtfy
-) -> None:
-    # What every phone channel's card does is tested for ntfy in test_phone_cards.py; this is ntfy's own form.
-    async with running(phone_settings(tmp_path, table(ntfy)), clock, ENV) as engine:
-        request_id, card = await ask(engine, ntfy)
-        assert [a["label"] for a in card["actions"]] == ["Yes", "No"]
-        assert all(a["action"] == "http" and a["url"] == f"{ntfy.url}/agent-answers" for a in card["actions"])
-        assert card["priority"] == 4 and card["message"].startswith(f"Approval needed [{request_id}]")
-        assert await ntfy.tap(card, "Yes") == 200
-        shown = await until(lambda: "actions" not in ntfy.shown("agent")[card["sequence_id"]]
-                            and ntfy.shown("agent")[card["sequence_id"]], "the card replaced")
-        assert shown["priority"] == 2
-        counts = await engine.read(lambda s: s.status(now=clock.now())["phone_answers"])
-        assert counts["settled"] == 1 and sum(counts.values()) == 1
-
-
 async def test_forged_foreign_and_unknown_answers_change_nothing_and_are_counted(
     tmp_path: Path, clock: ManualClock, ntfy: StandInNtfy
 ) -> None:

@@ -1,7 +1,8 @@
 """The phone channels' one conformance suite: what an approval card does is the same on ntfy and on Telegram, so
 each test here runs once per channel, a real engine on a real inbox file against the channel's stand-in on
 127.0.0.1 (tests/edges/phone_standins.py). What only one channel does (ntfy's signed http actions and its stream,
-Telegram's callback data, getUpdates offsets and answerCallbackQuery) stays in test_ntfy_channel.py and
+Telegram's callback data, getUpdates offsets and answerCallbackQuery) is checked through each channel's
+check_question / check_answered here and otherwise stays in test_ntfy_channel.py and
 test_telegram_channel.py."""
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from console.core import Store
 from console.edges.phone import PhoneChannel
 from console.edges.telegram import TelegramChannel
 from tests.edges.phone_harness import RISKY, START, performed, phone_settings, running, stored, until
-from tests.edges.phone_standins import StandInBotApi, StandInNtfy
+from tests.edges.phone_standins import StandInBotApi, StandInNtfy, Tap
 
 NTFY_TOKEN = "tk_stand_in_token_0123456789"
 BOT_TOKEN = "123456:stand-in-token-AAbbCC"
@@ -35,7 +36,9 @@ class Phone(Protocol):
     def table(self) -> dict[str, Any]: ...
     def tune(self, channel: PhoneChannel) -> None: ...
     def card(self, request_id: str) -> dict[str, Any] | None: ...
-    async def tap(self, card: dict[str, Any], label: str) -> None: ...
+    async def tap(self, card: dict[str, Any], label: str) -> Any: ...
+    def check_question(self, card: dict[str, Any], request_id: str) -> None: ...  # the channel's own form
+    async def check_answered(self, engine: Any, card: dict[str, Any], tapped: Any) -> None: ...  # after a Yes
     def text(self, card: dict[str, Any]) -> str: ...
     def asks(self, card: dict[str, Any]) -> bool: ...
     def changes(self, card: dict[str, Any]) -> int: ...
@@ -58,8 +61,17 @@ class NtfyPhone:
     def card(self, request_id: str) -> dict[str, Any] | None:
         return next((m for m in self.server.cards("agent") if request_id in m["message"]), None)
 
-    async def tap(self, card: dict[str, Any], label: str) -> None:
-        await self.server.tap(card, label)
+    async def tap(self, card: dict[str, Any], label: str) -> int:
+        return await self.server.tap(card, label)
+
+    def check_question(self, card: dict[str, Any], request_id: str) -> None:
+        assert [a["label"] for a in card["actions"]] == ["Yes", "No"]
+        assert all(a["action"] == "http" and a["url"] == f"{self.server.url}/agent-answers" for a in card["actions"])
+        assert card["priority"] == 4
+
+    async def check_answered(self, engine: Any, card: dict[str, Any], tapped: Any) -> None:
+        assert tapped == 200  # the http action went through as the phone sends it (no token)
+        assert self.server.shown("agent")[card["sequence_id"]]["priority"] == 2
 
     def text(self, card: dict[str, Any]) -> str:
         return str(self.server.shown("agent")[card["sequence_id"]]["message"])
@@ -95,8 +107,17 @@ class TelegramPhone:
         found = next((m for m in self.server.cards(OWNER) if request_id in m["text"]), None)
         return copy.deepcopy(found)  # as the phone first showed it, buttons and all
 
-    async def tap(self, card: dict[str, Any], label: str) -> None:
-        await self.server.tap(OWNER, card, label)
+    async def tap(self, card: dict[str, Any], label: str) -> Tap:
+        return await self.server.tap(OWNER, card, label)
+
+    def check_question(self, card: dict[str, Any], request_id: str) -> None:
+        buttons = card["reply_markup"]["inline_keyboard"][0]
+        assert [b["text"] for b in buttons] == ["Yes", "No"]
+        assert all(len(b["callback_data"].encode()) <= 64 and request_id in b["callback_data"] for b in buttons)
+
+    async def check_answered(self, engine: Any, card: dict[str, Any], tapped: Any) -> None:
+        await until(lambda: self.server.reply_to(tapped) == "Approved", "the tap answered")
+        await stored(engine, lambda s: s.phone_cursor("telegram") == str(tapped.update_id + 1), "the offset stored")
 
     def message(self, card: dict[str, Any]) -> dict[str, Any]:
         message = self.server.message(OWNER, card["message_id"])
@@ -156,14 +177,16 @@ async def test_yes_settles_once_and_the_card_says_approved(tmp_path: Path, clock
     async with engine_for(phone, tmp_path, clock) as engine:
         request_id, card = await ask(engine, phone)
         assert phone.asks(card) and phone.text(card).startswith(f"Approval needed [{request_id}]")
-        await phone.tap(card, "Yes")
+        phone.check_question(card, request_id)
+        tapped = await phone.tap(card, "Yes")
         await until(lambda: phone.text(card).endswith(f"\n\nApproved (from {phone.label})"), "the card changed")
         assert phone.text(card).startswith(card.get("message", card.get("text")))  # the question kept above
         assert not phone.asks(card)  # the buttons went with the question
+        await phone.check_answered(engine, card, tapped)
         await stored(engine, lambda s: performed(s, request_id) == 1, "the action performed")
         approval = await engine.read(lambda s: s.approval(request_id))
         assert (approval.outcome, approval.answered_via) == ("yes", phone.name)
-        counts = await engine.read(lambda s: s.phone_answer_counts())
+        counts = await engine.read(lambda s: s.status(now=clock.now())["phone_answers"])
         assert counts["settled"] == 1 and sum(counts.values()) == 1
 
 

@@ -69,20 +69,6 @@ def text_of(bot: StandInBotApi, card: dict[str, Any]) -> str:
     return str(message["text"])
 
 
-async def test_the_card_has_an_inline_keyboard_and_the_tap_moves_the_stored_offset(
-    tmp_path: Path, clock: ManualClock, bot: StandInBotApi
-) -> None:
-    # What every phone channel's card does is tested for Telegram in test_phone_cards.py; this is Telegram's form.
-    async with running(phone_settings(tmp_path, table(bot)), clock, ENV, tune=quick) as engine:
-        request_id, card = await ask(engine, bot)
-        buttons = card["reply_markup"]["inline_keyboard"][0]
-        assert [b["text"] for b in buttons] == ["Yes", "No"]
-        assert all(len(b["callback_data"].encode()) <= 64 and request_id in b["callback_data"] for b in buttons)
-        tap = await bot.tap(OWNER, card, "Yes")
-        await until(lambda: bot.reply_to(tap) == "Approved", "the tap answered")
-        await stored(engine, lambda s: s.phone_cursor("telegram") == str(tap.update_id + 1), "the offset stored")
-
-
 async def test_every_tap_is_answered_on_the_phone(tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
     async with running(phone_settings(tmp_path, table(bot), approval_expiry=60), clock, ENV, tune=quick) as engine:
         _, first = await ask(engine, bot, "c1")
