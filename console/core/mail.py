@@ -18,6 +18,8 @@ from console.core.chats import ChatMixin
 from console.core.db import transaction, translate_errors
 
 SOURCE = "email"
+KEPT_WHEN_TOO_LARGE = ("kind", "from", "subject", "date", "message_id", "in_reply_to", "reply_to", "auto", "trusted",
+                       "authentication", "about", "uid", "uidvalidity", "folder", "size")
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,7 @@ class MailMixin(ChatMixin):
         """Store these messages (source id, payload) and move the listener's cursor to `cursor`, in one
         transaction. Returns, for each, whether it was stored (False: the inbox already had it). A cursor behind
         the stored one in the same UIDVALIDITY (a late commit) stores what is new and leaves the cursor."""
-        encoded = [(SOURCE, source_id, self.encode_event(SOURCE, source_id, payload, by_engine=True))
-                   for source_id, payload in events]
+        encoded = [(SOURCE, source_id, self._encode_mail(source_id, payload)) for source_id, payload in events]
         with translate_errors(), transaction(self._conn):
             current = self.mail_cursor(channel)
             if current is None or current.uidvalidity != cursor.uidvalidity or cursor.uid > current.uid:
@@ -60,6 +61,20 @@ class MailMixin(ChatMixin):
                     (channel, MailCursor(cursor.uidvalidity, cursor.uid, date).text(), now),
                 )
             return self._insert_events(encoded, now) if encoded else []
+
+    def _encode_mail(self, source_id: str, payload: Any) -> str:
+        """The payload as the inbox keeps it. One over max_payload_bytes keeps its headers and trust, with its text
+        and attachment list dropped and a note saying so: a message the inbox cannot take whole must not stop
+        the source (its transaction would fail again on every try)."""
+        try:
+            return self.encode_event(SOURCE, source_id, payload, by_engine=True)
+        except ValueError as exc:
+            if not isinstance(payload, dict):
+                raise
+            kept = {key: payload[key] for key in KEPT_WHEN_TOO_LARGE if key in payload}
+            kept["text"] = ""
+            kept["notes"] = [f"too large for the inbox ({exc}): its text and attachment list were dropped"]
+            return self.encode_event(SOURCE, source_id, kept, by_engine=True)
 
     def mail_status(self, channel: str = SOURCE) -> dict[str, Any]:
         """status --json's "email" (contract: state, reason, last_uid)."""

@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # imapclient is imported when the source connects (the consol
 
 log = logging.getLogger("agent_console.email")
 
-CHUNK = 50                  # messages fetched and stored per transaction
+CHUNK = 50                  # messages stored per transaction
+FETCH_BYTES = 8_000_000     # bytes of raw mail fetched (and held) at a time
 IDLE_RENEW = 25 * 60        # seconds an IDLE is kept before it is renewed (servers drop it after 30 minutes)
 IDLE_TICK = 1.0             # seconds between looks at whether the engine is stopping, while in IDLE
 LOGIN_RETRY = 300.0         # a refused login: tried again every five minutes (one notice, not one a try)
@@ -240,37 +241,37 @@ class MailChannel:
 
     def _fetch_and_store(self, client: imapclient.IMAPClient, uidvalidity: int, uids: list[int], *,
                          after_date: int) -> None:
+        """Store these messages, a chunk a transaction. Each chunk's bodies are fetched in groups of at most
+        FETCH_BYTES and read into payloads at once, so at most that much raw mail is held at a time."""
         s = self.settings
         self._last_cursor = None
         for start in range(0, len(uids), CHUNK):
             chunk = uids[start:start + CHUNK]
             sizes = client.fetch(chunk, ["RFC822.SIZE", "INTERNALDATE"])
-            whole = [uid for uid in chunk if int(sizes.get(uid, {}).get(b"RFC822.SIZE", 0)) <= s.max_message_bytes]
-            cut = [uid for uid in chunk if uid not in whole and uid in sizes]
-            bodies: dict[int, bytes] = {}
-            if whole:
-                for uid, data in client.fetch(whole, ["BODY.PEEK[]"]).items():
-                    bodies[uid] = bytes(data.get(b"BODY[]") or b"")
-            for uid in cut:  # a huge message: its head and first part are read, the rest is not fetched
-                for got, data in client.fetch([uid], [f"BODY.PEEK[]<0.{s.max_message_bytes}>"]).items():
-                    bodies[got] = bytes(next((v for k, v in data.items() if k.startswith(b"BODY[]")), b"") or b"")
+            fresh = [uid for uid in chunk if uid in sizes
+                     and not (after_date and _epoch(sizes[uid].get(b"INTERNALDATE")) <= after_date)]
+            payloads: dict[int, dict[str, Any]] = {}
+            for group in _groups(fresh, {uid: min(s.max_message_bytes, _size(sizes[uid])) for uid in fresh}):
+                whole = [uid for uid in group if _size(sizes[uid]) <= s.max_message_bytes]
+                if whole:
+                    for uid, data in client.fetch(whole, ["BODY.PEEK[]"]).items():
+                        payloads[uid] = self._read(bytes(data.get(b"BODY[]") or b""))
+                for uid in (uid for uid in group if uid not in whole):  # huge: only its first part is fetched
+                    for got, data in client.fetch([uid], [f"BODY.PEEK[]<0.{s.max_message_bytes}>"]).items():
+                        part = self._read(bytes(next((v for k, v in data.items() if k.startswith(b"BODY[]")),
+                                                     b"") or b""))
+                        part.setdefault("notes", []).append(f"the message is {_size(sizes[got]):,} bytes: only "
+                                                            f"its first {s.max_message_bytes:,} were read")
+                        payloads[got] = part
             events: list[tuple[str, Any]] = []
-            newest = 0
             stored_uids: list[int] = []
-            for uid in chunk:
-                if uid not in sizes:
+            newest = 0
+            for uid in fresh:
+                payload = payloads.get(uid)
+                if payload is None:
                     continue  # expunged meanwhile
-                arrived = _epoch(sizes[uid].get(b"INTERNALDATE"))
-                if after_date and arrived <= after_date:
-                    continue
-                newest = max(newest, arrived)
-                payload = read_message(bodies.get(uid, b""), trusted_senders=s.trusted_senders,
-                                       authserv_id=s.authserv_id, body_cap=s.body_cap)
-                size = int(sizes[uid].get(b"RFC822.SIZE", 0))
-                payload.update({"uid": uid, "uidvalidity": uidvalidity, "folder": s.folder, "size": size})
-                if uid in cut:
-                    payload.setdefault("notes", []).append(
-                        f"the message is {size:,} bytes: only its first {s.max_message_bytes:,} were read")
+                newest = max(newest, _epoch(sizes[uid].get(b"INTERNALDATE")))
+                payload.update({"uid": uid, "uidvalidity": uidvalidity, "folder": s.folder, "size": _size(sizes[uid])})
                 if not payload["trusted"] and s.untrusted == "ignore":
                     log.info("%s: UID %s from %s ignored (untrusted = \"ignore\"): %s", self.name, uid,
                              payload["from"]["address"], payload["authentication"])
@@ -281,6 +282,10 @@ class MailChannel:
             self._commit(client, cursor, events)
             self._last_cursor = cursor
             self._after_store(client, stored_uids)
+
+    def _read(self, raw: bytes) -> dict[str, Any]:
+        s = self.settings
+        return read_message(raw, trusted_senders=s.trusted_senders, authserv_id=s.authserv_id, body_cap=s.body_cap)
 
     def _commit(self, client: imapclient.IMAPClient, cursor: MailCursor, events: list[tuple[str, Any]]) -> None:
         now = self.host.clock.now()
@@ -411,6 +416,23 @@ class MailChannel:
             raise SendError(f"{self.name}: the SMTP server refused the recipient", permanent=True) from None
         except (OSError, smtplib.SMTPException) as exc:
             raise SendError(f"{self.name}: SMTP: {_describe(exc)}", permanent=False) from None
+
+
+def _size(data: dict[bytes, Any]) -> int:
+    return int(data.get(b"RFC822.SIZE") or 0)
+
+
+def _groups(uids: list[int], sizes: dict[int, int]) -> list[list[int]]:
+    """uids in order, cut into groups of at most FETCH_BYTES (a message larger than that is a group alone)."""
+    groups: list[list[int]] = []
+    total = FETCH_BYTES + 1
+    for uid in uids:
+        if total + sizes[uid] > FETCH_BYTES:
+            groups.append([])
+            total = 0
+        groups[-1].append(uid)
+        total += sizes[uid]
+    return groups
 
 
 def _epoch(value: Any) -> int:

@@ -46,3 +46,15 @@ def test_a_runs_reply_is_addressed_to_the_mail_it_answers(store: Store) -> None:
     event = store.find_event("email", "5:9")
     assert event is not None
     assert store.conversation_of([event.id]) == "email:5:9"
+
+
+def test_a_message_too_large_for_the_inbox_keeps_its_headers_and_trust(store: Store) -> None:
+    payload = {"kind": "email", "from": {"address": "me@example.org", "name": None}, "subject": "big",
+               "trusted": True, "authentication": "dmarc=pass", "text": "x" * (store.max_payload_bytes + 10),
+               "attachments": [{"name": "a.bin", "type": "application/octet-stream", "size": 9}]}
+    assert store.take_mail("email", MailCursor(5, 1, NOW), now=NOW, events=[("5:1", payload)]) == [True]
+    event = store.find_event("email", "5:1")
+    assert event is not None and isinstance(event.payload, dict)
+    assert (event.payload["subject"], event.payload["trusted"], event.payload["text"]) == ("big", True, "")
+    assert "too large for the inbox" in event.payload["notes"][0] and "attachments" not in event.payload
+    assert store.mail_cursor("email") == MailCursor(5, 1, NOW)
