@@ -3,6 +3,7 @@ CPU an idle console uses on a small inbox.
 
     python bench/console_bench.py [--events 1000000] [--drain-rate 1000] [--peer-rows 100000]
     python bench/console_bench.py --idle-only [--idle-seconds 30] [--before FOLDER]
+    python bench/console_bench.py --start-only [--rounds 7] [--before FOLDER]
 
 The inbox is built once with Store.ingest_many in large batches and cached in /tmp; each run works
 on a copy. Every measurement runs in a fresh child process, so its peak RSS is the console's own.
@@ -11,6 +12,12 @@ on a copy. Every measurement runs in a fresh child process, so its peak RSS is t
 - keystroke-to-frame while draining: another thread ingests `--drain-rate` events/s and the console's
   own engine drains them with the offline agent; a filter key press is timed until the pane redraws.
 The peer is a plain Textual DataTable given `--peer-rows` rows up front (time to its first frame).
+
+Start: from the moment a fresh interpreter is launched to the first frame with all four panes drawn (header,
+events, lease, approvals, outbox; headless, 120x40) on an empty inbox, against a plain Textual app with four
+panes (a header, a 40-row DataTable, three Statics side by side and a Footer), each a fresh process, taking turns
+for `--rounds` rounds (medians). The launch is stamped by the parent just before it starts the child; the child
+stamps the frame with the same wall clock.
 
 Idle cost: the real `agent-console` in a pseudo-terminal (120x40) on a small inbox (40 recent events, a
 pending approval counting down, its own engine holding the lease), left alone: the CPU time of its process
@@ -37,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+# A child measuring another checkout (--before) imports that checkout's console, not this one's.
+sys.path.insert(0, os.environ.get("CONSOLE_BENCH_ROOT", str(ROOT)))
 
 from console.clock import WallClock  # noqa: E402
 from console.config import Settings  # noqa: E402
@@ -198,6 +206,101 @@ async def child_peer(rows: int) -> dict[str, Any]:
     return {"first_frame_ms": first, "rows": rows, "peak_rss_mb": peak_rss_mb()}
 
 
+async def child_start_console(db: Path) -> dict[str, Any]:
+    """The console on db until its four panes and header have drawn their first views; the wall-clock time then."""
+    from console.tui.app import ConsoleApp
+    from console.tui.widgets.approvals_pane import ApprovalsPane
+    from console.tui.widgets.console_header import ConsoleHeader
+    from console.tui.widgets.events_pane import EventsPane
+    from console.tui.widgets.lease_pane import LeasePane
+    from console.tui.widgets.outbox_pane import OutboxPane
+
+    app = ConsoleApp(settings_for(db), install_defaults=False, state_path=db.with_suffix(".state.json"))
+    async with app.run_test(size=SIZE) as pilot:
+        panes = [app.query_one(kind) for kind in (EventsPane, LeasePane, ApprovalsPane, OutboxPane, ConsoleHeader)]
+        await wait_for(pilot, lambda: all(pane.view is not None for pane in panes))
+        drawn = asyncio.Event()
+        app.call_after_refresh(drawn.set)
+        await drawn.wait()
+        at = time.time()
+        modules = len(sys.modules)
+    return {"first_frame_at": at, "modules": modules}
+
+
+async def child_start_peer() -> dict[str, Any]:
+    """A plain Textual app with four panes, until its first frame is drawn."""
+    from textual.app import App, ComposeResult
+    from textual.containers import Horizontal
+    from textual.widgets import DataTable, Footer, Static
+
+    class FourPanes(App[None]):
+        def compose(self) -> ComposeResult:
+            yield Static("agent-console · inbox.db", id="header")
+            table: DataTable[str] = DataTable()
+            table.add_columns("id", "source", "source id", "status", "age")
+            table.add_rows([(str(i), "chat", f"c-{i}", "done", f"{i}s") for i in range(40)])
+            yield table
+            with Horizontal():
+                yield Static("Lease\nnobody holds it", id="lease")
+                yield Static("Approvals\nnone pending", id="approvals")
+                yield Static("Outbox\nnothing queued", id="outbox")
+            yield Footer()
+
+    app = FourPanes()
+    async with app.run_test(size=SIZE) as pilot:
+        table = app.query_one(DataTable)
+        await wait_for(pilot, lambda: table.row_count == 40)
+        drawn = asyncio.Event()
+        app.call_after_refresh(drawn.set)
+        await drawn.wait()
+        at = time.time()
+        modules = len(sys.modules)
+    return {"first_frame_at": at, "modules": modules}
+
+
+def start_seconds(kind: str, root: Path, *args: str) -> tuple[float, int]:
+    """Launch to first frame of one fresh child process (its interpreter's start and imports included)."""
+    env = dict(os.environ, PYTHONPATH=str(root), CONSOLE_BENCH_ROOT=str(root))
+    # Bytecode is cached as an installed package's is (pip compiles it); a PYTHONDONTWRITEBYTECODE=1 in the
+    # environment would make every start compile the console's sources again (about 0.4 s here).
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    launched = time.time()
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", kind, *args], capture_output=True,
+                         text=True, check=True, cwd=root, env=env)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return result["first_frame_at"] - launched, int(result["modules"])
+
+
+def start_report(rounds: int, before: Path | None) -> dict[str, Any]:
+    """Console (and another checkout's, with before) against the plain four-pane app, taking turns."""
+    subjects: list[tuple[str, Path]] = [("console", ROOT), *((("console_before", before),) if before else ())]
+    samples: dict[str, list[float]] = {name: [] for name, _ in subjects}
+    samples["peer_four_panes"] = []
+    modules: dict[str, int] = {}
+    with tempfile.TemporaryDirectory(prefix="agent-console-start-") as folder:
+        for name, root in subjects:  # untimed: writes each checkout's bytecode cache
+            start_seconds("start-console", root, str(Path(folder) / f"{name}-warm.db"))
+        for round_ in range(rounds):
+            order: list[tuple[str, Path | None]] = [*subjects, ("peer_four_panes", None)]
+            shift = round_ % len(order)
+            for name, root in order[shift:] + order[:shift]:
+                if root is None:
+                    seconds, loaded = start_seconds("start-peer", ROOT)
+                else:
+                    db = Path(folder) / f"{name}-{round_}.db"  # an empty inbox each time (the console creates it)
+                    seconds, loaded = start_seconds("start-console", root, str(db))
+                samples[name].append(seconds)
+                modules[name] = loaded
+    report: dict[str, Any] = {"rounds": rounds, "load_average": os.getloadavg()}
+    for name, values in samples.items():
+        report[name] = {"median_s": statistics.median(values), "min_s": min(values), "max_s": max(values),
+                        "modules": modules[name]}
+    peer = report["peer_four_panes"]["median_s"]
+    for name, _ in subjects:
+        report[f"{name}_over_peer"] = report[name]["median_s"] / peer
+    return report
+
+
 IDLE_SIZE = (40, 120)  # rows, columns
 IDLE_PEER = """
 from textual.app import App
@@ -318,15 +421,24 @@ def main() -> None:
     parser.add_argument("--peer-rows", type=int, default=100_000)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--idle-only", action="store_true", help="only the idle-cost measurement")
-    parser.add_argument("--before", type=Path, help="another checkout whose idle console is measured too")
+    parser.add_argument("--before", type=Path, help="another checkout whose idle console (or start) is measured too")
+    parser.add_argument("--start-only", action="store_true", help="only launch to first frame, against the peer")
+    parser.add_argument("--rounds", type=int, default=7, help="rounds of --start-only (each system once a round)")
     parser.add_argument("--child", nargs="+")
     options = parser.parse_args()
+    if options.start_only:
+        print(json.dumps(start_report(options.rounds, options.before), indent=2))
+        return
     if options.idle_only:
         print(json.dumps(idle_report(options.idle_seconds, options.before), indent=2))
         return
     if options.child:
         kind, *rest = options.child
-        if kind == "console":
+        if kind == "start-console":
+            result = asyncio.run(child_start_console(Path(rest[0])))
+        elif kind == "start-peer":
+            result = asyncio.run(child_start_peer())
+        elif kind == "console":
             result = asyncio.run(child_console(Path(rest[0]), int(rest[1])))
         else:
             result = asyncio.run(child_peer(int(rest[0])))
