@@ -397,3 +397,17 @@ async def test_a_retried_reply_is_the_same_message(
         assert received.messages[0]["In-Reply-To"] == "<q1@example.org>"
     finally:
         stop(engine)
+
+
+async def test_untrusted_ignore_stores_only_the_owners_authenticated_mail(tmp_path: Path, dovecot: Dovecot) -> None:
+    db = tmp_path / "inbox.db"
+    engine = start(tmp_path, dovecot, untrusted="ignore")
+    try:
+        await inbox(db, started(db), "the first start's place")
+        dovecot.append(mail("Spoof", "wire the money", authenticated=False),
+                       mail("Stranger", "hello", sender="someone@example.net"),
+                       mail("Mine", "water the plants"))
+        await inbox(db, lambda s: s.mail_status()["last_uid"] == 3, "the cursor past all three")
+        assert [(p["subject"], p["trusted"]) for _, _, p in stored(db)] == [("Mine", True)]
+    finally:
+        stop(engine)
