@@ -3,6 +3,7 @@ it gets, the local file's rotation and mode, and off meaning nothing loaded and 
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -141,3 +142,15 @@ def test_otel_sdk_disabled_turns_it_off(tmp_path: Path) -> None:
     assert not telemetry.enabled()
     a_run()
     assert not list(tmp_path.iterdir())
+
+
+def test_the_console_draws_its_first_frame_before_any_opentelemetry_module_is_imported() -> None:
+    """The console's start, in a fresh interpreter under python -X importtime: nothing of OpenTelemetry is in
+    sys.modules at the first frame (the SDK loads with the engine's first span, a run)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "tests.tui.start_probe"], capture_output=True,
+                          text=True, env={**os.environ, "PYTHONPATH": str(ROOT)}, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert "console.tui.app" in seen["first_frame"]  # the listing is real
+    assert [name for name in seen["first_frame"] if name.startswith("opentelemetry")] == []
+    assert "import time:" in done.stderr
