@@ -140,6 +140,7 @@ class ApprovalView:
 
     approval: Approval
     conversation: list[Line]
+    request_words: str | None = None  # what the event that asked says in words (a chat's text), if it says any
 
 
 def read_approval(request_id: str) -> Callable[[Store], ApprovalView | None]:
@@ -148,7 +149,10 @@ def read_approval(request_id: str) -> Callable[[Store], ApprovalView | None]:
         if approval is None:
             return None
         session = store.load_session(approval.session_id) if approval.session_id else None
-        return ApprovalView(approval, conversation_lines(session))
+        event = store.event(approval.event_id) if approval.event_id is not None else None
+        payload = event.payload if event is not None and isinstance(event.payload, dict) else {}
+        words = payload.get("text") if isinstance(payload.get("text"), str) else None
+        return ApprovalView(approval, conversation_lines(session), words)
 
     return read
 

@@ -201,3 +201,25 @@ async def test_the_approval_screen_shows_every_value_whole_and_where_it_came_fro
     with reopen(db_path) as store:
         approval = store.approval(rid)
         assert approval is not None and approval.outcome == "no"
+
+
+async def test_the_approval_screen_shows_the_words_the_call_answers(db_path: Path, clock: ManualClock) -> None:
+    now = clock.now()
+    with reopen(db_path) as store:
+        store.ingest("chat", "c-9", {"text": "please refund order 881, the parcel never came"}, now=now - 10)
+        gen = store.acquire(HOLDER, now=now - 10)
+        assert gen is not None
+        (event,) = store.claim_batch(HOLDER, gen, now=now - 10)
+        assert store.finish(HOLDER, gen, [event.id], now=now - 10, approvals=[ApprovalDraft(
+            "apr-1-feed", 'refund(order="881")', 600, {}, {}, event.id, "refund", {"order": "881"},
+            [{"event_id": event.id, "source": "chat", "source_id": "c-9"}])])
+        assert store.release(HOLDER, gen, now=now - 9)
+    app: ConsoleApp = make_app(db_path, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(ApprovalsPane)
+        await pilot_until(pilot, lambda: pane.table.row_count == 1, what="the approval listed")
+        pane.table.focus()
+        await pilot.press("enter")
+        await pilot_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
+        words = " ".join(drawn(app.screen.query_one("#approval-request-words")).split())
+        assert words == "Asked about: “please refund order 881, the parcel never came”"

@@ -13,13 +13,14 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.callview import ordered, origin_line, request_view
+from console.callview import cut_middle, ordered, origin_line, request_view
 from console.textsafe import terminal_safe
 from console.tui.detail import clock_text
 from console.tui.reads import ApprovalView
 from console.tui.transcript import Line
 
 Part = str | tuple[str, str]
+REQUEST_WORDS = 400  # characters of the asking event's words shown beside the call
 LINE_STYLE = {"turn": "bold", "model": "", "call": "$text-primary", "result": "dim", "note": "dim italic"}
 
 
@@ -67,6 +68,10 @@ class ApprovalScreen(ModalScreen[str | None]):
                                  classes="heading")
                     yield Static(Content.styled(f"“{what.question or what.action}”", "italic"),
                                  id="approval-question")
+                if self.view.request_words:  # the words the call answers, beside it
+                    yield Static(Content.assemble(("Asked about: ", "bold"), (
+                        f"“{cut_middle(terminal_safe(self.view.request_words), REQUEST_WORDS)}”", "italic")),
+                        id="approval-request-words")
                 if what.origin is not None:
                     yield Static(Content.styled(origin_line(what.origin),
                                                 "dim" if what.origin.trusted else "$text-warning"),
