@@ -78,7 +78,8 @@ def test_inject_approve_quit_in_a_real_terminal(tmp_path: Path) -> None:
         term.wait_for(lambda s: "Inject an event" not in s, "the modal to close")
         with Store.open(db) as store:  # another process asks the owner: the console toasts it
             store.request_approval("apr-e2e-1", "refund order 881", now=int(time.time()), expires_in=600)
-        term.wait_for(lambda s: "Approval needed" in s and "apr-e2e-1" in s, "the approval toast")
+        # A request with no tool behind it is a question: its toast says so.
+        term.wait_for(lambda s: "Question for you" in s and "apr-e2e-1" in s, "the approval toast")
         term.wait_for(lambda s: "1 approval waiting" in s, "the header badge")
         # The pane's row (its countdown and id), not its border's count: the toast covers that border's end.
         term.wait_for(lambda s: re.search(r"\d+m\d+s apr-e2e-1", s) is not None, "the approval in its pane")

@@ -223,3 +223,16 @@ async def test_the_approval_screen_shows_the_words_the_call_answers(db_path: Pat
         await pilot_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
         words = " ".join(drawn(app.screen.query_one("#approval-request-words")).split())
         assert words == "Asked about: “please refund order 881, the parcel never came”"
+
+
+async def test_the_events_detail_names_every_argument_of_its_approval(db_path: Path, clock: ManualClock) -> None:
+    rid = asked_to_pay(db_path, clock)
+    app: ConsoleApp = make_app(db_path, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        events = app.query_one(EventsPane)
+        await pilot_until(pilot, lambda: events.page is not None and bool(events.page.events), what="the events")
+        await pilot.press("enter")
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="the event's detail")
+        trail = " ".join(str(app.screen.query_one("#detail-approvals").render()).split())
+    assert trail.startswith(f'{rid} mcp__x__pay(amount=480, to_account="DE89 3704 0044 0532 0130 00", memo="Invoice')
+    assert 'thanks!")' in trail and f"⚠ {PAY_ORIGIN['summary']}" in trail
