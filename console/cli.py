@@ -399,9 +399,15 @@ def serve(state: CliState, host: str | None, port: int | None) -> None:
     settings = state.settings()
     ensure_default_db_folder(settings)
     _log_to_stderr()
-    asyncio.run(serve_webhooks(
-        settings, host=host, port=port, on_ready=lambda r: click.echo(f"listening on {r.url}", err=True),
-    ))
+    from console import telemetry  # each delivery's `ingest` span (the SDK loads with the first one)
+
+    telemetry.configure(settings.inbox_folder, enabled=settings.telemetry)
+    try:
+        asyncio.run(serve_webhooks(
+            settings, host=host, port=port, on_ready=lambda r: click.echo(f"listening on {r.url}", err=True),
+        ))
+    finally:
+        telemetry.shutdown()
 
 
 # --- the inbox ---------------------------------------------------------------------------------

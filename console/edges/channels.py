@@ -42,6 +42,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, BinaryIO
 
+from console import telemetry
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import Batch, SendError
@@ -218,7 +219,7 @@ class HttpChannel:
         data = json.dumps({"key": batch.key, "messages": batch.bodies, "urgent": batch.urgent},
                           ensure_ascii=False).encode("utf-8")
         request = urllib.request.Request(self.url, data=data, method="POST",
-                                         headers={**self._headers, "Idempotency-Key": batch.key})
+                                         headers=telemetry.inject({**self._headers, "Idempotency-Key": batch.key}))
         where = safe_url(self.url)
         try:
             with self._opener.open(request, timeout=self.timeout) as response:

@@ -26,6 +26,7 @@ from typing import Any, Protocol
 
 from aiohttp import web
 
+from console import telemetry
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import MoveRefusal, StoreError, StoreOptions
@@ -192,8 +193,15 @@ class WebhookReceiver:
         except ValueError as exc:
             return self._answer(400, "bad_request", source, delivery.source_id, started, str(exc))
         try:
-            verdict = await self.writer.ingest(source, delivery.source_id, delivery.payload,
-                                               verifier.replay_guard(body))
+            # The delivery's own span, under the sender's trace when it sent a traceparent.
+            with telemetry.service_span(f"ingest {source}", {
+                "agent_console.event.source": source, "agent_console.event.source_id": delivery.source_id,
+            }, parent=request.headers.get("traceparent"), kind="SERVER") as span:
+                verdict = await self.writer.ingest(source, delivery.source_id, delivery.payload,
+                                                   verifier.replay_guard(body))
+                span.set("agent_console.ingest.verdict", verdict)
+            telemetry.count("agent_console.events.ingested", "{event}", "Webhook deliveries by source and verdict",
+                            {"agent_console.event.source": source, "agent_console.ingest.verdict": verdict})
         except InboxDamaged as exc:  # never a 200 into a file that cannot be read again: the sender redelivers
             if self._on_damage is not None:
                 self._on_damage(exc)

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import logging
+import time
 
+from console import telemetry
 from console.runtime.host import ServiceHost, service_loop
 
 log = logging.getLogger("agent_console.scheduler")
@@ -21,8 +23,11 @@ class Scheduler:
         if host.mode != "active":  # the lease holder's engine schedules; keys make a double pass harmless
             return host.idle_cap
         now = host.clock.now()
+        began = time.time_ns()
         fired = await host.on("writer", lambda store: store.run_scheduler(now=now))
         if fired:
+            telemetry.finished_span("fire timers", {"agent_console.timers.fired": fired}, started_ns=began)
+            telemetry.count("agent_console.timers.fired", "{timer}", "Timer firings stored as events", {}, fired)
             log.info("%s timer(s) fired", fired)
             host.publish("timers", f"{fired} fired")
             host.publish("events", "timer events")

@@ -1,0 +1,107 @@
+"""The engine's own work as spans (issue 24): a webhook delivery's `ingest` span under the sender's trace (its
+traceparent header), an outbox send's `send {channel}` span whose traceparent the HTTP channel carries, and the
+timers that fired. A real engine, the receiver beside it and an HTTP endpoint on 127.0.0.1."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from console import telemetry
+from console.clock import ManualClock
+from console.edges.channels import HttpChannel
+from console.edges.receiver import start_receiver
+from console.runtime.assembly import build_engine
+from tests.edges.conftest import NOW, webhook_settings
+from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign
+from tests.support import read_until
+
+SENDER_TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
+SENDER_SPAN = "00f067aa0ba902b7"
+
+
+class Endpoint:
+    """An outbox endpoint that keeps each request's headers."""
+
+    def __init__(self) -> None:
+        self.headers: list[dict[str, str]] = []
+        seen = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                self.rfile.read(int(self.headers["Content-Length"]))
+                seen.headers.append({name.lower(): value for name, value in self.headers.items()})
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/outbox"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+@pytest.fixture
+def endpoint() -> Iterator[Endpoint]:
+    made = Endpoint()
+    yield made
+    made.server.shutdown()
+    made.server.server_close()
+
+
+async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_travels(
+    tmp_path: Path, endpoint: Endpoint
+) -> None:
+    settings = webhook_settings(tmp_path / "inbox.db")
+    settings.outbox_gap = 0
+    settings.webhooks["secrets_file"] = str(tmp_path / "secrets.env")
+    (tmp_path / "secrets.env").write_text("".join(f"{ENV_NAMES[k]}={v}\n" for k, v in SECRETS.items()))
+    (tmp_path / "secrets.env").chmod(0o600)
+    clock = ManualClock(NOW)
+    engine = build_engine(settings, clock=clock, holder="traced", idle_cap=0.1, install_defaults=False,
+                          channels=[HttpChannel(endpoint.url)])
+    await engine.start()
+    receiver = await start_receiver(settings, engine=engine)
+    try:
+        body = body_for("hmac", "traced-1")
+        headers = {**sign("hmac", body, now=NOW, delivery_id="traced-1"),
+                   "traceparent": f"00-{SENDER_TRACE}-{SENDER_SPAN}-01"}
+        async with aiohttp.ClientSession() as http, http.post(f"{receiver.url}/hooks/home", data=body,
+                                                             headers=headers) as response:
+            assert response.status == 200
+        await engine.write(lambda s: s.queue_message("hello from the outbox", now=clock.now()))
+        await engine.write(lambda s: s.add_timer("nightly", clock.now(), {"text": "tick"}, now=clock.now()))
+        engine.wake()
+        await read_until(engine, lambda s: s.find_event("timer", f"nightly@{NOW}") is not None, limit=20)
+        for _ in range(200):
+            if endpoint.headers:
+                break
+            await asyncio.sleep(0.05)  # the endpoint's own thread records the request
+        assert endpoint.headers, "the outbox was not sent"
+    finally:
+        await receiver.stop()
+        await engine.stop()
+
+    spans = telemetry.read_spans(tmp_path)
+    [ingest] = [s for s in spans if s["name"] == "ingest home"]
+    assert (ingest["traceId"], ingest["parentSpanId"]) == (SENDER_TRACE, SENDER_SPAN)
+    attrs = telemetry.attributes_of(ingest)
+    assert (attrs["agent_console.event.source_id"], attrs["agent_console.ingest.verdict"]) == ("traced-1", "stored")
+    assert ingest["kind"] == 2  # SPAN_KIND_SERVER
+
+    sends = [s for s in spans if s["name"] == "send http"]
+    assert sends and all(telemetry.attributes_of(s)["agent_console.outbox.messages"] >= 1 for s in sends)
+    carried = {h.get("traceparent", "")[3:52] for h in endpoint.headers}
+    assert carried and carried <= {f"{s['traceId']}-{s['spanId']}" for s in sends}
+
+    [fired] = [s for s in spans if s["name"] == "fire timers"]
+    assert telemetry.attributes_of(fired)["agent_console.timers.fired"] >= 1
