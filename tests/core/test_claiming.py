@@ -287,7 +287,7 @@ def test_status_describes_the_inbox_at_a_glance(inbox_target: str) -> None:
         assert (status["takeovers"], status["refused_finishes"]) == (1, 1)
         assert status["approvals_pending"] == [
             {"request_id": "refund-1", "action": "refund order 1", "expires_at": T + 1100, "expires_in": 590,
-             "event_id": None, "tool": None, "arguments": None, "sources": []}]
+             "event_id": None, "tool": None, "arguments": None, "sources": [], "details": {}, "origin": None}]
         assert status["outbox"]["queued"] == 1
         assert status["next_send_at"] == T + 510  # nothing sent yet: the first message may go at once
         assert status["next_timer"] == {"id": "digest", "due": T + 900, "due_in": 390}
