@@ -499,7 +499,7 @@ def _instrument(live: _Live, kind: str, name: str, unit: str, description: str) 
     instrument = live.instruments.get(name)
     if instrument is None:
         meter = live.meter_provider.get_meter(SCOPE)
-        make = meter.create_histogram if kind == "histogram" else meter.create_counter
+        make = {"histogram": meter.create_histogram, "gauge": meter.create_gauge}.get(kind, meter.create_counter)
         instrument = live.instruments.setdefault(name, make(name, unit=unit, description=description))
     return instrument
 
@@ -509,6 +509,13 @@ def count(name: str, unit: str, description: str, attributes: Attributes, amount
     live = _ensure()
     if live is not None:
         _instrument(live, "counter", name, unit, description).add(amount, dict(attributes))
+
+
+def gauge(name: str, unit: str, description: str, value: float, attributes: Attributes) -> None:
+    """Set a gauge's current value (created on first use)."""
+    live = _ensure()
+    if live is not None:
+        _instrument(live, "gauge", name, unit, description).set(value, dict(attributes))
 
 
 def record(name: str, unit: str, description: str, value: float, attributes: Attributes) -> None:

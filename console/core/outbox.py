@@ -325,6 +325,11 @@ class OutboxMixin(StoreBase):
                     (error, now + self._backoff(batch.attempt) if retry_at is None else retry_at, batch_id),
                 )
 
+    def oldest_queued_at(self) -> int | None:
+        """When the oldest message still waiting to be sent was queued (the outbox's lag), or None."""
+        value = self._scalar("SELECT MIN(created_at) FROM outbox WHERE status = 'queued'")
+        return None if value is None else int(value)
+
     def outbox_messages(self, *, status: str | None = None, limit: int = 50) -> list[OutboxMessage]:
         """Newest first, with the batch's key, error and retry time."""
         clause = "WHERE o.status = ?" if status else ""

@@ -1,10 +1,13 @@
 """Maintenance: keep the WAL small once readers let go, and, when `retain_days` is set, prune old
-finished work once a day (see Store.prune)."""
+finished work once a day (see Store.prune); with telemetry on, the inbox's gauges every 30 s."""
 
 from __future__ import annotations
 
 import logging
+import time
 
+from console import telemetry
+from console.core import Store
 from console.core.db import WAL_SIZE_LIMIT
 from console.core.retention import PruneReport
 from console.runtime.host import ServiceHost, service_loop
@@ -12,6 +15,7 @@ from console.runtime.host import ServiceHost, service_loop
 log = logging.getLogger("agent_console.maintenance")
 
 DAY = 86_400
+OBSERVE_EVERY = 30.0  # seconds between two readings of the inbox's gauges (telemetry on only)
 
 
 class Maintenance:
@@ -19,6 +23,7 @@ class Maintenance:
         self.host = host
         self.passes = 0  # loop passes, so a test can wait for the service to have looked
         self.last_report: PruneReport | None = None
+        self._next_observe = 0.0
         self._next_prune_at: int | None = None  # None: prune on the first pass as the lease holder
 
     async def run(self) -> None:
@@ -28,9 +33,34 @@ class Maintenance:
         try:
             await self._shrink_wal()
             await self._prune()
+            await self._observe()
         finally:
             self.passes += 1
         return self.host.idle_cap
+
+    async def _observe(self) -> None:
+        """The inbox's state as gauges, for the telemetry's metrics: events by state, the outbox's lag (the age of
+        its oldest waiting message), lease takeovers and refused finishes so far. Read only while telemetry is
+        on, at most every OBSERVE_EVERY seconds."""
+        if not telemetry.enabled() or time.monotonic() < self._next_observe:
+            return
+        self._next_observe = time.monotonic() + OBSERVE_EVERY
+        host = self.host
+        now = host.clock.now()
+
+        def read(store: Store) -> tuple[dict[str, int], int | None, int, int]:
+            return store.counts(), store.oldest_queued_at(), store.takeover_count(), store.refused_finish_count()
+
+        counts, oldest, takeovers, refused = await host.read(read)
+        for state, number in counts.items():
+            telemetry.gauge("agent_console.events", "{event}", "Events in the inbox by state", number,
+                            {"agent_console.event.state": state})
+        telemetry.gauge("agent_console.outbox.lag", "s", "Age of the oldest message waiting to be sent",
+                        0 if oldest is None else max(0, now - oldest), {})
+        telemetry.gauge("agent_console.lease.takeovers", "{takeover}", "Lease takeovers recorded in the inbox",
+                        takeovers, {})
+        telemetry.gauge("agent_console.refused_finishes", "{finish}", "Late finishes the lease fence refused",
+                        refused, {})
 
     async def _shrink_wal(self) -> None:
         """A long reader makes the WAL grow while it reads; the next commits cut it back to the limit

@@ -290,3 +290,12 @@ def test_the_urgent_lane_does_not_wait_behind_held_batches(inbox_target: str) ->
         assert [m.body for m in store.outbox_messages(status="sent")] == ["the site is down"]
         assert drain(store, channels, 10) == 1  # then the held one, on its retry
         assert len(phone.keys) == 2
+
+
+def test_the_oldest_queued_message_gives_the_outboxs_lag(store: Store) -> None:
+    assert store.oldest_queued_at() is None
+    store.queue_message("first", now=1000)
+    store.queue_message("second", now=1500)
+    assert store.oldest_queued_at() == 1000
+    assert store.dispatch(lambda batch: None, now=2000) == 2  # both sent: nothing waits any more
+    assert store.oldest_queued_at() is None

@@ -4,6 +4,7 @@ in the GenAI conventions, no content unless opted in, and no secret in any byte.
 
 from __future__ import annotations
 
+import json
 import stat
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -61,6 +62,19 @@ def spans_by_trace() -> Callable[[Path], dict[str, list[dict[str, Any]]]]:
             traces.setdefault(span["traceId"], []).append(span)
         return traces
     return read
+
+
+def metric_points(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """Each metric in the file, by name: its data points' attributes."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    for line in telemetry.file_path(folder).read_text().splitlines():
+        for resource in json.loads(line).get("resourceMetrics", []):
+            for scope in resource.get("scopeMetrics", []):
+                for metric in scope.get("metrics", []):
+                    data = next(v for k, v in metric.items() if k in ("sum", "gauge", "histogram"))
+                    found.setdefault(metric["name"], []).extend(
+                        telemetry.attributes_of(point) for point in data.get("dataPoints", []))
+    return found
 
 
 def named(spans: list[dict[str, Any]], prefix: str) -> list[dict[str, Any]]:
@@ -147,6 +161,20 @@ async def test_each_run_is_one_trace_with_chat_and_tool_spans_and_the_approval_a
     assert answer_attrs["agent_console.approval.outcome"] == "yes"
     assert answer_attrs["agent_console.approval.channel"] == "console"
     assert answer_attrs["agent_console.approval.waited_s"] >= 0
+
+    # The metrics went to the same file: each instrument with its data points' attributes.
+    metrics = metric_points(tmp_path)
+    assert {"agent_console.runs", "agent_console.run.duration", "gen_ai.client.token.usage", "agent_console.cost",
+            "agent_console.tool.calls", "agent_console.approvals", "agent_console.approval.wait",
+            "agent_console.events", "agent_console.outbox.lag", "agent_console.lease.takeovers",
+            "agent_console.refused_finishes"} <= set(metrics)
+    assert {"done"} <= {p.get("agent_console.run.outcome") for p in metrics["agent_console.runs"]}
+    assert {("allowed", "done"), ("asked", "deferred"), ("approved", "done")} <= {
+        (p.get("agent_console.tool.decision"), p.get("agent_console.tool.outcome"))
+        for p in metrics["agent_console.tool.calls"]}
+    assert {("yes", "console")} == {(p.get("agent_console.approval.outcome"), p.get("agent_console.approval.channel"))
+                                    for p in metrics["agent_console.approvals"]}
+    assert {"input", "output"} == {p.get("gen_ai.token.type") for p in metrics["gen_ai.client.token.usage"]}
 
     # `agent-console trace EVENT_ID`: both runs of the chat event (the second resumed its conversation), as trees.
     asker = telemetry.attributes_of(root)["agent_console.event.ids"][0]
