@@ -39,7 +39,16 @@ from console.redact import install_log_redaction
 from console.runtime.why import why_not_run
 from console.spendfmt import NANOS_PER_USD, dollars, runs_of
 from console.textsafe import TerminalSafeFormatter, json_terminal_safe, terminal_safe
-from console.timefmt import agent_in_words, answered_in_words, count, plural, relative, schedule_in_words, span
+from console.timefmt import (
+    agent_in_words,
+    answered_in_words,
+    count,
+    plural,
+    relative,
+    schedule_in_words,
+    span,
+    via_in_words,
+)
 
 PROG = "agent-console"
 USER_ERROR = 2
@@ -278,6 +287,13 @@ def _print_json(value: Any) -> None:
 def _say(line: str) -> None:
     """One line of human output that may hold outside text (ids, errors, payload strings): escaped."""
     click.echo(terminal_safe(line))
+
+
+def _short_time(when: int, now: int, zone: ZoneInfo) -> str:
+    """13:38 today, else 2026-11-30 13:38."""
+    moment = datetime.fromtimestamp(when, zone)
+    same_day = moment.date() == datetime.fromtimestamp(now, zone).date()
+    return moment.strftime("%H:%M" if same_day else "%Y-%m-%d %H:%M")
 
 
 def _clock_time(when: int, zone: ZoneInfo) -> str:
@@ -734,8 +750,11 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         click.echo("tool calls:")
     for call in calls:
         under = f"  (request {call.request_id})" if call.request_id else ""
+        result = (call.result or "").splitlines() or [""]
         _say(f"  {call.tool} {json.dumps(call.arguments, ensure_ascii=False)}  {call.decision}, {call.outcome}"
-             f"{under}: {call.result or ''}")
+             f"{under}: {result[0]}")
+        for line in result[1:]:  # a result's own lines, each on one (not one line with \n in it)
+            _say(f"      {line}")
     if approvals:
         click.echo("approvals:")
     for approval in approvals:
@@ -773,8 +792,15 @@ def approve(ctx: click.Context, request_id: str, answer: str) -> None:
         raise UserError(f"an approval answer is 'yes' or 'no', not {answer!r}")
     state: CliState = ctx.obj
     with state.store() as store:
-        outcome = store.answer_approval(request_id, word, now=_now(), via="cli")
-    click.echo(outcome)
+        now = _now()
+        outcome = store.answer_approval(request_id, word, now=now, via="cli")
+        settled = store.approval(request_id) if outcome not in (word, "unknown") else None
+    click.echo(outcome)  # the outcome that stands, alone on stdout (DESIGN §7): scripts read it
+    if settled is not None:
+        at = "" if settled.resolved_at is None else f" at {_short_time(settled.resolved_at, now, state.zone())}"
+        before = (f"expired{at} before your answer" if outcome == "expired"
+                  else f"already answered {outcome} {via_in_words(settled.answered_via)}{at}".replace("  ", " "))
+        click.echo(f"{before}; your {word} was not applied", err=True)
     if outcome == "unknown":
         ctx.exit(UNKNOWN_REQUEST)
 

@@ -403,6 +403,8 @@ class ConsoleApp(App[None]):
                timeout: float | None = None, markup: bool = True) -> None:
         """Every toast as plain text with control characters escaped: toasts quote source ids, approval
         actions and errors, which a sender wrote (markup from them would be read as styles and links)."""
+        if title == "Screenshot":  # Textual's own "Saved screenshot to [$text-success]'PATH'"
+            message = message.replace("[$text-success]", "")
         super().notify(terminal_safe_lines(message), title=terminal_safe(title), severity=severity,
                        timeout=timeout, markup=False)
 

@@ -308,7 +308,14 @@ def test_approve_prints_the_outcome_that_stands(db: Path) -> None:
     with open_store(db) as store:
         store.request_approval("refund-881", "refund order 881", now=wall(), expires_in=3600)
     assert ok(db, "approve", "refund-881", "yes") == "yes\n"
-    assert ok(db, "approve", "refund-881", "no") == "yes\n"  # the first answer stands
+    late = cli(db, "approve", "refund-881", "no", env={"AGENT_CONSOLE_TIMEZONE": "Asia/Tokyo"})
+    assert late.stdout == "yes\n"  # the first answer stands, alone on stdout for scripts
+    with open_store(db) as store:
+        first = store.approval("refund-881")
+    assert first is not None and first.resolved_at is not None
+    at = datetime.fromtimestamp(first.resolved_at, ZoneInfo("Asia/Tokyo")).strftime("%H:%M")
+    assert late.stderr.startswith("already answered yes from the command line at ")  # a date too past midnight
+    assert late.stderr.endswith(f"{at}; your no was not applied\n")
     with open_store(db) as store:
         approval = store.approval("refund-881")
     assert approval is not None and approval.outcome == "yes"
@@ -319,7 +326,10 @@ def test_approve_prints_the_outcome_that_stands(db: Path) -> None:
 def test_approve_after_the_deadline_prints_expired(db: Path) -> None:
     with open_store(db) as store:
         store.request_approval("deploy-1", "deploy", now=wall() - 100, expires_in=10)
-    assert ok(db, "approve", "deploy-1", "YES") == "expired\n"
+    late = cli(db, "approve", "deploy-1", "YES")
+    assert late.stdout == "expired\n"
+    assert late.stderr.startswith("expired at ") and late.stderr.endswith(" before your answer; your yes was not "
+                                                                           "applied\n")
 
 
 def test_approve_an_unknown_request_prints_unknown_and_exits_1(db: Path) -> None:
@@ -620,6 +630,22 @@ def test_a_tool_approval_is_listed_with_its_tool_arguments_and_sources_and_show_
         ("refund", "asked", "apr-1-abc")]
     assert 'refund {"order": "881"}  asked, deferred  (request apr-1-abc): Asked the owner' in ok(
         db, "show", str(event.id))
+
+
+def test_show_prints_a_tool_results_lines_as_lines(db: Path) -> None:
+    from console.core import ToolCallRecord
+
+    now = wall()
+    with open_store(db) as store:
+        store.ingest("chat", "c-1", {"text": "look up order 881"}, now=now)
+        gen = store.acquire("w", now=now)
+        assert gen is not None
+        (event,) = store.claim_batch("w", gen, now=now)
+        assert store.finish("w", gen, [event.id], now=now, tool_calls=[ToolCallRecord(
+            event.id, "t1", "lookup_order", {"order": "881"}, "allowed", "done", "order 881: paid\nshipped today")])
+    shown = ok(db, "show", str(event.id))
+    assert 'lookup_order {"order": "881"}  allowed, done: order 881: paid\n      shipped today\n' in shown
+    assert "\\n" not in shown
 
 
 def test_memory_is_listed_written_and_deleted_by_the_owner(db: Path) -> None:

@@ -66,7 +66,7 @@ async def test_t_lists_each_timers_schedule_next_fire_catch_up_and_state(with_ti
         shown = rows(screen)
         assert shown["tick"] == ["tick", "in 5m00s (22:18)", "coalesce", "active", "every 5m00s", "never"]
         assert shown["standup"][1:5] == ["in 9h46m (Wed 08:00)", "each", "active", "cron '0 9 * * 1-5' Europe/Berlin"]
-        assert shown["backup"][1:4] == ["in 2h00m (Wed 00:13)", "coalesce", "paused"]
+        assert shown["backup"][1:4] == ["— (paused)", "coalesce", "paused"]  # a paused timer does not fire
         assert shown["reminder"][4:] == ["once", "never"]
         # The pending approvals' expiry timers are listed as such; the answered one's (apr-7-1) is gone.
         assert shown["expire:apr-8-1"][4] == "approval expiry"

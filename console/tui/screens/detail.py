@@ -25,6 +25,7 @@ from textual.widgets import Footer, Static
 
 from console.callview import origin_line, request_view
 from console.core import Approval, Event, StoreError
+from console.core.inbox import REVIVABLE
 from console.textsafe import json_terminal_safe, terminal_safe
 from console.timefmt import span, via_in_words
 from console.tui.detail import DetailView, clock_text
@@ -57,6 +58,12 @@ class DetailHost:
     neighbour: Callable[[int, bool], Awaitable[int | None]]  # (event id, older?) -> the id beside it
     retry: Callable[[Event], Awaitable[None]]
     answer: Callable[[Approval, str], Awaitable[None]]
+
+
+def took_words(seconds: int) -> str:
+    """How long a step took, from whole-second clock readings: 0 means claimed and committed within one
+    second of the clock (so under a second), not "0s"."""
+    return "took under 1s" if seconds <= 0 else f"took {span(seconds, sep='')}"
 
 
 class DetailScreen(ModalScreen[None]):
@@ -152,7 +159,9 @@ class DetailScreen(ModalScreen[None]):
             missing.update(Content(terminal_safe(view.missing)))
             return
         dialog.border_title = f"Event #{event.id}"
-        dialog.border_subtitle = "r retry · y/n answer · c copy · ] next · [ prev · esc close"
+        keys = ["r retry"] * (event.status in REVIVABLE) + ["y/n answer"] * (view.waiting_approval() is not None)
+        dialog.border_subtitle = " · ".join([*keys, "c copy", "] next", "[ prev", "esc close"])
+        self.refresh_bindings()  # r and y / n are offered only where they do something
         self.query_one("#detail-title", Static).update(self._title(event))
         self.query_one("#detail-why", Static).update(self._why())
         if self._payload_shown != (event.id, event.pruned_at):  # a payload never changes, but for its pruning
@@ -218,8 +227,7 @@ class DetailScreen(ModalScreen[None]):
             return Content.styled("no journalled steps", "dim")
         parts: list[Part] = []
         for step in view.steps:
-            took = ("not committed" if step.committed_at is None
-                    else f"took {span(max(0, step.committed_at - step.claimed_at), sep='')}")
+            took = "not committed" if step.committed_at is None else took_words(step.committed_at - step.claimed_at)
             parts += [(f"{step.state:<10}", "bold"), terminal_safe(step.idem_key),
                       (f"\n{'':<10}{clock_text(step.claimed_at, view.now, self.zone)} · {took} · gen {step.gen}"
                        f" · ran {step.executions}×", "dim"), "\n"]
@@ -273,6 +281,16 @@ class DetailScreen(ModalScreen[None]):
         return Content.assemble(*parts[:-1])
 
     # --- acting -----------------------------------------------------------------------------------
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """r only on a dead or discarded event, y / n only while an approval of it waits: the footer does not
+        offer a key that would only say it cannot."""
+        event = self.view.event
+        if action == "retry":
+            return event is not None and event.status in REVIVABLE
+        if action == "answer":
+            return self.view.waiting_approval() is not None
+        return True
+
     async def action_retry(self) -> None:
         event = self.view.event
         if event is None:

@@ -68,7 +68,9 @@ class InjectScreen(ModalScreen[tuple[str, str] | None]):
     def on_mount(self) -> None:
         self.query_one("#inject-source-id", Input).cursor_blink = self.blink
         self.query_one("#inject-source", Input).cursor_blink = self.blink
-        self.query_one("#inject-payload", TextArea).focus()
+        payload = self.query_one("#inject-payload", TextArea)
+        payload.focus()
+        payload.select_all()  # the pre-fill is an example: typing replaces it whole
 
     def show_error(self, message: str) -> None:
         label = self.query_one("#inject-error", Label)

@@ -81,7 +81,8 @@ def moment_text(at: int | None, now: int, zone: tzinfo | None) -> str:
 def timer_cells(timer: Timer, now: int, zone: tzinfo | None) -> tuple[str | Content, ...]:
     next_fire: str | Content = "—" if timer.done else moment_text(timer.due, now, zone)
     if timer.paused and not timer.done:
-        next_fire = Content.styled(str(next_fire), "dim strike")
+        # it does not fire while paused: its old due time would read as a promise (u resumes it)
+        next_fire = Content.styled("— (paused)", "dim")
     state = state_words(timer)
     return (terminal_safe(timer.id), next_fire, timer.catch_up,
             Content.styled(state, "$text-warning" if state == "paused" else ("dim" if state == "fired" else "")),

@@ -234,6 +234,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         ages past a minute (whole minutes, see table_age) are brought up to date every ten seconds together."""
         if self.page is None:
             return
+        self._show_error(now)  # its countdown ("next try in 42s") and "died 3m ago" move with the row's
         table = self.table
         for event in self.page.events:
             key = str(event.id)
@@ -266,8 +267,9 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             Text(error, style=status_colour(variables, "dead") if error and event.status != "discarded" else ""),
         ]
 
-    def _show_error(self) -> None:
-        now = self.view.now if self.view is not None else self.clock.now()
+    def _show_error(self, now: int | None = None) -> None:
+        if now is None:
+            now = self.view.now if self.view is not None else self.clock.now()
         event = self.selected_event()
         stranded = None if event is None or self.page is None else self.page.stranded.get(event.id)
         self.query_one(EventError).show(event, now, self.zone, stranded)
