@@ -98,7 +98,11 @@ def settings_for(db: Path) -> Settings:
 
 async def child_console(db: Path, drain_rate: int) -> dict[str, Any]:
     from console.tui.app import ConsoleApp
+    from console.tui.widgets.approvals_pane import ApprovalsPane
+    from console.tui.widgets.console_header import ConsoleHeader
     from console.tui.widgets.events_pane import EventsPane
+    from console.tui.widgets.lease_pane import LeasePane
+    from console.tui.widgets.outbox_pane import OutboxPane
 
     started = time.perf_counter()
     app = ConsoleApp(settings_for(db), install_defaults=False)
@@ -138,6 +142,9 @@ async def child_console(db: Path, drain_rate: int) -> dict[str, Any]:
             return (after[0] - key_at[-1]) * 1000
         await wait_for(pilot, lambda: pane.page is not None and len(pane.page.events) > 0)
         result["first_frame_ms"] = (time.perf_counter() - started) * 1000
+        others = [app.query_one(kind) for kind in (LeasePane, ApprovalsPane, OutboxPane, ConsoleHeader)]
+        await wait_for(pilot, lambda: all(other.view is not None for other in others))
+        result["all_panes_ms"] = (time.perf_counter() - started) * 1000
         pages = []
         for _ in range(30):
             before = pane.page.events[0].id  # type: ignore[union-attr]
@@ -146,7 +153,7 @@ async def child_console(db: Path, drain_rate: int) -> dict[str, Any]:
             pages.append(page_latency(before))
         result["page_down_ms"] = summary(pages)
         await pilot.press("home")
-        await wait_for(pilot, lambda: pane.top_id is None)
+        await wait_for(pilot, lambda: pane.top is None)
 
         stop = threading.Event()
         fed = [0]
@@ -320,10 +327,12 @@ Plain().run()
 """
 
 
-def small_inbox(path: Path) -> None:
+def small_inbox(path: Path, events: int = 40) -> None:
     now = WallClock().now()
     with Store.open(path, check=False) as store:
-        store.ingest_many([("chat", f"c-{i}", {"text": f"message {i}"}) for i in range(40)], now=now - 120)
+        for first in range(0, events, BATCH):
+            store.ingest_many([("chat", f"c-{i}", {"text": f"message {i}"})
+                               for i in range(first, min(events, first + BATCH))], now=now - 120)
         store.connection.execute("UPDATE inbox SET status = 'done', attempts = 1, claim_gen = 1")
         store.request_approval("apr-idle", "refund order 881", now=now, expires_in=3600)
         store.queue_message("held for the next send", now=now)
@@ -383,12 +392,12 @@ def idle_cpu(argv: list[str], cwd: Path, seconds: float, warmup: float = 8.0) ->
             "bytes_written_per_s": written[0] / wall}
 
 
-def idle_report(seconds: float, before: Path | None) -> dict[str, Any]:
-    report: dict[str, Any] = {"idle_seconds": seconds}
+def idle_report(seconds: float, before: Path | None, events: int = 40) -> dict[str, Any]:
+    report: dict[str, Any] = {"idle_seconds": seconds, "events": events, "load_average": os.getloadavg()}
     with tempfile.TemporaryDirectory(prefix="agent-console-idle-db-") as folder:
         for name, root in (("console", ROOT), *((("console_before", before),) if before else ())):
             db = Path(folder) / f"{name}.db"
-            small_inbox(db)
+            small_inbox(db, events)
             report[name] = idle_cpu([sys.executable, "-m", "console", "--db", str(db)], root, seconds)
         script = Path(folder) / "plain_textual.py"
         script.write_text(IDLE_PEER)
@@ -421,6 +430,7 @@ def main() -> None:
     parser.add_argument("--peer-rows", type=int, default=100_000)
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--idle-only", action="store_true", help="only the idle-cost measurement")
+    parser.add_argument("--idle-events", type=int, default=40, help="events in the idle console's inbox")
     parser.add_argument("--before", type=Path, help="another checkout whose idle console (or start) is measured too")
     parser.add_argument("--start-only", action="store_true", help="only launch to first frame, against the peer")
     parser.add_argument("--rounds", type=int, default=7, help="rounds of --start-only (each system once a round)")
@@ -430,7 +440,7 @@ def main() -> None:
         print(json.dumps(start_report(options.rounds, options.before), indent=2))
         return
     if options.idle_only:
-        print(json.dumps(idle_report(options.idle_seconds, options.before), indent=2))
+        print(json.dumps(idle_report(options.idle_seconds, options.before, options.idle_events), indent=2))
         return
     if options.child:
         kind, *rest = options.child
