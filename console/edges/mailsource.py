@@ -28,6 +28,7 @@ import smtplib
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable, Coroutine
 from email.message import EmailMessage
 from typing import TYPE_CHECKING, Any
@@ -167,8 +168,8 @@ class MailChannel:
                 if idle:
                     self._idle(client)
                 else:
-                    deadline = self._clock_monotonic() + self.settings.poll_seconds
-                    while not self._should_stop() and self._clock_monotonic() < deadline:
+                    deadline = time.monotonic() + self.settings.poll_seconds
+                    while not self._should_stop() and time.monotonic() < deadline:
                         self._stop.wait(min(IDLE_TICK, self.settings.poll_seconds))
                     client.noop()
                 if self._should_stop():
@@ -177,18 +178,12 @@ class MailChannel:
         finally:
             _close(client)
 
-    @staticmethod
-    def _clock_monotonic() -> float:
-        import time
-
-        return time.monotonic()
-
     def _idle(self, client: imapclient.IMAPClient) -> None:
         """Wait in IDLE until the server says something changed, the engine stops, or it is time to renew."""
         client.idle()
         try:
-            deadline = self._clock_monotonic() + IDLE_RENEW
-            while not self._should_stop() and self._clock_monotonic() < deadline:
+            deadline = time.monotonic() + IDLE_RENEW
+            while not self._should_stop() and time.monotonic() < deadline:
                 responses = client.idle_check(timeout=IDLE_TICK)
                 if any(isinstance(r, tuple) and len(r) > 1 and r[1] in (b"EXISTS", b"RECENT") for r in responses):
                     break
@@ -213,7 +208,9 @@ class MailChannel:
         if cursor is None:
             if s.since is None:  # a first start takes only what arrives from now on
                 last = uidnext - 1 if uidnext else max(client.search(["ALL"]) or [0])
-                self._commit(client, MailCursor(uidvalidity, max(0, last), now), [])
+                # Its date is a second before now: arrival times count whole seconds, and mail that arrives in
+                # the second of the first start must not pass for old if the folder is recreated before more.
+                self._commit(client, MailCursor(uidvalidity, max(0, last), now - 1), [])
                 log.info("%s: first start on %s: mail from UID %s on is read", self.name, s.folder, last + 1)
                 return
             uids = sorted(client.search(["SINCE", s.since]))[-s.catch_up_max:]
@@ -224,7 +221,9 @@ class MailChannel:
         if cursor.uidvalidity != uidvalidity:
             # The folder was recreated: its UIDs are new names for old mail. Only mail that arrived after the
             # newest stored is taken (bounded), so nothing is read twice.
-            since_day = dt.datetime.fromtimestamp(cursor.date, dt.UTC).date() if cursor.date else dt.date.today()
+            # SEARCH SINCE counts whole days in the server's zone: a day earlier, and the arrival time decides.
+            stored_day = dt.datetime.fromtimestamp(cursor.date, dt.UTC).date() if cursor.date else dt.date.today()
+            since_day = stored_day - dt.timedelta(days=1)
             uids = sorted(client.search(["SINCE", since_day]))[-s.catch_up_max:]
             log.warning("%s: %s's UIDVALIDITY changed (%s -> %s): only mail newer than the last stored is read",
                         self.name, s.folder, cursor.uidvalidity, uidvalidity)

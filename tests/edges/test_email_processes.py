@@ -178,6 +178,7 @@ async def test_a_thousand_at_once_with_a_sigkill_midway_are_each_stored_once(tmp
         await inbox(db, lambda s: len(s.events(source="email", limit=2000)) >= 100, "a first chunk stored",
                     limit=60)
         kill(first)
+        assert 100 <= len(stored(db)) < 1000  # killed midway
         second = start(tmp_path, dovecot, name="second", after="seen")
         await inbox(db, lambda s: len(s.events(source="email", limit=2000)) == 1000, "all thousand stored", limit=90)
         events = stored(db)
