@@ -63,12 +63,17 @@ class Dovecot:
         return self.folder / "dovecot.conf"
 
     def write_config(self) -> None:
-        user = pwd.getpwnam(MAIL_UID_NAME)
+        # As root, Dovecot keeps the mail as an unprivileged user; as anyone else, everything runs as that user.
+        root = os.geteuid() == 0
+        user = pwd.getpwnam(MAIL_UID_NAME) if root else pwd.getpwuid(os.geteuid())
         (self.folder / "passwd").write_text(f"{MAIL_USER}:{{PLAIN}}{MAIL_PASSWORD}::::::\n")
         for sub in ("run", "state", "home"):
             (self.folder / sub).mkdir(exist_ok=True)
-        os.chown(self.folder / "home", user.pw_uid, user.pw_gid)
-        self.config.write_text(f"""
+        if root:
+            os.chown(self.folder / "home", user.pw_uid, user.pw_gid)
+        as_user = "" if root else (f"default_internal_user = {user.pw_name}\ndefault_login_user = {user.pw_name}\n"
+                                   f"first_valid_uid = {user.pw_uid}\n")
+        self.config.write_text(as_user + f"""
 base_dir = {self.folder}/run
 state_dir = {self.folder}/state
 log_path = {self.folder}/dovecot.log
