@@ -63,9 +63,9 @@ class MailMixin(ChatMixin):
             return self._insert_events(encoded, now) if encoded else []
 
     def _encode_mail(self, source_id: str, payload: Any) -> str:
-        """The payload as the inbox keeps it. One over max_payload_bytes keeps its headers and trust, with its text
-        and attachment list dropped and a note saying so: a message the inbox cannot take whole must not stop
-        the source (its transaction would fail again on every try)."""
+        """The payload as the inbox keeps it. One the inbox refuses (over max_payload_bytes, say) keeps its headers
+        and trust, with its text and attachment list dropped and a note saying so: a message the inbox cannot take
+        whole must not stop the source (its transaction would fail again on every try)."""
         try:
             return self.encode_event(SOURCE, source_id, payload, by_engine=True)
         except ValueError as exc:
@@ -73,7 +73,7 @@ class MailMixin(ChatMixin):
                 raise
             kept = {key: payload[key] for key in KEPT_WHEN_TOO_LARGE if key in payload}
             kept["text"] = ""
-            kept["notes"] = [f"too large for the inbox ({exc}): its text and attachment list were dropped"]
+            kept["notes"] = [f"the inbox could not take it whole ({exc}): its text and attachment list were dropped"]
             return self.encode_event(SOURCE, source_id, kept, by_engine=True)
 
     def mail_status(self, channel: str = SOURCE) -> dict[str, Any]:

@@ -396,10 +396,25 @@ def judge(message: Message, *, trusted_senders: Sequence[str], authserv_id: str 
     return Verdict(False, f"no Authentication-Results from {authserv_id}: the sender of {address} is not proven")
 
 
+def _clean(value: Any) -> Any:
+    """Text the inbox can keep: raw 8-bit bytes the parser carried as surrogate escapes are decoded as UTF-8 (with
+    replacement characters), any other lone surrogate replaced."""
+    if isinstance(value, str):
+        try:
+            return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", "replace").decode("utf-8")
+    if isinstance(value, dict):
+        return {key: _clean(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_clean(item) for item in value]
+    return value
+
+
 def read_message(raw: bytes, *, trusted_senders: Sequence[str], authserv_id: str | None,
                  body_cap: int = DEFAULT_BODY_CAP) -> dict[str, Any]:
     """The event's payload with its trust: what the model and the owner see of one message."""
-    payload = parse_message(raw, body_cap=body_cap)
+    payload: dict[str, Any] = _clean(parse_message(raw, body_cap=body_cap))
     try:
         message = email.message_from_bytes(raw, policy=email.policy.default)
         verdict = judge(message, trusted_senders=trusted_senders, authserv_id=authserv_id)

@@ -56,5 +56,14 @@ def test_a_message_too_large_for_the_inbox_keeps_its_headers_and_trust(store: St
     event = store.find_event("email", "5:1")
     assert event is not None and isinstance(event.payload, dict)
     assert (event.payload["subject"], event.payload["trusted"], event.payload["text"]) == ("big", True, "")
-    assert "too large for the inbox" in event.payload["notes"][0] and "attachments" not in event.payload
+    assert "could not take it whole" in event.payload["notes"][0] and "attachments" not in event.payload
     assert store.mail_cursor("email") == MailCursor(5, 1, NOW)
+
+
+def test_a_payload_the_inbox_refuses_is_stored_without_its_text_not_stuck(store: Store) -> None:
+    payload = {"kind": "email", "subject": "odd\x00", "text": "a \udcff c"}  # a lone surrogate is not UTF-8
+    assert store.take_mail("email", MailCursor(5, 1, NOW), now=NOW, events=[("5:1", payload)]) == [True]
+    event = store.find_event("email", "5:1")
+    assert event is not None and isinstance(event.payload, dict)
+    assert (event.payload["subject"], event.payload["text"]) == ("odd\x00", "")
+    assert "lone surrogate" in event.payload["notes"][0]

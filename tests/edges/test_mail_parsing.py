@@ -4,6 +4,7 @@ and which mail a machine sent (never answered). The [email] settings' errors nam
 
 from __future__ import annotations
 
+import json
 from email.message import EmailMessage
 from pathlib import Path
 
@@ -59,11 +60,19 @@ def test_attachments_are_listed_not_stored_and_a_long_body_is_cut_with_a_note() 
     assert "\x00" not in str(payload)
 
 
+def test_raw_8_bit_headers_are_read_as_utf_8() -> None:
+    raw = b"From: Andr\xc3\xa9 <andre@example.org>\r\nSubject: caf\xc3\xa9 \xff\r\n\r\nhi"
+    payload = read_message(raw, trusted_senders=[OWNER], authserv_id="mx.example.org")
+    assert payload["subject"] == "café \ufffd" and payload["from"]["name"] == "André"
+    json.dumps(payload).encode("utf-8")  # no lone surrogate left: the inbox takes it as text
+
+
 @settings(max_examples=200, deadline=None)
 @given(st.binary(max_size=2000))
 def test_any_bytes_are_read_without_raising(raw: bytes) -> None:
     payload = read_message(raw, trusted_senders=[OWNER], authserv_id="mx.example.org")
     assert payload["trusted"] is False and isinstance(payload["text"], str)
+    json.dumps(payload, ensure_ascii=False).encode("utf-8")
 
 
 @pytest.mark.parametrize(("headers", "trusted"), [
