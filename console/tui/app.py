@@ -30,7 +30,7 @@ from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.message import Message
-from textual.notifications import SeverityLevel
+from textual.notifications import Notification, Notify, SeverityLevel
 from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
@@ -233,6 +233,7 @@ class ConsoleApp(App[None]):
         self._unsubscribe: Callable[[], None] | None = None
         self._last_injected: tuple[str, str, Any] | None = None
         self._serial = 0
+        self._approval_toasts: dict[str, Notification] = {}  # request id -> its "Approval needed" toast
         loaded = load_themes(user_theme_dir)
         self.console_themes = {theme.name: theme for theme in loaded.themes}
         self._theme_errors = loaded.errors
@@ -403,10 +404,17 @@ class ConsoleApp(App[None]):
                timeout: float | None = None, markup: bool = True) -> None:
         """Every toast as plain text with control characters escaped: toasts quote source ids, approval
         actions and errors, which a sender wrote (markup from them would be read as styles and links)."""
+        self.toast(message, title=title, severity=severity, timeout=timeout)
+
+    def toast(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+              timeout: float | None = None) -> Notification:
+        """notify, handing back the toast so that it can be taken away early (an approval settled elsewhere)."""
         if title == "Screenshot":  # Textual's own "Saved screenshot to [$text-success]'PATH'"
             message = message.replace("[$text-success]", "")
-        super().notify(terminal_safe_lines(message), title=terminal_safe(title), severity=severity,
-                       timeout=timeout, markup=False)
+        notification = Notification(terminal_safe_lines(message), terminal_safe(title), severity,
+                                    self.NOTIFICATION_TIMEOUT if timeout is None else timeout, markup=False)
+        self.post_message(Notify(notification))
+        return notification
 
     async def action_quit(self) -> None:
         await self.shutdown_engine()  # releases the lease before the screen goes away
@@ -581,6 +589,7 @@ class ConsoleApp(App[None]):
         elif pane == "approvals":
             approvals_view = await self.read(read_approvals(now))
             self.query_one(ApprovalsPane).view = approvals_view
+            self._drop_settled_toasts({a.request_id for a in approvals_view.pending})
             # A waiting call too long for the pane gets the room to show all it asks (app.tcss: #bottom.-asking).
             self.query_one("#bottom").set_class(wants_room(approvals_view), "-asking")
         elif pane == "outbox":
@@ -629,13 +638,20 @@ class ConsoleApp(App[None]):
             what = request_view(approval)
             where = f"\n{what.origin.short()}" if what.origin else ""
             asks = f"“{what.compact()}”" if what.is_question else what.compact()
-            self.notify(f"{asks}{where}\n{approval.request_id} · {keys}",
-                        title=QUESTION_OPENING if what.is_question else APPROVAL_OPENING, severity="warning",
-                        timeout=20)
+            self._approval_toasts[approval.request_id] = self.toast(
+                f"{asks}{where}\n{approval.request_id} · {keys}",
+                title=QUESTION_OPENING if what.is_question else APPROVAL_OPENING, severity="warning", timeout=20)
         if len(message.approvals) > 3:
             self.notify(f"and {len(message.approvals) - 3} more", title="Approval needed", severity="warning")
         if self.settings.approval_bell:
             self.bell()
+
+    def _drop_settled_toasts(self, waiting: set[str]) -> None:
+        """An "Approval needed" toast goes once its approval is settled (here, elsewhere or by the clock)."""
+        for request_id in set(self._approval_toasts) - waiting:
+            toast = self._approval_toasts.pop(request_id)
+            if toast in self._notifications:
+                self._unnotify(toast)
 
     @on(ApprovalsPane.Expired)
     def _approvals_expired(self, message: ApprovalsPane.Expired) -> None:
@@ -772,7 +788,10 @@ class ConsoleApp(App[None]):
         view = await self.read(read_approval(approval.request_id))
         if view is None:
             return
-        answer = await self.push_screen_wait(ApprovalScreen(view, self.clock.now(), ZoneInfo(self.settings.timezone)))
+        request_id = approval.request_id
+        answer = await self.push_screen_wait(ApprovalScreen(
+            view, self.clock.now(), ZoneInfo(self.settings.timezone), clock=self.clock,
+            reread=lambda: self.read(lambda store: store.approval(request_id))))
         if answer in ("yes", "no"):
             await self._answer(approval, answer)
 

@@ -11,10 +11,14 @@ import pytest
 from textual.pilot import Pilot
 
 from console.clock import ManualClock
+from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.keys import KeysScreen
+from console.tui.widgets.approvals_pane import ApprovalsPane
 from tests.support import pilot_until
+from tests.tui.conftest import reopen
 from tests.tui.scenes import make_app
 from tests.tui.test_snapshots import ready
+from tests.tui.test_tool_approvals import asked_by_a_webhook
 
 Compare = Callable[..., bool]
 SIZES = [(80, 24), (120, 40)]
@@ -31,6 +35,33 @@ def test_keys_screen(snap_compare: Compare, filled: Path, clock: ManualClock, si
         assert isinstance(screen, KeysScreen)
         await pilot_until(pilot, lambda: bool(screen.shown), what="the keys")
         await pilot.press("down", "down")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("settled", ["answered-elsewhere", "expired"])
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_approval_screen_settled(snap_compare: Compare, db_path: Path, clock: ManualClock, size: tuple[int, int],
+                                 settled: str) -> None:
+    """Open while waiting, then answered from a phone (or its deadline passes): the outcome, no y / n."""
+    _event_id, rid = asked_by_a_webhook(db_path, clock)
+    app = make_app(db_path, clock)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await ready(app)(pilot)
+        app.query_one(ApprovalsPane).table.focus()
+        await pilot.press("enter")
+        await pilot_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
+        screen = app.screen
+        assert isinstance(screen, ApprovalScreen)
+        if settled == "expired":
+            clock.advance(501)
+        else:
+            with reopen(db_path) as phone:
+                phone.answer_approval(rid, "yes", now=clock.now(), via="ntfy")
+            clock.advance(5)
+        await screen.tick()
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -3,6 +3,8 @@ arguments), where the run that asks came from, the conversation so far, and y / 
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import tzinfo
 from typing import ClassVar
 
@@ -14,7 +16,10 @@ from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
 from console.callview import cut_middle, ordered, origin_line, request_view
+from console.clock import Clock
+from console.core import Approval, StoreError
 from console.textsafe import terminal_safe
+from console.timefmt import via_in_words
 from console.tui.detail import clock_text
 from console.tui.reads import ApprovalView
 from console.tui.transcript import Line
@@ -24,8 +29,16 @@ REQUEST_WORDS = 400  # characters of the asking event's words shown beside the c
 LINE_STYLE = {"turn": "bold", "model": "", "call": "$text-primary", "result": "dim", "note": "dim italic"}
 
 
+TICK_SECONDS = 1.0
+OUTCOME_STYLE = {"yes": "bold $text-success", "no": "bold $text-error", "expired": "bold $text-muted"}
+
+
 class ApprovalScreen(ModalScreen[str | None]):
-    """Dismissed with 'yes' or 'no' when the owner answers here, None when closed unanswered."""
+    """Dismissed with 'yes' or 'no' when the owner answers here, None when closed unanswered.
+
+    Live while open: given a clock and a way to read the approval again, its countdown ticks each second and
+    it is read again, so an answer from elsewhere (another console, the CLI, a phone) or its deadline shows
+    as the outcome at once, and y / n go away: nothing here can be answered "too late"."""
 
     DEFAULT_CSS = """
     ApprovalScreen #approval-dialog { height: 90%; }
@@ -38,11 +51,56 @@ class ApprovalScreen(ModalScreen[str | None]):
         Binding("escape,q", "close", "Close", id="approval.close"),
     ]
 
-    def __init__(self, view: ApprovalView, now: int, zone: tzinfo | None = None) -> None:
+    def __init__(self, view: ApprovalView, now: int, zone: tzinfo | None = None, *, clock: Clock | None = None,
+                 reread: Callable[[], Awaitable[Approval | None]] | None = None) -> None:
         super().__init__()
         self.view = view
         self.now = now
         self.zone = zone
+        self.clock = clock
+        self.reread = reread
+
+    def on_mount(self) -> None:
+        self._show_state()
+        if self.clock is not None:
+            self.set_interval(TICK_SECONDS, self.tick)
+
+    async def tick(self) -> None:
+        """The clock's second: the countdown moves, and the approval is read again (one row)."""
+        assert self.clock is not None
+        self.now = self.clock.now()
+        if self.reread is not None and self.view.approval.outcome is None:
+            try:
+                fresh = await self.reread()
+            except StoreError:
+                fresh = None  # a busy or closing file: the next second reads again
+            if fresh is not None and fresh != self.view.approval:
+                self.view = replace(self.view, approval=fresh)
+        self._show_state()
+
+    def settled(self) -> bool:
+        """Answered (here or elsewhere) or past its deadline: nothing to answer any more."""
+        approval = self.view.approval
+        return approval.outcome is not None or self.now >= approval.expires_at
+
+    def _show_state(self) -> None:
+        approval = self.view.approval
+        outcome = approval.outcome or ("expired" if self.settled() else None)
+        self.query_one("#approval-deadline", Static).update(
+            Content.styled(self._deadline(), OUTCOME_STYLE.get(outcome or "", "$text-warning")))
+        if outcome is not None:
+            for heading in self.query("#approval-call-heading").results(Static):
+                heading.update(f"The call it asked about ({'it runs' if outcome == 'yes' else 'nothing runs'}):")
+        dialog = self.query_one("#approval-dialog")
+        dialog.border_subtitle = "esc close" if self.settled() else "y yes · n no · esc close"
+        dialog.set_class(self.settled(), "-settled")
+        if approval.outcome is not None or self.settled():
+            self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "answer":
+            return not self.settled()  # hidden once settled: the footer offers only esc
+        return True
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)
@@ -54,12 +112,13 @@ class ApprovalScreen(ModalScreen[str | None]):
                 what = request_view(approval)
                 asker = "" if approval.event_id is None else f" · asked by event #{approval.event_id}"
                 yield Static(Content.assemble(
-                    ("Request: ", "bold"), terminal_safe(approval.request_id), (asker, "dim"), "\n",
-                    (self._deadline(), "$text-warning" if approval.outcome is None else "dim"),
+                    ("Request: ", "bold"), terminal_safe(approval.request_id), (asker, "dim"),
                 ), id="approval-title")
+                yield Static(id="approval-deadline")
                 if what.call is not None:
                     tool, arguments = what.call
-                    yield Static("Approve this call? Exactly this runs on yes:", classes="heading")
+                    yield Static("Approve this call? Exactly this runs on yes:", classes="heading",
+                                 id="approval-call-heading")
                     yield Static(Content.assemble((terminal_safe(tool), "bold")), id="approval-tool")
                     # Every argument on its own line, its whole value (wrapped by the screen, never cut).
                     yield Static(Content.assemble(*_argument_parts(arguments)), id="approval-arguments")
@@ -82,9 +141,15 @@ class ApprovalScreen(ModalScreen[str | None]):
                 yield Static(self._conversation(), id="approval-conversation")
 
     def _deadline(self) -> str:
+        """'waiting · expires 13:39 (in 51s)', 'answered yes from ntfy 13:38 (2m ago)', 'expired 13:39 ...'."""
         approval = self.view.approval
+        if approval.outcome == "expired" or (approval.outcome is None and self.now >= approval.expires_at):
+            at = approval.resolved_at if approval.outcome == "expired" else approval.expires_at
+            return f"expired {clock_text(at, self.now, self.zone)}, unanswered: nothing runs"
         if approval.outcome is not None:
-            return f"answered {approval.outcome} {clock_text(approval.resolved_at, self.now, self.zone)}"
+            via = via_in_words(approval.answered_via)
+            return (f"answered {approval.outcome}{' ' + via if via else ''} "
+                    f"{clock_text(approval.resolved_at, self.now, self.zone)}")
         return f"waiting · expires {clock_text(approval.expires_at, self.now, self.zone)}"
 
     def _sources(self) -> Content:
@@ -112,7 +177,8 @@ class ApprovalScreen(ModalScreen[str | None]):
         return Content.assemble(*parts[:-1])
 
     def action_answer(self, answer: str) -> None:
-        self.dismiss(answer)
+        if not self.settled():
+            self.dismiss(answer)
 
     def action_close(self) -> None:
         self.dismiss(None)
