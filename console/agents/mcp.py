@@ -25,16 +25,17 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, cast
 
-import anyio
-import httpx2
-from mcp import Client
-from mcp.client.stdio import StdioServerParameters, stdio_client
-from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
-from mcp.shared.exceptions import MCPError
-from mcp_types import CONNECTION_CLOSED, CallToolResult, Implementation, RequestParamsMeta, TextContent
+if TYPE_CHECKING:
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED, CallToolResult, Implementation, RequestParamsMeta, TextContent
 
 import console
 from console import telemetry
@@ -57,6 +58,24 @@ _CLOSE_GRACE = 15.0  # the SDK's stdio shutdown: stdin closed, 2 s, SIGTERM, 2 s
 
 
 # --- tools and errors ---------------------------------------------------------------------------------------
+
+
+def _load_sdk() -> None:
+    """Import the MCP SDK (and anyio, httpx) into this module, once, when a hub first starts. The import takes
+    about a second and 35 MB here, pydantic and the SDK's server side with it: building the agent (the console
+    after its first frame, `run` before it takes the lease) needs none of it, and a run that calls no MCP tool never
+    starts the hub. Every use of these names is on a started hub's thread or after it."""
+    global anyio, httpx2, Client, StdioServerParameters, stdio_client, streamable_http_client
+    global create_mcp_http_client, MCPError, CONNECTION_CLOSED, CallToolResult, Implementation, RequestParamsMeta
+    global TextContent
+    import anyio
+    import httpx2
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared._httpx_utils import create_mcp_http_client
+    from mcp.shared.exceptions import MCPError
+    from mcp_types import CONNECTION_CLOSED, CallToolResult, Implementation, RequestParamsMeta, TextContent
 
 
 @dataclass(frozen=True)
@@ -238,6 +257,7 @@ class McpHub:
         with self._lock:
             if self._thread is not None or self._closed:
                 return
+            _load_sdk()
             self._thread = threading.Thread(target=self._run_loop, name="mcp-hub", daemon=True)
             self._thread.start()
         self._ready.wait(timeout=_CLOSE_GRACE)
