@@ -37,7 +37,7 @@ def sort_key(event: Event, order: str) -> tuple[Any, int]:
 DISCARDABLE = ("dead", "pending")
 _EVENT_COLUMNS = (
     "id, source, source_id, payload, status, attempts, claim_gen, error, "
-    "created_at, updated_at, next_attempt_at, duplicates, pruned_at, dead_reason"
+    "created_at, updated_at, next_attempt_at, duplicates, pruned_at, dead_reason, trace"
 )
 
 
@@ -125,6 +125,7 @@ def _event(row: Sequence[Any]) -> Event:
         duplicates=row[11],
         pruned_at=row[12],
         dead_reason=row[13],
+        trace=row[14],
     )
 
 

@@ -24,6 +24,7 @@ class Event:
     duplicates: int = 0
     pruned_at: int | None = None  # when `prune` cleared its payload (the row and its key stay)
     dead_reason: str | None = None  # one of DEAD_REASONS once it died (kept if discarded)
+    trace: str | None = None  # the traceparent its run is traced under (a delivery whose sender traces)
 
     def death_in_words(self) -> str | None:
         """Why a dead event died, as a sentence built from its fields (None unless it is dead)."""

@@ -10,7 +10,7 @@ ledger holds about one window's worth of bodies and no more.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from console.core.db import transaction, translate_errors
@@ -33,12 +33,14 @@ Delivery = tuple[str, str, Any, ReplayGuard | None]
 
 
 class ReplayMixin(InboxMixin):
-    def ingest_deliveries(self, items: Iterable[Delivery], *, now: int) -> list[str]:
+    def ingest_deliveries(self, items: Iterable[Delivery], *, now: int,
+                          traces: Mapping[tuple[str, str], str] | None = None) -> list[str]:
         """Store webhook deliveries (source, source_id, payload, guard) in one transaction.
 
         Each answer is "stored", "duplicate" (its key was stored before) or "replay" (no guard is None
         and its body was seen from its source within the guard's window: nothing is stored, the event
         the body was stored as counts one more duplicate). All are validated before any is written.
+        `traces`: the traceparent to keep with a stored event, by (source, source_id).
         """
         encoded = [(source, source_id, self.encode_event(source, source_id, payload), guard)
                    for source, source_id, payload, guard in items]
@@ -47,7 +49,14 @@ class ReplayMixin(InboxMixin):
         with translate_errors(), transaction(self._conn):
             if any(guard is not None for *_, guard in encoded):
                 self._conn.execute(_SWEEP, (now, _SWEEP_BASE + 2 * len(encoded)))
-            return [self._deliver(source, source_id, text, guard, now) for source, source_id, text, guard in encoded]
+            verdicts = [self._deliver(source, source_id, text, guard, now)
+                        for source, source_id, text, guard in encoded]
+            for (source, source_id, *_), verdict in zip(encoded, verdicts, strict=True):
+                trace = (traces or {}).get((source, source_id))
+                if trace is not None and verdict == "stored":
+                    self._conn.execute("UPDATE inbox SET trace = ? WHERE source = ? AND source_id = ?",
+                                       (trace, source, source_id))
+            return verdicts
 
     def _deliver(self, source: str, source_id: str, text: str, guard: ReplayGuard | None, now: int) -> str:
         if guard is None or guard.window <= 0:

@@ -194,11 +194,14 @@ class WebhookReceiver:
             return self._answer(400, "bad_request", source, delivery.source_id, started, str(exc))
         try:
             # The delivery's own span, under the sender's trace when it sent a traceparent.
+            sender = request.headers.get("traceparent")
             with telemetry.service_span(f"ingest {source}", {
                 "agent_console.event.source": source, "agent_console.event.source_id": delivery.source_id,
-            }, parent=request.headers.get("traceparent"), kind="SERVER") as span:
+            }, parent=sender, kind="SERVER") as span:
+                # Kept with the event when the sender traces: the run that takes it joins the sender's trace.
                 verdict = await self.writer.ingest(source, delivery.source_id, delivery.payload,
-                                                   verifier.replay_guard(body))
+                                                   verifier.replay_guard(body),
+                                                   trace=telemetry.traceparent() if sender else None)
                 span.set("agent_console.ingest.verdict", verdict)
             telemetry.count("agent_console.events.ingested", "{event}", "Webhook deliveries by source and verdict",
                             {"agent_console.event.source": source, "agent_console.ingest.verdict": verdict})

@@ -39,6 +39,7 @@ class _Ingest:
     payload: Any
     guard: ReplayGuard | None
     future: asyncio.Future[str]
+    trace: str | None = None  # the traceparent to keep with the event (a sender that traces)
 
 
 @dataclass
@@ -140,14 +141,15 @@ class IngestWriter:
             return self.damaged
         return self._refusal() if self._refusal is not None else None
 
-    async def ingest(self, source: str, source_id: str, payload: Any, guard: ReplayGuard | None = None) -> str:
+    async def ingest(self, source: str, source_id: str, payload: Any, guard: ReplayGuard | None = None, *,
+                     trace: str | None = None) -> str:
         """"stored", "duplicate" or "replay" (Store.ingest_deliveries); StoreUnavailable when not durable,
         InboxDamaged when the inbox takes no work (nothing is written)."""
         refused = self.refusal()
         if refused is not None:
             raise InboxDamaged(refused)
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._queue.put(_Ingest(source, source_id, payload, guard, future))
+        self._queue.put(_Ingest(source, source_id, payload, guard, future, trace))
         return await future
 
     async def call(self, fn: Callable[[Store], T]) -> T:
@@ -217,7 +219,8 @@ class IngestWriter:
         results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
         try:
             outcomes = store.ingest_deliveries([(i.source, i.source_id, i.payload, i.guard) for i in group],
-                                               now=self._clock.now())
+                                               now=self._clock.now(),
+                                               traces={(i.source, i.source_id): i.trace for i in group if i.trace})
         except ValueError:
             # Each event was validated before it queued; should one slip through anyway it must not
             # take the rest of its group down with it.

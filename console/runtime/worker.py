@@ -148,8 +148,10 @@ class Worker:
             ctx = RunContext(store, events, started, holder, gen, host.settings.approval_expiry,
                              fence=fence, clock=host.clock.now)
             contexts.append(ctx)
+            traced = [event.trace for event in events if event.trace]  # deliveries whose senders trace
             with telemetry.run_span(self.agent.name, event_ids=ids, sources=[event.source for event in events],
-                                    holder=holder, generation=gen) as span:
+                                    holder=holder, generation=gen, parent=traced[0] if traced else None,
+                                    links=traced[1:]) as span:
                 self.agent.run(ctx)
                 span.set_many({"agent_console.journal.replayed_steps": len(ctx.replayed_steps) or None,
                                "agent_console.tool.calls": len(ctx.tool_log) or None})

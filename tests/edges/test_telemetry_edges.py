@@ -16,6 +16,7 @@ import pytest
 
 from console import telemetry
 from console.clock import ManualClock
+from console.core import Store
 from console.edges.channels import HttpChannel
 from console.edges.receiver import start_receiver
 from console.runtime.assembly import build_engine
@@ -82,6 +83,8 @@ async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_trave
         await engine.write(lambda s: s.add_timer("nightly", clock.now(), {"text": "tick"}, now=clock.now()))
         engine.wake()
         await read_until(engine, lambda s: s.find_event("timer", f"nightly@{NOW}") is not None, limit=20)
+        await read_until(engine, lambda s: getattr(s.find_event("home", "traced-1"), "status", None) == "done",
+                         limit=20)
         for _ in range(200):
             if endpoint.headers:
                 break
@@ -97,6 +100,14 @@ async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_trave
     attrs = telemetry.attributes_of(ingest)
     assert (attrs["agent_console.event.source_id"], attrs["agent_console.ingest.verdict"]) == ("traced-1", "stored")
     assert ingest["kind"] == 2  # SPAN_KIND_SERVER
+
+    # The run that took the delivery is traced under its ingest span: in the sender's trace.
+    [run] = [s for s in spans if s["name"].startswith("invoke_agent")
+             and "home" in telemetry.attributes_of(s)["agent_console.event.sources"]]
+    assert (run["traceId"], run["parentSpanId"]) == (SENDER_TRACE, ingest["spanId"])
+    with Store.open(tmp_path / "inbox.db") as store:
+        kept = store.find_event("home", "traced-1")
+    assert kept is not None and kept.trace is not None and kept.trace[3:52] == f"{SENDER_TRACE}-{ingest['spanId']}"
 
     sends = [s for s in spans if s["name"] == "send http"]
     assert sends and all(telemetry.attributes_of(s)["agent_console.outbox.messages"] >= 1 for s in sends)
