@@ -145,6 +145,7 @@ async def child_console(db: Path, drain_rate: int) -> dict[str, Any]:
         others = [app.query_one(kind) for kind in (LeasePane, ApprovalsPane, OutboxPane, ConsoleHeader)]
         await wait_for(pilot, lambda: all(other.view is not None for other in others))
         result["all_panes_ms"] = (time.perf_counter() - started) * 1000
+        result["peak_rss_at_first_frame_mb"] = peak_rss_mb()
         pages = []
         for _ in range(30):
             before = pane.page.events[0].id  # type: ignore[union-attr]
@@ -154,6 +155,7 @@ async def child_console(db: Path, drain_rate: int) -> dict[str, Any]:
         result["page_down_ms"] = summary(pages)
         await pilot.press("home")
         await wait_for(pilot, lambda: pane.top is None)
+        result["peak_rss_before_drain_mb"] = peak_rss_mb()  # the feeder below is the bench's, in this process
 
         stop = threading.Event()
         fed = [0]
