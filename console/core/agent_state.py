@@ -126,9 +126,7 @@ class AgentStateMixin(StoreBase):
                 1 if state == "waiting" else 0)
             notified = None if worked else before.notified
             if state == "paused" and notice and notice.strip() and notice_key != before.notified:
-                self._conn.execute(
-                    "INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, 1, ?, NULL)", (notice, now)
-                )
+                self._write_outbox(notice, urgent=True, now=now, event_id=None)
                 notified = notice_key
             since = before.since if state == before.state else now
             self._conn.execute(

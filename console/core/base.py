@@ -135,6 +135,21 @@ class StoreBase:
         spread = delay * self.backoff_jitter
         return max(0, round(float(delay) + self._rng.uniform(-spread, spread)))
 
+    def _write_outbox(
+        self, body: str, *, urgent: bool, now: int, event_id: int | None, approval_id: str | None = None,
+        reply_to: str | None = None,
+    ) -> int:
+        """The one writer of an outbox row (inside the caller's transaction); returns its id.
+
+        A message that announces an approval (approval_id) or answers a chat (reply_to) always takes the
+        urgent lane: the owner waits on it."""
+        return int(self._conn.execute(
+            "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id, reply_to) VALUES (?, ?, ?, ?, ?, ?) "
+            "RETURNING id",
+            (body, int(urgent or approval_id is not None or reply_to is not None), now, event_id, approval_id,
+             reply_to),
+        ).fetchall()[0][0])
+
     def _insert_event(self, source: str, source_id: str, text: str, now: int) -> bool:
         """Insert an event, or count a refused copy of it (the duplicate ledger). True when it is new.
 

@@ -161,10 +161,7 @@ class CapsMixin(StoreBase):
             for held_id, body, urgent, event_id in rows:
                 if wanted is not None and held_id not in wanted:
                     continue
-                outbox_id = self._conn.execute(
-                    "INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, ?, ?, ?) RETURNING id",
-                    (body, urgent, now, event_id),
-                ).fetchall()[0][0]
+                outbox_id = self._write_outbox(body, urgent=bool(urgent), now=now, event_id=event_id)
                 self._conn.execute("UPDATE held_messages SET released_at = ?, outbox_id = ? WHERE id = ?",
                                    (now, outbox_id, held_id))
                 released.append(int(held_id))
@@ -193,10 +190,7 @@ def queue_run_messages(
             )
             held += 1
             continue
-        store._conn.execute(
-            "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id, reply_to) VALUES (?, ?, ?, ?, ?, ?)",
-            (body, int(urgent or announces is not None or reply_to is not None), now, event_id, announces, reply_to),
-        )
+        store._write_outbox(body, urgent=urgent, now=now, event_id=event_id, approval_id=announces, reply_to=reply_to)
         store._conn.execute("INSERT INTO cap_uses (kind, at, event_id) VALUES ('message', ?, ?)", (now, event_id))
         used += 1
     pending = list(notices)
@@ -214,8 +208,7 @@ def notify_once(store: StoreBase, notice: CapNotice, now: int) -> None:
     if store._scalar("SELECT 1 FROM cap_notices WHERE cap = ? AND at > ? LIMIT 1", (notice.key, since)):
         return
     store._conn.execute("INSERT INTO cap_notices (cap, at) VALUES (?, ?) ON CONFLICT DO NOTHING", (notice.key, now))
-    store._conn.execute("INSERT INTO outbox (body, urgent, created_at, event_id) VALUES (?, 1, ?, NULL)",
-                        (notice.text, now))
+    store._write_outbox(notice.text, urgent=True, now=now, event_id=None)
 
 
 def uses(store: StoreBase, kind: str, now: int) -> int:

@@ -42,13 +42,7 @@ class OutboxMixin(StoreBase):
         if not isinstance(body, str) or not body.strip():
             raise ValueError("a message must be non-empty text")
         with translate_errors(), transaction(self._conn):
-            return self._queue(body, bool(urgent or approval_id), now, event_id, approval_id)
-
-    def _queue(self, body: str, urgent: bool, now: int, event_id: int | None, approval_id: str | None) -> int:
-        return int(self._conn.execute(
-            "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id) VALUES (?, ?, ?, ?, ?) RETURNING id",
-            (body, int(urgent), now, event_id, approval_id),
-        ).fetchall()[0][0])
+            return self._write_outbox(body, urgent=urgent, now=now, event_id=event_id, approval_id=approval_id)
 
     def last_send_at(self) -> int | None:
         """When the held (non-urgent) lane last sent; the gap counts from here. A batch that some

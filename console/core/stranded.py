@@ -69,8 +69,5 @@ class StrandedMixin(AuditMixin):
         stranded = self.stranded_answer(event_id)
         if stranded is None:
             return
-        self._conn.execute(
-            "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id) VALUES (?, ?, ?, ?, NULL)",
-            (stranded.notice(), int(stranded.outcome == "yes"), now, event_id),
-        )
+        self._write_outbox(stranded.notice(), urgent=stranded.outcome == "yes", now=now, event_id=event_id)
         self._audit_stranded(stranded, now)
