@@ -27,6 +27,7 @@ import imapclient
 MAIL_USER = "owner@example.org"
 MAIL_PASSWORD = "correct horse battery staple"
 MAIL_UID_NAME = "nobody"   # Dovecot refuses to keep mail as root
+PORT_TRIES = 3
 
 
 class DovecotMissing(RuntimeError):
@@ -178,10 +179,18 @@ def start_dovecot(settings: str = "") -> Dovecot:
         raise DovecotMissing("dovecot not found: install dovecot-imapd to run these tests")
     folder = Path(tempfile.mkdtemp(prefix="dovecot-"))
     cert, key = make_certificate(folder)
-    server = Dovecot(folder=folder, port=free_port(), cert=cert, key=key, starttls_port=free_port(),
-                     extra={"settings": settings})
-    server.start()
-    return server
+    for attempt in range(PORT_TRIES):  # a free port can be taken by another test's server before Dovecot binds it
+        server = Dovecot(folder=folder, port=free_port(), cert=cert, key=key, starttls_port=free_port(),
+                         extra={"settings": settings})
+        try:
+            server.start()
+            return server
+        except RuntimeError:
+            server.stop()
+            if attempt == PORT_TRIES - 1:
+                shutil.rmtree(folder, ignore_errors=True)
+                raise
+    raise AssertionError("unreachable")
 
 
 def mail(subject: str, text: str, *, sender: str = MAIL_USER, authenticated: bool = True,

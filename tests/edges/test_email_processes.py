@@ -305,7 +305,9 @@ async def test_a_wrong_password_pauses_the_source_with_one_notice(tmp_path: Path
         with Store.open(db, check=False) as store:
             status = store.mail_status()
         assert "refused the login" in status["reason"] and MAIL_PASSWORD not in status["reason"]
-        log = (tmp_path / "run.log").read_text()
+        run_log = tmp_path / "run.log"
+        await phone(lambda: "refused the login" in run_log.read_text(), "the notice in the log")
+        log = run_log.read_text()
         assert log.count("refused the login") == 1 and "not-the-password-7731" not in log
     finally:
         stop(engine)
