@@ -52,11 +52,12 @@ class WhyNotRun:
 
 def why_not_run(
     store: Store, event: Event, *, now: int, zone: tzinfo | None = None, holder: str | None = None,
-    mode: str | None = None,
+    mode: str | None = None, resume_key: str | None = None,
 ) -> WhyNotRun:
     """The state of `event` and, while it is pending, everything that keeps it from running, most decisive
     first. holder and mode are the asking console's own worker (None from the command line: no worker of
-    its own)."""
+    its own); resume_key the key that resumes a stalled console, as it is bound there."""
+    resume = f"press {resume_key} to resume it" if resume_key else "press the stall key again to resume it"
 
     def at(moment: int | None) -> str:
         return clock_text(moment, now, zone)
@@ -110,7 +111,7 @@ def why_not_run(
                               "`agent-console run` takes it over",
                               {"lapsed_at": None if lease is None else lease.until}))
     elif lease.holder != holder:
-        mine = "" if holder is None else f"; this console is {mode}"
+        mine = "" if holder is None else f"; this console is {mode}" + (f" ({resume})" if mode == "stalled" else "")
         another = "another worker, " if holder is not None else "worker "
         reasons.append(Reason(
             "lease_elsewhere",
@@ -118,7 +119,7 @@ def why_not_run(
             f"{span(max(0, lease.until - now), sep='')} left){mine}",
             {"holder": lease.holder, "gen": lease.gen, "until": lease.until}))
     elif mode == "stalled":
-        reasons.append(Reason("stalled", "this console's worker is stalled (press the stall key again to resume it)"))
+        reasons.append(Reason("stalled", f"this console's worker is stalled ({resume})"))
     if event.attempts and event.next_attempt_at > now:
         reasons.append(Reason(
             "backing_off",

@@ -78,7 +78,7 @@ from console.tui.widgets.approvals_pane import at as approvals_at
 from console.tui.widgets.console_header import ConsoleHeader, HeaderView
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
-from console.tui.widgets.lease_pane import LeasePane, LeasePaneView
+from console.tui.widgets.lease_pane import MODES, LeasePane, LeasePaneView, role_change_words, stall_words
 from console.tui.widgets.outbox_pane import OutboxPane, OutboxPaneView
 
 if TYPE_CHECKING:
@@ -233,6 +233,8 @@ class ConsoleApp(App[None]):
         self._unsubscribe: Callable[[], None] | None = None
         self._last_injected: tuple[str, str, Any] | None = None
         self._serial = 0
+        self._role = "starting"  # the engine's mode as last told (role_change_words)
+        self._role_change: tuple[str, str] | None = None  # a change of role not said yet
         self._approval_toasts: dict[str, Notification] = {}  # request id -> its "Approval needed" toast
         loaded = load_themes(user_theme_dir)
         self.console_themes = {theme.name: theme for theme in loaded.themes}
@@ -495,12 +497,32 @@ class ConsoleApp(App[None]):
     @on(EngineNotice)
     def _on_notice(self, message: EngineNotice) -> None:
         notice = message.notice
+        if notice.kind == "lease" and notice.detail in MODES:
+            self._role_told(notice.detail)
         self._mark(*NOTICE_PANES.get(notice.kind, PANES))
         # A notice can come before the first screen is pushed, or after the screens have gone (on_unmount).
         if notice.kind != "log" and self.screen_stack and isinstance(self.screen, DetailScreen):
             self.screen.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
+
+    def _role_told(self, mode: str) -> None:
+        """Each of the engine's mode changes as it is told (a pane read may come after two of them): one
+        that is a change of role is said once the lease is read again, with the lease's generation."""
+        if role_change_words(self._role, mode, None) is not None:
+            self._role_change = (self._role, mode)
+        self._role = mode
+
+    def _say_role_change(self, gen: int | None) -> None:
+        """A toast when this console's role changed by itself (standby → active, taken over), with the
+        generation; the stall key's own toasts say what it did."""
+        if self._role_change is None:
+            return
+        said = role_change_words(*self._role_change, gen)
+        self._role_change = None
+        if said is not None:
+            title, words, severity = said
+            self.notify(words, title=title, severity=severity, timeout=8)
 
     def _mark(self, *panes: str) -> None:
         self._dirty.update(panes)
@@ -586,6 +608,7 @@ class ConsoleApp(App[None]):
             data = await self.read(read_lease(now))
             self.query_one(LeasePane).view = LeasePaneView(data, self.engine.mode, self.engine.holder,
                                                            self.settings.lease_ttl)
+            self._say_role_change(None if data.lease is None else data.lease.gen)
         elif pane == "approvals":
             approvals_view = await self.read(read_approvals(now))
             self.query_one(ApprovalsPane).view = approvals_view
@@ -677,7 +700,8 @@ class ConsoleApp(App[None]):
 
         async def load(event_id: int) -> DetailView:
             return await self.read(read_detail(event_id, now=self.clock.now(), holder=self.engine.holder,
-                                               mode=self.engine.mode, zone=zone))
+                                               mode=self.engine.mode, zone=zone,
+                                               resume_key=self.key_for("console.stall")))
 
         async def neighbour(event_id: int, older: bool) -> int | None:
             return await self.read(read_neighbour(event_id, self.filter, older=older))
@@ -952,15 +976,13 @@ class ConsoleApp(App[None]):
         await self.push_screen(NotesScreen(self.read, self.engine.write))
 
     def action_stall(self) -> None:
+        was = self.engine.mode
         self._stalled = not self._stalled
         self.engine.stall(self._stalled)
         self._relabel("console.stall", "Resume" if self._stalled else "Stall")
         self._mark("lease", "header")
-        if self._stalled:
-            self.notify("The worker stops renewing its lease; another console takes over when it lapses",
-                        title="Worker stalled", severity="warning")
-        else:
-            self.notify("The worker renews its lease again", title="Worker resumed")
+        title, words = stall_words(self._stalled, was, self.key_for("console.stall"))
+        self.notify(words, title=title, severity="warning" if self._stalled else "information")
 
     async def action_cycle_status(self) -> None:
         order: list[str | None] = [None, *STATUSES]

@@ -56,7 +56,7 @@ def human_span(seconds: int) -> str:
 
 
 def read_detail(
-    event_id: int, *, now: int, holder: str, mode: str, zone: tzinfo | None = None
+    event_id: int, *, now: int, holder: str, mode: str, zone: tzinfo | None = None, resume_key: str | None = None
 ) -> Callable[[Store], DetailView]:
     def read(store: Store) -> DetailView:
         event = store.event(event_id)
@@ -65,7 +65,7 @@ def read_detail(
         steps = store.journal_steps(event_id)
         return DetailView(
             event_id, now, event, store.history(event_id), steps, store.event_replies(event_id),
-            why_not_run(store, event, now=now, zone=zone, holder=holder, mode=mode),
+            why_not_run(store, event, now=now, zone=zone, holder=holder, mode=mode, resume_key=resume_key),
             runs_of(store.event_spend(event_id)),
             approval_trails(store, event),
             build_transcript(steps, store.tool_calls(event_id)),

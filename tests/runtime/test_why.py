@@ -22,6 +22,10 @@ def test_a_fresh_event_with_nobody_working_waits_for_a_worker_behind_older_ones(
     assert gen is not None
     assert why_not_run(store, oldest, now=T + 5, holder="me", mode="active").kinds() == ["next_pass"]
     assert why_not_run(store, oldest, now=T + 5, holder="me", mode="stalled").kinds() == ["stalled"]
+    stalled = why_not_run(store, oldest, now=T + 5, holder="me", mode="stalled", resume_key="X")
+    assert stalled.sentences == ["this console's worker is stalled (press X to resume it)"]  # the key as bound
+    elsewhere = why_not_run(store, oldest, now=T + 5, holder="you", mode="stalled", resume_key="x")
+    assert elsewhere.sentences[0].endswith("; this console is stalled (press x to resume it)")
     lapsed = why_not_run(store, oldest, now=T + 10_000, holder="me", mode="active")
     assert lapsed.kinds() == ["no_lease"] and lapsed.reasons[0].facts == {"lapsed_at": T + 120}
 

@@ -63,6 +63,9 @@ async def test_second_console_takes_over_a_stalled_one_and_its_late_finish_is_re
         await pilot_until(pilot_a, lambda: first_status(first) == "running", what="the event shown running")
         await pilot_a.press("x")
         await pilot_until(pilot_a, lambda: "stalled" in lease_text(first), what="the first console stalled")
+        stalled = next(n for n in first._notifications if n.title == "Worker stalled")
+        assert stalled.message.startswith("This console stops renewing its lease; another console or")
+        assert stalled.message.endswith("(x resumes it)")
 
         async with second.run_test(size=SIZE) as pilot_b:
             await pilot_until(pilot_b, lambda: second.engine.mode == "standby", what="the second console on standby")
@@ -72,6 +75,10 @@ async def test_second_console_takes_over_a_stalled_one_and_its_late_finish_is_re
 
             clock.advance(TTL + 1)  # the stalled console renewed nothing: its lease lapses
             await pilot_until(pilot_b, lambda: second.engine.mode == "active", what="the takeover")
+            await pilot_until(pilot_b, lambda: any(n.title == "Now active" for n in second._notifications),
+                              what="the second console told it is active")
+            active = next(n for n in second._notifications if n.title == "Now active")
+            assert active.message == "This console holds the lease (generation 2): it runs the inbox's events now"
             # the stranded row's backoff counted from its lost claim, so the new holder runs it at once
             await pilot_until(pilot_b, lambda: first_status(second) == "done", what="the second console's run")
             with reopen(db_path) as store:
@@ -89,6 +96,8 @@ async def test_second_console_takes_over_a_stalled_one_and_its_late_finish_is_re
                              what="the refused finish in the first console's lease pane")
             assert "console-a gen 1" in lease_text(first)
             await pilot_until(pilot_a, lambda: first.engine.mode == "standby", what="the first console on standby")
+            await pilot_until(pilot_a, lambda: any("Another worker holds the lease (generation 2)" in n.message
+                                                   for n in first._notifications), what="the first told so")
             await pilot_until(pilot_a, lambda: any("finish refused" in n.message for n in first._notifications),
                              what="the refusal notified")
             await pilot_until(pilot_b, lambda: "refused finishes 1" in lease_text(second),

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
+from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.widgets import Static
 
@@ -18,6 +19,38 @@ from console.tui.render import show
 from console.tui.widgets.countdown_bar import Countdown, CountdownBar
 
 Part = str | tuple[str, str]
+Said = tuple[str, str, SeverityLevel]
+# The engine's modes (console.runtime.host.Mode), as its "lease" notices name them.
+MODES = ("stopped", "starting", "active", "standby", "stalled", "halted")
+
+
+def role_change_words(before: str, after: str, gen: int | None) -> Said | None:
+    """(title, words, severity) of a toast when this console's role changed by itself: it took the lease
+    over, or another worker took it; None for its start, its stop and the stall key's own changes."""
+    of = "" if gen is None else f" (generation {gen})"
+    if before in ("standby", "halted") and after == "active":
+        return ("Now active", f"This console holds the lease{of}: it runs the inbox's events now", "information")
+    if before in ("active", "stalled") and after == "standby":
+        return ("Taken over" if before == "active" else "Standby", f"Another worker holds the lease{of}: this "
+                "console is standby and takes over if that lease lapses", "warning")
+    if after == "halted" and before not in ("starting", "halted"):
+        return ("Halted", "This console's worker stopped taking events (the lease pane says why)", "error")
+    return None
+
+
+def stall_words(stalled: bool, mode: str, key: str | None) -> tuple[str, str]:
+    """(title, words) for the stall key, worded for the role this console had when it was pressed."""
+    again = f" ({key} resumes it)" if key else ""
+    if stalled and mode == "active":
+        return ("Worker stalled", "This console stops renewing its lease; another console or `agent-console "
+                f"run` takes over when it lapses{again}")
+    if stalled:
+        return ("Worker stalled", f"This console is {mode} and now will not take over when the lease lapses"
+                f"{again}")
+    if mode == "stalled":
+        return ("Worker resumed", "This console renews its lease again if it still holds it, or takes over "
+                "when the holder's lease lapses")
+    return ("Worker resumed", "This console takes part again")
 
 
 @dataclass(frozen=True)
