@@ -29,9 +29,9 @@ from console.config import Settings  # noqa: E402
 from console.runtime.assembly import build_engine  # noqa: E402
 
 
-async def throughput(folder: Path, count: int, *, traced: bool, batch_cap: int) -> tuple[float, float, int]:
+async def throughput(folder: Path, count: int, *, traced: bool, batch_cap: int) -> tuple[float, float, list[str]]:
     """Events per second through the engine (wall clock, and per second of this process's CPU time: the
-    machine's other load moves the first far more than the second), and the spans it wrote."""
+    machine's other load moves the first far more than the second), and the names of the spans it wrote."""
     folder.mkdir(parents=True)
     settings = Settings(db=folder / "inbox.db", outbox_gap=0, batch_cap=batch_cap, telemetry=traced)
     engine = build_engine(settings, agent=OfflineAgent(), install_defaults=False, idle_cap=0.1)
@@ -47,7 +47,7 @@ async def throughput(folder: Path, count: int, *, traced: bool, batch_cap: int) 
         rate, cpu_rate = count / (time.perf_counter() - start), count / (time.process_time() - cpu)
     finally:
         await engine.stop()
-    return rate, cpu_rate, len(telemetry.read_spans(folder))
+    return rate, cpu_rate, [str(span["name"]) for span in telemetry.read_spans(folder)]
 
 
 async def measure(base: Path, events: int, rounds: int, batch_cap: int) -> dict[str, float | int]:
@@ -55,7 +55,7 @@ async def measure(base: Path, events: int, rounds: int, batch_cap: int) -> dict[
     off: list[float] = []
     cpu_on: list[float] = []
     cpu_off: list[float] = []
-    spans = 0
+    spans = runs = 0
     # One round first, not counted: the SDK's import (about 0.2 s, once a process, with the first span) and the
     # engine's own first-start costs are not throughput.
     await throughput(base / "warm-up-on", min(events, 50), traced=True, batch_cap=batch_cap)
@@ -67,10 +67,12 @@ async def measure(base: Path, events: int, rounds: int, batch_cap: int) -> dict[
             rate, cpu_rate, written = await throughput(folder, events, traced=traced, batch_cap=batch_cap)
             (on if traced else off).append(rate)
             (cpu_on if traced else cpu_off).append(cpu_rate)
-            spans = max(spans, written)
+            spans = max(spans, len(written))
+            runs = max(runs, sum(name.startswith("invoke_agent") for name in written))
     telemetry.configure(None, enabled=False)
     on_rate, off_rate = statistics.median(on), statistics.median(off)
     return {"events": events, "batch_cap": batch_cap, "rounds": rounds, "spans_per_round": spans,
+            "runs_traced_per_round": runs,
             "on_events_per_s": round(on_rate, 1), "off_events_per_s": round(off_rate, 1),
             "ratio": round(on_rate / off_rate, 3),
             "cpu_ratio": round(statistics.median(cpu_on) / statistics.median(cpu_off), 3),

@@ -21,7 +21,8 @@ def test_tracing_on_keeps_at_least_nine_tenths_of_the_engines_throughput(tmp_pat
     )
     assert done.returncode == 0, done.stderr
     result = json.loads(done.stdout.strip().splitlines()[-1])
-    assert result["spans_per_round"] == 10  # one invoke_agent span a run of 100 events: tracing was on
+    # One invoke_agent span a run of 100 events (and a send span per outbox batch): tracing was on.
+    assert result["runs_traced_per_round"] == 10 and result["spans_per_round"] >= 10
     assert result["on_events_per_s"] > 0 and result["off_events_per_s"] > 0
     assert result["best_cpu_ratio"] >= 0.9, result
     assert "tracing on" in done.stdout
