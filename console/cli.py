@@ -680,7 +680,8 @@ def trace(state: CliState, event_id: int) -> None:
     from console import telemetry  # reads the file as JSON: the OpenTelemetry SDK is not loaded
 
     folder = state.settings().inbox_folder
-    runs = telemetry.runs_of_event(telemetry.read_spans(folder), event_id)
+    spans = telemetry.read_spans(folder)
+    runs = telemetry.runs_of_event(spans, event_id)
     if not runs:
         raise UserError(f"no run of event {event_id} in {telemetry.file_path(folder)} (not run yet, telemetry off, "
                         f"or rotated away)")
@@ -690,6 +691,9 @@ def trace(state: CliState, event_id: int) -> None:
         began = int(root.get("startTimeUnixNano", 0))
         when = _clock_time(began // 1_000_000_000, zone)
         _say(f"run {number}  {when}  trace {root.get('traceId')}")
+        for above in telemetry.ancestors(spans, root):  # a delivery's ingest span, when the run is traced under it
+            what = telemetry.describe(above)
+            _say(f"  under {above.get('name')}" + (f"  {what}" if what else ""))
         for depth, node in tree:
             offset = (int(node.get("startTimeUnixNano", 0)) - began) / 1e9
             what = telemetry.describe(node)

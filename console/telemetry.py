@@ -548,6 +548,18 @@ def runs_of_event(spans: Sequence[Mapping[str, Any]], event_id: int) -> list[lis
     return runs
 
 
+def ancestors(spans: Sequence[Mapping[str, Any]], span: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The spans in the file above `span`, nearest first: for a run traced under a delivery, its `ingest` span
+    (and the sender's spans, when they are in the file too)."""
+    by_id = {(str(s.get("traceId")), str(s.get("spanId"))): s for s in spans}
+    found: list[Mapping[str, Any]] = []
+    parent = by_id.get((str(span.get("traceId")), str(span.get("parentSpanId", ""))))
+    while parent is not None and len(found) < 16:
+        found.append(parent)
+        parent = by_id.get((str(parent.get("traceId")), str(parent.get("parentSpanId", ""))))
+    return found
+
+
 def _run_events(attrs: Mapping[str, Any]) -> list[int]:
     """The events a run took, and the events whose conversation it resumed (an approval's answer)."""
     return [*(attrs.get("agent_console.event.ids") or []), *(attrs.get("agent_console.event.resumes") or [])]
@@ -586,6 +598,8 @@ def describe(span: Mapping[str, Any]) -> str:
         parts.append(f"{attrs.get('agent_console.tool.decision')} → {attrs['agent_console.tool.outcome']}")
     if attrs.get("agent_console.journal.replayed"):
         parts.append("replayed from the journal (no new call, no cost)")
+    if "agent_console.ingest.verdict" in attrs:
+        parts.append(f"delivery {attrs.get('agent_console.event.source_id')}, {attrs['agent_console.ingest.verdict']}")
     if "error.type" in attrs:
         parts.append(f"error {attrs['error.type']}")
     return "; ".join(parts)

@@ -13,8 +13,10 @@ from typing import Any
 
 import aiohttp
 import pytest
+from click.testing import CliRunner
 
 from console import telemetry
+from console.cli import main
 from console.clock import ManualClock
 from console.core import Store
 from console.edges.channels import HttpChannel
@@ -108,6 +110,10 @@ async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_trave
     with Store.open(tmp_path / "inbox.db") as store:
         kept = store.find_event("home", "traced-1")
     assert kept is not None and kept.trace is not None and kept.trace[3:52] == f"{SENDER_TRACE}-{ingest['spanId']}"
+
+    shown = CliRunner().invoke(main, ["--db", str(tmp_path / "inbox.db"), "trace", str(kept.id)])
+    assert shown.exit_code == 0, shown.output
+    assert "  under ingest home  delivery traced-1, stored" in shown.output.splitlines()
 
     sends = [s for s in spans if s["name"] == "send http"]
     assert sends and all(telemetry.attributes_of(s)["agent_console.outbox.messages"] >= 1 for s in sends)
