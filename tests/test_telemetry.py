@@ -154,3 +154,32 @@ def test_the_console_draws_its_first_frame_before_any_opentelemetry_module_is_im
     assert "console.tui.app" in seen["first_frame"]  # the listing is real
     assert [name for name in seen["first_frame"] if name.startswith("opentelemetry")] == []
     assert "import time:" in done.stderr
+
+
+def test_an_http_mcp_call_carries_its_traceparent_to_the_server(
+    tmp_path: Path
+) -> None:
+    from console.agents.mcp import McpHub, McpServerConfig
+    from console.agents.policy import Policy
+    from console.agents.tools import ToolCall, ToolGateway
+    from tests.agents.mcp_servers import serve_http
+
+    telemetry.configure(tmp_path)
+    with serve_http("remote") as server:
+        hub = McpHub({"remote": McpServerConfig("remote", url=server.url, call_timeout=10.0)}, backoff_base=0.05,
+                     backoff_max=0.2)
+        try:
+            hub.start()
+            wait_until(lambda: hub.status()["remote"] == "up", "the server to be up")
+            # The server's Mcp-Session-Id when it gives one (this SDK's server, on the current protocol, gives none).
+            session = hub.session_id("mcp__remote__echo")
+            with ToolGateway(Policy(), mcp=hub)._span(ToolCall("t1", "mcp__remote__echo", {"text": "hi"})):
+                hub.call("mcp__remote__echo", {"text": "hi"}, idempotency_key="k-1")
+        finally:
+            hub.close()
+        [recorded] = server.recorded()
+    telemetry.flush()
+    [span] = [s for s in telemetry.read_spans(tmp_path) if s["name"] == "execute_tool mcp__remote__echo"]
+    assert telemetry.attributes_of(span).get("mcp.session.id") == session
+    assert telemetry.attributes_of(span)["mcp.method.name"] == "tools/call"
+    assert recorded["traceparent"].startswith(f"00-{span['traceId']}-{span['spanId']}-")

@@ -173,6 +173,7 @@ class _Server:
         self.first_attempt = threading.Event()
         self.last_stderr = ""                 # shown with a failed connect: often the server's own complaint
         self.scrub = _Scrubber()
+        self.session_id: str | None = None    # an HTTP server's Mcp-Session-Id (telemetry's mcp.session.id)
 
     def mark_lost(self, reason: str) -> None:
         if self.lost is not None and not self.lost.is_set():
@@ -379,6 +380,12 @@ class McpHub:
             ) from None
         except _HubClosedMidCall:
             raise McpCallUnknown(f"{name}: the MCP hub was closed during the call") from None
+
+    def session_id(self, name: str) -> str | None:
+        """The MCP session id of the server behind mcp__<server>__<tool> (HTTP servers give one), or None."""
+        parts = split_mcp_tool_name(name)
+        server = self._servers.get(parts[0]) if parts else None
+        return None if server is None else server.session_id
 
     def repeatable(self, name: str) -> bool:
         """A call to this tool whose outcome is unknown may be sent again under the same idempotency key: its
@@ -624,10 +631,14 @@ class McpHub:
             if "\r" in value or "\n" in value or "\0" in value:
                 raise ConfigError(f"mcp_servers.{config.name}.headers.{header}: the value holds a line break")
         timeout = httpx2.Timeout(30.0, connect=config.connect_timeout, read=300.0)
+        async def note_session(response: Any) -> None:  # the SDK keeps the id to itself
+            server.session_id = response.headers.get("mcp-session-id") or server.session_id
+
         async with (
             create_mcp_http_client(headers=headers, timeout=timeout) as http,
             streamable_http_client(config.url, http_client=http) as (read_stream, write_stream),
         ):
+            http.event_hooks["response"].append(note_session)
             yield _WatchedReadStream(read_stream, server), write_stream
 
     def _expanded(self, server: _Server, templates: Mapping[str, str], where: str) -> dict[str, str]:
