@@ -100,7 +100,7 @@ def key_clashes(keymap: Mapping[str, str], skip_actions: Iterable[str] = ()) -> 
     for cls in console_classes():
         place = "main" if cls.__module__.startswith(("console.tui.app", "console.tui.widgets")) else cls.__name__
         places.setdefault(place, []).extend((cls, b) for b in own_bindings(cls)
-                                            if b.action.split("(")[0] not in skip)
+                                            if b.description and b.action.split("(")[0] not in skip)
     lines: list[str] = []
     for bindings in places.values():
         by_key: dict[str, list[tuple[type, Binding]]] = {}
@@ -144,6 +144,8 @@ def key_rows(keymap: Mapping[str, str], available: Iterable[str] | None = None) 
     for cls in console_classes():
         place = PLACES.get(cls.__name__, cls.__name__)
         for binding in own_bindings(cls):
+            if not binding.description:
+                continue  # a fallback of another binding of the same key (the detail's r, y, n)
             if allowed is not None and cls.__name__ == "ConsoleApp" and binding.action.split("(")[0] not in allowed:
                 continue
             keys = " / ".join(shown_key(k) for k in keys_of(binding, keymap))

@@ -80,6 +80,11 @@ class DetailScreen(ModalScreen[None]):
         Binding("r", "retry", "Retry", id="detail.retry", tooltip="retry this event if it is dead or discarded"),
         Binding("y", "answer('yes')", "Yes", id="detail.approve", tooltip="answer this event's waiting approval yes"),
         Binding("n", "answer('no')", "No", id="detail.decline", tooltip="answer this event's waiting approval no"),
+        # Not offered where they would not act (check_action), yet pressed there they say why: these run when
+        # the bindings above are hidden (a key's bindings are tried in turn).
+        Binding("r", "unoffered('retry')", "", show=False),
+        Binding("y", "unoffered('answer')", "", show=False),
+        Binding("n", "unoffered('answer')", "", show=False),
         Binding("c", "copy_payload", "Copy", id="detail.copy", tooltip="copy the payload as JSON"),
         Binding("right_square_bracket", "step(True)", "Next", id="detail.next", key_display="]",
                 tooltip="the next (older) event under the events table's filter"),
@@ -290,6 +295,16 @@ class DetailScreen(ModalScreen[None]):
         if action == "answer":
             return self.view.waiting_approval() is not None
         return True
+
+    async def action_unoffered(self, what: str) -> None:
+        """r, y or n where the footer does not offer them: say why nothing happens."""
+        event = self.view.event
+        if event is None:
+            return
+        if what == "retry":
+            await self.host.retry(event)  # refuses, saying which events are retried
+        else:
+            self.notify(f"No approval of #{event.id} is waiting for an answer", severity="warning")
 
     async def action_retry(self) -> None:
         event = self.view.event
