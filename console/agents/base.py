@@ -23,6 +23,8 @@ from console.core import (
     Event,
     MemoryEntry,
     MemoryWrite,
+    OutboxDraft,
+    RunOutcome,
     StaleGeneration,
     Store,
     TimerDraft,
@@ -85,8 +87,7 @@ class RunContext:
     holder: str
     gen: int
     approval_expiry: int
-    messages: list[tuple[str, bool]] = field(default_factory=list)
-    announcements: dict[int, str] = field(default_factory=dict)  # index in messages -> the request it announces
+    messages: list[OutboxDraft] = field(default_factory=list)
     approvals: list[ApprovalRequest] = field(default_factory=list)
     drafts: list[ApprovalDraft] = field(default_factory=list)
     timers: list[TimerDraft] = field(default_factory=list)
@@ -111,9 +112,8 @@ class RunContext:
         reporting_outcome() every message is urgent too."""
         self.check_fence()
         if text.strip():
-            if announces is not None:
-                self.announcements[len(self.messages)] = announces.request_id
-            self.messages.append((text, urgent or announces is not None or self._reporting_outcome))
+            self.messages.append(OutboxDraft(text, urgent or announces is not None or self._reporting_outcome,
+                                             None if announces is None else announces.request_id))
 
     def announce(self, request: ApprovalRequest) -> None:
         """Tell the owner about a request this run made: the urgent message a phone channel sends as its card,
@@ -307,15 +307,13 @@ class RunContext:
         """Record the run's outcome with everything it staged, in one fenced transaction (tests and
         simple callers; the worker does the same from its writer thread with `staged()`)."""
         ids = [e.id for e in self.events] if ids is None else ids
-        return self.store.finish(self.holder, self.gen, ids, now=self.time() if now is None else now,
-                                 error=error, **self.staged())
+        return self.store.finish_run(self.holder, self.gen, ids, self.staged(),
+                                     now=self.time() if now is None else now, error=error)
 
-    def staged(self) -> dict[str, Any]:
-        """finish()'s keywords for what this run produced for the inbox."""
-        messages = [(text, urgent, self.announcements.get(index)) for index, (text, urgent) in enumerate(self.messages)]
-        return {"messages": messages, "approvals": list(self.drafts), "timers": list(self.timers),
-                "notes": dict(self.notes), "memory": list(self.memory_writes), "tool_calls": list(self.tool_log),
-                "notices": list(self.cap_notices)}
+    def staged(self) -> RunOutcome:
+        """What this run produced for the inbox, for its finish to write."""
+        return RunOutcome(list(self.messages), list(self.drafts), list(self.timers), dict(self.notes),
+                          list(self.memory_writes), list(self.tool_log), list(self.cap_notices))
 
 
 def expires_in_words(seconds: int) -> str:

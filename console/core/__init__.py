@@ -2,7 +2,7 @@
 
 from console.core.approvals import approval_id
 from console.core.base import OutcomeUnknown, SendError, StaleGeneration
-from console.core.caps import CapNotice, CapReached, HeldMessage
+from console.core.caps import CapReached, HeldMessage
 from console.core.db import (
     MIN_SQLITE,
     InboxIncomplete,
@@ -23,18 +23,21 @@ from console.core.models import (
     AuditCheck,
     AuditRow,
     Batch,
+    CapNotice,
     Event,
     EventSearch,
     JournalStep,
     Lease,
     MemoryEntry,
     MemoryWrite,
+    OutboxDraft,
     OutboxMessage,
     OutboxSearch,
     PhoneAnswer,
     PhoneCard,
     RefusedFinish,
     ReplayGuard,
+    RunOutcome,
     StrandedAnswer,
     Timer,
     TimerDraft,
@@ -72,6 +75,7 @@ __all__ = [
     "MemoryWrite",
     "MoveRefusal",
     "OutboxChannel",
+    "OutboxDraft",
     "OutboxMessage",
     "OutboxSearch",
     "OutcomeUnknown",
@@ -80,6 +84,7 @@ __all__ = [
     "PruneReport",
     "RefusedFinish",
     "ReplayGuard",
+    "RunOutcome",
     "SendError",
     "StaleGeneration",
     "Store",

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from console.core.base import StaleGeneration, StoreBase
 from console.core.db import transaction, translate_errors
+from console.core.models import CapNotice, OutboxDraft
 
 HOUR = 3600
 RUN_CAP = "max_tool_calls_per_run"
@@ -56,16 +57,6 @@ class CapReached:
         return (f"The agent reached its cap of {self.limit} world-changing tool calls {per} ({self.cap}). "
                 f"Further calls are not made unasked: each asks for your approval. Raise {self.cap} in the "
                 f"config to change the cap.")
-
-
-@dataclass(frozen=True)
-class CapNotice:
-    """A notice to the owner that a cap was reached, queued by the run's finish unless one for the same key
-    was queued within `window` seconds (None: ever)."""
-
-    key: str
-    text: str
-    window: int | None
 
 
 @dataclass(frozen=True)
@@ -171,7 +162,7 @@ class CapsMixin(StoreBase):
 # --- inside a run's finish (the caller's fenced transaction) ---------------------------------------------
 
 def queue_run_messages(
-    store: StoreBase, outgoing: Iterable[tuple[str, bool, str | None]], event_id: int | None, now: int,
+    store: StoreBase, outgoing: Iterable[OutboxDraft], event_id: int | None, now: int,
     notices: Sequence[CapNotice], *, reply_to: str | None = None,
 ) -> None:
     """Queue a run's messages, counting each against max_messages_per_hour; past it a message is held.
@@ -182,15 +173,16 @@ def queue_run_messages(
     cap = store.options.max_messages_per_hour
     used = uses(store, "message", now) if cap else 0
     held = 0
-    for body, urgent, announces in outgoing:
-        if cap and used >= cap and announces is None:
+    for draft in outgoing:
+        if cap and used >= cap and draft.announces is None:
             store._conn.execute(
                 "INSERT INTO held_messages (body, urgent, created_at, event_id) VALUES (?, ?, ?, ?)",
-                (body, int(urgent), now, event_id),
+                (draft.body, int(draft.urgent), now, event_id),
             )
             held += 1
             continue
-        store._write_outbox(body, urgent=urgent, now=now, event_id=event_id, approval_id=announces, reply_to=reply_to)
+        store._write_outbox(draft.body, urgent=draft.urgent, now=now, event_id=event_id, approval_id=draft.announces,
+                            reply_to=reply_to)
         store._conn.execute("INSERT INTO cap_uses (kind, at, event_id) VALUES ('message', ?, ?)", (now, event_id))
         used += 1
     pending = list(notices)

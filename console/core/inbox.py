@@ -6,14 +6,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from console.core.base import CHAT_SOURCES, RESERVED_SOURCES, StoreBase, dumps, loads
-from console.core.caps import CapNotice, queue_run_messages
+from console.core.caps import queue_run_messages
 from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import (
     STATUSES,
     ApprovalDraft,
     Attempt,
+    CapNotice,
     Event,
     MemoryWrite,
+    OutboxDraft,
+    RunOutcome,
     TimerDraft,
     ToolCallRecord,
     death_in_words,
@@ -306,7 +309,7 @@ class InboxMixin(StoreBase):
         ids: Sequence[int],
         *,
         now: int,
-        messages: Iterable[str | tuple[str, bool] | tuple[str, bool, str | None]] = (),
+        messages: Iterable[str | OutboxDraft] = (),
         error: str | None = None,
         approvals: Sequence[ApprovalDraft] = (),
         timers: Sequence[TimerDraft] = (),
@@ -314,6 +317,15 @@ class InboxMixin(StoreBase):
         memory: Sequence[MemoryWrite] = (),
         tool_calls: Sequence[ToolCallRecord] = (),
         notices: Sequence[CapNotice] = (),
+    ) -> bool:
+        """Record a run's outcome and queue its messages, in one fenced transaction (finish_run with the
+        outcome these keywords make: a message may be plain text, an OutboxDraft otherwise)."""
+        drafts = [OutboxDraft(m) if isinstance(m, str) else m for m in messages]
+        outcome = RunOutcome(drafts, approvals, timers, notes or {}, memory, tool_calls, notices)
+        return self.finish_run(holder, gen, ids, outcome, now=now, error=error)
+
+    def finish_run(
+        self, holder: str, gen: int, ids: Sequence[int], outcome: RunOutcome, *, now: int, error: str | None = None
     ) -> bool:
         """Record a run's outcome and queue its messages, in one fenced transaction.
 
@@ -339,27 +351,25 @@ class InboxMixin(StoreBase):
         first. A power cut before it can only leave the inbox as a crash just before the finish
         would: the event runs again, its journalled steps are skipped, and nothing was sent twice.
         """
-        # (body, urgent) or (body, urgent, the approval it announces): an announcement goes in the urgent lane
-        outgoing = [(m, False, None) if isinstance(m, str) else (str(m[0]), bool(m[1]), m[2] if len(m) > 2 else None)
-                    for m in messages]
         with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
             if not self._holds(holder, gen, now):
                 self._record_fenced("finish", holder, gen, now, ids)
                 return False
             if error is None:
                 done = self._finish_done(ids, gen, now)
-                self._log_attempts([(event_id, now, "finish", holder, gen, (notes or {}).get(event_id))
+                self._log_attempts([(event_id, now, "finish", holder, gen, outcome.notes.get(event_id))
                                     for event_id in dict.fromkeys(ids) if event_id in done])
                 moved = len(done)
             else:
                 moved = sum(self._finish_failed(event_id, holder, gen, now, error) for event_id in ids)
                 if moved:  # the calls a failed run made stand (journalled): the audit trail says so now
-                    self._audit_failed_run(tool_calls, error, now)
+                    self._audit_failed_run(outcome.tool_calls, error, now)
             if error is None and (moved or not ids):
-                if outgoing or notices:  # most finishes queue nothing: no cap count, no conversation to find
-                    queue_run_messages(self, outgoing, ids[0] if ids else None, now, notices,
+                outgoing = outcome.messages
+                if outgoing or outcome.notices:  # most finishes queue nothing: no cap count, no conversation to find
+                    queue_run_messages(self, outgoing, ids[0] if ids else None, now, outcome.notices,
                                        reply_to=self.conversation_of(ids) if outgoing else None)
-                self._commit_staged(approvals, timers, memory, tool_calls, now)
+                self._commit_staged(outcome.approvals, outcome.timers, outcome.memory, outcome.tool_calls, now)
             return True
 
     def conversation_of(self, ids: Sequence[int]) -> str | None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -281,6 +282,27 @@ class ApprovalDraft:
 
 
 @dataclass(frozen=True)
+class OutboxDraft:
+    """A message a run says to the owner, staged until the run's fenced finish writes its outbox row (the
+    finish files it under the run's first event, and under the chat it answers). announces: the request id of
+    the approval it announces (a phone channel sends it as a card with Yes / No buttons)."""
+
+    body: str
+    urgent: bool = False
+    announces: str | None = None
+
+
+@dataclass(frozen=True)
+class CapNotice:
+    """A notice to the owner that a cap was reached, queued by the run's finish unless one for the same key
+    was queued within `window` seconds (None: ever)."""
+
+    key: str
+    text: str
+    window: int | None
+
+
+@dataclass(frozen=True)
 class TimerDraft:
     """A timer a run sets; like an ApprovalDraft it is written by the run's fenced finish."""
 
@@ -292,6 +314,21 @@ class TimerDraft:
 
 
 AGENT_STATES = ("ready", "waiting", "paused")
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """Everything a run staged for the inbox, written by its fenced finish or not at all: what it says, the
+    approvals it asks (with their sessions), the timers it sets, what it remembers or forgets, the record of its
+    tool calls, how it ended for each event (notes: event id -> text) and the caps it reached."""
+
+    messages: Sequence[OutboxDraft] = ()
+    approvals: Sequence[ApprovalDraft] = ()
+    timers: Sequence[TimerDraft] = ()
+    notes: Mapping[int, str] = field(default_factory=dict)
+    memory: Sequence[MemoryWrite] = ()
+    tool_calls: Sequence[ToolCallRecord] = ()
+    notices: Sequence[CapNotice] = ()
 
 
 @dataclass(frozen=True)

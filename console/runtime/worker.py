@@ -10,12 +10,12 @@ import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
 from time import monotonic
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from console import telemetry
 from console.agents.base import Agent, RunContext
 from console.agents.errors import AgentPaused, AgentUnavailable, ProviderBusy
-from console.core import AgentState, Event, Lease, StaleGeneration, Store, StoreUnavailable
+from console.core import AgentState, Event, Lease, RunOutcome, StaleGeneration, Store, StoreUnavailable
 from console.redact import redact_urls
 from console.runtime.host import ServiceHost, service_loop
 from console.timefmt import span
@@ -158,7 +158,7 @@ class Worker:
             return ctx
 
         error: str | None = None
-        staged: dict[str, Any] = {}
+        staged = RunOutcome()
         unavailable: AgentUnavailable | None = None
         try:
             staged = (await host.on("runner", do_run)).staged()
@@ -171,7 +171,7 @@ class Worker:
             error = redact_urls(f"{type(exc).__name__}: {exc}")  # it is stored and shown: no credentials
             log.warning("run %s failed: %s", self.runs, error)
             # The calls it made in the world stand (journalled): its failed finish writes them to the audit trail.
-            staged = {"tool_calls": list(contexts[0].tool_log)} if contexts else {}
+            staged = RunOutcome(tool_calls=list(contexts[0].tool_log)) if contexts else RunOutcome()
         finally:
             renewer.cancel()
             try:
@@ -203,7 +203,7 @@ class Worker:
         if not finished:
             host.note_error(f"run {self.runs}: finish refused (generation {gen} was fenced off)")
         else:
-            said = len(staged.get("messages", ()))
+            said = len(staged.messages)
             log.info("run %s %s", self.runs, "failed" if error else f"done, {said} message(s)")
         if error:
             host.note_run_error(error)
@@ -220,7 +220,7 @@ class Worker:
         host.publish("outbox", "queued")
         host.wake()
 
-    async def _finish(self, gen: int, ids: list[int], staged: dict[str, Any], error: str | None) -> bool | None:
+    async def _finish(self, gen: int, ids: list[int], staged: RunOutcome, error: str | None) -> bool | None:
         """Record the run's outcome, trying again until the inbox takes it; None if the engine stops first.
 
         Giving up instead would leave the events `running` under a generation this worker keeps renewing,
@@ -236,20 +236,20 @@ class Worker:
                 host.note_error(f"run {self.runs}: could not record its outcome ({exc}); trying again")
             except Exception as exc:  # the outcome itself cannot be stored: record the run as failed instead
                 host.note_error(f"run {self.runs}: could not record its outcome: {type(exc).__name__}: {exc}")
-                error, staged = f"could not record the run's outcome ({type(exc).__name__})", {}
+                error, staged = f"could not record the run's outcome ({type(exc).__name__})", RunOutcome()
             if host.stopping:
                 return None
             await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
             pause = min(pause * 2, host.idle_cap)
 
     def _finishing(
-        self, gen: int, ids: list[int], staged: dict[str, Any], error: str | None, now: int
+        self, gen: int, ids: list[int], staged: RunOutcome, error: str | None, now: int
     ) -> Callable[[Store], bool]:
         holder = self.host.holder
         # A failed run's outputs are dropped (its retry produces them again), but for the calls it made, which the
         # audit trail records with the failure.
-        outputs = {"tool_calls": staged.get("tool_calls", [])} if error else staged
-        return lambda store: store.finish(holder, gen, ids, now=now, error=error, **outputs)
+        outcome = RunOutcome(tool_calls=staged.tool_calls) if error else staged
+        return lambda store: store.finish_run(holder, gen, ids, outcome, now=now, error=error)
 
     # --- the agent as a whole: waiting out back-pressure, paused by a refused configuration ----------------
     async def _agent_gate(self, gen: int, now: int) -> float | None:

@@ -31,6 +31,11 @@ from console.runtime.engine import Engine
 from tests.agents.stand_in import FakeClaude, as_blocks, text, text_of, tool
 from tests.support import read_until
 
+
+def said(ctx: RunContext) -> list[tuple[str, bool]]:
+    """What a run said, as (text, urgent)."""
+    return [(message.body, message.urgent) for message in ctx.messages]
+
 NOW = 1_790_000_000
 ROOT = Path(__file__).resolve().parents[2]
 FAKE_KEY = "sk-ant-test-" + secrets.token_hex(12)
@@ -119,7 +124,7 @@ def test_a_chat_message_gets_one_message_through_send_message(
     claude.reply(text("Let me answer."), tool("t1", "send_message", text="Nothing until 3 pm."))
     claude.reply(text("Answered."))
     ctx = run(agent, store)
-    assert ctx.messages == [("Nothing until 3 pm.", False)]
+    assert said(ctx) == [("Nothing until 3 pm.", False)]
     assert [m.body for m in store.outbox_messages()] == ["Nothing until 3 pm."]
     first, second = claude.requests
     assert first["model"] == "claude-sonnet-5-5" and first["max_tokens"] == 512
@@ -159,7 +164,7 @@ def test_a_call_that_asks_defers_then_runs_exactly_once_on_yes(
     (approval,) = store.pending_approvals()
     assert (approval.request_id, approval.tool, approval.arguments) == (request.request_id, "refund", {"order": "881"})
     assert approval.sources == [{"event_id": asked.events[0].id, "source": "chat", "source_id": "m1"}]
-    (message, urgent), = asked.messages
+    (message, urgent), = said(asked)
     assert urgent and f'[{request.request_id}]: refund(order="881")' in message
     assert shop.calls == []  # nothing ran before the owner's answer
     saved = store.load_session(request.request_id)["state"]
@@ -172,7 +177,7 @@ def test_a_call_that_asks_defers_then_runs_exactly_once_on_yes(
     resumed = run(agent, store, "w1", NOW + 60, finish=False)
     # The outcome goes in the urgent lane; the run read the refund's result (open-world), and says so first.
     refunded = "From a run that read untrusted content (tool refund); not an approval request:\nRefunded order 881."
-    assert resumed.messages == [(refunded, True)]
+    assert said(resumed) == [(refunded, True)]
     assert shop.calls == [("refund", "881")]
     first = claude.requests[1]
     assert first["messages"][:2] == as_blocks(saved["messages"])
@@ -186,7 +191,7 @@ def test_a_call_that_asks_defers_then_runs_exactly_once_on_yes(
     retried = run(agent, store, "w2", NOW + 60 + 10_000)
     assert retried.events[0].source == "approval" and retried.gen > resumed.gen
     assert len(claude.requests) == requests_before  # every turn had committed: replayed, not paid again
-    assert retried.messages == [(refunded, True)]
+    assert said(retried) == [(refunded, True)]
     assert shop.calls == [("refund", "881")]  # the approved call ran once
     calls = store.tool_calls(retried.events[0].id)
     assert [(c.tool, c.decision, c.outcome) for c in calls] == [("refund", "approved", "done"),
@@ -252,7 +257,7 @@ def test_a_run_started_by_a_webhook_asks_before_anything_not_allowed_for_untrust
     assert approval.origin["summary"] == "asked by a run that read untrusted content: github delivery d-1 (#1)"
     assert [t["name"] for t in claude.requests[0]["tools"]] == [
         "send_message", "set_timer", "remember", "recall", "forget", "ask_owner", "lookup_order", "refund"]
-    assert ctx.messages and ctx.messages[0][1] is True
+    assert ctx.messages and ctx.messages[0].urgent is True
 
     store.answer_approval(approval.request_id, "yes", now=NOW + 5)
     claude.reply(tool("t2", "send_message", text="Order 9 is paid."), tool("t3", "lookup_order", order="10"))
@@ -261,10 +266,10 @@ def test_a_run_started_by_a_webhook_asks_before_anything_not_allowed_for_untrust
     # A message only reaches the owner: it runs. The resumed conversation is still untrusted: its next
     # lookup asks again.
     # ... marked as coming from a run that read untrusted content (the model cannot word that away).
-    assert resumed.messages[0] == ("From a run that read untrusted content (github delivery d-1 (#1), "
+    assert said(resumed)[0] == ("From a run that read untrusted content (github delivery d-1 (#1), "
                                    "tool lookup_order); not an approval request:\n"
                                    "Order 9 is paid.", True)  # the approved lookup's outcome: urgent
-    assert resumed.messages[1][0].startswith("Approval needed") and len(store.pending_approvals()) == 1
+    assert resumed.messages[1].body.startswith("Approval needed") and len(store.pending_approvals()) == 1
 
 
 def test_memory_is_kept_across_runs_and_shown_at_the_start(
@@ -298,7 +303,7 @@ def test_a_batch_with_an_answer_and_a_new_message_holds_two_conversations(
     claude.reply(tool("t2", "send_message", text="Lunch is at noon."))
     claude.reply(text("Answered."))
     ctx = run(agent, store, now=NOW + 30)
-    assert [e.source for e in ctx.events] == ["approval", "chat"] and ctx.messages == [("Lunch is at noon.", False)]
+    assert [e.source for e in ctx.events] == ["approval", "chat"] and said(ctx) == [("Lunch is at noon.", False)]
     resumed, fresh = claude.requests[1:3]
     assert resumed["messages"][-1]["content"][0]["tool_use_id"] == "t1"
     assert len(fresh["messages"]) == 1 and "and what about lunch?" in text_of(fresh["messages"][0]["content"])
@@ -326,7 +331,7 @@ def test_a_server_error_fails_the_run_and_the_retry_skips_committed_turns(
     ctx = run(agent, store, now=NOW + 1)
     assert len(claude.requests) == 3  # turn 1 came from the journal; only turn 2 was asked again
     assert claude.requests[2]["messages"] == claude.requests[1]["messages"]
-    assert ctx.messages == [("Noted: dentist.", False)]
+    assert said(ctx) == [("Noted: dentist.", False)]
     assert [m.body for m in store.outbox_messages()] == ["Noted: dentist."]
 
 
@@ -385,7 +390,7 @@ def test_a_reply_cut_off_at_max_tokens_is_asked_again_with_more_room_and_never_r
     claude.reply(tool("t1", "send_message", text="Your refund of $50 for order 881 was processed."))
     claude.reply(text("Sent."))
     ctx = run(agent, store)
-    assert ctx.messages == [("Your refund of $50 for order 881 was processed.", False)]
+    assert said(ctx) == [("Your refund of $50 for order 881 was processed.", False)]
     assert [m.body for m in store.outbox_messages()] == ["Your refund of $50 for order 881 was processed."]
     first, again, after = claude.requests
     assert (first["max_tokens"], again["max_tokens"], after["max_tokens"]) == (512, 1024, 512)
@@ -425,7 +430,7 @@ def test_a_paused_turn_is_sent_back_as_it_is_and_the_model_goes_on(
     assert after["messages"][1] == {"role": "assistant", "content": [
         text("Let me look through the history."), tool("t1", "send_message", text="Two merges, both green.")]}
     assert tool_results(after)[0]["tool_use_id"] == "t1"
-    assert ctx.messages == [("Two merges, both green.", False)]
+    assert said(ctx) == [("Two merges, both green.", False)]
 
 
 @pytest.mark.parametrize("reason", ["model_context_window_exceeded", "compaction", None])

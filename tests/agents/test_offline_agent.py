@@ -10,6 +10,11 @@ from console.agents.base import RunContext
 from console.agents.offline import OfflineAgent, PoisonEventError, summarise_webhook
 from console.core import Event, Store
 
+
+def said(ctx: RunContext) -> list[tuple[str, bool]]:
+    """What a run said, as (text, urgent)."""
+    return [(message.body, message.urgent) for message in ctx.messages]
+
 NOW = 1_790_000_000
 
 
@@ -37,14 +42,14 @@ def event(source: str, payload: Any) -> Event:
 def test_a_chat_burst_gets_one_reply(store: Store) -> None:
     ctx = run(store, [("chat", f"m{n}", {"text": f"line {n}"}) for n in range(3)])
     assert len(ctx.messages) == 1
-    text, urgent = ctx.messages[0]
+    text, urgent = said(ctx)[0]
     assert text.startswith("Noted your 3 messages") and "line 0" in text and "line 2" in text and not urgent
 
 
 def test_a_risky_request_asks_for_approval_urgently(store: Store) -> None:
     ctx = run(store, [("chat", "r1", {"text": "please refund order 881"})])
     assert [a.action for a in ctx.approvals] == ["please refund order 881"]
-    (text, urgent), = ctx.messages
+    (text, urgent), = said(ctx)
     # A question to the owner (no tool behind it), worded as one, with where it came from.
     assert urgent and text.startswith(f"Question for you [{ctx.approvals[0].request_id}]: “please refund order 881”")
     assert text.endswith("\nasked by a run from your chat #1")
@@ -79,7 +84,7 @@ def test_timer_with_missed_runs_says_so(store: Store) -> None:
     events = store.claim_batch("t", gen, now=NOW)
     ctx = RunContext(store, events, NOW, "t", gen, approval_expiry=600)
     OfflineAgent().run(ctx)
-    assert ctx.messages == [("Timer: water the plants (3 missed runs coalesced)", False)]
+    assert said(ctx) == [("Timer: water the plants (3 missed runs coalesced)", False)]
 
 
 def test_a_quiet_day_digest_is_silent(store: Store) -> None:
@@ -102,7 +107,7 @@ def test_digest_reports_dead_events_and_expired_approvals(store: Store) -> None:
     store.run_scheduler(now=NOW - 50)
     fire_timer(store, "daily-digest", {"task": "digest"})
     ctx = run(store, [], now=NOW)
-    (text, _), = ctx.messages
+    (text, _), = said(ctx)
     assert "\nDigest (last day):" in text and "dead #" in text and "expired approval apr-x" in text
 
 

@@ -447,7 +447,7 @@ def test_a_late_deny_holds_even_when_the_tool_is_not_listed_at_that_moment(store
                       {"amount": 480}, ctx.sources(), {"trusted": True, "summary": "asked by a run from your chat #1"})
     outcome = gateway.execute_approved(ctx, resumed, event=events[0])
     assert (outcome.outcome, outcome.decision) == ("refused", "denied")
-    assert [text for text, _urgent in ctx.messages] == [
+    assert [message.body for message in ctx.messages] == [
         "Not done: mcp__bank__pay(amount=480) was not run: you said yes (request apr-1-x), but your policy denies "
         "mcp__bank__pay now."]
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from console.core import Event, Store
+from console.core import Event, OutboxDraft, Store
 
 T = 1_000_000
 
@@ -246,7 +246,7 @@ def test_messages_enter_the_outbox_only_with_a_successful_finish(store: Store) -
     a, b = batch
     assert store.finish("A", gen, [a.id], now=T, messages=["oops"], error="failed")
     assert store.outbox_messages() == []
-    assert store.finish("A", gen, [b.id], now=T, messages=["answer", ("urgent answer", True)])
+    assert store.finish("A", gen, [b.id], now=T, messages=["answer", OutboxDraft("urgent answer", urgent=True)])
     messages = store.outbox_messages()
     assert [(m.body, m.urgent, m.event_id) for m in reversed(messages)] == [
         ("answer", False, b.id), ("urgent answer", True, b.id)]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.core import DEAD_REASONS, Event, Store
+from console.core import DEAD_REASONS, Event, OutboxDraft, Store
 from console.core.db import connect
 
 T = 1_000_000
@@ -89,7 +89,7 @@ def test_events_that_died_before_the_field_keep_their_old_sentence_and_no_guesse
 def test_an_events_replies_come_from_its_own_rows_oldest_first_however_many_others_follow(store: Store) -> None:
     store.ingest("chat", "m", {}, now=T)
     gen, [event] = claim(store, "A", T)
-    store.finish("A", gen, [event.id], now=T, messages=["first", ("second", True)])
+    store.finish("A", gen, [event.id], now=T, messages=["first", OutboxDraft("second", urgent=True)])
     for n in range(300):  # more than a pane's window of newer messages from other events
         store.queue_message(f"other {n}", now=T + 1, event_id=event.id + 1)
     replies = store.event_replies(event.id)

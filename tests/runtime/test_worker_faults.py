@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from console.clock import ManualClock
-from console.core import Store, StoreUnavailable
+from console.core import RunOutcome, Store, StoreUnavailable
 from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.runtime.test_engine import START, make_settings
@@ -36,7 +36,7 @@ def fail_first_calls(monkeypatch: pytest.MonkeyPatch, name: str, times: int) -> 
 async def test_a_finish_the_inbox_refused_once_is_recorded_when_it_can_be(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = fail_first_calls(monkeypatch, "finish", 1)
+    calls = fail_first_calls(monkeypatch, "finish_run", 1)
     clock = ManualClock(START)
     engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
@@ -101,14 +101,14 @@ async def test_runs_do_not_pile_up_wake_events(tmp_path: Path) -> None:
 async def test_an_outcome_that_cannot_be_stored_is_recorded_as_a_failed_run(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    original = Store.finish
+    original = Store.finish_run
 
-    def refuses_messages(self: Store, *args: Any, **kwargs: Any) -> bool:
-        if kwargs.get("messages"):
+    def refuses_messages(self: Store, holder: str, gen: int, ids: Any, outcome: RunOutcome, **kwargs: Any) -> bool:
+        if outcome.messages:
             raise UnicodeEncodeError("utf-8", "\ud800", 0, 1, "surrogates not allowed")
-        return original(self, *args, **kwargs)
+        return original(self, holder, gen, ids, outcome, **kwargs)
 
-    monkeypatch.setattr(Store, "finish", refuses_messages)
+    monkeypatch.setattr(Store, "finish_run", refuses_messages)
     clock = ManualClock(START)
     engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
