@@ -7,13 +7,25 @@ of a large inbox never holds the reader (or a WAL snapshot) for long.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 
-from console.core import EventSearch, OutboxMessage, OutboxSearch, Store
+from console.core import Event, EventSearch, OutboxMessage, OutboxSearch, Store
 from console.tui.reads import EventFilter
 
 RESULTS_PAGE = 50
 LATEST_MESSAGES = 50
+
+
+def id_asked(text: str) -> int | None:
+    """The event id in a search for `#123` or `123` alone: that row is looked up directly, whatever its age
+    (a text search reads windows newest first and may stop long before an old id)."""
+    match = re.fullmatch(r"#?(\d{1,18})", text.strip())
+    return int(match.group(1)) if match else None
+
+
+def read_event(event_id: int) -> Callable[[Store], Event | None]:
+    return lambda store: store.event(event_id)
 
 
 def read_event_matches(text: str, flt: EventFilter, before_id: int | None,

@@ -22,9 +22,9 @@ from textual.widgets import Footer, Input, Label, Static
 
 from console.core import Event, EventSearch, OutboxSearch, Store
 from console.textsafe import terminal_safe
-from console.tui.detail import human_span
-from console.tui.finding import RESULTS_PAGE, read_event_matches, read_message_matches
+from console.tui.finding import RESULTS_PAGE, id_asked, read_event, read_event_matches, read_message_matches
 from console.tui.reads import EventFilter
+from console.tui.widgets.events_pane import table_age
 from console.tui.widgets.results_table import ResultsTable
 
 Reader = Callable[[Callable[[Store], Any]], Awaitable[Any]]
@@ -71,6 +71,7 @@ class SearchScreen(ModalScreen[None]):
         self.start_in_outbox = start_in_outbox
         self.events_next: int | None = None
         self.messages_next: int | None = None
+        self._searched: str | None = None  # the text the results shown were read for
         self._typing: Timer | None = None
         self._titles = {"search-events": "Events", "search-outbox": "Outbox messages"}
 
@@ -126,6 +127,10 @@ class SearchScreen(ModalScreen[None]):
 
     @on(Input.Submitted, "#search-input")
     def _submitted(self, message: Input.Submitted) -> None:
+        if (message.value == self.text == self._searched and not self.events_table.row_count
+                and self.events_next is not None):
+            self.search_older()  # nothing found in what was read: enter reads on, older
+            return
         self.text = message.value
         if self._typing is not None:
             self._typing.stop()
@@ -133,16 +138,26 @@ class SearchScreen(ModalScreen[None]):
         self.set_focus(self.events_table)
 
     @work(exclusive=True, group="search")
+    async def search_older(self) -> None:
+        text = self.text
+        found = await self._events_page(text, self.events_next)
+        if text == self.text:
+            self._add_events(found)
+
+    @work(exclusive=True, group="search")
     async def search(self) -> None:
         """A new search: the first page of each kind."""
         text = self.text
+        wanted = id_asked(text)
+        direct = None if wanted is None else await self.reader(read_event(wanted))
         found = await self._events_page(text, None)
         messages = await self.reader(read_message_matches(text, None))
         if text != self.text:
             return  # typed on meanwhile: the newer search shows its own results
+        self._searched = text
         self.events_table.clear()
         self.outbox_table.clear()
-        self._add_events(found)
+        self._add_events(EventSearch([direct, *found.events], found.next_before) if direct else found)
         self._add_messages(messages)
 
     async def _events_page(self, text: str, before: int | None) -> EventSearch:
@@ -165,7 +180,7 @@ class SearchScreen(ModalScreen[None]):
             detail = event.error if event.error else ("(pruned)" if event.pruned_at is not None else
                                                       json_line(event.payload))
             table.add_row(Text(str(event.id), justify="right"), event.status, Text(terminal_safe(event.source)),
-                          Text(one_line(event.source_id, 16)), Text(human_span(self.now - event.created_at),
+                          Text(one_line(event.source_id, 16)), Text(table_age(self.now - event.created_at),
                                                                    justify="right"),
                           Text(one_line(detail)), key=str(event.id))
         self.events_next = found.next_before
@@ -175,6 +190,8 @@ class SearchScreen(ModalScreen[None]):
             title = "Events: type to search"
         elif found.next_before is None:
             title = f"Events: {shown} found (all searched)"
+        elif not table.row_count:  # no rows: no "past the end" to go to
+            title = f"Events: none found back to #{found.next_before:,} · enter in the box searches older"
         else:
             title = f"Events: {shown} found, searched back to #{found.next_before:,} (↓ past the end: more)"
         self._set_title("search-events", title)
@@ -185,7 +202,7 @@ class SearchScreen(ModalScreen[None]):
             if str(message.id) in table.rows:
                 continue
             table.add_row(Text(str(message.id), justify="right"), message.status,
-                          Text(human_span(self.now - message.created_at), justify="right"),
+                          Text(table_age(self.now - message.created_at), justify="right"),
                           Text(one_line(message.body)), key=str(message.id))
         self.messages_next = found.next_before
         table.more = found.next_before is not None
