@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Sequence
 from typing import Any
 
 from console.core.base import dumps, loads
 from console.core.db import transaction, translate_errors
 from console.core.memory import MemoryMixin
-from console.core.models import Approval, ApprovalDraft, MemoryWrite, TimerDraft, ToolCallRecord
+from console.core.models import Approval, ApprovalDraft
 from console.core.timers import APPROVAL_EXPIRY_PREFIX, TimersMixin
 
 ANSWERS = ("yes", "no")
@@ -30,10 +29,6 @@ def _approval(row: tuple[Any, ...]) -> Approval:
         via, origin = row
     return Approval(rid, action, loads(details), session, requested_at, expires_at, outcome, resolved_at,
                     event_id, tool, loads(args), loads(sources), via, loads(origin))
-
-
-def _json_or_null(value: Any) -> str | None:
-    return None if value is None else dumps(value)
 
 
 def approval_id(event_id: int, action: Any) -> str:
@@ -108,34 +103,6 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
             (expiry_timer_id(request_id), expires_at, _expired(request_id, action), request_id, now),
         )
         return True
-
-    def _commit_staged(
-        self, approvals: Sequence[ApprovalDraft], timers: Sequence[TimerDraft], memory: Sequence[MemoryWrite],
-        tool_calls: Sequence[ToolCallRecord], now: int,
-    ) -> None:
-        for draft in approvals:
-            made = self._insert_approval(draft, now, draft.request_id)
-            if made:  # a request that already stands keeps the session it was asked with
-                self._conn.execute(
-                    """INSERT INTO sessions (session_id, state, updated_at) VALUES (?, ?, ?)
-                       ON CONFLICT (session_id) DO UPDATE SET state = excluded.state,
-                                                              updated_at = excluded.updated_at""",
-                    (draft.request_id, dumps(draft.session), now),
-                )
-        for timer in timers:
-            self._write_timer(self._timer_values(timer.timer_id, timer.due, timer.payload, now=now, **timer.options),
-                              timer.origin)
-        for write in memory:
-            self._write_memory(write, now)
-        for call in tool_calls:
-            self._conn.execute(
-                """INSERT INTO tool_calls (event_id, use_id, tool, arguments, decision, outcome, result, request_id, at,
-                                           rule, provenance, run)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
-                (call.event_id, call.use_id, call.tool, dumps(call.arguments), call.decision, call.outcome,
-                 call.result, call.request_id, now, call.rule, _json_or_null(call.provenance), _json_or_null(call.run)),
-            )
-        self._audit_calls(tool_calls, now)  # in the run's fenced finish, with the transcript's record
 
     def answer_approval(self, request_id: str, answer: str, *, now: int, via: str = "api") -> str:
         """Store the user's answer unless the deadline passed. Returns the outcome that stands:

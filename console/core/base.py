@@ -10,7 +10,7 @@ from typing import Any
 import apsw
 
 from console.core.db import one
-from console.core.models import ApprovalDraft, Lease, MemoryWrite, TimerDraft, ToolCallRecord
+from console.core.models import Lease, ToolCallRecord
 from console.core.options import StoreOptions
 
 # Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
@@ -111,13 +111,6 @@ class StoreBase:
         for event_id in event_ids:
             self._log_attempt(event_id, now, "refused", holder, gen, said)
         return reason
-
-    def _commit_staged(
-        self, approvals: Sequence[ApprovalDraft], timers: Sequence[TimerDraft], memory: Sequence[MemoryWrite],
-        tool_calls: Sequence[ToolCallRecord], now: int,
-    ) -> None:
-        """Write what a run staged, inside its finish's transaction (ApprovalsMixin does it)."""
-        raise NotImplementedError
 
     def _tell_of_stranded_answer(self, event_id: int, now: int) -> None:
         """Tell the owner an answer's event died (inside the caller's transaction; StrandedMixin does it)."""

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 from console.core.base import CHAT_SOURCES, RESERVED_SOURCES, StoreBase, dumps, loads
-from console.core.caps import queue_run_messages
 from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import (
     STATUSES,
@@ -21,6 +20,10 @@ from console.core.models import (
     ToolCallRecord,
     death_in_words,
 )
+from console.core.outcome import commit_outcome
+
+if TYPE_CHECKING:
+    from console.core.store import Store
 
 MAX_KEY_CHARS = 512
 # What a retry by hand brings back: a dead event, or one the owner discarded and thinks better of.
@@ -365,11 +368,7 @@ class InboxMixin(StoreBase):
                 if moved:  # the calls a failed run made stand (journalled): the audit trail says so now
                     self._audit_failed_run(outcome.tool_calls, error, now)
             if error is None and (moved or not ids):
-                outgoing = outcome.messages
-                if outgoing or outcome.notices:  # most finishes queue nothing: no cap count, no conversation to find
-                    queue_run_messages(self, outgoing, ids[0] if ids else None, now, outcome.notices,
-                                       reply_to=self.conversation_of(ids) if outgoing else None)
-                self._commit_staged(outcome.approvals, outcome.timers, outcome.memory, outcome.tool_calls, now)
+                commit_outcome(cast("Store", self), outcome, ids, now)  # this mixin is only ever part of a Store
             return True
 
     def conversation_of(self, ids: Sequence[int]) -> str | None:

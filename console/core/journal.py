@@ -181,11 +181,15 @@ class JournalMixin(StoreBase):
     # --- sessions -----------------------------------------------------------------------------
     def save_session(self, session_id: str, state: Any, *, now: int) -> None:
         with translate_errors(), transaction(self._conn):
-            self._conn.execute(
-                """INSERT INTO sessions (session_id, state, updated_at) VALUES (?, ?, ?)
-                   ON CONFLICT (session_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at""",
-                (session_id, dumps(state), now),
-            )
+            self._write_session(session_id, state, now)
+
+    def _write_session(self, session_id: str, state: Any, now: int) -> None:
+        """The one writer of a saved session (inside the caller's transaction)."""
+        self._conn.execute(
+            """INSERT INTO sessions (session_id, state, updated_at) VALUES (?, ?, ?)
+               ON CONFLICT (session_id) DO UPDATE SET state = excluded.state, updated_at = excluded.updated_at""",
+            (session_id, dumps(state), now),
+        )
 
     def load_session(self, session_id: str) -> Any:
         """The saved state, or None for an unknown session."""

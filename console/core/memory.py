@@ -6,9 +6,16 @@ the owner reads and edits the same table with `agent-console memory`.
 
 from __future__ import annotations
 
+from typing import Any
+
 from console.core.base import StoreBase, dumps, loads
 from console.core.db import transaction, translate_errors
 from console.core.models import MemoryEntry, MemoryWrite, ToolCallRecord
+
+
+def _json_or_null(value: Any) -> str | None:
+    return None if value is None else dumps(value)
+
 
 MAX_KEY_CHARS = 200
 MAX_VALUE_CHARS = 4000
@@ -57,6 +64,16 @@ class MemoryMixin(StoreBase):
                                                    event_id = excluded.event_id, origin = excluded.origin""",
                 (write.key, write.value, now, write.event_id, None if write.origin is None else dumps(write.origin)),
             )
+
+    def _write_tool_call(self, call: ToolCallRecord, now: int) -> None:
+        """The one writer of a tool call's record (inside a run's finish)."""
+        self._conn.execute(
+            """INSERT INTO tool_calls (event_id, use_id, tool, arguments, decision, outcome, result, request_id, at,
+                                       rule, provenance, run)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)""",
+            (call.event_id, call.use_id, call.tool, dumps(call.arguments), call.decision, call.outcome,
+             call.result, call.request_id, now, call.rule, _json_or_null(call.provenance), _json_or_null(call.run)),
+        )
 
     def tool_calls(self, event_id: int) -> list[ToolCallRecord]:
         """The tool calls of an event's finished runs, in order: its transcript's actions."""
