@@ -59,8 +59,7 @@ def test_approval_screen_settled(snap_compare: Compare, db_path: Path, clock: Ma
             clock.advance(501)
         else:
             with reopen(db_path) as phone:
-                phone.answer_approval(rid, "yes", now=clock.now(), via="ntfy")
-            clock.advance(5)
+                phone.answer_approval(rid, "yes", now=clock.now() - 5, via="ntfy")
         await screen.tick()
         await pilot.pause()
 
