@@ -57,16 +57,6 @@ class StoreBase:
     _conn: apsw.Connection
     path: str
     options: StoreOptions
-    lease_ttl: int
-    max_attempts: int
-    outbox_gap: int
-    batch_cap: int
-    backoff_base: int
-    backoff_max: int
-    backoff_jitter: float
-    max_payload_bytes: int
-    send_timeout: int
-    max_send_attempts: int
     _rng: random.Random
 
     def _lease_row(self) -> Lease | None:
@@ -122,10 +112,10 @@ class StoreBase:
 
     def _backoff(self, attempts: int) -> int:
         """Seconds before attempt number attempts+1 may be claimed: exponential, capped, jittered."""
-        if self.backoff_base <= 0:
+        if self.options.backoff_base <= 0:
             return 0
-        delay = min(self.backoff_max, self.backoff_base * 2 ** max(0, attempts - 1))
-        spread = delay * self.backoff_jitter
+        delay = min(self.options.backoff_max, self.options.backoff_base * 2 ** max(0, attempts - 1))
+        spread = delay * self.options.backoff_jitter
         return max(0, round(float(delay) + self._rng.uniform(-spread, spread)))
 
     def _write_outbox(

@@ -167,8 +167,8 @@ class InboxMixin(StoreBase):
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload is not JSON-serialisable: {exc}") from exc
         size = len(text.encode("utf-8", "surrogatepass"))
-        if size > self.max_payload_bytes:
-            raise ValueError(f"payload is {size} bytes, over the limit of {self.max_payload_bytes} bytes")
+        if size > self.options.max_payload_bytes:
+            raise ValueError(f"payload is {size} bytes, over the limit of {self.options.max_payload_bytes} bytes")
         try:
             text.encode("utf-8")
         except UnicodeEncodeError as exc:
@@ -225,7 +225,7 @@ class InboxMixin(StoreBase):
                 if not retry:
                     break
                 event_id, attempts = retry[0]
-                if attempts < self.max_attempts:
+                if attempts < self.options.max_attempts:
                     break
                 self._mark_dead(event_id, now, "out_of_attempts", None, holder, gen)
             if not retry:
@@ -246,7 +246,7 @@ class InboxMixin(StoreBase):
     # caller's fenced transaction.
     def _claim_fresh(self, gen: int, now: int) -> list[Any]:
         """Claim up to a batch of fresh events (never tried, not set to run alone); their rows, any order."""
-        fresh = [row[0] for row in self._conn.execute(_SELECT_FRESH, (self.batch_cap,))]
+        fresh = [row[0] for row in self._conn.execute(_SELECT_FRESH, (self.options.batch_cap,))]
         return [row for event_id in fresh for row in self._conn.execute(_CLAIM_ONE, (gen, now, event_id))]
 
     def _finish_done(self, ids: Sequence[int], gen: int, now: int) -> set[int]:
@@ -266,7 +266,7 @@ class InboxMixin(StoreBase):
             return False
         attempts = running[0][0]
         self._log_attempt(event_id, now, "error", holder, gen, error)
-        if attempts >= self.max_attempts:
+        if attempts >= self.options.max_attempts:
             self._mark_dead(event_id, now, "failed", error, holder, gen)
         else:
             self._conn.execute(
@@ -280,7 +280,7 @@ class InboxMixin(StoreBase):
         for event_id, attempts, old_gen, claimed_at in lost:
             reason = f"worker of generation {old_gen} lost its lease mid-run"
             self._log_attempt(event_id, now, "lost", holder, old_gen, reason)
-            if attempts >= self.max_attempts:
+            if attempts >= self.options.max_attempts:
                 self._mark_dead(event_id, now, "lost", reason, holder, gen)
             else:
                 self._conn.execute(

@@ -33,7 +33,7 @@ class LeaseMixin(StoreBase):
                 """INSERT INTO lease (one, holder, gen, until, acquired_at, renewed_at) VALUES (1, ?, ?, ?, ?, ?)
                    ON CONFLICT (one) DO UPDATE SET holder = excluded.holder, gen = excluded.gen,
                       until = excluded.until, acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at""",
-                (holder, gen, now + self.lease_ttl, acquired_at, now),
+                (holder, gen, now + self.options.lease_ttl, acquired_at, now),
             )
             if kind != "renew":
                 self._conn.execute(
@@ -48,7 +48,7 @@ class LeaseMixin(StoreBase):
             if not self._holds(holder, gen, now):
                 return False
             self._conn.execute(
-                "UPDATE lease SET until = ?, renewed_at = ? WHERE one = 1", (now + self.lease_ttl, now)
+                "UPDATE lease SET until = ?, renewed_at = ? WHERE one = 1", (now + self.options.lease_ttl, now)
             )
             return True
 

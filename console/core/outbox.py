@@ -70,7 +70,7 @@ class OutboxMixin(StoreBase):
             self._held_lane_blocked()
         ):
             last = self.last_send_at()
-            due.append(now if last is None else max(now, last + self.outbox_gap))
+            due.append(now if last is None else max(now, last + self.options.outbox_gap))
         return min(due) if due else None
 
     def _held_lane_blocked(self) -> bool:
@@ -94,7 +94,7 @@ class OutboxMixin(StoreBase):
         except Exception as exc:  # a channel's own failure must not lose the batch
             error = str(exc) if isinstance(exc, SendError) else f"{type(exc).__name__}: {exc}"
             permanent = at_most_once or (isinstance(exc, SendError) and exc.permanent)
-            if not permanent and batch.attempt >= self.max_send_attempts:
+            if not permanent and batch.attempt >= self.options.max_send_attempts:
                 error, permanent = f"gave up after {batch.attempt} attempts: {error}", True
             self._record_failure(batch_id, batch, now, error, permanent=permanent)
             return 0
@@ -150,7 +150,7 @@ class OutboxMixin(StoreBase):
                         self._record_delivery(batch_id, channel.name, "sent", now, None)
                 continue
             attempts = records.get(channel.name, ("retry", None, 0))[2] + 1
-            if not permanent and attempts >= self.max_send_attempts:
+            if not permanent and attempts >= self.options.max_send_attempts:
                 # A channel that never recovers (a wrong address, a service gone) must not be retried for
                 # ever, nor keep the batches after this one waiting for it: it is given up on, visibly.
                 error, permanent = f"gave up after {attempts} attempts: {error}", True
@@ -249,7 +249,7 @@ class OutboxMixin(StoreBase):
                 self._conn.execute(
                     """UPDATE outbox_batches SET state = 'sending', attempts = attempts + 1, claimed_until = ?,
                        next_try_at = NULL WHERE id = ?""",
-                    (now + self.send_timeout, batch_id),
+                    (now + self.options.send_timeout, batch_id),
                 )
                 rows = self._conn.execute(
                     "SELECT id, body, approval_id FROM outbox WHERE batch_id = ? ORDER BY id", (batch_id,)
@@ -265,7 +265,7 @@ class OutboxMixin(StoreBase):
                     if self._held_lane_blocked():
                         return None
                     last = self.last_send_at()
-                    if last is not None and now - last < self.outbox_gap:
+                    if last is not None and now - last < self.options.outbox_gap:
                         return None
                     rows = self._conn.execute(
                         "SELECT id, body, approval_id FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' "
@@ -278,7 +278,7 @@ class OutboxMixin(StoreBase):
                 batch_id = int(self._conn.execute(
                     """INSERT INTO outbox_batches (key, urgent, created_at, state, attempts, claimed_until, channel)
                        VALUES (?, ?, ?, 'sending', 1, ?, ?) RETURNING id""",
-                    (key, urgent, now, now + self.send_timeout, channel),
+                    (key, urgent, now, now + self.options.send_timeout, channel),
                 ).fetchall()[0][0])
                 self._conn.executemany(
                     "UPDATE outbox SET status = 'sending', batch_id = ? WHERE id = ?",

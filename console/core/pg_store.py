@@ -66,7 +66,7 @@ class PgStore(Store):
     # Writers hold the inbox's advisory lock for the whole transaction, so the set read by a subquery cannot
     # change before the UPDATE takes it: no FOR UPDATE / SKIP LOCKED needed (one worker per inbox).
     def _claim_fresh(self, gen: int, now: int) -> list[Any]:
-        return self._conn.execute(_CLAIM_FRESH_SET, (gen, now, self.batch_cap)).fetchall()
+        return self._conn.execute(_CLAIM_FRESH_SET, (gen, now, self.options.batch_cap)).fetchall()
 
     def _finish_done(self, ids: Sequence[int], gen: int, now: int) -> set[int]:
         if not ids:

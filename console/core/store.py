@@ -88,16 +88,6 @@ class Store(
         self.path = path
         self.options = options
         self._seed = seed
-        self.lease_ttl = options.lease_ttl
-        self.max_attempts = options.max_attempts
-        self.outbox_gap = options.outbox_gap
-        self.batch_cap = options.batch_cap
-        self.backoff_base = options.backoff_base
-        self.backoff_max = options.backoff_max
-        self.backoff_jitter = options.backoff_jitter
-        self.max_payload_bytes = options.max_payload_bytes
-        self.send_timeout = options.send_timeout
-        self.max_send_attempts = options.max_send_attempts
         self._rng = random.Random(seed)
 
     @classmethod

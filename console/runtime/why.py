@@ -123,16 +123,16 @@ def why_not_run(
     if event.attempts and event.next_attempt_at > now:
         reasons.append(Reason(
             "backing_off",
-            f"backing off after attempt {event.attempts} of {store.max_attempts}: next try "
+            f"backing off after attempt {event.attempts} of {store.options.max_attempts}: next try "
             f"{at(event.next_attempt_at)}; last error: {event.error or 'none'}",
-            {"attempts": event.attempts, "max_attempts": store.max_attempts,
+            {"attempts": event.attempts, "max_attempts": store.options.max_attempts,
              "next_attempt_at": event.next_attempt_at, "error": event.error}))
     ahead = len(store.events(status="pending", before_id=event.id, limit=AHEAD_LIMIT))
     if ahead:
         count = f"{ahead}+" if ahead >= AHEAD_LIMIT else str(ahead)
         reasons.append(Reason(
             "behind_older", f"{count} older pending event{'' if ahead == 1 else 's'} ahead of it "
-            f"(batches of {store.batch_cap})", {"ahead": ahead, "at_least": ahead >= AHEAD_LIMIT}))
+            f"(batches of {store.options.batch_cap})", {"ahead": ahead, "at_least": ahead >= AHEAD_LIMIT}))
     return _answer(event, reasons or [Reason("next_pass", "pending: it will be claimed on the worker's next pass")])
 
 

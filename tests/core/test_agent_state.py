@@ -71,8 +71,8 @@ def test_an_event_retried_by_hand_and_handed_back_is_still_claimed_alone(store: 
 def test_a_fenced_unclaim_changes_nothing_and_is_counted(store: Store) -> None:
     store.ingest("chat", "m1", {}, now=NOW)
     gen, ids = claim(store)
-    assert store.acquire("w2", now=NOW + store.lease_ttl + 1) == gen + 1
-    assert not store.unclaim("w1", gen, ids, now=NOW + store.lease_ttl + 1, reason="wait")
+    assert store.acquire("w2", now=NOW + store.options.lease_ttl + 1) == gen + 1
+    assert not store.unclaim("w1", gen, ids, now=NOW + store.options.lease_ttl + 1, reason="wait")
     (event,) = store.events()
     assert (event.status, event.attempts) == ("running", 1)
     assert store.refused_finish_count() == 1

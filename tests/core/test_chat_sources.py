@@ -74,7 +74,7 @@ def test_the_owners_pause_holds_until_the_owner_resumes(store: Store) -> None:
 
 
 def test_a_message_the_inbox_cannot_take_is_skipped_not_a_stuck_loop(store: Store) -> None:
-    huge = {"text": "x" * (store.max_payload_bytes + 1)}
+    huge = {"text": "x" * (store.options.max_payload_bytes + 1)}
     take = store.take_chat_updates("telegram", "telegram", now=NOW, cursor="8",
                                    events=[("5:1", huge), ("5:2", {"text": "fine"})])
     assert take.stored == [True] and store.phone_cursor("telegram") == "8"

@@ -16,7 +16,7 @@ T0 = 1_000
 def _dead(store: Store, source_id: str, *, now: int) -> int:
     """An event that failed every attempt: dead, with its reason."""
     store.ingest("manual", source_id, {"poison": True}, now=now)
-    for attempt in range(store.max_attempts):
+    for attempt in range(store.options.max_attempts):
         at = now + 1000 * attempt  # past every backoff
         gen = store.acquire("w", now=at)
         assert gen is not None
@@ -85,7 +85,7 @@ def test_retry_several_brings_back_dead_and_discarded_events_in_one_go(store: St
     moved = store.retry_events([three, two, pending.id, one, one, 12345], now=T0 + 60_000)
     assert moved == [three, two, one]  # the order given, each once; pending and unknown ids left alone
     assert {store.event(i).status for i in moved} == {"pending"}  # type: ignore[union-attr]
-    tried = f"{store.max_attempts} attempts"
+    tried = f"{store.options.max_attempts} attempts"
     assert [(a.kind, a.detail) for a in store.history(one)][-1] == (
         "retry", f"retried by hand (was: failed {tried}; last error: boom)")
     assert [(a.kind, a.detail) for a in store.history(two)][-1] == (

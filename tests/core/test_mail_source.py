@@ -50,7 +50,7 @@ def test_a_runs_reply_is_addressed_to_the_mail_it_answers(store: Store) -> None:
 
 def test_a_message_too_large_for_the_inbox_keeps_its_headers_and_trust(store: Store) -> None:
     payload = {"kind": "email", "from": {"address": "me@example.org", "name": None}, "subject": "big",
-               "trusted": True, "authentication": "dmarc=pass", "text": "x" * (store.max_payload_bytes + 10),
+               "trusted": True, "authentication": "dmarc=pass", "text": "x" * (store.options.max_payload_bytes + 10),
                "attachments": [{"name": "a.bin", "type": "application/octet-stream", "size": 9}]}
     assert store.take_mail("email", MailCursor(5, 1, NOW), now=NOW, events=[("5:1", payload)]) == [True]
     event = store.find_event("email", "5:1")

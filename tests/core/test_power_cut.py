@@ -84,7 +84,7 @@ def test_a_message_that_left_means_its_finish_survives(vfs: PowerCutVFS, live: S
     assert live.dispatch(send_then_lose_power, now=T + 1) == 1
     with Store.open(tmp_path / "after" / "inbox.db", lease_ttl=TTL, outbox_gap=0, backoff_base=0) as after:
         assert after.event(event.id).status == "done"  # type: ignore[union-attr]
-        later = T + 1 + after.send_timeout + 1
+        later = T + 1 + after.options.send_timeout + 1
         gen_after = after.acquire("B", now=later)
         assert gen_after is not None and after.claim_batch("B", gen_after, now=later) == []  # no second run
         resent: list[Batch] = []

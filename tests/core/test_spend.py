@@ -130,9 +130,9 @@ def test_a_run_that_lost_its_lease_cannot_reserve(store: Store) -> None:
     assert gen is not None
     defaults = BudgetDefaults(zone=ZONE)
     assert reserve(store, CENT, defaults, holder="w1", gen=gen, event_id=1, step_key="claude:1:turn:1") is not None
-    assert store.acquire("w2", now=NOON + store.lease_ttl + 1) == gen + 1
+    assert store.acquire("w2", now=NOON + store.options.lease_ttl + 1) == gen + 1
     with pytest.raises(StaleGeneration, match="model call of 'claude:1:turn:1'"):
-        reserve(store, CENT, defaults, now=NOON + store.lease_ttl + 1, holder="w1", gen=gen, event_id=1,
+        reserve(store, CENT, defaults, now=NOON + store.options.lease_ttl + 1, holder="w1", gen=gen, event_id=1,
                 step_key="claude:1:turn:1")
     (refusal,) = store.refused_finishes(5)
     assert (refusal.kind, refusal.detail) == ("reserve", "claude:1:turn:1")

@@ -18,7 +18,7 @@ NOW = 1_800_000_000
 def test_open_takes_options_or_single_keywords_and_reopen_keeps_them(tmp_path: Path) -> None:
     options = StoreOptions(lease_ttl=30, max_send_attempts=2, backoff_jitter=0.0)
     with Store.open(tmp_path / "a.db", options=options) as store:
-        assert store.options == options and store.lease_ttl == 30 and store.max_send_attempts == 2
+        assert store.options == options and store.options.lease_ttl == 30 and store.options.max_send_attempts == 2
         sibling = store.reopen()
         assert sibling.options == options
         sibling.close()

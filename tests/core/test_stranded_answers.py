@@ -32,12 +32,12 @@ def lose_every_attempt(store: Store, answer_id: int, start: int) -> int:
     """Each attempt's worker dies holding the event (its lease lapses); the claim after the last parks it dead.
     Returns the time of that claim."""
     at = start
-    for attempt in range(store.max_attempts + 1):
+    for attempt in range(store.options.max_attempts + 1):
         at += TTL + 1
         gen = store.acquire(f"worker-{attempt}", now=at)
         assert gen is not None
         claimed = store.claim_batch(f"worker-{attempt}", gen, now=at)
-        assert [e.id for e in claimed] == ([answer_id] if attempt < store.max_attempts else [])
+        assert [e.id for e in claimed] == ([answer_id] if attempt < store.options.max_attempts else [])
     return at
 
 
@@ -125,7 +125,7 @@ def test_a_yes_to_a_plain_question_says_the_conversation_did_not_hear_it(inbox: 
 
 def failing_runs(store: Store, answer_id: int, start: int, *, step: str | None = None) -> None:
     """Every attempt's run fails (after running the approved call's step, once, when step names it)."""
-    for attempt in range(store.max_attempts):
+    for attempt in range(store.options.max_attempts):
         at = start + attempt
         gen = store.acquire("engine", now=at)
         assert gen is not None
@@ -157,7 +157,7 @@ def test_a_yes_whose_worker_died_during_the_call_says_its_outcome_is_unknown(inb
     answer = inbox.find_event("approval", request_id)
     assert answer is not None
     at = T + 2
-    for attempt in range(inbox.max_attempts):
+    for attempt in range(inbox.options.max_attempts):
         at += TTL + 1
         gen = inbox.acquire(f"worker-{attempt}", now=at)
         assert gen is not None
@@ -187,7 +187,7 @@ def test_a_stale_generation_parks_nothing_and_tells_nothing(inbox: Store) -> Non
     inbox.answer_approval(request_id, "yes", now=T + 1, via="cli")
     answer = inbox.find_event("approval", request_id)
     assert answer is not None
-    inbox.max_attempts = 1
+    inbox.options = inbox.options.but(max_attempts=1)
     gen = inbox.acquire("frozen", now=T + 2)
     assert gen is not None
     inbox.claim_batch("frozen", gen, now=T + 2)
@@ -216,7 +216,7 @@ def test_a_discarded_answer_is_off_the_list_and_other_dead_events_are_never_on_i
 def lose_every_attempt_of_both(store: Store, start: int) -> None:
     """Lost claims until both events are dead (a retry is claimed alone: one event a pass)."""
     at = start
-    for attempt in range(2 * store.max_attempts + 1):
+    for attempt in range(2 * store.options.max_attempts + 1):
         at += TTL + 1
         gen = store.acquire(f"worker-{attempt}", now=at)
         assert gen is not None

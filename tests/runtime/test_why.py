@@ -58,7 +58,7 @@ def test_a_running_event_and_its_held_replies(store: Store) -> None:
 
 def _dead(store: Store, source_id: str, *, now: int) -> int:
     store.ingest("chat", source_id, {}, now=now)
-    for attempt in range(store.max_attempts):
+    for attempt in range(store.options.max_attempts):
         at = now + 10_000 * attempt  # past every backoff
         gen = store.acquire("w", now=at)
         assert gen is not None
@@ -75,10 +75,10 @@ def test_a_discarded_event_is_never_run_again_and_says_how_it_had_died(store: St
     why = why_not_run(store, store.event(dead), now=gone + 60)  # type: ignore[arg-type]
     assert why.title == "State" and why.kinds() == ["discarded"]
     assert why.reasons[0].facts == {"discarded_at": gone, "dead_reason": "failed", "error": "boom",
-                                    "attempts": store.max_attempts, "pruned_at": None}
+                                    "attempts": store.options.max_attempts, "pruned_at": None}
     assert why.sentences[0].startswith("discarded ")
     assert why.sentences[0].endswith("(1m00s ago): it is never run again; a retry brings it back; it had died: "
-                                     f"failed {store.max_attempts} attempts; last error: boom")
+                                     f"failed {store.options.max_attempts} attempts; last error: boom")
     cleared = gone + 2 * 86_400
     assert store.prune(older_than=86_400, now=cleared).payloads_cleared == 1
     why = why_not_run(store, store.event(dead), now=cleared + 60)  # type: ignore[arg-type]

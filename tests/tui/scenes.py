@@ -51,7 +51,7 @@ def fill(db: Path, clock: ManualClock, *, other_holds_lease: bool = True) -> Non
         store.ingest("webhook", "stripe-evt-1", {"type": "charge.succeeded", "amount": 4200}, now=now - 10)
         if other_holds_lease:
             # worker-a lapses; worker-b takes over; a late finish by worker-a is refused (fencing).
-            gen_b = store.acquire(OTHER, now=now - 20 + store.lease_ttl + 200)
+            gen_b = store.acquire(OTHER, now=now - 20 + store.options.lease_ttl + 200)
             store.connection.execute("UPDATE lease SET until = ?, renewed_at = ?, acquired_at = ? WHERE one = 1",
                                      (now + 90, now - 30, now - 30))
             assert gen_b == 2
