@@ -714,7 +714,9 @@ class ConsoleApp(App[None]):
         if message is None:
             self.notify(f"Outbox message {message_id} is gone (pruned)", severity="warning")
             return
-        await self.push_screen(MessageScreen(message, self.clock.now(), ZoneInfo(self.settings.timezone)))
+        now = self.clock.now()
+        goes_out_at = await self.read(lambda store: store.next_send_at(now=now))
+        await self.push_screen(MessageScreen(message, now, ZoneInfo(self.settings.timezone), goes_out_at))
 
     async def action_search(self) -> None:
         await self.push_screen(SearchScreen(self.read, self.filter, self.open_detail, self.open_message,

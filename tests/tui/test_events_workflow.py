@@ -224,6 +224,9 @@ async def test_o_lists_the_outbox_and_opens_a_message_in_full(filled: Path, cloc
         await pilot_until(pilot, lambda: isinstance(app.screen, MessageScreen), what="the message")
         assert text_of(app, "#message-text") == long_body  # all of it, every line
         assert text_of(app, "#message-facts").startswith("queued  written")
+        # held by the gap (600 s after the last send, 170 s ago): it says when it goes out
+        assert "held by the send gap: goes out " in text_of(app, "#message-facts")
+        assert text_of(app, "#message-facts").endswith("(in 7m10s)")
 
 
 async def test_s_sorts_the_whole_inbox_and_paging_follows_the_order(db_path: Path, clock: ManualClock) -> None:

@@ -20,7 +20,10 @@ STATUS_STYLE = {"queued": "$text-warning", "sending": "$text-primary", "sent": "
                 "failed": "$text-error"}
 
 
-def message_facts(message: OutboxMessage, now: int, zone: tzinfo | None = None) -> Content:
+def message_facts(message: OutboxMessage, now: int, zone: tzinfo | None = None,
+                  goes_out_at: int | None = None) -> Content:
+    """Its state and times in a line; a held message says when it goes out (goes_out_at: the outbox's next
+    send, after the send gap; an urgent one goes out at once)."""
     parts: list[str | tuple[str, str]] = [
         (message.status, f"bold {STATUS_STYLE.get(message.status, '')}"),
         ("  urgent" if message.urgent else "", "$text-accent bold"),
@@ -34,6 +37,10 @@ def message_facts(message: OutboxMessage, now: int, zone: tzinfo | None = None) 
         parts.append((f"  from event #{message.event_id}", "dim"))
     if message.approval_id:
         parts.append((f"  announces approval {terminal_safe(message.approval_id)}", "dim"))
+    if message.status == "queued" and message.urgent:
+        parts.append(("  goes out at once (the urgent lane)", "$text-warning"))
+    elif message.status == "queued" and goes_out_at is not None:
+        parts.append((f"  held by the send gap: goes out {clock_text(goes_out_at, now, zone)}", "$text-warning"))
     if message.status == "sending" and message.next_try_at is not None:
         parts.append((f"  next try {clock_text(message.next_try_at, now, zone)}", "$text-warning"))
     return Content.assemble(*parts)
@@ -45,11 +52,13 @@ class MessageScreen(ModalScreen[None]):
         Binding("c", "copy", "Copy", id="message.copy", tooltip="copy the message's text"),
     ]
 
-    def __init__(self, message: OutboxMessage, now: int, zone: tzinfo | None = None) -> None:
+    def __init__(self, message: OutboxMessage, now: int, zone: tzinfo | None = None,
+                 goes_out_at: int | None = None) -> None:
         super().__init__()
         self.message = message
         self.now = now
         self.zone = zone
+        self.goes_out_at = goes_out_at
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)
@@ -57,7 +66,7 @@ class MessageScreen(ModalScreen[None]):
         with Vertical(id="message-dialog", classes="dialog") as dialog:
             dialog.border_title = f"Outbox message #{message.id}"
             dialog.border_subtitle = "c copy · esc close"
-            yield Static(message_facts(message, self.now, self.zone), id="message-facts")
+            yield Static(message_facts(message, self.now, self.zone, self.goes_out_at), id="message-facts")
             if message.error:
                 yield Static(Content.assemble(("last send error: ", "bold"),
                                               (terminal_safe_lines(message.error), "$text-error")),
