@@ -64,10 +64,12 @@ class LeaseMixin(StoreBase):
             if lease is None or lease.holder != holder or lease.gen != gen or lease.until < at:
                 return False  # not ours, or already released or lapsed
             self._conn.execute("UPDATE lease SET until = ? WHERE one = 1", (min(lease.until, at) - 1,))
+            # The attempt stays counted, so the run's end is its last error: an event released this way once too
+            # often dies out of attempts, and a dead event always says why.
             self._conn.execute(
-                """UPDATE inbox SET status = 'pending', next_attempt_at = 0, updated_at = ?
+                """UPDATE inbox SET status = 'pending', next_attempt_at = 0, updated_at = ?, error = ?
                    WHERE status = 'running' AND claim_gen = ?""",
-                (at, gen),
+                (at, f"worker of generation {gen} released the lease mid-run", gen),
             )
             self._conn.execute(
                 "INSERT INTO lease_log (at, kind, holder, gen, previous_holder) VALUES (?, 'release', ?, ?, ?)",

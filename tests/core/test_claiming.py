@@ -159,6 +159,22 @@ def test_release_hands_running_events_back_at_once(store: Store) -> None:
     assert store.release("B", 1) is False  # a stale generation cannot release
 
 
+def test_an_event_released_mid_run_until_out_of_attempts_dies_saying_why(store: Store) -> None:
+    """Found by the inbox state machine (test_properties): three claims each ended by a release left a pending
+    event with three attempts and no error, which the next claim parked dead with nothing to say."""
+    store.ingest("chat", "a", {}, now=T)
+    now = T
+    for holder in "ABC":
+        gen, batch = claim(store, holder, now)
+        assert [e.source_id for e in batch] == ["a"]
+        assert store.release(holder, gen, now=now)
+        now += 100  # past any backoff
+    assert claim(store, "D", now)[1] == []
+    [event] = store.events()
+    assert (event.status, event.dead_reason, event.attempts) == ("dead", "out_of_attempts", 3)
+    assert event.error == "worker of generation 3 released the lease mid-run"
+
+
 def test_every_step_of_an_event_is_in_its_history(inbox_target: str) -> None:
     with Store.open(inbox_target, max_attempts=2, backoff_base=0) as store:
         store.ingest("chat", "m", {}, now=T)

@@ -108,8 +108,9 @@ def _columns(store: Store) -> list[str]:
     return [row[0] for row in store.connection.execute("SELECT name FROM pragma_table_info('inbox') ORDER BY cid")]
 
 
-def _inbox_rows(store: Store) -> list[tuple[object, ...]]:
-    names = ", ".join(_columns(store))
+def _inbox_rows(store: Store, columns: list[str] | None = None) -> list[tuple[object, ...]]:
+    """Every row, in the given columns (all of the inbox's by default)."""
+    names = ", ".join(columns or _columns(store))
     return store.connection.execute(f"SELECT {names} FROM inbox ORDER BY id").fetchall()
 
 
@@ -152,7 +153,7 @@ def test_the_rebuild_keeps_every_column_row_index_trigger_and_count(tmp_path: Pa
 
     with Store.open(path) as after:
         assert _columns(after)[:len(columns)] == columns
-        assert _inbox_rows(after) == rows
+        assert _inbox_rows(after, columns) == rows  # later migrations may add columns of their own
         assert _objects(after) == objects
         reasons = [(e.status, e.dead_reason) for e in after.events(status="dead")]
         assert sorted(reasons) == [("dead", "failed"), ("dead", "lost")]
