@@ -486,6 +486,29 @@ def traceparent() -> str | None:
     return carrier.get("traceparent")
 
 
+# A span context kept with an event (inbox.trace) is the run's parent when a sender's trace came with the
+# delivery, and only a link otherwise (a delivery whose sender does not trace, a timer's firing): the latter
+# are kept with this prefix. Rows kept before it are all parents, as they read.
+_LINK_ONLY = "link "
+
+
+def context_to_keep(*, parent: bool) -> str | None:
+    """The current span's context to keep with the events it stores: the run that takes them is traced under
+    it (`parent`) or links to it. None when off."""
+    current_context = traceparent()
+    if current_context is None:
+        return None
+    return current_context if parent else _LINK_ONLY + current_context
+
+
+def parent_and_links(kept: Sequence[str | None]) -> tuple[str | None, list[str]]:
+    """A run's parent (the first event that keeps a sender's trace) and its links (every other kept context),
+    from its events' kept contexts (context_to_keep)."""
+    parents = [text for text in kept if text and not text.startswith(_LINK_ONLY)]
+    links = [text.removeprefix(_LINK_ONLY) for text in kept if text and text.startswith(_LINK_ONLY)]
+    return (parents[0] if parents else None), parents[1:] + links
+
+
 def inject(headers: dict[str, str]) -> dict[str, str]:
     """headers with the current traceparent (and tracestate) added, when there is one."""
     live = _ensure()

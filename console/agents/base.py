@@ -102,7 +102,17 @@ class RunContext:
     # How many times each allowed call (by its events, tool and arguments) was made so far in this run: its
     # journal key's position (console.agents.tools.call_keys).
     call_positions: dict[str, int] = field(default_factory=dict)
+    # What made this run's conversations untrusted, once each ([]: every one stayed trusted); None until the
+    # agent says (record_trust). The runtime may not judge trust itself: it reads this for the run's span.
+    tainted_by: list[str] | None = None
     _reporting_outcome: bool = field(default=False, repr=False)
+
+    def record_trust(self, tainted_by: Iterable[str]) -> None:
+        """One conversation of this run ended with this trust (what tainted it; empty: trusted). The run is
+        trusted only if all of its conversations were."""
+        kept = [] if self.tainted_by is None else self.tainted_by
+        kept.extend(why for why in tainted_by if why not in kept)
+        self.tainted_by = kept
 
     def say(self, text: str, urgent: bool = False, *, announces: ApprovalRequest | None = None) -> None:
         """Queue a message; it enters the outbox only when this run's finish commits.

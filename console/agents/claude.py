@@ -263,6 +263,7 @@ class ClaudeAgent:
             session.update({"agent": self.name, "messages": conversation.messages, "sources": conversation.sources,
                             "provenance": conversation.provenance.to_json(), "pending": pending})
             ctx.announce(next(a for a in ctx.approvals if a.request_id == outcome.request_id))
+            ctx.record_trust(provenance.tainted_by)
             return
         answer = _tool_result(str(pending["tool_use_id"]), outcome.text,
                               error=outcome.outcome in ("error", "refused", "unknown"))
@@ -271,6 +272,12 @@ class ClaudeAgent:
             self._converse(ctx, conversation)
 
     def _converse(self, ctx: RunContext, conversation: Conversation) -> None:
+        try:
+            self._converse_turns(ctx, conversation)
+        finally:  # the trust it ended with, however it ended (a tool's result may have tainted it)
+            ctx.record_trust(conversation.provenance.tainted_by)
+
+    def _converse_turns(self, ctx: RunContext, conversation: Conversation) -> None:
         offered, unavailable = self.tools.offered(untrusted=not conversation.provenance.trusted)
         tools = [cast("ToolParam", {"name": t.name, "description": t.description, "input_schema": t.input_schema})
                  for t in offered]

@@ -61,6 +61,8 @@ class OfflineAgent:
         asked: list[tuple[str, ApprovalRequest]] = []
         reports_outcome = False  # what became of an answered approval: the owner waits to hear it
         for event in ctx.events:
+            if event.source != "approval":  # an answer's trust is its resumed conversation's, not told here
+                ctx.record_trust(Provenance.of_events([event]).tainted_by)
             if event.source == "chat" or (isinstance(event.payload, dict)
                                           and event.payload.get("kind") in ("chat", "email")
                                           and event.source != "approval"):

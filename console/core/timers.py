@@ -270,8 +270,9 @@ class TimersMixin(AuditMixin):
             return _timer(row)
         return None
 
-    def run_scheduler(self, *, now: int) -> int:
-        """Turn due timers into inbox events; returns how many timers were due.
+    def run_scheduler(self, *, now: int, trace: str | None = None) -> int:
+        """Turn due timers into inbox events; returns how many timers were due. `trace`: the span context to
+        keep with the events stored (telemetry.context_to_keep).
 
         The timer advances in the same transaction as the insert, so a second pass finds nothing
         due; the key timer_id@scheduled_at refuses a replay of the same occurrence.
@@ -285,13 +286,14 @@ class TimersMixin(AuditMixin):
         }
         with translate_errors(), transaction(self._conn):
             due = self._conn.execute(_DUE_TIMERS, (now,)).fetchall()
+            stored: list[tuple[str, str]] = []  # the events the due timers stored (a replayed key stores none)
             for timer_id, at, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, origin in due:
                 body = _fired_body(payload, origin)
                 if every:
                     latest = at + ((now - at) // every) * every
                     missed_count = (latest - at) // every + 1
                     recent = range(max(at, latest - (each_cap - 1) * every), latest + 1, every)
-                    self._emit(timer_id, body, list(recent), missed_count, now, catch_up)
+                    self._emit(timer_id, body, list(recent), missed_count, now, catch_up, stored)
                     self._conn.execute(
                         "UPDATE timers SET due = ?, last_fired_at = ? WHERE id = ?", (latest + every, now, timer_id)
                     )
@@ -300,7 +302,7 @@ class TimersMixin(AuditMixin):
                     if walk is None or planned_for != (at, cron, tz):
                         walk = _walk_cron(cron, tz, at, now)
                     occurrences, upcoming = walk
-                    self._emit(timer_id, body, occurrences[-each_cap:], len(occurrences), now, catch_up)
+                    self._emit(timer_id, body, occurrences[-each_cap:], len(occurrences), now, catch_up, stored)
                     if upcoming is None:  # its last occurrence: done, like a one-off that fired
                         self._conn.execute("UPDATE timers SET done = 1, last_fired_at = ? WHERE id = ?",
                                            (now, timer_id))
@@ -311,12 +313,16 @@ class TimersMixin(AuditMixin):
                 else:
                     body.update(scheduled_for=at, late_by=now - at, skipped=0)
                     source, source_id = (ev_source, ev_id) if ev_source else ("timer", f"{timer_id}@{at}")
-                    self._insert_timer_event(source, source_id, body, now)
+                    self._insert_timer_event(source, source_id, body, now, stored)
                     self._conn.execute("UPDATE timers SET done = 1, last_fired_at = ? WHERE id = ?", (now, timer_id))
+            for source, source_id in stored if trace is not None else []:
+                self._conn.execute("UPDATE inbox SET trace = ? WHERE source = ? AND source_id = ?",
+                                   (trace, source, source_id))
             return len(due)
 
     def _emit(
-        self, timer_id: str, body: dict[str, Any], recent: list[int], missed_count: int, now: int, catch_up: str
+        self, timer_id: str, body: dict[str, Any], recent: list[int], missed_count: int, now: int, catch_up: str,
+        stored: list[tuple[str, str]],
     ) -> None:
         """Insert the events for the occurrences that came due: `recent` are the latest (at most
         each_cap of them), out of missed_count in all."""
@@ -324,14 +330,16 @@ class TimersMixin(AuditMixin):
             dropped = missed_count - len(recent)
             for index, at in enumerate(recent):
                 event = dict(body, scheduled_for=at, late_by=now - at, skipped=dropped if index == 0 else 0)
-                self._insert_timer_event("timer", f"{timer_id}@{at}", event, now)
+                self._insert_timer_event("timer", f"{timer_id}@{at}", event, now, stored)
             return
         latest = recent[-1]
         event = dict(body, scheduled_for=latest, late_by=now - latest, skipped=missed_count - 1)
-        self._insert_timer_event("timer", f"{timer_id}@{latest}", event, now)
+        self._insert_timer_event("timer", f"{timer_id}@{latest}", event, now, stored)
 
-    def _insert_timer_event(self, source: str, source_id: str, body: dict[str, Any], now: int) -> None:
-        self._insert_event(source, source_id, dumps(body), now)
+    def _insert_timer_event(self, source: str, source_id: str, body: dict[str, Any], now: int,
+                            stored: list[tuple[str, str]]) -> None:
+        if self._insert_event(source, source_id, dumps(body), now):
+            stored.append((source, source_id))
         if source == "approval":
             self._settle_approval(source_id, now, "expiry")
 

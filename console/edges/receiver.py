@@ -198,10 +198,11 @@ class WebhookReceiver:
             with telemetry.service_span(f"ingest {source}", {
                 "agent_console.event.source": source, "agent_console.event.source_id": delivery.source_id,
             }, parent=sender, kind="SERVER") as span:
-                # Kept with the event when the sender traces: the run that takes it joins the sender's trace.
+                # Kept with the event: the run that takes it joins the sender's trace when the sender traces,
+                # else links to this span.
                 verdict = await self.writer.ingest(source, delivery.source_id, delivery.payload,
                                                    verifier.replay_guard(body),
-                                                   trace=telemetry.traceparent() if sender else None)
+                                                   trace=telemetry.context_to_keep(parent=bool(sender)))
                 span.set("agent_console.ingest.verdict", verdict)
             telemetry.count("agent_console.events.ingested", "{event}", "Webhook deliveries by source and verdict",
                             {"agent_console.event.source": source, "agent_console.ingest.verdict": verdict})

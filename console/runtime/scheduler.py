@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import time
 
 from console import telemetry
 from console.runtime.host import ServiceHost, service_loop
@@ -23,10 +22,16 @@ class Scheduler:
         if host.mode != "active":  # the lease holder's engine schedules; keys make a double pass harmless
             return host.idle_cap
         now = host.clock.now()
-        began = time.time_ns()
-        fired = await host.on("writer", lambda store: store.run_scheduler(now=now))
+        due = await host.read(lambda store: store.next_timer())
+        fired = 0
+        if due is not None and due.due <= now:
+            # The span is open while the timers fire, so the events they store keep its context: the runs that
+            # take them link to it.
+            with telemetry.service_span("fire timers", {}) as span:
+                kept = telemetry.context_to_keep(parent=False)
+                fired = await host.on("writer", lambda store: store.run_scheduler(now=now, trace=kept))
+                span.set("agent_console.timers.fired", fired)
         if fired:
-            telemetry.finished_span("fire timers", {"agent_console.timers.fired": fired}, started_ns=began)
             telemetry.count("agent_console.timers.fired", "{timer}", "Timer firings stored as events", {}, fired)
             log.info("%s timer(s) fired", fired)
             host.publish("timers", f"{fired} fired")

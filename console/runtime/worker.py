@@ -148,11 +148,16 @@ class Worker:
             ctx = RunContext(store, events, started, holder, gen, host.settings.approval_expiry,
                              fence=fence, clock=host.clock.now)
             contexts.append(ctx)
-            traced = [event.trace for event in events if event.trace]  # deliveries whose senders trace
+            # Under a sender's trace when a delivery brought one; linked to the spans that stored the others.
+            parent, links = telemetry.parent_and_links([event.trace for event in events])
             with telemetry.run_span(self.agent.name, event_ids=ids, sources=[event.source for event in events],
-                                    holder=holder, generation=gen, parent=traced[0] if traced else None,
-                                    links=traced[1:]) as span:
-                self.agent.run(ctx)
+                                    holder=holder, generation=gen, parent=parent, links=links) as span:
+                try:
+                    self.agent.run(ctx)
+                finally:  # the agents side judges trust (the runtime may not): it leaves its verdict on ctx
+                    if ctx.tainted_by is not None:
+                        span.set_many({"agent_console.trusted": not ctx.tainted_by,
+                                       "agent_console.tainted_by": ctx.tainted_by or None})
                 span.set_many({"agent_console.journal.replayed_steps": len(ctx.replayed_steps) or None,
                                "agent_console.tool.calls": len(ctx.tool_log) or None})
             return ctx

@@ -81,11 +81,18 @@ async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_trave
         async with aiohttp.ClientSession() as http, http.post(f"{receiver.url}/hooks/home", data=body,
                                                              headers=headers) as response:
             assert response.status == 200
+            plain = body_for("hmac", "plain-1")  # a sender that does not trace
+            async with http.post(f"{receiver.url}/hooks/home", data=plain,
+                                 headers=sign("hmac", plain, now=NOW, delivery_id="plain-1")) as response:
+                assert response.status == 200
         await engine.write(lambda s: s.queue_message("hello from the outbox", now=clock.now()))
         await engine.write(lambda s: s.add_timer("nightly", clock.now(), {"text": "tick"}, now=clock.now()))
         engine.wake()
         await read_until(engine, lambda s: s.find_event("timer", f"nightly@{NOW}") is not None, limit=20)
-        await read_until(engine, lambda s: getattr(s.find_event("home", "traced-1"), "status", None) == "done",
+        for delivery in ("traced-1", "plain-1"):
+            await read_until(engine, lambda s, d=delivery: getattr(s.find_event("home", d), "status", None) == "done",
+                             limit=20)
+        await read_until(engine, lambda s: getattr(s.find_event("timer", f"nightly@{NOW}"), "status", None) == "done",
                          limit=20)
         for _ in range(200):
             if endpoint.headers:
@@ -97,19 +104,42 @@ async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_trave
         await engine.stop()
 
     spans = telemetry.read_spans(tmp_path)
-    [ingest] = [s for s in spans if s["name"] == "ingest home"]
+    [ingest] = [s for s in spans if s["name"] == "ingest home"
+                and telemetry.attributes_of(s)["agent_console.event.source_id"] == "traced-1"]
     assert (ingest["traceId"], ingest["parentSpanId"]) == (SENDER_TRACE, SENDER_SPAN)
     attrs = telemetry.attributes_of(ingest)
     assert (attrs["agent_console.event.source_id"], attrs["agent_console.ingest.verdict"]) == ("traced-1", "stored")
     assert ingest["kind"] == 2  # SPAN_KIND_SERVER
 
     # The run that took the delivery is traced under its ingest span: in the sender's trace.
-    [run] = [s for s in spans if s["name"].startswith("invoke_agent")
-             and "home" in telemetry.attributes_of(s)["agent_console.event.sources"]]
-    assert (run["traceId"], run["parentSpanId"]) == (SENDER_TRACE, ingest["spanId"])
     with Store.open(tmp_path / "inbox.db") as store:
         kept = store.find_event("home", "traced-1")
-    assert kept is not None and kept.trace is not None and kept.trace[3:52] == f"{SENDER_TRACE}-{ingest['spanId']}"
+        untraced = store.find_event("home", "plain-1")
+        timer_event = store.find_event("timer", f"nightly@{NOW}")
+    assert kept is not None and untraced is not None and timer_event is not None
+    runs = [s for s in spans if s["name"].startswith("invoke_agent")]
+
+    def run_of(event_id: int) -> dict[str, Any]:
+        [found] = [s for s in runs if event_id in telemetry.attributes_of(s)["agent_console.event.ids"]]
+        return found
+
+    def linked(span: dict[str, Any]) -> set[tuple[str, str]]:
+        return {(link["traceId"], link["spanId"]) for link in span.get("links", [])}
+
+    run = run_of(kept.id)
+    assert (run["traceId"], run["parentSpanId"]) == (SENDER_TRACE, ingest["spanId"])
+    assert kept.trace is not None and kept.trace[3:52] == f"{SENDER_TRACE}-{ingest['spanId']}"
+    # A webhook's run read content from outside: untrusted, and the span says by what.
+    run_attrs = telemetry.attributes_of(run)
+    assert run_attrs["agent_console.trusted"] is False
+    assert any(why.startswith("home delivery traced-1") for why in run_attrs["agent_console.tainted_by"])
+
+    # A delivery whose sender does not trace has an ingest span of its own trace: the run that takes it links to it.
+    [plain_ingest] = [s for s in spans if s["name"] == "ingest home"
+                      and telemetry.attributes_of(s)["agent_console.event.source_id"] == "plain-1"]
+    assert not plain_ingest.get("parentSpanId") and plain_ingest["traceId"] != SENDER_TRACE
+    assert (plain_ingest["traceId"], plain_ingest["spanId"]) in linked(run_of(untraced.id))
+    assert run_of(untraced.id).get("parentSpanId", "") in ("", ingest["spanId"])  # never under its own ingest
 
     shown = CliRunner().invoke(main, ["--db", str(tmp_path / "inbox.db"), "trace", str(kept.id)])
     assert shown.exit_code == 0, shown.output
@@ -122,3 +152,5 @@ async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_trave
 
     [fired] = [s for s in spans if s["name"] == "fire timers"]
     assert telemetry.attributes_of(fired)["agent_console.timers.fired"] >= 1
+    # The run that took the timer's event links to the firing that stored it.
+    assert (fired["traceId"], fired["spanId"]) in linked(run_of(timer_event.id))

@@ -118,6 +118,8 @@ async def test_each_run_is_one_trace_with_chat_and_tool_spans_and_the_approval_a
     assert "parentSpanId" not in root or not root["parentSpanId"]
     assert attrs["gen_ai.operation.name"] == "invoke_agent"
     assert attrs["agent_console.event.sources"] == ["chat"]
+    # The owner's own chat message: the run stayed trusted (a webhook's is not: tests/edges/test_telemetry_edges.py).
+    assert attrs["agent_console.trusted"] is True and "agent_console.tainted_by" not in attrs
     assert attrs["agent_console.lease.holder"] == "test-worker" and attrs["agent_console.lease.generation"] >= 1
     chats = named(asking, "chat claude-sonnet-5-5")
     assert len(chats) == 2 and all(c["parentSpanId"] == root["spanId"] for c in chats)
@@ -153,6 +155,7 @@ async def test_each_run_is_one_trace_with_chat_and_tool_spans_and_the_approval_a
 
     [second] = named(answered, "invoke_agent claude")
     assert second["traceId"] != root["traceId"]
+    assert telemetry.attributes_of(second)["agent_console.trusted"] is True  # the resumed conversation's trust
     [refund] = named(answered, f"execute_tool {REFUND}")
     refunded = telemetry.attributes_of(refund)
     assert (refunded["agent_console.tool.decision"], refunded["agent_console.tool.outcome"]) == ("approved", "done")
