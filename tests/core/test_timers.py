@@ -72,6 +72,18 @@ def test_a_one_off_timer_fires_once_under_its_own_key(store: Store) -> None:
     assert store.next_timer() is None
 
 
+def test_the_events_a_firing_stores_keep_its_trace_context_and_others_are_left_alone(store: Store) -> None:
+    fired_span = "link 00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    store.add_timer("poll", T, {"task": "poll"}, every=60)
+    store.add_timer("once", T, {"task": "once"}, key=("followup", "deploy-7"))
+    store.ingest("home", "d-1", {}, now=T)
+    assert store.run_scheduler(now=T + 1, trace=fired_span) == 2
+    assert store.run_scheduler(now=T + 61) == 1  # a firing told no context keeps none
+    kept = {(e.source, e.source_id): e.trace for e in store.events(limit=100)}
+    assert kept == {("timer", f"poll@{T}"): fired_span, ("followup", "deploy-7"): fired_span,
+                    ("timer", f"poll@{T + 60}"): None, ("home", "d-1"): None}
+
+
 def test_a_cron_timer_runs_on_local_wall_clock_time(store: Store) -> None:
     start = epoch(2026, 6, 1, 12)
     timer = store.add_timer("digest", start, {"task": "digest"}, cron="0 9 * * *", tz="Europe/Berlin")
