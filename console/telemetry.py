@@ -443,20 +443,6 @@ def service_span(name: str, attributes: Attributes, *, parent: str | None = None
     return _span(name, attributes, kind=kind, parent=parent, links=links, new_trace=parent is None)
 
 
-def finished_span(name: str, attributes: Attributes, *, started_ns: int, kind: str = "INTERNAL") -> None:
-    """A span recorded once its work is known to have been worth one (timers that fired, say): a trace of its
-    own, from started_ns (time.time_ns()) to now."""
-    live = _ensure()
-    if live is None:
-        return
-    trace_api = live.trace_api
-    span = live.tracer.start_span(
-        name, context=trace_api.set_span_in_context(trace_api.INVALID_SPAN), kind=getattr(trace_api.SpanKind, kind),
-        attributes={key: _attribute(value) for key, value in attributes.items() if value is not None},
-        start_time=started_ns)
-    span.end()
-
-
 def span_event(name: str, attributes: Attributes | None = None) -> None:
     """An event on the current span (the run's, a tool call's), if any."""
     live = _ensure()

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -54,6 +55,11 @@ def stored(db: Path) -> list[tuple[str, int]]:
 async def test_sigkill_around_the_commit_loses_nothing_and_stores_nothing_twice(
         tmp_path: Path, bot: StandInBotApi, kill_when: str) -> None:
     db = tmp_path / "inbox.db"
+    # The owner's pause lets the first engine store the message but never run it: the kill then lands between
+    # the commit and the run (otherwise it could run and claim the reply's send before dying, and the reply
+    # would wait out the send timeout, a path of its own).
+    with Store.open(db) as store:
+        assert store.pause_by_owner(now=int(time.time()), via="test")
     # A long batch window holds the read updates uncommitted for 3 s: the kill lands between read and commit.
     first = start(tmp_path, bot, batch_window=3, name="first")
     second: subprocess.Popen[bytes] | None = None
@@ -66,6 +72,9 @@ async def test_sigkill_around_the_commit_loses_nothing_and_stores_nothing_twice(
         else:
             assert stored(db) == []  # read, held in the batch window, not stored yet
         kill(first)
+        assert stored(db) in ([], [(f"{OWNER}:{message_id}", 0)])
+        with Store.open(db) as store:
+            assert store.counts()["done"] == 0 and store.resume_by_owner(now=int(time.time()))
         delivered_before = bot.delivered.count(update_id)
         second = start(tmp_path, bot, batch_window=0, name="second")
         await inbox(db, lambda s: s.counts()["done"] == 1, "the message's run")
