@@ -601,6 +601,11 @@ def _describe_status(info: dict[str, Any], now: int) -> list[str]:
         lines.append(f"phone      {plural(taken, 'answer')} taken · {count(sum(ignored.values()))} ignored"
                      + (f" ({detail})" if detail else ""))
     lines += telegram_lines(info.get("telegram") or {})
+    for tool in info.get("tools") or []:
+        if tool["state"] == "down":
+            lines.append(f"tools      {tool['server']} down — {tool['reason']} — retrying")
+        elif tool["state"] == "starting":
+            lines.append(f"tools      {tool['server']} starting")
     mail = info.get("email") or {}
     if mail.get("state", "off") != "off" or mail.get("last_uid") is not None:
         reason = f" ({mail['reason']})" if mail.get("reason") else ""

@@ -64,6 +64,8 @@ class ToolHub(Protocol):
 
     def repeatable(self, name: str) -> bool: ...
 
+    def status(self) -> dict[str, str]: ...
+
 log = logging.getLogger("agent_console.tools")
 
 ENTRY_POINT_GROUP = "agent_console.tools"
@@ -301,6 +303,24 @@ class ToolGateway:
             if self.mcp is not None and self._mcp_started:
                 self.mcp.close()
                 self._mcp_started = False
+
+    def health(self) -> dict[str, tuple[str, str | None]]:
+        """{server: (state, reason)} for each MCP server once the hub has started (before: nothing is known):
+        state "up", "starting" (its first attempt) or "down" with the reason (secrets already scrubbed)."""
+        with self._mcp_lock:
+            if self.mcp is None or not self._mcp_started:
+                return {}
+            said = self.mcp.status()
+        health: dict[str, tuple[str, str | None]] = {}
+        for server, text in said.items():
+            if text == "up":
+                health[server] = ("up", None)
+            elif text == "connecting":
+                health[server] = ("starting", None)
+            else:  # "down: <reason>; retrying in N s": the countdown changes every second, the reason does not
+                reason = text.removeprefix("down: ").rsplit("; retrying in ", 1)[0]
+                health[server] = ("down", reason)
+        return health
 
     def _hub(self) -> ToolHub | None:
         """The MCP hub, started on first use: the servers' processes cost nothing until a run needs a tool

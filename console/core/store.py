@@ -44,6 +44,7 @@ from console.core.retention import RetentionMixin
 from console.core.search import SearchMixin
 from console.core.spend import SpendMixin
 from console.core.stranded import StrandedMixin
+from console.core.tool_health import ToolHealthMixin
 
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
@@ -81,7 +82,7 @@ class PollingFeed:
 
 class Store(
     RetentionMixin, ReplayMixin, MailMixin, ChatMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin,
-    JournalMixin, InsightsMixin, AgentStateMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
+    JournalMixin, InsightsMixin, AgentStateMixin, ToolHealthMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
 ):
     def __init__(self, conn: apsw.Connection, path: str, options: StoreOptions, seed: int | None = None) -> None:
         self._conn = conn
@@ -267,4 +268,5 @@ class Store(
             "move": self._move_status(),
             "telegram": self.chat_status("telegram"),
             "email": self.mail_status(),
+            "tools": self.tool_health(),
         }

@@ -53,6 +53,7 @@ class Worker:
         self.runs = 0
         self.holds = 0  # passes that claimed nothing because the agent waits or is paused
         self._agent: AgentState | None = None  # as the gate last read it
+        self._tool_health: dict[str, tuple[str, str | None]] = {}  # as last stored
         self._current: asyncio.Task[None] | None = None
         self._lost_lease = False
         self._renewed_at = 0
@@ -220,6 +221,7 @@ class Worker:
             telemetry.count("agent_console.refused_writes", "{write}", "Writes refused by the lease fence", {})
         if finished:
             await self._agent_worked(gen)
+        await self._record_tool_health(gen)
         host.publish("run", "finished" if finished and not error else "failed")
         host.publish("events", "finished")
         host.publish("outbox", "queued")
@@ -360,6 +362,31 @@ class Worker:
 
         await self._write_until_stored(hand_back, "the events it handed back")
         log.info("run %s: %s event(s) handed back for a later run", self.runs, len(deferred))
+
+    async def _record_tool_health(self, gen: int) -> None:
+        """Store each MCP server's state when it changed since the last run (status --json "tools", the
+        console): the hub lives in this process, so nobody else can tell that a server is down."""
+        # Duck-typed: an agent with MCP tools has a gateway (console.agents.tools.ToolGateway.health), which
+        # this room may not import; an agent without one has nothing to say.
+        read_health = getattr(getattr(self.agent, "tools", None), "health", None)
+        if not callable(read_health):
+            return
+        health: dict[str, tuple[str, str | None]] = await asyncio.to_thread(read_health)  # its lock waits on a start
+        changed = {server: said for server, said in health.items() if self._tool_health.get(server) != said}
+        if not changed:
+            return
+        holder, now = self.host.holder, self.host.clock.now()
+
+        def record(store: Store) -> bool:
+            return all([store.set_tool_health(holder, gen, server, state, reason, now=now)
+                        for server, (state, reason) in changed.items()])
+
+        if await self._write_until_stored(record, "the MCP servers' health"):
+            self._tool_health.update(changed)
+            for server, (state, reason) in changed.items():
+                if state == "down":
+                    log.warning("MCP server %s is down: %s", server, reason)
+            self.host.publish("lease", "tool health")
 
     async def _agent_worked(self, gen: int) -> None:
         """A run the provider took: the agent is ready, and a later pause of the same configuration is news."""
