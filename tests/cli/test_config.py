@@ -11,6 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import pytest
 import tzlocal
 
+from console.agents.mcp_config import parse_mcp_servers
 from console.config import (
     CHECKS,
     SETTING_NAMES,
@@ -317,3 +318,14 @@ def test_db_takes_a_postgresql_url_as_it_is_and_refuses_one_carrying_a_password(
         load_settings(None, env={"AGENT_CONSOLE_DB": "postgresql://me:hunter2@db.example/agent"})
     with pytest.raises(ConfigError, match="not a plain name"):
         load_settings(None, env={"AGENT_CONSOLE_DB_SCHEMA": "Robert'); DROP"})
+
+
+def test_the_readme_mcp_servers_example_loads(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    example = readme.split("[mcp_servers.shop]", 1)[1].split("```", 1)[0]
+    example = "\n".join(line.strip() for line in ("[mcp_servers.shop]" + example).splitlines())
+    settings = load_settings(write(tmp_path / "c.toml", example), env={})
+    assert settings.mcp_servers is not None
+    servers = parse_mcp_servers(settings.mcp_servers)
+    assert sorted(servers) == ["shop", "tracker"]
+    assert Path(servers["shop"].command or "").is_absolute()
