@@ -234,6 +234,7 @@ class ConsoleApp(App[None]):
         self._last_injected: tuple[str, str, Any] | None = None
         self._serial = 0
         self._role = "starting"  # the engine's mode as last told (role_change_words)
+        self._tools_down: set[str] = set()  # MCP servers told down (_say_tools_down)
         self._role_change: tuple[str, str] | None = None  # a change of role not said yet
         self._approval_toasts: dict[str, Notification] = {}  # request id -> its "Approval needed" toast
         loaded = load_themes(user_theme_dir)
@@ -524,6 +525,14 @@ class ConsoleApp(App[None]):
             title, words, severity = said
             self.notify(words, title=title, severity=severity, timeout=8)
 
+    def _say_tools_down(self, tools: list[dict[str, Any]]) -> None:
+        """One toast when an MCP server goes down (the lease pane keeps saying it while it stays down)."""
+        down = {tool["server"]: tool["reason"] for tool in tools if tool["state"] == "down"}
+        for server in sorted(set(down) - self._tools_down):
+            self.notify(terminal_safe(f"{server}: {down[server]} — retrying; its tools are unavailable"),
+                        title="Tool server down", severity="error", timeout=10)
+        self._tools_down = set(down)
+
     def _mark(self, *panes: str) -> None:
         self._dirty.update(panes)
         if "events" in panes:
@@ -609,6 +618,7 @@ class ConsoleApp(App[None]):
             self.query_one(LeasePane).view = LeasePaneView(data, self.engine.mode, self.engine.holder,
                                                            self.settings.lease_ttl)
             self._say_role_change(None if data.lease is None else data.lease.gen)
+            self._say_tools_down(data.tools)
         elif pane == "approvals":
             approvals_view = await self.read(read_approvals(now))
             self.query_one(ApprovalsPane).view = approvals_view

@@ -114,13 +114,14 @@ class LeaseView:
     recent_refusals: list[RefusedFinish]
     log: list[tuple[int, str, str, int, str | None]]
     agent: AgentState | None = None  # as it stands at `now`
+    tools: list[dict[str, Any]] = field(default_factory=list)  # each MCP server's health (status --json "tools")
 
 
 def read_lease(now: int) -> Callable[[Store], LeaseView]:
     def read(store: Store) -> LeaseView:
         return LeaseView(
             now, store.lease(), store.takeover_count(), store.refused_finish_count(),
-            store.refused_finishes(3), store.lease_log(3), store.agent_state().at(now),
+            store.refused_finishes(3), store.lease_log(3), store.agent_state().at(now), store.tool_health(),
         )
 
     return read

@@ -342,3 +342,24 @@ async def test_the_outbox_pane_shows_the_email_source_once_it_is_used(filled: Pa
         await wait_until(pilot, lambda: "email paused" in text(app, "#outbox-lines"), what="the source's line")
         line = text(app, "#outbox-lines")
         assert "refused the login" in line and "last UID\u00a041" in line
+
+
+async def test_a_tool_server_down_shows_in_the_lease_pane_and_toasts_once(filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        assert not app.query_one("#lease-tools").has_class("-down")
+        with reopen(filled) as store:  # as the engine holding the lease records it (console/runtime/worker.py)
+            lease = store.lease()
+            assert lease is not None
+            assert store.set_tool_health(lease.holder, lease.gen, "shop", "down", "SHOP_TOKEN not set",
+                                         now=clock.now())
+        await wait_until(pilot, lambda: app.query_one("#lease-tools").has_class("-down"), what="the tools line")
+        assert text(app, "#lease-tools") == "tools: shop down — SHOP_TOKEN not set — retrying"
+        await wait_until(pilot, lambda: any(t.startswith("Tool server down") for t in toasts(app)), what="a toast")
+        app._mark("lease")  # read again while it stays down: no second toast
+        await app.settle()
+        assert sum(t.startswith("Tool server down") for t in toasts(app)) == 1
+        with reopen(filled) as store:
+            assert store.set_tool_health(lease.holder, lease.gen, "shop", "up", None, now=clock.now())
+        await wait_until(pilot, lambda: not app.query_one("#lease-tools").has_class("-down"), what="back up")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
@@ -53,6 +54,14 @@ def stall_words(stalled: bool, mode: str, key: str | None) -> tuple[str, str]:
     return ("Worker resumed", "This console takes part again")
 
 
+def tools_down_words(tools: list[dict[str, Any]]) -> str | None:
+    """The lease pane's line for the MCP servers that are not up ("tools: shop down — SHOP_TOKEN not set —
+    retrying"); None while every server is up (or none was started yet)."""
+    said = [f"{tool['server']} down — {tool['reason']} — retrying" if tool["state"] == "down"
+            else f"{tool['server']} starting" for tool in tools if tool["state"] != "up"]
+    return "tools: " + "; ".join(said) if said else None
+
+
 @dataclass(frozen=True)
 class LeasePaneView:
     """The lease as the file holds it, and this console's own engine: its mode, holder and lease TTL."""
@@ -90,6 +99,13 @@ over) and resumes it.
 """
 
     DEFAULT_CSS = """
+    LeasePane > #lease-tools {
+        height: auto;
+        display: none;
+    }
+    LeasePane > #lease-tools.-down {
+        display: block;
+    }
     LeasePane > #lease-fencing, LeasePane > #lease-agent {
         height: auto;
         text-wrap: nowrap;
@@ -112,6 +128,7 @@ over) and resumes it.
         yield CountdownBar(id="lease-left")
         yield Static(id="lease-fencing")
         yield Static(id="lease-agent")
+        yield Static(id="lease-tools")
 
     def watch_view(self, view: LeasePaneView | None) -> None:
         if view is None:
@@ -147,3 +164,7 @@ over) and resumes it.
         state = "ready" if agent is None else agent.state
         show(self.query_one("#lease-agent", Static),
             Content.assemble(("agent ", "dim"), (words, agent_style.get(state, ""))))
+        tools = self.query_one("#lease-tools", Static)
+        down = tools_down_words(data.tools)
+        tools.set_class(down is not None, "-down")
+        show(tools, Content.assemble((terminal_safe(down or ""), "$text-error bold")))
