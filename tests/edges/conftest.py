@@ -11,7 +11,9 @@ from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
 from console.edges.receiver import WebhookReceiver, build_receiver
+from tests.edges.phone_standins import StandInBotApi
 from tests.edges.signing import ENV_NAMES, SECRETS
+from tests.edges.telegram_harness import TOKEN
 
 NOW = 1_700_000_000
 SOURCES = {"github": "github", "stripe": "stripe", "std": "standard", "slack": "slack", "home": "hmac"}
@@ -52,3 +54,14 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
 def rows(db_path: Path) -> list[tuple[str, str]]:
     with Store.open(db_path) as store:
         return [(e.source, e.source_id) for e in store.events(limit=10_000)]
+
+
+@pytest.fixture
+async def bot() -> AsyncIterator[StandInBotApi]:
+    """The stand-in Telegram Bot API on 127.0.0.1, taking the shared test token (a test module may serve its own)."""
+    server = StandInBotApi(token=TOKEN)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()

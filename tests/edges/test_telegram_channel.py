@@ -23,25 +23,12 @@ from console.edges.secretfile import load_secrets_file
 from console.edges.telegram import TelegramChannel, callback_data, parse_callback
 from tests.edges.phone_harness import RISKY, START, performed, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInBotApi
-
-OWNER = 424242
-TOKEN = "123456:stand-in-token-AAbbCC"
-ENV = {"TG_TEST_TOKEN": TOKEN}
+from tests.edges.telegram_harness import ENV, OWNER, TOKEN
 
 
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(START)
-
-
-@pytest.fixture
-async def bot() -> Any:
-    server = StandInBotApi(token=TOKEN)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 def table(bot: StandInBotApi, **extra: Any) -> dict[str, Any]:

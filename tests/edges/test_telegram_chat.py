@@ -22,27 +22,15 @@ from console.edges.telegram import TelegramChannel
 from console.runtime.assembly import build_engine
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInBotApi
+from tests.edges.telegram_harness import ENV, OWNER, TOKEN
 
-OWNER = 424242
 STRANGER = 777
 GROUP = -100123
-TOKEN = "123456:stand-in-token-AAbbCC"
-ENV = {"TG_TEST_TOKEN": TOKEN}
 
 
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock(START)
-
-
-@pytest.fixture
-async def bot() -> Any:
-    server = StandInBotApi(token=TOKEN)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 def table(bot: StandInBotApi, **extra: Any) -> dict[str, Any]:

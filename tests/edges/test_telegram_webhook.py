@@ -18,21 +18,10 @@ from console.edges.telegram_webhook import SECRET_HEADER
 from tests.cli.helpers import assert_user_error, invoke
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInBotApi
+from tests.edges.telegram_harness import OWNER, TOKEN
 from tests.edges.test_telegram_chat import quick
 
-OWNER = 424242
-TOKEN = "123456:stand-in-token-AAbbCC"
 SECRET = "hook-secret_0123456789"
-
-
-@pytest.fixture
-async def bot() -> Any:
-    server = StandInBotApi(token=TOKEN)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
 
 
 def update(update_id: int, message_id: int, text: str, chat: int = OWNER) -> dict[str, Any]:
