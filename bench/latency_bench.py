@@ -30,8 +30,8 @@ sys.path.insert(0, str(ROOT))
 
 from console.agents.base import RunContext  # noqa: E402
 from console.agents.offline import OfflineAgent  # noqa: E402
+from console.assembly import build_engine  # noqa: E402
 from console.config import Settings  # noqa: E402
-from console.runtime.assembly import build_engine  # noqa: E402
 
 
 class StampingAgent:

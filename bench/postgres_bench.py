@@ -563,9 +563,9 @@ class NullAgent:
 
 def run_engine(target: str, holder: str, lease_ttl: int, ready: Any, stop: Any, out: Any, *, reads: bool) -> None:
     """One engine process. The standby one also reads status every 100 ms, as a console's refresh does."""
+    from console.assembly import build_engine
     from console.config import Settings
     from console.core.lease import LeaseMixin
-    from console.runtime.assembly import build_engine
 
     acquires = {"refused": 0}
     original = LeaseMixin.acquire

@@ -25,8 +25,8 @@ sys.path.insert(0, str(ROOT))
 
 from console import telemetry  # noqa: E402
 from console.agents.offline import OfflineAgent  # noqa: E402
+from console.assembly import build_engine  # noqa: E402
 from console.config import Settings  # noqa: E402
-from console.runtime.assembly import build_engine  # noqa: E402
 
 
 async def throughput(folder: Path, count: int, *, traced: bool, batch_cap: int) -> tuple[float, float, list[str]]:

@@ -384,7 +384,7 @@ def run(state: CliState) -> None:
 
 
 async def _run_headless(settings: Settings) -> None:
-    from console.runtime.assembly import assemble
+    from console.assembly import assemble
 
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings
 from console.redact import install_log_redaction, redact_url, redact_urls
-from console.runtime.assembly import build_engine
 
 
 @pytest.mark.parametrize(("url", "shown"), [

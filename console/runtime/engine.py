@@ -50,7 +50,7 @@ SetUp = Callable[[Store], None]
 
 
 class Engine:
-    """The services on one inbox. Built by console.runtime.assembly, which chooses the agent, the channels and
+    """The services on one inbox. Built by console.assembly, which chooses the agent, the channels and
     what to set up at start from the settings; the engine runs what it is given."""
 
     def __init__(

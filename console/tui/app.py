@@ -209,7 +209,7 @@ class ConsoleApp(App[None]):
         self.demo = demo
         self.clock: Clock = clock or (engine.clock if engine is not None else WallClock())
         if engine is None:
-            from console.runtime.assembly import build_engine
+            from console.assembly import build_engine
 
             engine = build_engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults,
                                   late_agent=True)
@@ -378,7 +378,7 @@ class ConsoleApp(App[None]):
 
     async def _start_receiver(self) -> None:
         """The webhook receiver runs inside the console when the config enables it."""
-        from console.runtime.assembly import start_receiver_beside
+        from console.assembly import start_receiver_beside
 
         try:
             self.receiver = await start_receiver_beside(self.settings, self.engine)

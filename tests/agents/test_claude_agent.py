@@ -23,10 +23,10 @@ from console.agents.claude import ClaudeAgent, ClaudeError
 from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.registry import CLAUDE_EXTRA_MISSING, build_agent
 from console.agents.tools import PythonTool, ToolGateway
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings
 from console.core import Event, Store, approval_id
-from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.stand_in import FakeClaude, as_blocks, text, text_of, tool
 from tests.support import read_until

@@ -22,10 +22,10 @@ import pytest
 
 from console.agents.claude import ClaudeAgent, ClaudeError
 from console.agents.errors import AgentPaused, ProviderBusy
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
-from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.stand_in import FakeClaude, text, text_of, tool
 from tests.agents.test_claude_agent import FAKE_KEY, NOW, ROOT, run

@@ -11,11 +11,11 @@ from pathlib import Path
 import apsw
 import pytest
 
+from console.assembly import build_engine
 from console.config import Settings
 from console.core import Store, StoreError
 from console.core.db import SCHEMA_VERSION, connect, user_version
 from console.core.gate import check_before_intake
-from console.runtime.assembly import build_engine
 from tests.cli.helpers import assert_user_error, invoke
 
 READERS = (["status"], ["status", "--json"], ["events"], ["show", "1"], ["timers"], ["timers", "list"],

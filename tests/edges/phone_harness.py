@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from console.agents.base import Agent
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
 from console.edges.channels import build_channels
 from console.edges.phone import PhoneChannel
-from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 
 START = 1_790_000_000

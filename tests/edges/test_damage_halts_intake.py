@@ -11,12 +11,12 @@ import aiohttp
 import apsw
 import pytest
 
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.core import Store
 from console.core.db import InboxDamaged
 from console.edges.receiver import start_receiver
 from console.notices import Notice
-from console.runtime.assembly import build_engine
 from tests.edges.conftest import NOW, webhook_settings
 from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign
 from tests.support import until, wait_until

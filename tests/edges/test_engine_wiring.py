@@ -7,10 +7,10 @@ from pathlib import Path
 
 import aiohttp
 
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.core import Store
 from console.edges.receiver import start_receiver
-from console.runtime.assembly import build_engine
 from tests.edges.conftest import NOW, webhook_settings
 from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign
 

@@ -13,13 +13,13 @@ import pytest
 
 from console.agents.base import RunContext
 from console.agents.provenance import event_taint
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.core import Store
 from console.edges.channels import build_channels
 from console.edges.chatsource import PRIVATE_REPLY, code_hash, split_text
 from console.edges.phone import PhoneChannel
 from console.edges.telegram import TelegramChannel
-from console.runtime.assembly import build_engine
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInBotApi
 from tests.edges.telegram_harness import ENV, OWNER, TOKEN

@@ -16,12 +16,12 @@ import pytest
 from click.testing import CliRunner
 
 from console import telemetry
+from console.assembly import build_engine
 from console.cli import main
 from console.clock import ManualClock
 from console.core import Store
 from console.edges.channels import HttpChannel
 from console.edges.receiver import start_receiver
-from console.runtime.assembly import build_engine
 from tests.edges.conftest import NOW, webhook_settings
 from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign
 from tests.support import read_until

@@ -9,8 +9,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from console.assembly import build_engine
 from console.config import Settings
-from console.runtime.assembly import build_engine
 
 NEVER = threading.Event()
 

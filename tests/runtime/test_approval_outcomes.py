@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from console.assembly import build_engine
 from console.clock import ManualClock
-from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.runtime.test_engine import START, make_settings, sent_bodies
 from tests.support import read_until as wait_until

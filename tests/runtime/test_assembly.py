@@ -12,11 +12,11 @@ import pytest
 
 from console.agents.offline import DIGEST_TIMER_ID
 from console.agents.registry import AGENTS
+from console.assembly import assemble, build_engine
 from console.clock import ManualClock
 from console.config import AGENT_NAMES, Settings, load_settings
 from console.core import Store
 from console.edges.channels import ConsoleChannel
-from console.runtime.assembly import assemble, build_engine
 from console.runtime.engine import Engine
 from console.runtime.host import THREAD_ROLES, ThreadRole, service_loop
 from tests.support import until

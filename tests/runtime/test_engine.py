@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
-from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.support import read_until
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.core import Store
-from console.runtime.assembly import build_engine
 from tests.runtime.test_engine import START, make_settings
 from tests.support import until
 

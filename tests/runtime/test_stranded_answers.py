@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 
 from console.agents.base import RunContext
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings, load_settings
 from console.core import Store
-from console.runtime.assembly import build_engine
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY
 from tests.cli.helpers import invoke, isolated_env

@@ -9,9 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings
-from console.runtime.assembly import build_engine
 from tests.support import read_until
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
-from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.agents.mcp_servers import read_calls, serve_http
 from tests.agents.stand_in import FakeClaude, text, tool

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.core import RunOutcome, Store, StoreUnavailable
-from console.runtime.assembly import build_engine
 from console.runtime.engine import Engine
 from tests.runtime.test_engine import START, make_settings
 from tests.support import read_until

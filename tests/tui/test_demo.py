@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
 from console.demo import DEMO_APPROVAL_EXPIRY, demo_settings, run_demo
-from console.runtime.assembly import build_engine
 
 
 async def no_wait(seconds: float) -> None:

@@ -6,9 +6,9 @@ import threading
 from pathlib import Path
 
 from console.agents.base import RunContext
+from console.assembly import build_engine
 from console.clock import ManualClock
 from console.core import Store
-from console.runtime.assembly import build_engine
 from console.tui.app import ConsoleApp
 from console.tui.widgets.events_pane import EventsPane
 from tests.support import pilot_until
