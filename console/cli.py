@@ -857,6 +857,24 @@ def discard(state: CliState, event_ids: tuple[int, ...], reason: str | None) -> 
     click.echo(f"discarded {count(len(discarded))}")
 
 
+@main.command()
+@click.argument("event_ids", metavar="EVENT_ID...", type=SQLITE_COUNT, nargs=-1, required=True)
+@click.pass_obj
+def restore(state: CliState, event_ids: tuple[int, ...]) -> None:
+    """Undo a discard: discarded events become `dead` again, as they died, and do not run.
+
+    `retry` is what runs an event again; `restore` only puts it back among the dead (no fresh attempts). All
+    or none: an id that is not discarded changes nothing."""
+    with state.store() as store:
+        for event in _check_states(store, event_ids, ("discarded",), "restored", "not discarded"):
+            if event.pruned_at is not None:
+                raise UserError(f"event {event.id} was discarded and retention cleared it on "
+                                f"{_clock_time(event.pruned_at, state.zone())}: it cannot be restored")
+        restored = store.restore_to_dead(event_ids, now=_now())
+    them = "it" if len(restored) == 1 else "them"
+    click.echo(f"restored {count(len(restored))} to dead (not run; `retry` runs {them})")
+
+
 def _check_states(
     store: Store, event_ids: tuple[int, ...], allowed: tuple[str, ...], verb: str, what: str
 ) -> list[Event]:
@@ -916,6 +934,21 @@ def say(state: CliState, text: str, urgent: bool) -> None:
     with state.store() as store, rejecting_bad_input():
         message_id = store.queue_message(text, now=_now(), urgent=urgent)
     click.echo(f"queued message {message_id}{' (urgent)' if urgent else ''}")
+
+
+@main.command("send-now")
+@click.argument("message_id", type=SQLITE_COUNT)
+@click.pass_obj
+def send_now(state: CliState, message_id: int) -> None:
+    """Send an outbox message the send gap holds at once, on the urgent lane (the gap is not restarted)."""
+    with state.store() as store:
+        message = store.outbox_message(message_id)
+        if message is None:
+            raise UserError(f"no outbox message with id {message_id}")
+        if not store.send_now(message_id, now=_now()):
+            now_is = "urgent" if message.status == "queued" else message.status
+            raise UserError(f"message {message_id} is not held by the send gap (it is {now_is})")
+    click.echo(f"message {message_id} goes out at once (the urgent lane)")
 
 
 @main.command()

@@ -576,6 +576,24 @@ class InboxMixin(StoreBase):
                     moved.append(event_id)
         return moved
 
+    def restore_to_dead(self, event_ids: Iterable[int], *, now: int) -> list[int]:
+        """Undo a discard without running the event: each discarded event among event_ids is `dead` again, as it
+        died (its error and dead_reason were kept; no fresh attempt budget), in one transaction. `retry` is what
+        runs one. One retention cleared is left alone, as `retry` leaves it. Returns the ids that moved."""
+        moved: list[int] = []
+        with translate_errors(), transaction(self._conn):
+            for event_id in dict.fromkeys(event_ids):
+                changed = self._conn.execute(
+                    """UPDATE inbox SET status = 'dead', updated_at = ?
+                       WHERE id = ? AND status = 'discarded' AND pruned_at IS NULL RETURNING id""",
+                    (now, event_id),
+                ).fetchall()
+                if changed:
+                    self._log_attempt(event_id, now, "restore", None, None,
+                                      "restored to dead by hand (was: discarded); not run")
+                    moved.append(event_id)
+        return moved
+
     def _revive(self, event_id: int, now: int, states: tuple[str, ...]) -> bool:
         """Return one event in one of states (dead, discarded) to pending; its history says what it was."""
         marks = ", ".join("?" for _ in states)

@@ -319,6 +319,16 @@ class OutboxMixin(StoreBase):
                     (error, now + self._backoff(batch.attempt) if retry_at is None else retry_at, batch_id),
                 )
 
+    def send_now(self, message_id: int, *, now: int) -> bool:
+        """Move a message the send gap holds to the urgent lane, so it goes out at once (the owner's `send now`);
+        the held lane's gap is not restarted by it. False when the message is not queued in the held lane
+        (unknown, urgent already, or already sending, sent or failed): nothing changes."""
+        with translate_errors(), transaction(self._conn):
+            return bool(self._conn.execute(
+                "UPDATE outbox SET urgent = 1 WHERE id = ? AND status = 'queued' AND urgent = 0 RETURNING id",
+                (message_id,),
+            ).fetchall())
+
     def oldest_queued_at(self) -> int | None:
         """When the oldest message still waiting to be sent was queued (the outbox's lag), or None."""
         value = self._scalar("SELECT MIN(created_at) FROM outbox WHERE status = 'queued'")

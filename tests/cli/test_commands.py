@@ -407,6 +407,31 @@ def test_discard_refuses_a_done_event_and_changes_nothing(db: Path) -> None:
         assert store.event(dead_id).status == "dead"  # type: ignore[union-attr]
 
 
+def test_restore_puts_discarded_events_back_among_the_dead_without_running_them(db: Path) -> None:
+    ids = [make_dead(db, "github", "d-1"), make_dead(db, "github", "d-2")]
+    ok(db, "discard", *map(str, ids))
+    assert ok(db, "restore", *map(str, ids)) == "restored 2 to dead (not run; `retry` runs them)\n"
+    with open_store(db) as store:
+        events = [store.event(i) for i in ids]
+        assert [(e.status, e.attempts, e.dead_reason) for e in events] == [  # type: ignore[union-attr]
+            ("dead", 1, "failed"), ("dead", 1, "failed")]
+        assert store.history(ids[0])[-1].kind == "restore"
+
+
+def test_restore_is_all_or_none(db: Path) -> None:
+    dead_id = make_dead(db, "github", "d-1")
+    discarded = make_dead(db, "github", "d-2")
+    ok(db, "discard", str(discarded))
+    result = cli(db, "restore", str(discarded), str(dead_id))
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"agent-console: error: event {dead_id} is dead, not discarded: only "
+                                     "discarded events can be restored")
+    result = cli(db, "restore", "99")
+    assert result.exit_code == 2 and "no event with id 99" in result.stderr
+    with open_store(db) as store:
+        assert store.event(discarded).status == "discarded"  # type: ignore[union-attr]
+
+
 def test_dead_lists_when_each_event_died_and_why(db: Path) -> None:
     Store.open(db).close()
     assert ok(db, "dead") == "no dead events\n"
@@ -431,6 +456,19 @@ def test_say_queues_messages_and_urgent_skips_the_gap(db: Path) -> None:
         messages = {m.body: m for m in store.outbox_messages()}
     assert messages["the build is green"].urgent is False and messages["the build is green"].status == "queued"
     assert messages["the site is down"].urgent is True
+
+
+def test_send_now_moves_a_message_the_gap_holds_to_the_urgent_lane(db: Path) -> None:
+    ok(db, "say", "the build is green")
+    ok(db, "say", "the site is down", "--urgent")
+    assert ok(db, "send-now", "1") == "message 1 goes out at once (the urgent lane)\n"
+    with open_store(db) as store:
+        assert all(m.urgent for m in store.outbox_messages())
+    result = cli(db, "send-now", "2")
+    assert result.exit_code == 2
+    assert result.stderr.strip() == "agent-console: error: message 2 is not held by the send gap (it is urgent)"
+    result = cli(db, "send-now", "7")
+    assert result.exit_code == 2 and result.stderr.strip() == "agent-console: error: no outbox message with id 7"
 
 
 # --- timers ------------------------------------------------------------------------------------

@@ -173,3 +173,32 @@ def test_every_state_is_allowed_and_counted(store: Store, status: str) -> None:
     store.connection.execute("UPDATE inbox SET status = ?", (status,))
     assert store.counts()[status] == 1
     assert sum(store.counts().values()) == 1
+
+
+def test_restore_to_dead_undoes_a_discard_without_running_the_event(store: Store) -> None:
+    """Issue 21.9: retrying a discarded event runs it again; restoring it puts it back among the dead, unrun."""
+    dead = _dead(store, "p-1", now=T0)
+    store.discard([dead], now=T0 + 9000)
+    assert store.restore_to_dead([dead, dead, 12345], now=T0 + 9001) == [dead]
+    event = store.event(dead)
+    assert event is not None and event.status == "dead"
+    assert event.dead_reason == "failed" and event.error == "boom"  # why it died, as before the discard
+    assert event.attempts == store.options.max_attempts  # no fresh budget: it is not meant to run
+    assert [(a.kind, a.detail) for a in store.history(dead)][-1] == (
+        "restore", "restored to dead by hand (was: discarded); not run")
+    assert store.counts() == {"pending": 0, "running": 0, "done": 0, "dead": 1, "discarded": 0}
+    gen = store.acquire("w", now=T0 + 99_000)
+    assert gen is not None
+    assert store.claim_batch("w", gen, now=T0 + 99_000) == []  # never claimed
+
+
+def test_restore_to_dead_moves_only_discarded_events_kept_whole(store: Store) -> None:
+    dead = _dead(store, "p-1", now=T0)
+    store.ingest("chat", "c-1", {"text": "hi"}, now=T0)
+    pending = store.find_event("chat", "c-1")
+    assert pending is not None
+    assert store.restore_to_dead([dead, pending.id], now=T0 + 9000) == []  # dead already; pending runs
+    assert store.event(pending.id).status == "pending"  # type: ignore[union-attr]
+    store.discard([pending.id], now=T0 + 9001)  # a pending event given up on is restored to dead too
+    assert store.restore_to_dead([pending.id], now=T0 + 9002) == [pending.id]
+    assert store.event(pending.id).status == "dead"  # type: ignore[union-attr]

@@ -299,3 +299,25 @@ def test_the_oldest_queued_message_gives_the_outboxs_lag(store: Store) -> None:
     assert store.oldest_queued_at() == 1000
     assert store.dispatch(lambda batch: None, now=2000) == 2  # both sent: nothing waits any more
     assert store.oldest_queued_at() is None
+
+
+def test_send_now_moves_a_held_message_to_the_urgent_lane(outbox: Store) -> None:
+    """Issue 21.9: a message held by the gap goes out at once when the owner says so; the gap stays."""
+    channel = Channel()
+    outbox.queue_message("daily digest", now=T)
+    outbox.dispatch(channel, now=T)
+    outbox.queue_message("held news", now=T + 10)
+    outbox.queue_message("more held news", now=T + 11)
+    held, other = (m.id for m in reversed(outbox.outbox_messages(status="queued")))
+    assert outbox.next_send_at(now=T + 20) == T + GAP
+    assert outbox.send_now(held, now=T + 20)
+    assert outbox.next_send_at(now=T + 20) == T + 20
+    assert outbox.dispatch(channel, now=T + 20) == 1
+    assert channel.sent[-1].bodies == ["held news"] and channel.sent[-1].urgent
+    assert outbox.last_send_at() == T  # the other held message still waits for the gap
+    assert outbox.dispatch(channel, now=T + 30) == 0
+    assert not outbox.send_now(held, now=T + 40)  # sent already: nothing to move
+    assert not outbox.send_now(999_999, now=T + 40)
+    assert outbox.send_now(other, now=T + 40)
+    assert not outbox.send_now(other, now=T + 41)  # urgent already
+    assert outbox.dispatch(channel, now=T + 41) == 1 and channel.sent[-1].bodies == ["more held news"]
