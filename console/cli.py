@@ -25,7 +25,7 @@ import click
 from console import __version__
 from console.callview import RequestView, origin_line, request_view
 from console.clock import WallClock
-from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings
+from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings, open_inbox
 from console.core import MAX_PAYLOAD_DEPTH, STATUSES, Event, Store, StoreError, Timer
 from console.core.approvals import ANSWERS
 from console.core.audit import AUDIT_FIELDS, audit_record
@@ -240,7 +240,7 @@ class CliState:
         """The inbox for a command that writes: created (and migrated) if need be."""
         settings = self.settings()
         ensure_default_db_folder(settings)
-        with self._opened(Store.open(settings.db, options=settings.store_options())) as store:
+        with self._opened(open_inbox(settings)) as store:
             yield store
 
     @contextmanager
@@ -248,7 +248,7 @@ class CliState:
         """The inbox for a command that only reads: opened read-only, so it takes no write lock, waits
         for no writer and changes nothing in the file (no migration, no new file)."""
         settings = self.settings()
-        with self._opened(Store.open(settings.db, read_only=True, options=settings.store_options())) as store:
+        with self._opened(open_inbox(settings, read_only=True)) as store:
             yield store
 
     @staticmethod
@@ -527,7 +527,7 @@ def migrate(state: CliState, source: str, target: str | None, abandon: bool) -> 
     if source_settings.db == target_settings.db:
         raise UserError("--from and --to name the same inbox")
     with _writable_existing(state, source_settings) as old, \
-            state._opened(Store.open(target_settings.db, options=target_settings.store_options())) as new:
+            state._opened(open_inbox(target_settings)) as new:
         report = move_inbox(old, new, now=now)
     for table, rows in report.rows.items():
         if rows:
@@ -547,9 +547,9 @@ def migrate(state: CliState, source: str, target: str | None, abandon: bool) -> 
 def _writable_existing(state: CliState, settings: Settings) -> Iterator[Store]:
     """An inbox that must exist already (a move's source), opened for writing: it is looked at read-only
     first, so that a typo names no inbox instead of creating one."""
-    with state._opened(Store.open(settings.db, read_only=True, options=settings.store_options())):
+    with state._opened(open_inbox(settings, read_only=True)):
         pass
-    with state._opened(Store.open(settings.db, options=settings.store_options())) as store:
+    with state._opened(open_inbox(settings)) as store:
         yield store
 
 

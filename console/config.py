@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import platformdirs
 import tzlocal
 
+from console.core import Store
 from console.core.db import StoreError, is_postgres
 from console.core.models import BudgetDefaults
 from console.core.options import STORE_OPTION_NAMES, StoreOptions
@@ -486,6 +487,13 @@ def load_settings(
         values["db"] = with_inbox_params(values["db"], schema=values.get("db_schema"),
                                          password_env=values.get("password_env"))
     return Settings(**values, origins=origins)
+
+
+def open_inbox(settings: Settings, *, read_only: bool = False) -> Store:
+    """The inbox the settings name, opened with their store options: how every command, each of the engine's
+    connections and the console open it. read_only: no write lock, no migration, no new file. Nothing is
+    checked as it opens (the gate before intake, core/gate.py, does that once, bounded in time)."""
+    return Store.open(settings.db, read_only=read_only, options=settings.store_options())
 
 
 def ensure_default_db_folder(settings: Settings) -> None:

@@ -95,6 +95,19 @@ def test_sql_lives_only_in_the_core() -> None:
     assert offenders == []
 
 
+def store_openers(tree: ast.Module) -> int:
+    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "open"
+               and isinstance(node.value, ast.Name) and node.value.id == "Store")
+
+
+def test_settings_become_an_open_inbox_in_one_place() -> None:
+    """open_inbox(settings) (config.py) is how the commands, the engine's connections and the console open the
+    inbox; the webhook receiver's writer opens the path it is handed with the options it is handed."""
+    openers = {module_name(path): n for path in modules_outside_the_core() if (n := store_openers(parsed(path)))}
+    assert openers == {"console.config": 1, "console.edges.writer": 1}
+    assert store_openers(ast.parse("Store.open(settings.db, options=settings.store_options())")) == 1
+
+
 def test_the_rules_catch_what_they_look_for() -> None:
     """The checks above are not vacuous: they flag a planted offence."""
     tree = ast.parse('conn.execute("SELECT id FROM inbox")\nimport textual.app\n')

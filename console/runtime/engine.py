@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 from console import telemetry
 from console.agents.base import Agent
 from console.clock import Clock, WallClock
-from console.config import Settings
+from console.config import Settings, open_inbox
 from console.core import Store
 from console.core.db import START_CHECK_SECONDS, InboxDamaged, QuickCheck, damage_met, is_damage, is_postgres
 from console.core.gate import check_before_intake
@@ -101,7 +101,7 @@ class Engine:
     # --- lifecycle ------------------------------------------------------------------------------
     def _opener(self, role: ThreadRole) -> Callable[[], Store]:
         # No connection checks the file as it opens: check_inbox() runs the one gate, bounded in time, first.
-        return lambda: Store.open(self.settings.db, options=self.settings.store_options())
+        return lambda: open_inbox(self.settings)
 
     def _thread(self, role: ThreadRole) -> DbThread:
         if role not in THREAD_ROLES:  # mypy refuses a misspelt role; this refuses one from untyped code

@@ -37,7 +37,7 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from console.callview import APPROVAL_OPENING, QUESTION_OPENING, request_view
 from console.clock import Clock, WallClock
-from console.config import ConfigError, Settings
+from console.config import ConfigError, Settings, open_inbox
 from console.core import STATUSES, Approval, Event, Store, StoreError
 from console.core.inbox import REVIVABLE
 from console.demo import demo_settings, run_demo
@@ -1030,7 +1030,7 @@ def run_app(settings: Settings, *, demo: bool = False) -> None:
         with tempfile.TemporaryDirectory(prefix="agent-console-demo-") as folder:
             _run(demo_settings(settings, Path(folder)), demo=True)
         return
-    Store.open(settings.db, options=settings.store_options()).close()  # a bad inbox fails here, before the screen
+    open_inbox(settings).close()  # a bad inbox fails here, before the screen
     _run(settings, demo=False)
 
 

@@ -23,7 +23,9 @@ from console.config import (
     env_var,
     load_settings,
     local_zone_name,
+    open_inbox,
 )
+from console.core import StoreError, StoreUnavailable
 
 
 def write(path: Path, text: str) -> Path:
@@ -250,6 +252,22 @@ def test_the_default_db_folder_is_created_but_not_a_chosen_one(tmp_path: Path) -
     chosen = load_settings(None, env={}, overrides={"db": tmp_path / "missing" / "inbox.db"})
     ensure_default_db_folder(chosen)
     assert not (tmp_path / "missing").exists()
+
+
+def test_open_inbox_opens_the_settings_inbox_with_their_store_options(tmp_path: Path) -> None:
+    """The one way in from settings (commands, the engine's connections, the console): read-only creates nothing
+    and writes nothing; the store obeys the settings' options."""
+    settings = load_settings(None, env={"AGENT_CONSOLE_LEASE_TTL": "42"}, overrides={"db": tmp_path / "inbox.db"})
+    with pytest.raises(StoreError, match="no inbox at"):
+        open_inbox(settings, read_only=True)
+    assert not (tmp_path / "inbox.db").exists()
+    with open_inbox(settings) as store:
+        assert store.options == settings.store_options() and store.options.lease_ttl == 42
+        store.ingest("chat", "c1", {}, now=1)
+    with open_inbox(settings, read_only=True) as store:
+        assert store.options.lease_ttl == 42 and store.find_event("chat", "c1") is not None
+        with pytest.raises(StoreUnavailable, match="cannot be written"):
+            store.ingest("chat", "c2", {}, now=1)
 
 
 def test_the_readme_config_example_loads(tmp_path: Path) -> None:
