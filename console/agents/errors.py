@@ -11,6 +11,15 @@ from __future__ import annotations
 from typing import Any
 
 
+class EventFailed(Exception):
+    """The run failed on one event of its batch, which the agent names (a poison event): that event alone is
+    charged. Its batch-mates keep their attempt and each runs alone next (Store.finish_run's `blame`)."""
+
+    def __init__(self, event_id: int, reason: str) -> None:
+        super().__init__(reason)
+        self.event_id = event_id
+
+
 class AgentUnavailable(Exception):
     """The agent cannot run anything right now. The message is the reason shown to the owner."""
 

@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from console.agents.base import ApprovalRequest, Resumed, RunContext
+from console.agents.errors import EventFailed
 from console.agents.provenance import Provenance
 from console.agents.tools import ToolCall, ToolGateway, ToolOutcome, summary
 from console.core import Event
@@ -29,8 +30,8 @@ DAY = 86400
 _RISKY = re.compile(r"\b(refund|deploy|delete|drop|pay|transfer|merge|rollback|shutdown)\b", re.IGNORECASE)
 
 
-class PoisonEventError(RuntimeError):
-    """The payload asks the agent to fail: the run fails on every attempt."""
+class PoisonEventError(EventFailed):
+    """The payload asks the agent to fail: the run fails on every attempt, and names the event it failed on."""
 
 
 # What a chat message asks for, mapped onto a tool call through the same policy-checked gateway the Claude
@@ -55,7 +56,8 @@ class OfflineAgent:
     def run(self, ctx: RunContext) -> None:
         for event in ctx.events:
             if isinstance(event.payload, dict) and event.payload.get("poison"):
-                raise PoisonEventError(f"event {event.id} ({event.source}/{event.source_id}) is marked as poison")
+                raise PoisonEventError(
+                    event.id, f"event {event.id} ({event.source}/{event.source_id}) is marked as poison")
         chats: list[str] = []
         lines: list[str] = []
         asked: list[tuple[str, ApprovalRequest]] = []

@@ -15,9 +15,9 @@ from console.core.base import StoreBase, dumps, loads
 from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import AGENT_STATES, AgentState
 
-# A hand retry (retry_dead) is the only way an event gets claimed alone with no attempt counted; when such an
-# event is handed back it must stay alone. Its history says so: the last entry that is neither a claim nor
-# a hand-back is the `retry`.
+# A hand retry (retry_dead) and a poison event's batch-mate (`batch`: its run failed on another event) are
+# claimed alone with no attempt counted; when such an event is handed back it must stay alone. Its history says
+# so: the last entry that is neither a claim nor a hand-back is the `retry` or the `batch`.
 _LAST_DECISIVE_KIND = """SELECT kind FROM attempts WHERE event_id = ? AND kind NOT IN ('claim', 'deferred')
                          ORDER BY id DESC LIMIT 1"""
 
@@ -44,7 +44,7 @@ class AgentStateMixin(StoreBase):
                 ).fetchall()
                 if not returned:
                     continue
-                if returned[0][0] == 0 and self._scalar(_LAST_DECISIVE_KIND, (event_id,)) == "retry":
+                if returned[0][0] == 0 and self._scalar(_LAST_DECISIVE_KIND, (event_id,)) in ("retry", "batch"):
                     self._conn.execute("UPDATE inbox SET claim_alone = 1 WHERE id = ?", (event_id,))
                 self._log_attempt(event_id, now, "deferred", holder, gen, reason)
             return True

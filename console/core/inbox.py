@@ -19,6 +19,7 @@ from console.core.models import (
     TimerDraft,
     ToolCallRecord,
     death_in_words,
+    failed_with_batch,
 )
 from console.core.outcome import commit_outcome
 
@@ -43,7 +44,7 @@ def sort_key(event: Event, order: str) -> tuple[Any, int]:
 DISCARDABLE = ("dead", "pending")
 _EVENT_COLUMNS = (
     "id, source, source_id, payload, status, attempts, claim_gen, error, "
-    "created_at, updated_at, next_attempt_at, duplicates, pruned_at, dead_reason, trace"
+    "created_at, updated_at, next_attempt_at, duplicates, pruned_at, dead_reason, trace, failed_with"
 )
 
 
@@ -56,7 +57,7 @@ _SELECT_DUE_RETRY = """SELECT id, attempts FROM inbox INDEXED BY inbox_retry
 _SELECT_HAND_RETRY = """SELECT id FROM inbox INDEXED BY inbox_alone
                         WHERE status = 'pending' AND claim_alone = 1 ORDER BY id LIMIT 1"""
 _CLAIM_SET = """UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?, updated_at = ?,
-                 claim_alone = 0"""
+                 claim_alone = 0, failed_with = NULL"""
 _CLAIM_ONE = f"""{_CLAIM_SET} WHERE id = ? RETURNING {_EVENT_COLUMNS}"""
 # Fresh events are picked from their partial index, then claimed one UPDATE by primary key each: on
 # SQLite 3.54 that is 4-6x cheaper than one UPDATE ... WHERE id IN (subquery) for the usual small batch.
@@ -132,6 +133,7 @@ def _event(row: Sequence[Any]) -> Event:
         pruned_at=row[12],
         dead_reason=row[13],
         trace=row[14],
+        failed_with=row[15],
     )
 
 
@@ -275,6 +277,21 @@ class InboxMixin(StoreBase):
             )
         return True
 
+    def _spare_batch_mate(self, event_id: int, holder: str, gen: int, now: int, error: str, poison_id: int) -> bool:
+        """The run failed on poison_id, not on this event: back to pending at once with the claim's attempt
+        taken back and its own error untouched, to be claimed alone next. False when the event is not running
+        under gen."""
+        spared = self._conn.execute(
+            """UPDATE inbox SET status = 'pending', attempts = CASE WHEN attempts > 0 THEN attempts - 1 ELSE 0 END,
+                              claim_alone = 1, failed_with = ?, updated_at = ?
+               WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING id""",
+            (poison_id, now, event_id, gen),
+        ).fetchall()
+        if spared:
+            self._log_attempt(event_id, now, "batch", holder, gen,
+                              f"{failed_with_batch(poison_id)}: {error}; attempt not counted, runs alone next")
+        return bool(spared)
+
     def _recover_lost(self, holder: str, gen: int, now: int) -> None:
         lost = self._conn.execute(_SELECT_LOST, (gen,)).fetchall()
         for event_id, attempts, old_gen, claimed_at in lost:
@@ -320,15 +337,17 @@ class InboxMixin(StoreBase):
         memory: Sequence[MemoryWrite] = (),
         tool_calls: Sequence[ToolCallRecord] = (),
         notices: Sequence[CapNotice] = (),
+        blame: int | None = None,
     ) -> bool:
         """Record a run's outcome and queue its messages, in one fenced transaction (finish_run with the
         outcome these keywords make: a message may be plain text, an OutboxDraft otherwise)."""
         drafts = [OutboxDraft(m) if isinstance(m, str) else m for m in messages]
         outcome = RunOutcome(drafts, approvals, timers, notes or {}, memory, tool_calls, notices)
-        return self.finish_run(holder, gen, ids, outcome, now=now, error=error)
+        return self.finish_run(holder, gen, ids, outcome, now=now, error=error, blame=blame)
 
     def finish_run(
-        self, holder: str, gen: int, ids: Sequence[int], outcome: RunOutcome, *, now: int, error: str | None = None
+        self, holder: str, gen: int, ids: Sequence[int], outcome: RunOutcome, *, now: int, error: str | None = None,
+        blame: int | None = None,
     ) -> bool:
         """Record a run's outcome and queue its messages, in one fenced transaction.
 
@@ -339,6 +358,12 @@ class InboxMixin(StoreBase):
 
         notes (event id -> text) become the detail of those events' finish in their history: how the run
         ended for them when `done` alone would hide it (the model declined, say).
+
+        blame: the event a failed run failed on, as its agent named it (a poison event). When it is one of
+        several ids, it alone is charged (the error, the backoff, dead once out of attempts); its batch-mates
+        go back to pending with the claim's attempt taken back and no error of theirs, say why (failed_with,
+        their history), and each runs alone next. Without it, or naming no event of the batch, every event
+        is charged and retried alone after its backoff, as the run's failure may be any of theirs.
 
         Messages count against max_messages_per_hour and past it are held (console/core/caps.py); notices
         (a cap the run reached) are queued once per crossing.
@@ -364,7 +389,11 @@ class InboxMixin(StoreBase):
                                     for event_id in dict.fromkeys(ids) if event_id in done])
                 moved = len(done)
             else:
-                moved = sum(self._finish_failed(event_id, holder, gen, now, error) for event_id in ids)
+                poison = blame if blame in ids and len(set(ids)) > 1 else None
+                moved = sum(self._finish_failed(event_id, holder, gen, now, error)
+                            if poison is None or event_id == poison
+                            else self._spare_batch_mate(event_id, holder, gen, now, error, poison)
+                            for event_id in ids)
                 if moved:  # the calls a failed run made stand (journalled): the audit trail says so now
                     self._audit_failed_run(outcome.tool_calls, error, now)
             if error is None and (moved or not ids):

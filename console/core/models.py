@@ -26,12 +26,24 @@ class Event:
     pruned_at: int | None = None  # when `prune` cleared its payload (the row and its key stay)
     dead_reason: str | None = None  # one of DEAD_REASONS once it died (kept if discarded)
     trace: str | None = None  # the traceparent its run is traced under (a delivery whose sender traces)
+    failed_with: int | None = None  # the poison event its last batch failed on (it runs alone next)
 
     def death_in_words(self) -> str | None:
         """Why a dead event died, as a sentence built from its fields (None unless it is dead)."""
         if self.status != "dead":
             return None
         return death_in_words(self.dead_reason, self.attempts, self.error)
+
+    def batch_failure_in_words(self) -> str | None:
+        """Why a batch-mate of a poison event is pending again, no attempt spent (None for any other event)."""
+        if self.status != "pending" or self.failed_with is None:
+            return None
+        return f"{failed_with_batch(self.failed_with)}; runs alone next"
+
+
+def failed_with_batch(poison_id: int) -> str:
+    """What a batch-mate of poison_id went through: the run failed on that event, not on this one."""
+    return f"failed with its batch (#{poison_id}, poison)"
 
 
 # Why an event died (Event.dead_reason): its last attempt's run failed; its last attempt's worker lost the

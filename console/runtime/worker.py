@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from console import telemetry
 from console.agents.base import Agent, RunContext
-from console.agents.errors import AgentPaused, AgentUnavailable, ProviderBusy
+from console.agents.errors import AgentPaused, AgentUnavailable, EventFailed, ProviderBusy
 from console.core import AgentState, Event, Lease, RunOutcome, StaleGeneration, Store, StoreUnavailable
 from console.redact import redact_urls
 from console.runtime.host import ServiceHost, service_loop
@@ -164,6 +164,7 @@ class Worker:
             return ctx
 
         error: str | None = None
+        blame: int | None = None  # the event the run failed on, when the agent named one (a poison event)
         staged = RunOutcome()
         unavailable: AgentUnavailable | None = None
         try:
@@ -175,6 +176,7 @@ class Worker:
             unavailable = exc
         except Exception as exc:
             error = redact_urls(f"{type(exc).__name__}: {exc}")  # it is stored and shown: no credentials
+            blame = exc.event_id if isinstance(exc, EventFailed) else None
             log.warning("run %s failed: %s", self.runs, error)
             # The calls it made in the world stand (journalled): its failed finish writes them to the audit trail.
             staged = RunOutcome(tool_calls=list(contexts[0].tool_log)) if contexts else RunOutcome()
@@ -203,7 +205,7 @@ class Worker:
             if deferred:
                 await self._hand_back(gen, deferred)
                 ids = [event_id for event_id in ids if event_id not in deferred]
-        finished = await self._finish(gen, ids, staged, error)
+        finished = await self._finish(gen, ids, staged, error, blame)
         if finished is None:
             return  # stopping: the lease's release returns the events to pending
         if not finished:
@@ -227,7 +229,9 @@ class Worker:
         host.publish("outbox", "queued")
         host.wake()
 
-    async def _finish(self, gen: int, ids: list[int], staged: RunOutcome, error: str | None) -> bool | None:
+    async def _finish(
+        self, gen: int, ids: list[int], staged: RunOutcome, error: str | None, blame: int | None
+    ) -> bool | None:
         """Record the run's outcome, trying again until the inbox takes it; None if the engine stops first.
 
         Giving up instead would leave the events `running` under a generation this worker keeps renewing,
@@ -238,25 +242,26 @@ class Worker:
         pause = 0.05
         while True:
             try:
-                return await host.on("writer", self._finishing(gen, ids, staged, error, host.clock.now()))
+                return await host.on("writer", self._finishing(gen, ids, staged, error, blame, host.clock.now()))
             except StoreUnavailable as exc:
                 host.note_error(f"run {self.runs}: could not record its outcome ({exc}); trying again")
             except Exception as exc:  # the outcome itself cannot be stored: record the run as failed instead
                 host.note_error(f"run {self.runs}: could not record its outcome: {type(exc).__name__}: {exc}")
                 error, staged = f"could not record the run's outcome ({type(exc).__name__})", RunOutcome()
+                blame = None  # every event's failure now, not the poison event's
             if host.stopping:
                 return None
             await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
             pause = min(pause * 2, host.idle_cap)
 
     def _finishing(
-        self, gen: int, ids: list[int], staged: RunOutcome, error: str | None, now: int
+        self, gen: int, ids: list[int], staged: RunOutcome, error: str | None, blame: int | None, now: int
     ) -> Callable[[Store], bool]:
         holder = self.host.holder
         # A failed run's outputs are dropped (its retry produces them again), but for the calls it made, which the
         # audit trail records with the failure.
         outcome = RunOutcome(tool_calls=staged.tool_calls) if error else staged
-        return lambda store: store.finish_run(holder, gen, ids, outcome, now=now, error=error)
+        return lambda store: store.finish_run(holder, gen, ids, outcome, now=now, error=error, blame=blame)
 
     # --- the agent as a whole: waiting out back-pressure, paused by a refused configuration ----------------
     async def _agent_gate(self, gen: int, now: int) -> float | None:

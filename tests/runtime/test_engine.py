@@ -118,6 +118,28 @@ async def test_poison_goes_dead_after_three_attempts_while_healthy_events_flow(
     assert kinds.count("claim") == 3 and kinds.count("error") == 3 and kinds[-1] == "dead"
 
 
+async def test_a_poison_events_batch_mates_keep_their_attempt_and_run_alone(tmp_path: Path, clock: ManualClock) -> None:
+    """Issue 21.6: a chat message and a poison event arrive together and are run as one batch. The run fails on
+    the poison event, which alone is charged; the message runs alone at once and is done on its first attempt."""
+    settings = make_settings(tmp_path)
+    with Store.open(settings.db) as store:  # stored before the engine starts: one claim takes both
+        store.ingest_many([("chat", "mate", {"text": "hello"}), ("webhook", "poison-1", {"poison": True})],
+                          now=clock.now())
+    engine = build_engine(settings, clock=clock, holder="test-worker", idle_cap=0.1, install_defaults=False)
+    await engine.start()
+    try:
+        mate = await read_until(engine, lambda s: (e := s.find_event("chat", "mate")).status == "done" and e)
+        poison = await engine.read(lambda s: s.find_event("webhook", "poison-1"))
+        history = await engine.read(lambda s: [(a.kind, a.detail) for a in s.history(mate.id)])
+    finally:
+        await engine.stop()
+    assert (mate.attempts, mate.error) == (1, None)
+    assert [kind for kind, _ in history] == ["claim", "batch", "claim", "finish"]
+    assert history[1][1] == (f"failed with its batch (#{poison.id}, poison): PoisonEventError: event {poison.id} "
+                             f"(webhook/poison-1) is marked as poison; attempt not counted, runs alone next")
+    assert (poison.status, poison.attempts) == ("pending", 1) and "poison" in (poison.error or "")
+
+
 async def test_digest_after_an_outage_is_one_coalesced_digest(tmp_path: Path, clock: ManualClock) -> None:
     settings = make_settings(tmp_path, digest_cron="0 9 * * *", timezone="UTC")
     engine = build_engine(settings, clock=clock, holder="digest-worker", idle_cap=0.1)
