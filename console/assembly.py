@@ -73,6 +73,11 @@ class LateAgent:
     def run(self, ctx: RunContext) -> None:
         self.prepare().run(ctx)
 
+    @property
+    def tools(self) -> object:
+        """The built agent's tool gateway, if it has one (the worker records its MCP servers' health)."""
+        return getattr(self.prepare(), "tools", None)
+
     def close(self) -> None:
         closer = getattr(self._agent, "close", None)
         if callable(closer):

@@ -246,9 +246,16 @@ class McpHub:
         self._ready = threading.Event()
         self._closed = False
         self._pending: set[concurrent.futures.Future[Any]] = set()
+        self._watchers: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return f"<McpHub servers={sorted(self._servers)}>"
+
+    def watch(self, callback: Callable[[], None]) -> None:
+        """Call callback (on the hub's thread: it must only hand the news on) each time a server's state or
+        reason changes, so its health is recorded when it changes, not at the next run."""
+        with self._lock:
+            self._watchers.append(callback)
 
     # --- lifecycle --------------------------------------------------------------------------------------
 
@@ -654,8 +661,15 @@ class McpHub:
 
     def _set(self, server: _Server, **changes: Any) -> None:
         with self._lock:
+            before = (server.state, server.reason)
             for key, value in changes.items():
                 setattr(server, key, value)
+            watchers = list(self._watchers) if (server.state, server.reason) != before else []
+        for callback in watchers:
+            try:
+                callback()
+            except Exception:  # a watcher's trouble must not stop a server's supervisor
+                logger.exception("an MCP health watcher failed")
 
     def _connect_failure(self, server: _Server, exc: BaseException) -> str:
         reason = self._reason(server, exc)

@@ -40,7 +40,8 @@ def demo_servers(settings: Settings) -> dict[str, McpServerConfig]:
 
 def build_tools(settings: Settings, *, demo: bool = False) -> ToolGateway:
     """The policy-checked gateway the agent's tools come through: the owner's [permissions], the Python tools
-    installed under the `agent_console.tools` entry points, and the [mcp_servers] (started on first use).
+    installed under the `agent_console.tools` entry points, and the [mcp_servers] (started when the engine takes
+    the lease; the example shop on first use).
     demo: with no [mcp_servers] configured, use the example shop server (the built-in agent's default)."""
     if settings.mcp_servers is not None:
         servers = parse_mcp_servers(settings.mcp_servers)
@@ -51,7 +52,8 @@ def build_tools(settings: Settings, *, demo: bool = False) -> ToolGateway:
         permissions = DEMO_PERMISSIONS
     policy = Policy.from_settings(permissions)
     hub = McpHub(servers) if servers else None
-    return ToolGateway(policy, mcp=hub, python_tools=load_python_tools(), timezone=settings.timezone)
+    return ToolGateway(policy, mcp=hub, python_tools=load_python_tools(), timezone=settings.timezone,
+                       start_early=settings.mcp_servers is not None)
 
 
 def read_instructions(settings: Settings) -> str | None:

@@ -66,6 +66,8 @@ class ToolHub(Protocol):
 
     def status(self) -> dict[str, str]: ...
 
+    def watch(self, callback: Callable[[], None]) -> None: ...
+
 log = logging.getLogger("agent_console.tools")
 
 ENTRY_POINT_GROUP = "agent_console.tools"
@@ -289,9 +291,13 @@ class ToolGateway:
         mcp: ToolHub | None = None,
         python_tools: Mapping[str, PythonTool] | None = None,
         timezone: str = "UTC",
+        start_early: bool = False,
     ) -> None:
         self.policy = policy or Policy()
         self.mcp = mcp
+        # The owner's own [mcp_servers] start when the engine takes the lease (start_servers), so one that cannot
+        # start shows at once; the built-in example shop starts on first use, as it costs the SDK's import.
+        self.start_early = start_early
         self._mcp_started = False
         self._mcp_lock = threading.Lock()
         self.python_tools = dict(python_tools or {})
@@ -321,6 +327,17 @@ class ToolGateway:
                 reason = text.removeprefix("down: ").rsplit("; retrying in ", 1)[0]
                 health[server] = ("down", reason)
         return health
+
+    def start_servers(self) -> bool:
+        """Start the MCP servers now rather than at a run's first use of a tool (the engine holding the lease
+        does, so that a server that cannot start shows before a run quietly goes without it). False, starting
+        nothing, when there is no MCP server or the gateway was not made to start early."""
+        return self.start_early and self._hub() is not None
+
+    def watch_health(self, callback: Callable[[], None]) -> None:
+        """Call callback (from the hub's thread) each time a server's health changes."""
+        if self.mcp is not None:
+            self.mcp.watch(callback)
 
     def _hub(self) -> ToolHub | None:
         """The MCP hub, started on first use: the servers' processes cost nothing until a run needs a tool

@@ -54,6 +54,8 @@ class Worker:
         self.holds = 0  # passes that claimed nothing because the agent waits or is paused
         self._agent: AgentState | None = None  # as the gate last read it
         self._tool_health: dict[str, tuple[str, str | None]] = {}  # as last stored
+        self._tool_watch: asyncio.Task[None] | None = None  # records the MCP servers' health as it changes
+        self._tools_changed: asyncio.Event | None = None
         self._current: asyncio.Task[None] | None = None
         self._lost_lease = False
         self._renewed_at = 0
@@ -70,6 +72,10 @@ class Worker:
         try:
             await service_loop(self.host, "worker", self._tick)
         finally:
+            if self._tool_watch is not None:
+                self._tool_watch.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await self._tool_watch
             self._loop_done.set()
 
     async def _tick(self) -> float | None:
@@ -96,6 +102,7 @@ class Worker:
             log.info("holding the lease as generation %s", gen)
             self.gen = gen
             host.publish("lease", f"generation {gen}")
+            self._watch_tool_health()
         host.set_mode("active")
         if host.stopping:
             return None  # shutdown releases this generation; a claim now would only count an attempt
@@ -367,6 +374,42 @@ class Worker:
 
         await self._write_until_stored(hand_back, "the events it handed back")
         log.info("run %s: %s event(s) handed back for a later run", self.runs, len(deferred))
+
+    def _watch_tool_health(self) -> None:
+        """On taking the lease: record the MCP servers' health now, and again whenever it changes, not only
+        after a run (a server that cannot start would otherwise show only once a run had gone without it)."""
+        self._tool_health = {}  # a generation of its own: it writes what it sees, whatever the last holder wrote
+        if self._tool_watch is not None and not self._tool_watch.done():
+            assert self._tools_changed is not None
+            self._tools_changed.set()
+            return
+        self._tools_changed = asyncio.Event()
+        self._tool_watch = asyncio.create_task(self._keep_tool_health(self._tools_changed))
+
+    async def _keep_tool_health(self, changed: asyncio.Event) -> None:
+        # Duck-typed as in _record_tool_health: the gateway (console.agents.tools.ToolGateway) starts the servers
+        # and tells of each change from the hub's thread.
+        tools = getattr(self.agent, "tools", None)
+        start, watch = getattr(tools, "start_servers", None), getattr(tools, "watch_health", None)
+        if not callable(start) or not callable(watch):
+            return
+        loop = asyncio.get_running_loop()
+
+        def tell() -> None:  # on the hub's thread
+            with contextlib.suppress(RuntimeError):  # the loop has closed: the engine is gone
+                loop.call_soon_threadsafe(changed.set)
+
+        watch(tell)
+        if not await asyncio.to_thread(start):  # bounded by the servers' connect and list timeouts
+            return
+        while not self.host.stopping:
+            changed.clear()
+            if self.gen is not None:
+                try:
+                    await self._record_tool_health(self.gen)
+                except Exception as exc:  # say it, keep watching: the next change records it again
+                    self.host.note_error(f"recording the MCP servers' health: {type(exc).__name__}: {exc}")
+            await changed.wait()
 
     async def _record_tool_health(self, gen: int) -> None:
         """Store each MCP server's state when it changed since the last run (status --json "tools", the
