@@ -672,7 +672,7 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
         click.echo("no events")
         return
     for event in found:
-        said = event.death_in_words() or event.error
+        said = event.death_in_words() or event.batch_failure_in_words() or event.error
         error = f"  {said}" if said else ""
         _say(f"{event.id:>6}  {event.status:<7}  {event.attempts} att  {event.source}/{event.source_id}{error}")
 

@@ -17,7 +17,7 @@ AHEAD_LIMIT = 100  # older pending events counted, at most: "100+ ahead" says en
 
 # The kinds of reason, most decisive first within an answer.
 REASON_KINDS = ("done", "dead", "discarded", "running", "stranded_answer", "reply_held", "awaiting_approval",
-                "agent_not_ready",
+                "batch_failed", "agent_not_ready",
                 "no_lease", "lease_elsewhere", "stalled", "backing_off", "behind_older", "next_pass")
 
 
@@ -97,6 +97,9 @@ def why_not_run(
         return _answer(event, [Reason("running", f"running now under lease generation {event.claim_gen} "
                                       f"(attempt {event.attempts})", {"gen": event.claim_gen,
                                                                       "attempt": event.attempts}), *reasons])
+    batch_failure = event.batch_failure_in_words()
+    if batch_failure is not None:  # pending again through no fault of its own: first, it says whose fault
+        reasons.append(Reason("batch_failed", batch_failure, {"poison": event.failed_with}))
     agent = store.agent_state().at(now)
     if agent.state != "ready":
         reasons.append(Reason(

@@ -281,6 +281,28 @@ def test_show_says_why_a_pending_event_has_not_run_as_the_console_does(db: Path)
     assert why["reasons"][0]["request_id"] == "apr-1-x" and why["reasons"][1]["holder"] == "worker-b:77"
 
 
+def test_show_and_events_say_a_batch_mate_failed_with_its_batch_not_the_poisons_error(db: Path) -> None:
+    now = wall()
+    with open_store(db) as store:
+        store.ingest_many([("chat", "mate", {}), ("hook", "poison", {"poison": True})], now=now)
+        gen = store.acquire("worker-b:77", now=now)
+        assert gen is not None
+        mate, poison = store.claim_batch("worker-b:77", gen, now=now)
+        store.finish("worker-b:77", gen, [mate.id, poison.id], now=now, error="PoisonEventError: boom",
+                     blame=poison.id)
+    said = f"failed with its batch (#{poison.id}, poison); runs alone next"
+    text = ok(db, "show", str(mate.id))
+    assert f"event {mate.id}  chat/mate  pending  (0 attempts, " in text  # its attempt was not spent
+    assert f"why it has not run:\n  - {said}\n" in text
+    assert "\nerror: " not in text  # the poison event's error is not its own
+    assert (f"batch     worker-b:77 gen 1  failed with its batch (#{poison.id}, poison): PoisonEventError: boom; "
+            "attempt not counted, runs alone next") in text
+    assert f"{mate.id:>6}  pending  0 att  chat/mate  {said}\n" in ok(db, "events")
+    detail = json.loads(ok(db, "show", str(mate.id), "--json"))
+    assert (detail["event"]["failed_with"], detail["event"]["error"]) == (poison.id, None)
+    assert detail["why"]["reasons"][0] == {"kind": "batch_failed", "sentence": said, "poison": poison.id}
+
+
 def test_show_of_a_dead_event_says_why_it_died_from_its_fields(db: Path) -> None:
     dead_id = make_dead(db, "cron", "c-1")
     text = ok(db, "show", str(dead_id))

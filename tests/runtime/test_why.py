@@ -94,3 +94,17 @@ def test_a_pending_event_discarded_before_it_failed_says_only_that(store: Store)
     why = why_not_run(store, store.event(event.id), now=T + 65)  # type: ignore[arg-type]
     assert why.kinds() == ["discarded"] and why.reasons[0].facts["dead_reason"] is None
     assert why.sentences[0].endswith("(1m00s ago): it is never run again; a retry brings it back")
+
+
+def test_a_batch_mate_of_a_poison_event_says_it_failed_with_its_batch_and_runs_alone_next(store: Store) -> None:
+    store.ingest_many([("chat", "mate", {}), ("hook", "poison", {"poison": True})], now=T)
+    gen = store.acquire("w", now=T)
+    assert gen is not None
+    mate, poison = store.claim_batch("w", gen, now=T)
+    assert store.finish("w", gen, [mate.id, poison.id], now=T, error="PoisonEventError: boom", blame=poison.id)
+    why = why_not_run(store, store.event(mate.id), now=T, holder="w", mode="active")  # type: ignore[arg-type]
+    assert why.kinds() == ["batch_failed"] and why.reasons[0].facts == {"poison": poison.id}
+    assert why.sentences == [f"failed with its batch (#{poison.id}, poison); runs alone next"]
+    assert all(kind in REASON_KINDS for kind in why.kinds())
+    charged = why_not_run(store, store.event(poison.id), now=T, holder="w", mode="active")  # type: ignore[arg-type]
+    assert "batch_failed" not in charged.kinds() and "last error: PoisonEventError: boom" in charged.sentences[0]

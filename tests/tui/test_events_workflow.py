@@ -97,6 +97,28 @@ async def test_the_selected_events_error_is_under_the_table_with_when_it_died(fi
         assert "(4s ago): failed 2 attempts; last error: PoisonEventError: marked as poison" in shown
 
 
+async def test_a_batch_mate_says_it_failed_with_its_batch_not_the_poisons_error(filled: Path,
+                                                                               clock: ManualClock) -> None:
+    """Issue 21.6: the row, the line under the table and the detail say why it is pending again, and whose
+    failure it was; the poison event's error is not shown as its own."""
+    with reopen(filled) as store:
+        store.ingest("chat", "mate-1", {"text": "hi"}, now=clock.now())
+        store.connection.execute("UPDATE inbox SET failed_with = ?, claim_alone = 1 WHERE source_id = 'mate-1'",
+                                 (DEAD,))
+    said = f"failed with its batch (#{DEAD}, poison); runs alone next"
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        pane = app.query_one(EventsPane)
+        assert str(pane.table.get_cell("8", "last error")) == said
+        assert str(pane.table.get_cell("8", "att")) == "0" and str(pane.table.get_cell("8", "retry")) == ""
+        assert f"#8 pending · {said}" in text_of(app, "#events-error")
+        assert "Poison" not in text_of(app, "#events-error")
+        await pilot.press("enter")
+        await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="the event's detail")
+        assert said in text_of(app, "#detail-why")
+
+
 async def test_a_failed_event_says_when_it_is_tried_again(filled: Path, clock: ManualClock) -> None:
     with reopen(filled) as store:
         store.ingest("chat", "slow-1", {"text": "hi"}, now=clock.now())

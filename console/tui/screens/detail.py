@@ -36,7 +36,7 @@ STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": 
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
 TRANSCRIPT_STYLE = {"turn": "bold", "call": "$text-primary", "result": "dim", "note": "dim italic"}
 HISTORY_STYLE = {"error": "$text-error", "dead": "$text-error", "refused": "$text-warning", "lost": "$text-warning",
-                 "finish": "$text-success"}
+                 "batch": "$text-warning", "finish": "$text-success"}
 REFRESH_SECONDS = 1.0  # countdowns move, and a change another process made shows within a second
 
 

@@ -31,6 +31,9 @@ def error_lines(event: Event, now: int, zone: tzinfo | None = None,
         if event.dead_reason is not None:
             return [(f"{gone}it had died: ", "bold"), (terminal_safe_lines(died), "$text-muted")]
         return [(f"{gone}last error: ", "bold"), (terminal_safe_lines(event.error or ""), "$text-muted")]
+    batch_failure = event.batch_failure_in_words()
+    if batch_failure is not None:  # a poison event's batch-mate: the run's error was the poison event's
+        return [(f"#{event.id} {event.status} · ", "bold"), (batch_failure, "$text-warning")]
     if not event.error:
         return [(f"#{event.id} {event.status} · no error", "$text-muted")]
     if event.status == "pending" and event.attempts:

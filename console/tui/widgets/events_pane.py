@@ -250,8 +250,10 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     @staticmethod
     def _cells(event: Event, now: int, variables: dict[str, str], marked: bool) -> list[Text]:
-        # The att column already says how many attempts failed: the table shows the last error itself.
-        error = terminal_safe(" ".join((event.error or "").split()))
+        # The att column already says how many attempts failed: the table shows the last error itself, or for a
+        # poison event's batch-mate why it is pending again (the poison event's error is not its own).
+        batch_failure = event.batch_failure_in_words()
+        error = batch_failure or terminal_safe(" ".join((event.error or "").split()))
         source_id = terminal_safe(event.source_id)  # escaped first, so the cut counts what is shown
         source_id = source_id if len(source_id) <= 16 else source_id[:15] + "…"
         return [
@@ -264,7 +266,8 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             Text("" if event.claim_gen is None else str(event.claim_gen), justify="right"),
             Text(table_age(now - event.created_at), justify="right"),
             Text(retry_in(event, now), justify="right"),
-            Text(error, style=status_colour(variables, "dead") if error and event.status != "discarded" else ""),
+            Text(error, style="" if not error or event.status == "discarded" or batch_failure
+                 else status_colour(variables, "dead")),
         ]
 
     def _show_error(self, now: int | None = None) -> None:
