@@ -93,7 +93,7 @@ def build_engine(
     channels: Sequence[OutboxChannel] | None = None,
     install_defaults: bool = True,
     late_agent: bool = False,
-    watch_interval: float = 0.05,
+    watch_interval: float | None = 0.05,
     idle_cap: float | None = None,
     shutdown_grace: float = 10.0,
 ) -> Engine:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import random
-import time
 from typing import Any, Protocol
 
 import apsw
@@ -45,6 +44,7 @@ from console.core.search import SearchMixin
 from console.core.spend import SpendMixin
 from console.core.stranded import StrandedMixin
 from console.core.tool_health import ToolHealthMixin
+from console.core.walfeed import WalFeed
 
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
@@ -55,29 +55,6 @@ class ChangeFeed(Protocol):
         ...
 
     def close(self) -> None: ...
-
-
-class PollingFeed:
-    POLL_SECONDS = 0.05
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self._seen = store.data_version()
-
-    def wait(self, timeout: float) -> bool:
-        deadline = time.monotonic() + max(0.0, timeout)
-        while True:
-            current = self._store.data_version()
-            if current != self._seen:
-                self._seen = current
-                return True
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return False
-            time.sleep(min(self.POLL_SECONDS, left))  # a file cannot announce a commit: look again
-
-    def close(self) -> None:
-        self._store.close()
 
 
 class Store(
@@ -143,10 +120,10 @@ class Store(
         return self._conn
 
     def change_feed(self) -> ChangeFeed:
-        """Something to wait on until another connection commits to this inbox. On SQLite it looks at
-        PRAGMA data_version on a connection of its own every 50 ms (a file has no way to announce a
-        commit); on PostgreSQL it LISTENs, and every commit NOTIFYs."""
-        return PollingFeed(self.reopen())
+        """Something to wait on until another connection commits to this inbox. On SQLite the kernel says
+        when the file's WAL is written and PRAGMA data_version, on a connection of its own, whether a commit
+        landed (console.core.walfeed); on PostgreSQL it LISTENs, and every commit NOTIFYs."""
+        return WalFeed(self.reopen())
 
     def move_mark(self) -> tuple[str, str, int] | None:
         """This inbox's part in a move, if any: (state, the other inbox's name, since): `moving` / `moved` to

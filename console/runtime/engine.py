@@ -1,9 +1,9 @@
 """Engine: the worker, the scheduler and the paced outbox dispatcher on one inbox, as asyncio tasks.
 
 The database is the bus: the engine holds no truth the file does not hold. It wakes at once on an
-in-process ingest, and within ~100 ms on another process's commit by watching PRAGMA data_version
-(a read of SQLite's shared-memory WAL index, not of the disk). It publishes change notices that a
-UI may subscribe to; it never touches a UI.
+in-process ingest, and on another process's commit as soon as its change feed hears of it (on SQLite the
+kernel reports the write to the file's WAL and PRAGMA data_version confirms the commit: console.core.walfeed;
+on PostgreSQL a NOTIFY). It publishes change notices that a UI may subscribe to; it never touches a UI.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from console.agents.base import Agent
 from console.clock import Clock, WallClock
 from console.config import Settings, open_inbox
 from console.core import Store
-from console.core.db import START_CHECK_SECONDS, InboxDamaged, QuickCheck, damage_met, is_damage, is_postgres
+from console.core.db import START_CHECK_SECONDS, InboxDamaged, QuickCheck, damage_met, is_damage
 from console.core.gate import check_before_intake
 from console.core.outbox import OutboxChannel
 from console.core.store import ChangeFeed
@@ -36,7 +36,7 @@ from console.runtime.scheduler import Scheduler
 from console.runtime.worker import Worker
 
 T = TypeVar("T")
-# How long one wait on a PostgreSQL inbox's notifications lasts before the watcher looks at _stopping again.
+# How long one wait on the inbox's change feed lasts before the watcher looks at _stopping again.
 LISTEN_SECONDS = 0.5
 log = logging.getLogger("agent_console.engine")
 
@@ -63,7 +63,7 @@ class Engine:
         set_up: Sequence[SetUp] = (),
         clock: Clock | None = None,
         holder: str | None = None,
-        watch_interval: float = 0.05,
+        watch_interval: float | None = 0.05,
         idle_cap: float | None = None,
         shutdown_grace: float = 10.0,
     ) -> None:
@@ -326,45 +326,30 @@ class Engine:
         return float(max(0, when - self.clock.now()))
 
     async def _watch(self) -> None:
-        """Wake everything when any other connection (thread or process) commits to the file."""
-        if is_postgres(self.settings.db):
-            await self._listen()
+        """Wake everything when any other connection (thread or process) commits to the inbox. The change feed
+        is told of commits (PostgreSQL's NOTIFY; on SQLite the kernel's word that the file's WAL was written,
+        see console.core.walfeed), so an idle engine does not look. No watcher with watch_interval None."""
+        if self.watch_interval is None:
             return
-        # The first look is inside the loop, so a failure there cannot end the watcher silently. A failed
-        # look counts as a change once (None), so what committed meanwhile is not missed.
-        last: int | None = None
-        first = True
-        while not self._stopping:
-            try:
-                current: int | None = await self.read(lambda store: store.data_version())
-            except Exception as exc:
-                self.note_error(f"watcher: {exc}")
-                current = None
-            if current != last and not first:
-                self.wake()
-                self.publish("events", "the inbox changed")
-            first, last = False, current
-            await asyncio.sleep(self.watch_interval)  # a polling interval, not a wait for a result
-
-    async def _listen(self) -> None:
-        """PostgreSQL: every commit to the inbox, by any engine, console or receiver on any host, NOTIFYs
-        its channel; the feed hears it at once instead of polling."""
         feed: ChangeFeed | None = None
+        retry_in = self.watch_interval
         try:
             while not self._stopping:
                 try:
                     if feed is None:
                         feed = await self.read(lambda store: store.change_feed())
                     changed = await asyncio.to_thread(feed.wait, LISTEN_SECONDS)
+                    retry_in = self.watch_interval
                 except Exception as exc:
                     self.note_error(f"watcher: {exc}")
-                    changed = True
-                    await asyncio.sleep(self.idle_cap)  # the server is away: look again later
+                    changed = True  # a failed look counts as a change, so what committed meanwhile is not missed
+                    await asyncio.sleep(retry_in)  # the file or the server is away: look again, less often
+                    retry_in = min(self.idle_cap, 2 * retry_in)
                 if changed and not self._stopping:
                     self.wake()
                     self.publish("events", "the inbox changed")
-                    # A burst of commits wakes once, as the SQLite watcher's polling interval makes it: a
-                    # standby tries the lease on every wake-up, and each try takes the writers' lock.
+                    # A burst of commits wakes once per interval: a standby tries the lease on every wake-up,
+                    # and each try takes the writers' lock.
                     await asyncio.sleep(self.watch_interval)
         finally:
             if feed is not None:

@@ -21,9 +21,10 @@ async def test_delivery_wakes_the_engine(tmp_path: Path) -> None:
     (tmp_path / "secrets.env").write_text("".join(f"{ENV_NAMES[k]}={v}\n" for k, v in SECRETS.items()))
     (tmp_path / "secrets.env").chmod(0o600)
     clock = ManualClock(NOW)
-    # Without the receiver's wake-up the worker would not look again for 30 s: neither its idle cap nor
-    # its watch of the file's data_version would notice the event within the wait below.
-    engine = build_engine(settings, clock=clock, holder="wired", idle_cap=30, watch_interval=30, install_defaults=False)
+    # Without the receiver's wake-up the worker would not look again for 30 s: its idle cap would not notice
+    # the event within the wait below, and it has no watcher of the file's commits (watch_interval None).
+    engine = build_engine(settings, clock=clock, holder="wired", idle_cap=30, watch_interval=None,
+                          install_defaults=False)
     await engine.start()
     receiver = await start_receiver(settings, engine=engine)
     try:

@@ -1,0 +1,62 @@
+"""An idle engine does not look at its inbox file over and over: the change feed is told of commits (the
+kernel reports writes to the WAL), where the watcher used to read PRAGMA data_version every 50 ms through the
+reader thread (20 hand-offs a second, most of an idle console's CPU). A commit by another process still wakes
+the engine at once."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from console.assembly import build_engine
+from console.clock import ManualClock
+from console.core import Store
+from tests.runtime.test_engine import START, make_settings
+from tests.support import read_until
+
+ROOT = Path(__file__).resolve().parents[2]
+INGEST_ELSEWHERE = """
+import sys
+sys.path.insert(0, sys.argv[1])
+from console.core import Store
+with Store.open(sys.argv[2]) as store:
+    store.ingest("chat", "from-another-process", {"text": "hi"}, now=int(sys.argv[3]))
+"""
+
+
+async def test_an_idle_engine_rarely_looks_at_the_file_and_a_commit_elsewhere_still_wakes_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    looks: list[int] = []
+    original = Store.data_version
+
+    def counted(self: Store) -> int:
+        looks.append(1)
+        return original(self)
+
+    monkeypatch.setattr(Store, "data_version", counted)
+    clock = ManualClock(START)
+    # A long idle cap: nothing but the watcher wakes the worker for another process's commit.
+    engine = build_engine(make_settings(tmp_path), clock=clock, holder="w", idle_cap=60, install_defaults=False)
+    await engine.start()
+    try:
+        await read_until(engine, lambda s: engine.mode == "active")
+        await asyncio.sleep(0.3)  # the start's own commits settle
+        looks.clear()
+        await asyncio.sleep(2.0)  # a measuring window of idle time, not a wait for a result
+        # Looking every 50 ms made 40 looks in these two seconds; the feed looks once at each end of its
+        # half-second waits.
+        assert len(looks) <= 10, len(looks)
+        done = await asyncio.to_thread(
+            subprocess.run, [sys.executable, "-c", INGEST_ELSEWHERE, str(ROOT), str(tmp_path / "inbox.db"),
+                             str(clock.now())], timeout=60)
+        assert done.returncode == 0
+        # Within 10 s, not the idle cap's 60: the watcher woke the worker.
+        await read_until(engine, lambda s: (e := s.find_event("chat", "from-another-process")) and e.status == "done",
+                         what="the other process's event run", limit=10)
+    finally:
+        await engine.stop()
