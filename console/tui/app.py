@@ -35,7 +35,7 @@ from textual.screen import Screen
 from textual.widgets import DataTable, Footer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from console.callview import APPROVAL_OPENING, QUESTION_OPENING, request_view
+from console.callview import request_view
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings, open_inbox
 from console.core import STATUSES, Approval, Event, Store, StoreError
@@ -49,17 +49,8 @@ from console.tui.commands import ConsoleCommands
 from console.tui.detail import DetailView, read_detail, read_neighbour
 from console.tui.finding import read_message
 from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
-from console.tui.reads import (
-    Activity,
-    EventFilter,
-    read_activity,
-    read_approval,
-    read_approvals,
-    read_header,
-    read_lease,
-    read_outbox,
-    read_spend,
-)
+from console.tui.panes import PANES, LivePane
+from console.tui.reads import EventFilter, read_approval, read_spend
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
@@ -73,13 +64,12 @@ from console.tui.screens.search import SearchScreen
 from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
-from console.tui.widgets.approvals_pane import ApprovalsPane, wants_room
-from console.tui.widgets.approvals_pane import at as approvals_at
-from console.tui.widgets.console_header import ConsoleHeader, HeaderView
+from console.tui.widgets.approvals_pane import ApprovalsPane
+from console.tui.widgets.console_header import ConsoleHeader
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
-from console.tui.widgets.lease_pane import MODES, LeasePane, LeasePaneView, role_change_words, stall_words
-from console.tui.widgets.outbox_pane import OutboxPane, OutboxPaneView
+from console.tui.widgets.lease_pane import MODES, LeasePane, stall_words
+from console.tui.widgets.outbox_pane import OutboxPane
 
 if TYPE_CHECKING:
     from console.edges.receiver import WebhookReceiver
@@ -87,9 +77,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger("agent_console.tui")
 
-PANES = ("events", "lease", "approvals", "outbox", "header")
-# "events" is also what the engine's watcher posts when any other connection or process commits to the
-# file: it could be anything, so every pane is read again.
 NOTICE_PANES: dict[NoticeKind, tuple[str, ...]] = {
     "events": PANES,
     "run": ("events", "lease", "outbox", "header"),
@@ -101,7 +88,6 @@ NOTICE_PANES: dict[NoticeKind, tuple[str, ...]] = {
 }
 FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
 TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes: redrawn, not re-read
-ACTIVITY_SECONDS = 5  # the sparkline is read at most this often, and only when it can have changed
 APPROVAL_TEXT = "refund order 881"
 CONFIRM_AFTER_SECONDS = 60  # with confirm_approvals, a yes with more time than this left asks once more
 # The orders S steps through: (column, descending). Each reads through an index (console.core.inbox).
@@ -219,8 +205,6 @@ class ConsoleApp(App[None]):
         self.after_start = after_start
         self.inbox_label = inbox_label
         self.filter = EventFilter()
-        self.known_sources: list[str] = []
-        self.activity: Activity | None = None
         self.started = False
         self.receiver: WebhookReceiver | None = None
         self.start_error: str | None = None
@@ -228,15 +212,12 @@ class ConsoleApp(App[None]):
         self._dirty: set[str] = set()
         self._busy: set[str] = set()
         self._flush_due = False
-        self._activity_stale = True
-        self._activity_read_at: int | None = None
+        self._panes: dict[str, LivePane] = {}  # by widget id (PANES), filled by compose
+        self._header: ConsoleHeader | None = None
+        self._lease: LeasePane | None = None
         self._unsubscribe: Callable[[], None] | None = None
         self._last_injected: tuple[str, str, Any] | None = None
         self._serial = 0
-        self._role = "starting"  # the engine's mode as last told (role_change_words)
-        self._tools_down: set[str] = set()  # MCP servers told down (_say_tools_down)
-        self._role_change: tuple[str, str] | None = None  # a change of role not said yet
-        self._approval_toasts: dict[str, Notification] = {}  # request id -> its "Approval needed" toast
         loaded = load_themes(user_theme_dir)
         self.console_themes = {theme.name: theme for theme in loaded.themes}
         self._theme_errors = loaded.errors
@@ -266,12 +247,17 @@ class ConsoleApp(App[None]):
 
     # --- layout ---------------------------------------------------------------------------------
     def compose(self) -> ComposeResult:
-        yield ConsoleHeader(self._inbox_label(), self.engine.agent_name, id="header")
-        yield EventsPane(self.read, self.clock, zone=ZoneInfo(self.settings.timezone), id="events")
+        header = ConsoleHeader(self, self._inbox_label(), self.engine.agent_name, id="header")
+        events, lease = EventsPane(self, id="events"), LeasePane(self, id="lease")
+        approvals, outbox = ApprovalsPane(self, id="approvals"), OutboxPane(self, id="outbox")
+        self._header, self._lease = header, lease
+        self._panes = {"events": events, "lease": lease, "approvals": approvals, "outbox": outbox, "header": header}
+        yield header
+        yield events
         with Horizontal(id="bottom"):
-            yield LeasePane(id="lease")
-            yield ApprovalsPane(id="approvals")
-            yield OutboxPane(id="outbox")
+            yield lease
+            yield approvals
+            yield outbox
         yield Footer(compact=True)
 
     def _inbox_label(self) -> str:
@@ -346,7 +332,7 @@ class ConsoleApp(App[None]):
         # The first frame is drawn from plain reads; the engine starts once it is on the screen, because its
         # start checks the inbox (up to START_CHECK_SECONDS on a large file) and builds the agent, whose tools'
         # libraries take about a second to import (tests/tui/test_start_imports.py).
-        self._mark(*PANES)
+        self.mark(*PANES)
         first_reads = self._flush_dirty(before_start=True)
         self.run_worker(self._start_engine(first_reads), group="engine", exit_on_error=False)
 
@@ -366,9 +352,10 @@ class ConsoleApp(App[None]):
         self.started = True
         await self._start_receiver()
         self._unsubscribe = self.engine.subscribe(self._post_notice)
-        self._mark(*PANES)
+        self.mark(*PANES)
         self.set_interval(TICK_SECONDS, self._tick)
-        self._refresh_activity()
+        if self._header is not None:
+            self._header.refresh_activity()
         self._flush_dirty()
         if self.after_start is not None:
             self.after_start(self)
@@ -418,6 +405,11 @@ class ConsoleApp(App[None]):
                                     self.NOTIFICATION_TIMEOUT if timeout is None else timeout, markup=False)
         self.post_message(Notify(notification))
         return notification
+
+    def untoast(self, notification: Notification) -> None:
+        """Take a toast away before its time (an approval settled elsewhere); gone already is fine."""
+        if notification in self._notifications:
+            self._unnotify(notification)
 
     async def action_quit(self) -> None:
         await self.shutdown_engine()  # releases the lease before the screen goes away
@@ -479,7 +471,7 @@ class ConsoleApp(App[None]):
                 yield command
 
     def _theme_changed(self, theme: Any) -> None:
-        self._mark(*PANES)
+        self.mark(*PANES)
         if theme.name in self.console_themes or theme.name in self.available_themes:
             problem = self.state.remember("theme", theme.name)
             if problem:
@@ -498,45 +490,19 @@ class ConsoleApp(App[None]):
     @on(EngineNotice)
     def _on_notice(self, message: EngineNotice) -> None:
         notice = message.notice
-        if notice.kind == "lease" and notice.detail in MODES:
-            self._role_told(notice.detail)
-        self._mark(*NOTICE_PANES.get(notice.kind, PANES))
+        if notice.kind == "lease" and notice.detail in MODES and self._lease is not None:
+            self._lease.role_told(notice.detail)
+        self.mark(*NOTICE_PANES.get(notice.kind, PANES))
         # A notice can come before the first screen is pushed, or after the screens have gone (on_unmount).
         if notice.kind != "log" and self.screen_stack and isinstance(self.screen, DetailScreen):
             self.screen.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
 
-    def _role_told(self, mode: str) -> None:
-        """Each of the engine's mode changes as it is told (a pane read may come after two of them): one
-        that is a change of role is said once the lease is read again, with the lease's generation."""
-        if role_change_words(self._role, mode, None) is not None:
-            self._role_change = (self._role, mode)
-        self._role = mode
-
-    def _say_role_change(self, gen: int | None) -> None:
-        """A toast when this console's role changed by itself (standby → active, taken over), with the
-        generation; the stall key's own toasts say what it did."""
-        if self._role_change is None:
-            return
-        said = role_change_words(*self._role_change, gen)
-        self._role_change = None
-        if said is not None:
-            title, words, severity = said
-            self.notify(words, title=title, severity=severity, timeout=8)
-
-    def _say_tools_down(self, tools: list[dict[str, Any]]) -> None:
-        """One toast when an MCP server goes down (the lease pane keeps saying it while it stays down)."""
-        down = {tool["server"]: tool["reason"] for tool in tools if tool["state"] == "down"}
-        for server in sorted(set(down) - self._tools_down):
-            self.notify(terminal_safe(f"{server}: {down[server]} — retrying; its tools are unavailable"),
-                        title="Tool server down", severity="error", timeout=10)
-        self._tools_down = set(down)
-
-    def _mark(self, *panes: str) -> None:
+    def mark(self, *panes: str) -> None:
         self._dirty.update(panes)
-        if "events" in panes:
-            self._activity_stale = True
+        if "events" in panes and self._header is not None:
+            self._header.activity_stale = True
         self._schedule_flush()
 
     def _schedule_flush(self) -> None:
@@ -559,42 +525,12 @@ class ConsoleApp(App[None]):
         return reads
 
     def _tick(self) -> None:
-        """Once a second: redraw what moves with the clock from the views the panes hold (no reads), and
-        read again only what time alone can change (an agent's wait ending, the sparkline's minute)."""
-        with contextlib.suppress(NoMatches):  # the console is closing: its panes have gone before the timer
-            self._tick_panes()
-
-    def _tick_panes(self) -> None:
+        """Once a second: each pane redraws what moves with the clock from the view it holds (no reads), and
+        marks itself to be read again only when time alone can have changed it (an agent's wait ending)."""
         now = self.clock.now()
-        lease = self.query_one(LeasePane)
-        if lease.view is not None:
-            if lease.view.stale(now):
-                self._mark("lease")
-            elif lease.view.counts_down():
-                lease.view = lease.view.at(now)
-        approvals = self.query_one(ApprovalsPane)
-        if approvals.view is not None and approvals.view.pending:
-            approvals.view = approvals_at(approvals.view, now)
-        outbox = self.query_one(OutboxPane)
-        if outbox.view is not None and outbox.view.counts_down():
-            outbox.view = outbox.view.at(now)
-        header = self.query_one(ConsoleHeader)
-        if header.view is not None and header.view.moves_at(now):
-            header.view = header.view.at(now)
-        self.query_one(EventsPane).refresh_ages(now)
-        if self._activity_due(now):
-            self._refresh_activity()
-
-    def _activity_due(self, now: int) -> bool:
-        """The sparkline moves when events arrive, when a minute ends (while it shows any) and while the
-        rolling minute counts any."""
-        read_at, activity = self._activity_read_at, self.activity
-        if read_at is None or activity is None:
-            return True
-        if now - read_at < ACTIVITY_SECONDS:
-            return False
-        return (self._activity_stale or activity.last_60s > 0
-                or (now // 60 != read_at // 60 and any(activity.per_minute)))
+        with contextlib.suppress(NoMatches):  # the console is closing: its panes have gone before the timer
+            for pane in self._panes.values():
+                pane.tick(now)
 
     @work(group="reload")
     async def _reload(self, pane: str) -> None:
@@ -609,88 +545,19 @@ class ConsoleApp(App[None]):
             self._schedule_flush()  # marked again while it was read
 
     async def _reload_pane(self, pane: str) -> None:
-        now = self.clock.now()
-        if pane == "events":
-            events = self.query_one(EventsPane)
-            await events.reload()
-        elif pane == "lease":
-            data = await self.read(read_lease(now))
-            self.query_one(LeasePane).view = LeasePaneView(data, self.engine.mode, self.engine.holder,
-                                                           self.settings.lease_ttl)
-            self._say_role_change(None if data.lease is None else data.lease.gen)
-            self._say_tools_down(data.tools)
-        elif pane == "approvals":
-            approvals_view = await self.read(read_approvals(now))
-            self.query_one(ApprovalsPane).view = approvals_view
-            self._drop_settled_toasts({a.request_id for a in approvals_view.pending})
-            # A waiting call too long for the pane gets the room to show all it asks (app.tcss: #bottom.-asking).
-            self.query_one("#bottom").set_class(wants_room(approvals_view), "-asking")
-        elif pane == "outbox":
-            self.query_one(OutboxPane).view = OutboxPaneView(await self.read(read_outbox(now)),
-                                                             self.settings.outbox_gap)
-        elif pane == "header":
-            facts = await self.read(read_header(now, self.settings.budget_defaults()))
-            self.query_one(ConsoleHeader).view = HeaderView(now, self.engine.mode, facts, self.activity,
-                                                            self.receiver_summary(), self.key_for("console.stall"))
+        await self._panes[pane].reload()
 
-    @work(group="activity", exclusive=True)
-    async def _refresh_activity(self) -> None:
-        if not self.started:
-            return
-        try:
-            await self._read_activity()
-            header = self.query_one(ConsoleHeader)
-        except StoreError as exc:
-            log.warning("reading the activity failed: %s", exc)
-            return
-        except NoMatches:
-            return  # the console is closing: the header went while the activity was read
-        if header.view is not None:
-            header.view = replace(header.view, activity=self.activity)
-
-    async def _read_activity(self) -> None:
-        now = self.clock.now()
-        self._activity_stale = False
-        self._activity_read_at = now
-        self.activity = await self.read(read_activity(now))
-        self.known_sources = await self.read(lambda store: store.sources())
+    @property
+    def known_sources(self) -> list[str]:
+        return [] if self._header is None else self._header.sources
 
     async def settle(self) -> None:
         """Re-read every pane now (tests and snapshots wait on this instead of on time)."""
-        await self._read_activity()
+        if self._header is not None:
+            await self._header.read_activity()
         for pane in PANES:
             await self._reload_pane(pane)
         self.query_one(ApprovalsPane).redraw()
-
-    @on(ApprovalsPane.Arrived)
-    def _approvals_arrived(self, message: ApprovalsPane.Arrived) -> None:
-        """A new question must not go unseen: a toast (and the terminal's bell when the config asks)."""
-        yes, no = self.key_for("console.approve"), self.key_for("console.decline")
-        keys = f"{yes} / {no} answer it, enter opens it" if yes and no else "enter opens it"
-        for approval in message.approvals[:3]:
-            what = request_view(approval)
-            where = f"\n{what.origin.short()}" if what.origin else ""
-            asks = f"“{what.compact()}”" if what.is_question else what.compact()
-            self._approval_toasts[approval.request_id] = self.toast(
-                f"{asks}{where}\n{approval.request_id} · {keys}",
-                title=QUESTION_OPENING if what.is_question else APPROVAL_OPENING, severity="warning", timeout=20)
-        if len(message.approvals) > 3:
-            self.notify(f"and {len(message.approvals) - 3} more", title="Approval needed", severity="warning")
-        if self.settings.approval_bell:
-            self.bell()
-
-    def _drop_settled_toasts(self, waiting: set[str]) -> None:
-        """An "Approval needed" toast goes once its approval is settled (here, elsewhere or by the clock)."""
-        for request_id in set(self._approval_toasts) - waiting:
-            toast = self._approval_toasts.pop(request_id)
-            if toast in self._notifications:
-                self._unnotify(toast)
-
-    @on(ApprovalsPane.Expired)
-    def _approvals_expired(self, message: ApprovalsPane.Expired) -> None:
-        for expired in message.approvals:
-            self.notify(f"{request_view(expired).compact()} ({expired.request_id}) expired unanswered",
-                        title="Approval expired", severity="warning", timeout=8)
 
     # --- actions --------------------------------------------------------------------------------
     @on(EventsTable.RowSelected)
@@ -767,7 +634,7 @@ class ConsoleApp(App[None]):
         except StoreError as exc:
             return f"not stored: {exc}"
         self._last_injected = (source, source_id, payload)
-        self._mark("events", "header")
+        self.mark("events", "header")
         if not stored:
             return f"duplicate refused: {source}/{source_id} is already in the inbox (pick another source id)"
         # One short line: quick keys pressed in a row must not stack toasts over the bottom panes.
@@ -803,7 +670,7 @@ class ConsoleApp(App[None]):
         except (ValueError, StoreError) as exc:
             self.notify(f"not stored: {exc}", severity="error")
             return
-        self._mark("events")
+        self.mark("events")
         if stored:
             self.notify(f"stored {source}/{source_id}", title="Redelivered")
         else:
@@ -855,7 +722,7 @@ class ConsoleApp(App[None]):
 
     async def _settle_answer(self, approval: Approval, answer: str) -> None:
         outcome = await self.engine.answer(approval.request_id, answer)
-        self._mark("approvals", "events")
+        self.mark("approvals", "events")
         if outcome == answer:
             self.notify(f"{request_view(approval).compact()}: {outcome}", title="Answered")
         else:
@@ -869,7 +736,7 @@ class ConsoleApp(App[None]):
             now = self.clock.now()
             retried = await self.engine.write(lambda store: store.retry_events(marked, now=now))
             pane.clear_marks()
-            self._mark("events", "header")
+            self.mark("events", "header")
             left = len(marked) - len(retried)
             self.notify(f"{len(retried)} of {len(marked)} marked event{'s' if len(marked) != 1 else ''} back to "
                         f"pending" + (f"; {left} not dead or discarded (or cleared by retention), left as they are"
@@ -894,7 +761,7 @@ class ConsoleApp(App[None]):
             return
         now = self.clock.now()
         retried = await self.engine.write(lambda store: store.retry_events([event.id], now=now))
-        self._mark("events", "header")
+        self.mark("events", "header")
         if retried:
             self.notify(f"#{event.id} is pending again", title="Retry")
         else:
@@ -924,7 +791,7 @@ class ConsoleApp(App[None]):
         now = self.clock.now()
         discarded = await self.engine.write(lambda store: store.discard(ids, now=now))
         self.query_one(EventsPane).clear_marks()
-        self._mark("events", "header")
+        self.mark("events", "header")
         left = len(ids) - len(discarded)
         self.notify(f"{len(discarded)} event{'s' if len(discarded) != 1 else ''} discarded"
                     + (f"; {left} running or done, left as they are" if left else ""),
@@ -950,7 +817,7 @@ class ConsoleApp(App[None]):
         source = self.filter.source
         now = self.clock.now()
         retried = await self.engine.write(lambda store: store.retry_dead_matching(source=source, now=now))
-        self._mark("events", "header")
+        self.mark("events", "header")
         self.notify(f"{retried} dead event{'s' if retried != 1 else ''} back to pending", title="Retry")
 
     async def action_budget(self) -> None:
@@ -973,7 +840,7 @@ class ConsoleApp(App[None]):
             await self.engine.write(write)
         except (ValueError, StoreError) as exc:
             return f"not stored: {exc}"
-        self._mark("header", "lease")
+        self.mark("header", "lease")
         if changed is None:
             self.notify("The stored budgets are cleared: the config file's and environment's apply", title="Budget")
         else:
@@ -992,7 +859,7 @@ class ConsoleApp(App[None]):
         self._stalled = not self._stalled
         self.engine.stall(self._stalled)
         self._relabel("console.stall", "Resume" if self._stalled else "Stall")
-        self._mark("lease", "header")
+        self.mark("lease", "header")
         title, words = stall_words(self._stalled, was, self.key_for("console.stall"))
         self.notify(words, title=title, severity="warning" if self._stalled else "information")
 

@@ -74,8 +74,9 @@ async def test_the_approval_needed_toast_goes_once_answered_elsewhere(db_path: P
         await started(app, pilot)
         with reopen(db_path) as store:
             store.request_approval("apr-1-x", "refund order 881", now=clock.now(), expires_in=300)
-        await pilot_until(pilot, lambda: "apr-1-x" in app._approval_toasts, what="the toast")
-        toast = app._approval_toasts["apr-1-x"]
+        toasts = app.query_one(ApprovalsPane).toasts
+        await pilot_until(pilot, lambda: "apr-1-x" in toasts, what="the toast")
+        toast = toasts["apr-1-x"]
         assert toast in app._notifications
         with reopen(db_path) as store:
             store.answer_approval("apr-1-x", "no", now=clock.now(), via="telegram")

@@ -357,7 +357,7 @@ async def test_a_tool_server_down_shows_in_the_lease_pane_and_toasts_once(filled
         await wait_until(pilot, lambda: app.query_one("#lease-tools").has_class("-down"), what="the tools line")
         assert text(app, "#lease-tools") == "tools: shop down — SHOP_TOKEN not set — retrying"
         await wait_until(pilot, lambda: any(t.startswith("Tool server down") for t in toasts(app)), what="a toast")
-        app._mark("lease")  # read again while it stays down: no second toast
+        app.mark("lease")  # read again while it stays down: no second toast
         await app.settle()
         assert sum(t.startswith("Tool server down") for t in toasts(app)) == 1
         with reopen(filled) as store:

@@ -10,15 +10,24 @@ from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
 from textual.events import Resize
-from textual.message import Message
+from textual.notifications import Notification
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
-from console.callview import MIN_VALUE, RequestView, cut_middle, request_view, wrapped
+from console.callview import (
+    APPROVAL_OPENING,
+    MIN_VALUE,
+    QUESTION_OPENING,
+    RequestView,
+    cut_middle,
+    request_view,
+    wrapped,
+)
 from console.core import Approval
 from console.textsafe import terminal_safe
 from console.timefmt import VIA_SHORT, coarse_span
-from console.tui.reads import ApprovalsView
+from console.tui.panes import PaneHost
+from console.tui.reads import ApprovalsView, read_approvals
 from console.tui.render import show
 from console.tui.widgets.countdown_bar import bar_text, quantized
 
@@ -125,27 +134,28 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
     }
     """
 
-    class Arrived(Message):
-        """Approvals that were not waiting in the previous view (none on the first view: nothing arrived)."""
-
-        def __init__(self, approvals: list[Approval]) -> None:
-            super().__init__()
-            self.approvals = approvals
-
-    class Expired(Message):
-        """Approvals that were waiting in the previous view and have since expired unanswered."""
-
-        def __init__(self, approvals: list[Approval]) -> None:
-            super().__init__()
-            self.approvals = approvals
-
     view: reactive[ApprovalsView | None] = reactive(None, init=False, repaint=False)  # the watcher updates what changed
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, host: PaneHost, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.host = host
         self.border_title = "Approvals"
         self._rows: list[tuple[str, Text, int]] = []
         self._width = 0  # the width the rows were laid out for: a new width lays them out again
+        self.toasts: dict[str, Notification] = {}  # request id -> its "Approval needed" toast
+
+    async def reload(self) -> None:
+        view = await self.host.read(read_approvals(self.host.clock.now()))
+        self.view = view
+        self._drop_settled_toasts({a.request_id for a in view.pending})
+        # A waiting call too long for the pane gets the room to show all it asks: the row of panes it sits in
+        # grows (app.tcss: #bottom.-asking).
+        if self.parent is not None:
+            self.parent.set_class(wants_room(view), "-asking")
+
+    def tick(self, now: int) -> None:
+        if self.view is not None and self.view.pending:
+            self.view = at(self.view, now)
 
     def compose(self) -> ComposeResult:
         table: DataTable[str | Text] = DataTable(cursor_type="row", show_header=False, id="approvals-table")
@@ -183,13 +193,38 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
         self._show_stranded(view)
         if previous is None:
             return
+        # Approvals that were not waiting in the previous view (none on the first view: nothing arrived), and
+        # those that were and have since expired unanswered.
         waiting_before = {a.request_id for a in previous.pending}
         arrived = [a for a in view.pending if a.request_id not in waiting_before]
         expired = [a for a in view.resolved if a.outcome == "expired" and a.request_id in waiting_before]
         if arrived:
-            self.post_message(self.Arrived(arrived))
-        if expired:
-            self.post_message(self.Expired(expired))
+            self._say_arrived(arrived)
+        for approval in expired:
+            self.notify(f"{request_view(approval).compact()} ({approval.request_id}) expired unanswered",
+                        title="Approval expired", severity="warning", timeout=8)
+
+    def _say_arrived(self, approvals: list[Approval]) -> None:
+        """A new question must not go unseen: a toast (and the terminal's bell when the config asks)."""
+        host = self.host
+        yes, no = host.key_for("console.approve"), host.key_for("console.decline")
+        keys = f"{yes} / {no} answer it, enter opens it" if yes and no else "enter opens it"
+        for approval in approvals[:3]:
+            what = request_view(approval)
+            where = f"\n{what.origin.short()}" if what.origin else ""
+            asks = f"“{what.compact()}”" if what.is_question else what.compact()
+            self.toasts[approval.request_id] = host.toast(
+                f"{asks}{where}\n{approval.request_id} · {keys}",
+                title=QUESTION_OPENING if what.is_question else APPROVAL_OPENING, severity="warning", timeout=20)
+        if len(approvals) > 3:
+            self.notify(f"and {len(approvals) - 3} more", title="Approval needed", severity="warning")
+        if host.settings.approval_bell:
+            self.app.bell()
+
+    def _drop_settled_toasts(self, waiting: set[str]) -> None:
+        """An "Approval needed" toast goes once its approval is settled (here, elsewhere or by the clock)."""
+        for request_id in set(self.toasts) - waiting:
+            self.host.untoast(self.toasts.pop(request_id))
 
     def _show_stranded(self, view: ApprovalsView) -> None:
         """Answers whose event died before the conversation heard them: on a yes, a call the owner approved

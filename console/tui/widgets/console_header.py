@@ -4,20 +4,27 @@ holds a live lease on the inbox."""
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
 
+from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
+from console.core import StoreError
 from console.spendfmt import dollars
 from console.textsafe import terminal_safe
 from console.timefmt import plural
 from console.tui.detail import human_span
-from console.tui.reads import Activity, HeaderFacts, SpendView
+from console.tui.panes import PaneHost
+from console.tui.reads import Activity, HeaderFacts, SpendView, read_activity, read_header
 from console.tui.render import show
+
+log = logging.getLogger("agent_console.tui")
+ACTIVITY_SECONDS = 5  # the sparkline is read at most this often, and only when it can have changed
 
 
 @dataclass(frozen=True)
@@ -117,10 +124,59 @@ class ConsoleHeader(Vertical):
 
     view: reactive[HeaderView | None] = reactive(None, init=False, repaint=False)  # the watcher updates what changed
 
-    def __init__(self, inbox: str, agent: str, *, id: str | None = None) -> None:
+    def __init__(self, host: PaneHost, inbox: str, agent: str, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.host = host
         self.inbox = inbox
         self.agent = agent
+        self.activity: Activity | None = None
+        self.sources: list[str] = []  # the inbox's sources, read with the sparkline
+        self.activity_stale = True  # events came since the sparkline was read
+        self._activity_read_at: int | None = None
+
+    async def reload(self) -> None:
+        host = self.host
+        now = host.clock.now()
+        facts = await host.read(read_header(now, host.settings.budget_defaults()))
+        self.view = HeaderView(now, host.engine.mode, facts, self.activity, host.receiver_summary(),
+                               host.key_for("console.stall"))
+
+    def tick(self, now: int) -> None:
+        if self.view is not None and self.view.moves_at(now):
+            self.view = self.view.at(now)
+        if self._activity_due(now):
+            self.refresh_activity()
+
+    def _activity_due(self, now: int) -> bool:
+        """The sparkline moves when events arrive, when a minute ends (while it shows any) and while the
+        rolling minute counts any."""
+        read_at, activity = self._activity_read_at, self.activity
+        if read_at is None or activity is None:
+            return True
+        if now - read_at < ACTIVITY_SECONDS:
+            return False
+        return (self.activity_stale or activity.last_60s > 0
+                or (now // 60 != read_at // 60 and any(activity.per_minute)))
+
+    @work(group="activity", exclusive=True)
+    async def refresh_activity(self) -> None:
+        if not self.host.started:
+            return
+        try:
+            await self.read_activity()
+        except StoreError as exc:
+            log.warning("reading the activity failed: %s", exc)
+            return
+        if self.view is not None and self.is_attached:  # the console may be closing: the header has gone
+            self.view = replace(self.view, activity=self.activity)
+
+    async def read_activity(self) -> None:
+        host = self.host
+        now = host.clock.now()
+        self.activity_stale = False
+        self._activity_read_at = now
+        self.activity = await host.read(read_activity(now))
+        self.sources = await host.read(lambda store: store.sources())
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="header-line"):

@@ -8,10 +8,9 @@ user reading a long error to the right must not be thrown back to the left each 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import tzinfo
-from typing import Any
+from zoneinfo import ZoneInfo
 
 from rich.text import Text
 from textual import on
@@ -23,10 +22,10 @@ from textual.reactive import reactive
 from textual.widgets import Static
 from textual.widgets.data_table import CellDoesNotExist
 
-from console.clock import Clock
-from console.core import STATUSES, Event, Store
+from console.core import STATUSES, Event
 from console.textsafe import terminal_safe
 from console.timefmt import coarse_span
+from console.tui.panes import PaneHost
 from console.tui.reads import (
     EventFilter,
     EventsPage,
@@ -39,7 +38,6 @@ from console.tui.reads import (
 from console.tui.widgets.event_error import EventError
 from console.tui.widgets.events_table import EventsTable
 
-Reader = Callable[[Callable[[Store], Any]], Awaitable[Any]]
 COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 9), ("att", 3), ("gen", 3), ("age", 6),
            ("retry", 7), ("last error", None))
 MARK = "●"
@@ -130,11 +128,10 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     view: reactive[EventsView | None] = reactive(None, init=False)
 
-    def __init__(self, reader: Reader, clock: Clock, *, zone: tzinfo | None = None, id: str | None = None) -> None:
+    def __init__(self, host: PaneHost, *, id: str | None = None) -> None:
         super().__init__(id=id)
-        self.reader = reader
-        self.clock = clock
-        self.zone = zone
+        self.host = host
+        self.zone = ZoneInfo(host.settings.timezone)
         self.filter = EventFilter()
         self.top: Key | None = None  # the first row's place in the filter's order
         self.selected_id: int | None = None
@@ -173,13 +170,13 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     async def reload(self) -> None:
         rows = self.table.visible_rows()
-        page = await self.reader(read_page(self.filter, top=self.top, limit=rows))
+        page = await self.host.read(read_page(self.filter, top=self.top, limit=rows))
         if self.top is not None and page.at_top:
             self.top = None  # scrolled back to the first page: follow new events again
         self.show(page)
 
     def show(self, page: EventsPage) -> None:
-        self.view = EventsView(page, self.filter, self.top is None, self.clock.now(), frozenset(self.marked))
+        self.view = EventsView(page, self.filter, self.top is None, self.host.clock.now(), frozenset(self.marked))
 
     def watch_view(self, view: EventsView | None) -> None:
         if view is None:
@@ -228,7 +225,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         if scroll_x:
             table.call_after_refresh(table.scroll_to, x=scroll_x, animate=False)
 
-    def refresh_ages(self, now: int) -> None:
+    def tick(self, now: int) -> None:
         """The age column at `now`, cell by cell: the clock moving re-reads nothing and keeps the cursor and
         the sideways scroll where they are. Redrawing the table is what an idle console spends its time on, so
         ages past a minute (whole minutes, see table_age) are brought up to date every ten seconds together."""
@@ -272,7 +269,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     def _show_error(self, now: int | None = None) -> None:
         if now is None:
-            now = self.view.now if self.view is not None else self.clock.now()
+            now = self.view.now if self.view is not None else self.host.clock.now()
         event = self.selected_event()
         stranded = None if event is None or self.page is None else self.page.stranded.get(event.id)
         self.query_one(EventError).show(event, now, self.zone, stranded)
@@ -363,7 +360,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             self.top = None
             self.selected_id = None
         elif kind == "oldest":
-            top = await self.reader(read_oldest_top(self.filter, rows))
+            top = await self.host.read(read_oldest_top(self.filter, rows))
             if top is None:
                 return
             self.top = top
@@ -373,26 +370,26 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         elif kind == "down":
             if len(events) < 2:
                 return
-            older = await self.reader(read_older_top(self.filter, key(events[-1]), 1))
+            older = await self.host.read(read_older_top(self.filter, key(events[-1]), 1))
             if older is None:
                 return
             self.top = key(events[1])
             self.selected_id = older[1]
         elif kind == "up":
-            above = await self.reader(read_newer_top(self.filter, key(events[0]), 1))
+            above = await self.host.read(read_newer_top(self.filter, key(events[0]), 1))
             if above is None:
                 return
             self.top = above
             self.selected_id = above[1]
         elif kind == "page_down":
-            older = await self.reader(read_older_top(self.filter, key(events[-1]), rows))
+            older = await self.host.read(read_older_top(self.filter, key(events[-1]), rows))
             if older is None:
                 self.table.move_cursor(row=len(events) - 1)
                 return
             self.top = older
             self.selected_id = None
         elif kind == "page_up":
-            self.top = await self.reader(read_newer_top(self.filter, key(events[0]), rows))
+            self.top = await self.host.read(read_newer_top(self.filter, key(events[0]), rows))
             self.selected_id = None
         await self.reload()
         if kind == "oldest" and self.page is not None and self.page.events:

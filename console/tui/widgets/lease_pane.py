@@ -15,7 +15,8 @@ from textual.widgets import Static
 from console.textsafe import terminal_safe
 from console.timefmt import agent_in_words
 from console.tui.detail import human_span
-from console.tui.reads import LeaseView
+from console.tui.panes import PaneHost
+from console.tui.reads import LeaseView, read_lease
 from console.tui.render import show
 from console.tui.widgets.countdown_bar import Countdown, CountdownBar
 
@@ -119,9 +120,54 @@ over) and resumes it.
 
     view: reactive[LeasePaneView | None] = reactive(None, init=False, repaint=False)  # the watcher updates what changed
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, host: PaneHost, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.host = host
         self.border_title = "Lease"
+        self._role = "starting"  # the engine's mode as last told (role_change_words)
+        self._role_change: tuple[str, str] | None = None  # a change of role not said yet
+        self._tools_down: set[str] = set()  # MCP servers told down (_say_tools_down)
+
+    async def reload(self) -> None:
+        host = self.host
+        data = await host.read(read_lease(host.clock.now()))
+        self.view = LeasePaneView(data, host.engine.mode, host.engine.holder, host.settings.lease_ttl)
+        self._say_role_change(None if data.lease is None else data.lease.gen)
+        self._say_tools_down(data.tools)
+
+    def tick(self, now: int) -> None:
+        if self.view is None:
+            return
+        if self.view.stale(now):
+            self.host.mark("lease")
+        elif self.view.counts_down():
+            self.view = self.view.at(now)
+
+    def role_told(self, mode: str) -> None:
+        """Each of the engine's mode changes as it is told (a read may come after two of them): one that is a
+        change of role is said once the lease is read again, with the lease's generation."""
+        if role_change_words(self._role, mode, None) is not None:
+            self._role_change = (self._role, mode)
+        self._role = mode
+
+    def _say_role_change(self, gen: int | None) -> None:
+        """A toast when this console's role changed by itself (standby → active, taken over), with the
+        generation; the stall key's own toasts say what it did."""
+        if self._role_change is None:
+            return
+        said = role_change_words(*self._role_change, gen)
+        self._role_change = None
+        if said is not None:
+            title, words, severity = said
+            self.notify(words, title=title, severity=severity, timeout=8)
+
+    def _say_tools_down(self, tools: list[dict[str, Any]]) -> None:
+        """One toast when an MCP server goes down (the pane keeps saying it while it stays down)."""
+        down = {tool["server"]: tool["reason"] for tool in tools if tool["state"] == "down"}
+        for server in sorted(set(down) - self._tools_down):
+            self.notify(terminal_safe(f"{server}: {down[server]} — retrying; its tools are unavailable"),
+                        title="Tool server down", severity="error", timeout=10)
+        self._tools_down = set(down)
 
     def compose(self) -> ComposeResult:
         yield Static(id="lease-who")

@@ -14,7 +14,8 @@ from textual.widgets import Static
 from console.textsafe import terminal_safe
 from console.timefmt import coarse_span
 from console.tui.detail import human_span
-from console.tui.reads import OutboxView
+from console.tui.panes import PaneHost
+from console.tui.reads import OutboxView, read_outbox
 from console.tui.render import show
 from console.tui.widgets.countdown_bar import Countdown, CountdownBar, quantized
 
@@ -96,9 +97,18 @@ A failed send is retried, never dropped.
 
     view: reactive[OutboxPaneView | None] = reactive(None, init=False, repaint=False)
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, host: PaneHost, *, id: str | None = None) -> None:
         super().__init__(id=id)
+        self.host = host
         self.border_title = "Outbox"
+
+    async def reload(self) -> None:
+        host = self.host
+        self.view = OutboxPaneView(await host.read(read_outbox(host.clock.now())), host.settings.outbox_gap)
+
+    def tick(self, now: int) -> None:
+        if self.view is not None and self.view.counts_down():
+            self.view = self.view.at(now)
 
     def compose(self) -> ComposeResult:
         yield Static(id="outbox-counts")
