@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
-from console.core import Store
+from console.core import OutboxChannel, Store
+from console.runtime.dispatcher import send_once
 
 if TYPE_CHECKING:
     from textual.pilot import Pilot
@@ -76,3 +77,14 @@ async def pilot_until(pilot: Pilot[Any], condition: Callable[[], Any], what: str
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {limit:g} s waiting for {what}")
         await pilot.pause(0.02)
+
+
+def send_due(store: Store, channels: Sequence[OutboxChannel], *, now: int) -> int:
+    """One pass of the engine's dispatcher (runtime/dispatcher.send_once) over this store, its bookkeeping on this
+    thread: at most one batch sent to every channel. Returns the messages delivered to every channel."""
+
+    async def inline(fn: Callable[[Store], T]) -> T:
+        return fn(store)
+
+    sent, _ = asyncio.run(send_once(inline, channels, now=now))
+    return sent

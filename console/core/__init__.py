@@ -44,7 +44,7 @@ from console.core.models import (
     ToolCallRecord,
 )
 from console.core.options import StoreOptions
-from console.core.outbox import OutboxChannel
+from console.core.outbox import ChannelOutcome, OutboxChannel, SendPlan
 from console.core.retention import PruneReport
 from console.core.store import Store
 from console.core.stranded import approved_step_key
@@ -63,6 +63,7 @@ __all__ = [
     "Batch",
     "CapNotice",
     "CapReached",
+    "ChannelOutcome",
     "Event",
     "EventSearch",
     "HeldMessage",
@@ -86,6 +87,7 @@ __all__ = [
     "ReplayGuard",
     "RunOutcome",
     "SendError",
+    "SendPlan",
     "StaleGeneration",
     "Store",
     "StoreError",

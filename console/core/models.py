@@ -238,9 +238,14 @@ class Batch:
     message_ids: list[int] = field(default_factory=list)
     # Beside bodies: the approval each message announces, or None (empty when the batch was built by hand).
     approval_ids: list[str | None] = field(default_factory=list)
+    # Beside bodies: the chat message each one answers ('<source>:<chat>:<message>'), or None.
+    reply_tos: list[str | None] = field(default_factory=list)
 
     def approval_of(self, index: int) -> str | None:
         return self.approval_ids[index] if index < len(self.approval_ids) else None
+
+    def reply_to_of(self, index: int) -> str | None:
+        return self.reply_tos[index] if index < len(self.reply_tos) else None
 
     @property
     def text(self) -> str:

@@ -2,16 +2,20 @@
 
 Unlike the seed, the send does not happen inside the write transaction: holding SQLite's write
 lock across a network call would stall every webhook ingest for as long as a channel takes. A
-dispatch instead claims a batch (state `sending`, with a claim deadline), sends outside any
-transaction, then records the outcome. A dispatcher that dies mid-send leaves the batch to be
-retried under the same idempotency key once the claim lapses: at-least-once, deduplicated by the
-channel. At-most-once marks the batch sent before sending, and a failure is then final.
+send is planned instead (plan_send claims a batch, state `sending`, with a claim deadline, and says
+what each channel is to do with it), made outside any transaction by the engine's dispatcher
+(console/runtime/dispatcher.py: the core never calls a channel), and its outcome recorded
+(record_send). A dispatcher that dies mid-send leaves the batch to be retried under the same
+idempotency key once the claim lapses: at-least-once, deduplicated by the channel. At-most-once marks
+the batch sent before sending, and a failure is then final. dispatch(send) is the seed's one-callable
+form of the same, still used where one function is the whole channel.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from console.core.base import SendError, StoreBase
@@ -21,8 +25,9 @@ from console.core.models import Batch, OutboxMessage
 Send = Callable[[Batch], Any]
 
 
-class OutboxChannel(Protocol):
-    """Where a batch goes (console/edges/channels.py has the real ones). send raises SendError on failure."""
+class ChannelTerms(Protocol):
+    """What the outbox plans a channel's send by: its name (its deliveries are recorded under it) and whether
+    it is sent at most once."""
 
     @property
     def name(self) -> str: ...
@@ -30,7 +35,43 @@ class OutboxChannel(Protocol):
     @property
     def at_most_once(self) -> bool: ...
 
-    def send(self, batch: Batch) -> None: ...
+
+class OutboxChannel(ChannelTerms, Protocol):
+    """Where a batch goes (console/edges/channels.py has the real ones). send raises SendError on failure.
+
+    send either blocks until the batch is delivered (the dispatcher runs it off the event loop) or is a
+    coroutine function (the phone channels: awaited on the engine's loop, where their HTTP session lives)."""
+
+    def send(self, batch: Batch) -> Awaitable[None] | None: ...
+
+
+@dataclass(frozen=True)
+class SendPlan:
+    """A batch claimed for sending (OutboxMixin.plan_send) and what each channel is to do with it."""
+
+    batch_id: int
+    batch: Batch
+    channels: tuple[str, ...]   # every channel of the dispatch, in order
+    send_to: tuple[str, ...]    # the channels to send it to now, in order
+    behind: tuple[str, ...]     # owe an earlier batch of the lane: they wait, at no attempt's cost
+    marked: tuple[str, ...]     # at-most-once channels of send_to, recorded as sent before their send
+    tries: Mapping[str, int]    # the failed tries so far of each channel of send_to
+
+
+@dataclass(frozen=True)
+class ChannelOutcome:
+    """What one channel did with a planned batch: delivered (error None), or failed, for now or for good."""
+
+    channel: str
+    error: str | None = None
+    permanent: bool = False
+
+    @classmethod
+    def failed(cls, channel: str, exc: BaseException) -> ChannelOutcome:
+        """A send's exception in words: a SendError says whether it is final; anything else is retried."""
+        if isinstance(exc, SendError):
+            return cls(channel, str(exc), exc.permanent)
+        return cls(channel, f"{type(exc).__name__}: {exc}", False)
 
 
 class OutboxMixin(StoreBase):
@@ -84,98 +125,116 @@ class OutboxMixin(StoreBase):
         ))
 
     def dispatch(self, send: Send, *, now: int, at_most_once: bool = False, channel: str | None = None) -> int:
-        """Send at most one batch; returns how many messages it delivered (0 if none was due or it failed)."""
-        claimed = self._claim_batch_to_send(now, at_most_once, channel)
+        """Send at most one batch through one callable; returns how many messages it delivered (0 if none was
+        due or it failed). At-most-once marks the batch sent in the claim, before the send, and a failure is
+        then final. The engine's dispatcher sends through its channels with plan_send and record_send instead."""
+        with translate_errors(), transaction(self._conn):
+            claimed = self._claim_batch(now, channel)
+            if claimed is not None and at_most_once:
+                self._mark_sent(claimed[0], now)
         if claimed is None:
             return 0
         batch_id, batch = claimed
         try:
             send(batch)
         except Exception as exc:  # a channel's own failure must not lose the batch
-            error = str(exc) if isinstance(exc, SendError) else f"{type(exc).__name__}: {exc}"
-            permanent = at_most_once or (isinstance(exc, SendError) and exc.permanent)
-            if not permanent and batch.attempt >= self.options.max_send_attempts:
-                error, permanent = f"gave up after {batch.attempt} attempts: {error}", True
-            self._record_failure(batch_id, batch, now, error, permanent=permanent)
+            failed = ChannelOutcome.failed(channel or "send", exc)
+            assert failed.error is not None
+            error, permanent = self._give_up(failed.error, at_most_once or failed.permanent, batch.attempt)
+            with translate_errors(), transaction(self._conn):
+                self._fail_batch(batch_id, batch, now, error, permanent=permanent)
             return 0
         if not at_most_once:
             with translate_errors(), transaction(self._conn):
                 self._mark_sent(batch_id, now)
         return len(batch.bodies)
 
-    def dispatch_channels(self, channels: Sequence[OutboxChannel], *, now: int) -> int:
-        """Send at most one batch to every channel, each under the batch's one idempotency key.
+    def _give_up(self, error: str, permanent: bool, attempts: int) -> tuple[str, bool]:
+        """The one give-up rule: a failure that is not final yet becomes final after max_send_attempts tries.
 
-        Each channel's outcome is recorded as soon as it is known, so when one channel fails and the
-        batch is retried, the channels that already took it are skipped rather than sent a second
-        copy. An at-most-once channel is marked before its send and never retried. A channel counts
-        its own failed tries and is given up on for the batch after max_send_attempts of them. Each
-        channel gets the batches of a lane in order: one that still owes an earlier batch is not sent
-        a later one yet (and that wait costs it no attempt), while the other channels go on. The batch
-        is sent once every channel has taken it, failed once every channel is settled and one failed
-        for good, and otherwise retried. Returns the messages delivered to every channel.
-        """
+        A channel that never recovers (a wrong address, a service gone) must not be retried for ever, nor keep
+        the batches after this one waiting for it: it is given up on, visibly."""
+        if not permanent and attempts >= self.options.max_send_attempts:
+            return f"gave up after {attempts} attempts: {error}", True
+        return error, permanent
+
+    def plan_send(self, channels: Sequence[ChannelTerms], *, now: int) -> SendPlan | None:
+        """Claim the batch that is due (None: nothing is) and say what each channel is to do with it, in one
+        transaction: the channels that still owe it and may have it now (send_to), the ones that must first get
+        an earlier batch of the lane (behind: that wait costs them no attempt), and the at-most-once channels,
+        which are recorded as sent here, before their send, and never retried. The caller sends, then reports
+        each channel's outcome to record_send under this plan; every send carries the batch's one key."""
         names = [channel.name for channel in channels]
         if not names:
-            raise ValueError("dispatch_channels needs at least one channel")
+            raise ValueError("a send needs at least one channel")
         if len(set(names)) != len(names):
             raise ValueError(f"channel names must be unique, got {names}")
-        claimed = self._claim_batch_to_send(now, False, ",".join(names))
-        if claimed is None:
-            return 0
-        batch_id, batch = claimed
-        records = self._delivery_records(batch_id)
-        waiting = [channel for channel in channels if records.get(channel.name, ("retry", None, 0))[0] == "retry"]
-        behind = {channel.name for channel in waiting if self._owes_earlier_batch(batch_id, channel.name)}
-        if any(channel.at_most_once and channel.name not in behind for channel in waiting):
-            with translate_errors(), transaction(self._conn):
-                for channel in waiting:
-                    if channel.at_most_once and channel.name not in behind:
-                        self._record_delivery(batch_id, channel.name, "sent", now, None)
+        at_most_once = {channel.name for channel in channels if channel.at_most_once}
+        with translate_errors(), transaction(self._conn):
+            claimed = self._claim_batch(now, ",".join(names))
+            if claimed is None:
+                return None
+            batch_id, batch = claimed
+            records = self._delivery_records(batch_id)
+            waiting = [name for name in names if records.get(name, ("retry", None, 0))[0] == "retry"]
+            behind = tuple(name for name in waiting if self._owes_earlier_batch(batch_id, name))
+            send_to = tuple(name for name in waiting if name not in behind)
+            marked = tuple(name for name in send_to if name in at_most_once)
+            for name in marked:
+                self._record_delivery(batch_id, name, "sent", now, None)
+        return SendPlan(batch_id, batch, tuple(names), send_to, behind, marked,
+                        {name: records[name][2] for name in send_to if name in records})
+
+    def record_send(self, plan: SendPlan, outcomes: Sequence[ChannelOutcome], *, now: int, settle: bool = True) -> int:
+        """Record what channels of a plan did with its batch, in one transaction, as soon as it is known: when one
+        channel fails and the batch is retried, the channels that already took it are skipped rather than sent a
+        second copy. A channel counts its own failed tries and is given up on for the batch after
+        max_send_attempts of them. With settle (once every channel of send_to has reported), the batch is
+        settled in the same transaction: sent once every channel has taken it, failed once every channel is
+        settled and one failed for good, and otherwise retried. Returns the messages delivered to every channel
+        (0 unless the batch was settled as sent)."""
+        with translate_errors(), transaction(self._conn):
+            for outcome in outcomes:
+                self._record_outcome(plan, outcome, now)
+            return self._settle(plan, now) if settle else 0
+
+    def _record_outcome(self, plan: SendPlan, outcome: ChannelOutcome, now: int) -> None:
+        if outcome.channel not in plan.send_to:
+            raise ValueError(f"{outcome.channel} was not planned to send batch {plan.batch.key}")
+        marked = outcome.channel in plan.marked
+        if outcome.error is None:
+            if not marked:  # an at-most-once channel was recorded as sent before its send
+                self._record_delivery(plan.batch_id, outcome.channel, "sent", now, None)
+            return
+        attempts = plan.tries.get(outcome.channel, 0) + 1
+        error, permanent = self._give_up(outcome.error, outcome.permanent, attempts)
+        if permanent or marked:
+            self._record_delivery(plan.batch_id, outcome.channel, "failed", now, error)
+        else:
+            self._record_delivery(plan.batch_id, outcome.channel, "retry", now, error, attempts)
+
+    def _settle(self, plan: SendPlan, now: int) -> int:
+        records = self._delivery_records(plan.batch_id)
         transient: list[str] = []
         tries: list[int] = []  # the failed tries of each channel that failed now and will be retried
-        for channel in waiting:
-            if channel.name in behind:
-                transient.append(f"{channel.name}: waiting for an earlier batch")
-                continue
-            try:
-                channel.send(batch)
-            except SendError as exc:
-                error, permanent = str(exc), exc.permanent
-            except Exception as exc:  # a channel's own failure must not lose the batch
-                error, permanent = f"{type(exc).__name__}: {exc}", False
-            else:
-                if not channel.at_most_once:
-                    with translate_errors(), transaction(self._conn):
-                        self._record_delivery(batch_id, channel.name, "sent", now, None)
-                continue
-            attempts = records.get(channel.name, ("retry", None, 0))[2] + 1
-            if not permanent and attempts >= self.options.max_send_attempts:
-                # A channel that never recovers (a wrong address, a service gone) must not be retried for
-                # ever, nor keep the batches after this one waiting for it: it is given up on, visibly.
-                error, permanent = f"gave up after {attempts} attempts: {error}", True
-            with translate_errors(), transaction(self._conn):
-                if permanent or channel.at_most_once:
-                    self._record_delivery(batch_id, channel.name, "failed", now, error)
-                else:
-                    self._record_delivery(batch_id, channel.name, "retry", now, error, attempts)
-            if not (permanent or channel.at_most_once):
-                transient.append(f"{channel.name}: {error}")
-                tries.append(attempts)
+        for name in plan.channels:
+            if name in plan.behind:
+                transient.append(f"{name}: waiting for an earlier batch")
+            elif name in plan.send_to and records[name][0] == "retry":
+                transient.append(f"{name}: {records[name][1]}")
+                tries.append(records[name][2])
         if transient:
             # Retried after the backoff of the most-tried failing channel; a batch that only waits for
             # an earlier one is looked at again when that one is retried.
-            retry_at = now + self._backoff(max(tries)) if tries else self._earlier_retry_at(batch_id, now)
-            self._record_failure(batch_id, batch, now, "; ".join(transient), permanent=False, retry_at=retry_at)
+            retry_at = now + self._backoff(max(tries)) if tries else self._earlier_retry_at(plan.batch_id, now)
+            self._fail_batch(plan.batch_id, plan.batch, now, "; ".join(transient), permanent=False, retry_at=retry_at)
             return 0
-        settled = self._deliveries(batch_id)
-        failures = [f"{name}: {settled[name][1]}" for name in names if settled[name][0] == "failed"]
+        failures = [f"{name}: {records[name][1]}" for name in plan.channels if records[name][0] == "failed"]
         if failures:
-            self._record_failure(batch_id, batch, now, "; ".join(failures), permanent=True)
+            self._fail_batch(plan.batch_id, plan.batch, now, "; ".join(failures), permanent=True)
             return 0
-        with translate_errors(), transaction(self._conn):
-            self._mark_sent(batch_id, now)
-        return len(batch.bodies)
+        self._mark_sent(plan.batch_id, now)
+        return len(plan.batch.bodies)
 
     def _owes_earlier_batch(self, batch_id: int, channel: str) -> bool:
         """Whether an earlier open batch of the same lane has not yet reached this channel (sent or
@@ -235,63 +294,61 @@ class OutboxMixin(StoreBase):
             (batch_id, channel, state, now, error, attempts),
         )
 
-    def _claim_batch_to_send(self, now: int, at_most_once: bool, channel: str | None) -> tuple[int, Batch] | None:
-        with translate_errors(), transaction(self._conn):
-            open_batch = self._conn.execute(
-                """SELECT id, key, urgent, attempts FROM outbox_batches INDEXED BY outbox_batches_open
-                   WHERE state IN ('sending', 'retry')
-                     AND ((state = 'retry' AND next_try_at <= ?) OR (state = 'sending' AND claimed_until < ?))
-                   ORDER BY urgent DESC, id LIMIT 1""",
-                (now, now),
-            ).fetchall()
-            if open_batch:
-                batch_id, key, urgent, attempts = open_batch[0]
-                self._conn.execute(
-                    """UPDATE outbox_batches SET state = 'sending', attempts = attempts + 1, claimed_until = ?,
-                       next_try_at = NULL WHERE id = ?""",
-                    (now + self.options.send_timeout, batch_id),
-                )
-                rows = self._conn.execute(
-                    "SELECT id, body, approval_id FROM outbox WHERE batch_id = ? ORDER BY id", (batch_id,)
-                ).fetchall()
-                attempt = attempts + 1
-            else:
-                rows = self._conn.execute(
-                    "SELECT id, body, approval_id FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' "
-                    "AND urgent = 1 ORDER BY id"
-                ).fetchall()
-                urgent = 1 if rows else 0
-                if not rows:
-                    if self._held_lane_blocked():
-                        return None
-                    last = self.last_send_at()
-                    if last is not None and now - last < self.options.outbox_gap:
-                        return None
-                    rows = self._conn.execute(
-                        "SELECT id, body, approval_id FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' "
-                        "AND urgent = 0 "
-                        "ORDER BY id"
-                    ).fetchall()
-                if not rows:
-                    return None
-                key = f"ob-{secrets.token_hex(6)}-{now}"
-                batch_id = int(self._conn.execute(
-                    """INSERT INTO outbox_batches (key, urgent, created_at, state, attempts, claimed_until, channel)
-                       VALUES (?, ?, ?, 'sending', 1, ?, ?) RETURNING id""",
-                    (key, urgent, now, now + self.options.send_timeout, channel),
-                ).fetchall()[0][0])
-                self._conn.executemany(
-                    "UPDATE outbox SET status = 'sending', batch_id = ? WHERE id = ?",
-                    [(batch_id, message_id) for message_id, _, _ in rows],
-                )
-                attempt = 1
-            if at_most_once:
-                self._mark_sent(batch_id, now)
-            return batch_id, Batch(
-                key=key, bodies=[body for _, body, _ in rows], urgent=bool(urgent), attempt=attempt,
-                message_ids=[message_id for message_id, _, _ in rows],
-                approval_ids=[approval for _, _, approval in rows],
+    def _claim_batch(self, now: int, channel: str | None) -> tuple[int, Batch] | None:
+        """Inside a write transaction: take the open batch that is due again, or make one of the queued messages
+        (the urgent lane first; the held lane once the gap has passed and no earlier batch blocks it)."""
+        open_batch = self._conn.execute(
+            """SELECT id, key, urgent, attempts FROM outbox_batches INDEXED BY outbox_batches_open
+               WHERE state IN ('sending', 'retry')
+                 AND ((state = 'retry' AND next_try_at <= ?) OR (state = 'sending' AND claimed_until < ?))
+               ORDER BY urgent DESC, id LIMIT 1""",
+            (now, now),
+        ).fetchall()
+        if open_batch:
+            batch_id, key, urgent, attempts = open_batch[0]
+            self._conn.execute(
+                """UPDATE outbox_batches SET state = 'sending', attempts = attempts + 1, claimed_until = ?,
+                   next_try_at = NULL WHERE id = ?""",
+                (now + self.options.send_timeout, batch_id),
             )
+            rows = self._conn.execute(
+                "SELECT id, body, approval_id, reply_to FROM outbox WHERE batch_id = ? ORDER BY id", (batch_id,)
+            ).fetchall()
+            attempt = attempts + 1
+        else:
+            rows = self._conn.execute(
+                "SELECT id, body, approval_id, reply_to FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' "
+                "AND urgent = 1 ORDER BY id"
+            ).fetchall()
+            urgent = 1 if rows else 0
+            if not rows:
+                if self._held_lane_blocked():
+                    return None
+                last = self.last_send_at()
+                if last is not None and now - last < self.options.outbox_gap:
+                    return None
+                rows = self._conn.execute(
+                    "SELECT id, body, approval_id, reply_to FROM outbox INDEXED BY outbox_queued "
+                    "WHERE status = 'queued' AND urgent = 0 ORDER BY id"
+                ).fetchall()
+            if not rows:
+                return None
+            key = f"ob-{secrets.token_hex(6)}-{now}"
+            batch_id = int(self._conn.execute(
+                """INSERT INTO outbox_batches (key, urgent, created_at, state, attempts, claimed_until, channel)
+                   VALUES (?, ?, ?, 'sending', 1, ?, ?) RETURNING id""",
+                (key, urgent, now, now + self.options.send_timeout, channel),
+            ).fetchall()[0][0])
+            self._conn.executemany(
+                "UPDATE outbox SET status = 'sending', batch_id = ? WHERE id = ?",
+                [(batch_id, row[0]) for row in rows],
+            )
+            attempt = 1
+        return batch_id, Batch(
+            key=key, bodies=[row[1] for row in rows], urgent=bool(urgent), attempt=attempt,
+            message_ids=[row[0] for row in rows], approval_ids=[row[2] for row in rows],
+            reply_tos=[row[3] for row in rows],
+        )
 
     def _mark_sent(self, batch_id: int, now: int) -> None:
         self._conn.execute(
@@ -301,23 +358,23 @@ class OutboxMixin(StoreBase):
         )
         self._conn.execute("UPDATE outbox SET status = 'sent', sent_at = ? WHERE batch_id = ?", (now, batch_id))
 
-    def _record_failure(
+    def _fail_batch(
         self, batch_id: int, batch: Batch, now: int, error: str, *, permanent: bool, retry_at: int | None = None
     ) -> None:
-        with translate_errors(), transaction(self._conn):
-            if permanent:
-                self._conn.execute(
-                    """UPDATE outbox_batches SET state = 'failed', last_error = ?, claimed_until = NULL,
-                       next_try_at = NULL WHERE id = ?""",
-                    (error, batch_id),
-                )
-                self._conn.execute("UPDATE outbox SET status = 'failed' WHERE batch_id = ?", (batch_id,))
-            else:
-                self._conn.execute(
-                    """UPDATE outbox_batches SET state = 'retry', last_error = ?, claimed_until = NULL,
-                       next_try_at = ? WHERE id = ? AND state = 'sending'""",
-                    (error, now + self._backoff(batch.attempt) if retry_at is None else retry_at, batch_id),
-                )
+        """Inside a write transaction: the batch failed for good, or is retried at retry_at (default: its backoff)."""
+        if permanent:
+            self._conn.execute(
+                """UPDATE outbox_batches SET state = 'failed', last_error = ?, claimed_until = NULL,
+                   next_try_at = NULL WHERE id = ?""",
+                (error, batch_id),
+            )
+            self._conn.execute("UPDATE outbox SET status = 'failed' WHERE batch_id = ?", (batch_id,))
+        else:
+            self._conn.execute(
+                """UPDATE outbox_batches SET state = 'retry', last_error = ?, claimed_until = NULL,
+                   next_try_at = ? WHERE id = ? AND state = 'sending'""",
+                (error, now + self._backoff(batch.attempt) if retry_at is None else retry_at, batch_id),
+            )
 
     def send_now(self, message_id: int, *, now: int) -> bool:
         """Move a message the send gap holds to the urgent lane, so it goes out at once (the owner's `send now`);

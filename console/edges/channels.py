@@ -2,9 +2,10 @@
 
 A channel has a `name`, an `at_most_once` flag and `send(batch)`, which returns when the batch is
 delivered and raises SendError(msg, permanent=...) when it is not. Every send of one batch carries
-the same `batch.key`, so the far end can drop a retry it has already taken. Channels are given to
-Store.dispatch_channels, which records each channel's outcome so one failing channel never makes
-the others send twice.
+the same `batch.key`, so the far end can drop a retry it has already taken. The channels here block
+(the engine's dispatcher runs them on its sender thread); the phone channels' send is a coroutine,
+awaited on the engine's loop. The dispatcher (console/runtime/dispatcher.py) sends, and the Store
+records each channel's outcome, so one failing channel never makes the others send twice.
 
     [[channels]]
     type = "file"            # console | file | http | apprise

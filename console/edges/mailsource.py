@@ -17,7 +17,6 @@ List-Id, mailer-daemon / no-reply senders) is never answered; replies say Auto-S
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import contextlib
 import datetime as dt
 import email.policy
@@ -311,29 +310,28 @@ class MailChannel:
             client.delete_messages(uids)
             client.uid_expunge(uids) if client.has_capability("UIDPLUS") else client.expunge()
 
-    # --- replies (the outbox side, on the dispatcher's sender thread) ----------------------------
-    def send(self, batch: Batch) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed() or self._host is None:
+    # --- replies (the outbox side, awaited by the dispatcher on the engine's loop) ------------------
+    async def send(self, batch: Batch) -> None:
+        if self._loop is None or self._loop is not asyncio.get_running_loop() or self._host is None:
             raise SendError(f"{self.name}: the source is not running", permanent=False)
-        future = asyncio.run_coroutine_threadsafe(self._deliver(batch), loop)
         try:
-            future.result(timeout=self.settings.timeout * (len(batch.bodies) + 1) + 5)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
+            async with asyncio.timeout(self.settings.timeout * (len(batch.bodies) + 1) + 5):
+                await self._deliver(batch)
+        except TimeoutError:
             raise SendError(f"{self.name}: sending timed out", permanent=False) from None
 
     async def _deliver(self, batch: Batch) -> None:
         host = self.host
         for index, body in enumerate(batch.bodies):
             outbox_id = batch.message_ids[index] if index < len(batch.message_ids) else None
-            if outbox_id is not None and batch.approval_of(index) is None:
-                await self._deliver_one(host, outbox_id, body)  # approvals are never answered by mail
+            reply_to = batch.reply_to_of(index)
+            if outbox_id is None or batch.approval_of(index) is not None:
+                continue  # approvals are never answered by mail
+            if reply_to is None or not reply_to.startswith(f"{SOURCE}:"):
+                continue  # a message to the owner, not an answer to a mail: the other channels carry it
+            await self._deliver_one(host, outbox_id, reply_to, body)
 
-    async def _deliver_one(self, host: PhoneHost, outbox_id: int, body: str) -> None:
-        reply_to = await host.read(lambda s: s.outbox_reply_to(outbox_id))
-        if reply_to is None or not reply_to.startswith(f"{SOURCE}:"):
-            return  # a message to the owner, not an answer to a mail: the other channels carry it
+    async def _deliver_one(self, host: PhoneHost, outbox_id: int, reply_to: str, body: str) -> None:
         if await host.read(lambda s: s.phone_sent_ref(self.name, outbox_id)) is not None:
             return  # sent on an earlier try
         event = await host.read(lambda s: s.find_event(SOURCE, reply_to[len(SOURCE) + 1:]))

@@ -4,10 +4,9 @@ the outcome that stands, whoever settled it (a tap, the console, the CLI, the ex
 
 A phone channel runs inside the engine, on its event loop, through a narrow host (PhoneHost):
 
-- send(batch) is called by the dispatcher on its sender thread, like every channel's; it hands the batch to
-  the event loop and waits for it there (bounded), so the HTTP calls share one aiohttp session and nothing
-  blocks the loop. Each message it delivers is recorded with the service's handle, so a batch retried after a
-  failure (or a restart) skips what already reached the phone.
+- send(batch) is a coroutine the dispatcher awaits on the engine's loop (bounded in time), so the HTTP calls
+  share one aiohttp session and no thread waits for them. Each message it delivers is recorded with the
+  service's handle, so a batch retried after a failure (or a restart) skips what already reached the phone.
 - the listener (ntfy's JSON stream, Telegram's getUpdates long poll) reconnects with backoff, resumes from the
   cursor stored in the inbox, and takes each answer through Store.take_phone_answer: the one answer path,
   the ledger of service ids and the cursor in one transaction.
@@ -21,7 +20,6 @@ same updates.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import json
 import logging
 import random
@@ -199,25 +197,35 @@ class PhoneChannel:
             return "forged"
         return None
 
-    # --- the outbox side (called on the dispatcher's sender thread) -------------------------------
-    def send(self, batch: Batch) -> None:
-        loop = self._loop
-        if loop is None or loop.is_closed() or self._host is None:
+    # --- the outbox side (awaited by the dispatcher, on the engine's loop) ---------------------------
+    async def send(self, batch: Batch) -> None:
+        """Deliver a batch, bounded in time. A failure of any kind is this channel's SendError (retried, unless
+        the service refused for good): the dispatcher records it against this channel only."""
+        if self._loop is None or self._loop is not asyncio.get_running_loop() or self._host is None:
             raise SendError(f"{self.name}: the channel is not running", permanent=False)
-        future = asyncio.run_coroutine_threadsafe(self._deliver(batch), loop)
+        deadline = asyncio.timeout(self.timeout * (len(batch.bodies) + 1) + 5)
         try:
-            future.result(timeout=self.timeout * (len(batch.bodies) + 1) + 5)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise SendError(f"{self.name}: sending timed out", permanent=False) from None
+            async with deadline:
+                await self._deliver(batch)
         except SendError:
             raise
         except Exception as exc:  # a network or library error is this channel's failure, retried
+            if deadline.expired():
+                raise SendError(f"{self.name}: sending timed out", permanent=False) from None
             raise SendError(f"{self.name}: {describe(exc)}", permanent=False) from None
 
     async def _deliver(self, batch: Batch) -> None:
+        host = self.host
+        # What reached the phone on an earlier try of this batch is skipped; a batch on its first try has none.
+        sent_before: set[int] = set()
+        if batch.attempt > 1 and batch.message_ids:
+            ids = list(batch.message_ids)
+            refs = await host.read(lambda s: [s.phone_sent_ref(self.name, outbox_id) for outbox_id in ids])
+            sent_before = {outbox_id for outbox_id, ref in zip(ids, refs, strict=True) if ref is not None}
         for index, body in enumerate(batch.bodies):
-            await self._deliver_one(batch, index, body)
+            outbox_id = batch.message_ids[index] if index < len(batch.message_ids) else None
+            if outbox_id not in sent_before:
+                await self._deliver_one(batch, index, body)
 
     @property
     def slot_prefix(self) -> str:
@@ -228,17 +236,12 @@ class PhoneChannel:
         host = self.host
         outbox_id = batch.message_ids[index] if index < len(batch.message_ids) else None
         slot = f"{self.slot_prefix}{outbox_id}" if outbox_id is not None else f"{batch.key}-{index}"
-        if outbox_id is not None:
-            sent_before: str | None = await host.read(lambda s: s.phone_sent_ref(self.name, outbox_id))
-            if sent_before is not None:
-                return  # this one reached the phone on an earlier try
         request_id = batch.approval_of(index)
         approval = None if request_id is None else await host.read(lambda s: s.approval(request_id))
         shown: str | None = None
         if approval is None:
             # A run's reply to a chat source's message goes back to that conversation (the outbox's reply_to).
-            reply_to = None if outbox_id is None else await host.read(lambda s: s.outbox_reply_to(outbox_id))
-            ref = await self.post(body, slot=slot, urgent=batch.urgent, reply_to=reply_to)
+            ref = await self.post(body, slot=slot, urgent=batch.urgent, reply_to=batch.reply_to_of(index))
         elif approval.outcome is None:
             ref, shown = await self.post_card(body, approval, slot=slot), "ask"
         else:  # settled before its card went out: sent as it ends, without buttons

@@ -35,17 +35,14 @@ def test_single_send_dispatch_is_unchanged(store: Store) -> None:
     assert message.status == "sent" and message.channel == "solo" and store.deliveries(str(message.batch_key)) == {}
 
 
-def test_dispatch_channels_needs_unique_names(store: Store) -> None:
+def test_a_send_plan_needs_channels_with_unique_names(store: Store) -> None:
     class Named:
         at_most_once = False
 
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def send(self, batch: object) -> None:
-            return None
-
     with pytest.raises(ValueError, match="at least one"):
-        store.dispatch_channels([], now=1)
+        store.plan_send([], now=1)
     with pytest.raises(ValueError, match="unique"):
-        store.dispatch_channels([Named("a"), Named("a")], now=1)
+        store.plan_send([Named("a"), Named("a")], now=1)

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from console.core import Batch, SendError, Store
+from console.core import Batch, ChannelOutcome, SendError, Store
 from tests.core.workers import spawn
+from tests.support import send_due
 
 T = 1_000_000
 GAP = 3_600
@@ -193,13 +194,13 @@ def test_a_channel_that_never_recovers_is_given_up_on_and_the_lane_moves_again(i
         store.queue_message("first", now=0)
         now = 0
         for _ in range(3):
-            store.dispatch_channels([local, Down()], now=now)
+            send_due(store, [local, Down()], now=now)
             now += 10
         first = store.outbox_messages()[0]
         assert first.status == "failed" and first.error == "down: gave up after 3 attempts: connection refused"
         assert len(local.keys) == 1  # the healthy channel got it once, not once per retry
         store.queue_message("second", now=now)
-        assert store.dispatch_channels([local], now=now) == 1  # the lane is free again
+        assert send_due(store, [local], now=now) == 1  # the lane is free again
         assert len(local.keys) == 2
 
 
@@ -226,7 +227,7 @@ def drain(store: Store, channels: list[Recording], now: int) -> int:
     sent = 0
     for _ in range(20):
         before = [len(c.tries) for c in channels]
-        sent += store.dispatch_channels(channels, now=now)
+        sent += send_due(store, channels, now=now)
         if [len(c.tries) for c in channels] == before:
             return sent
     raise AssertionError("dispatch kept sending at one moment")
@@ -321,3 +322,54 @@ def test_send_now_moves_a_held_message_to_the_urgent_lane(outbox: Store) -> None
     assert outbox.send_now(other, now=T + 40)
     assert not outbox.send_now(other, now=T + 41)  # urgent already
     assert outbox.dispatch(channel, now=T + 41) == 1 and channel.sent[-1].bodies == ["more held news"]
+
+
+class Terms:
+    """What the outbox plans a channel's send by: a name, and whether it goes at most once."""
+
+    def __init__(self, name: str, *, at_most_once: bool = False) -> None:
+        self.name = name
+        self.at_most_once = at_most_once
+
+
+def test_a_send_is_planned_then_each_channels_outcome_recorded(inbox_target: str) -> None:
+    channels = [Terms("local"), Terms("pager", at_most_once=True)]
+    with Store.open(inbox_target, outbox_gap=0, backoff_base=10, backoff_jitter=0) as store:
+        store.queue_message("hello", now=T)
+        plan = store.plan_send(channels, now=T)
+        assert plan is not None and plan.batch.bodies == ["hello"] and plan.batch.attempt == 1
+        assert (plan.send_to, plan.behind, plan.marked) == (("local", "pager"), (), ("pager",))
+        key = plan.batch.key
+        assert store.deliveries(key) == {"pager": ("sent", None)}  # at most once: marked before its send
+        assert store.plan_send(channels, now=T) is None  # claimed: no second plan while the claim stands
+        with pytest.raises(ValueError, match="not planned"):
+            store.record_send(plan, [ChannelOutcome("elsewhere")], now=T)
+        assert store.record_send(plan, [ChannelOutcome("local", "HTTP 503")], now=T, settle=False) == 0
+        assert store.outbox_messages()[0].status == "sending"  # not settled until told
+        assert store.record_send(plan, [ChannelOutcome("pager", "reset mid-request")], now=T) == 0
+        assert store.deliveries(key) == {"local": ("retry", "HTTP 503"), "pager": ("failed", "reset mid-request")}
+        assert store.next_send_at(now=T) == T + 10  # retried for the channel that may still take it
+
+        again = store.plan_send(channels, now=T + 10)
+        assert again is not None and again.batch.key == key and again.batch.attempt == 2
+        assert (again.send_to, again.tries) == (("local",), {"local": 1})  # the pager is never retried
+        assert store.record_send(again, [ChannelOutcome("local")], now=T + 10) == 0
+        [message] = store.outbox_messages()
+        assert message.status == "failed" and message.error == "pager: reset mid-request"
+
+
+def test_the_give_up_rule_is_the_same_for_one_send_and_for_channels(inbox_target: str) -> None:
+    with Store.open(inbox_target, outbox_gap=0, backoff_base=1, backoff_max=1, backoff_jitter=0,
+                    max_send_attempts=2) as store:
+        store.queue_message("to a service that is gone", now=T)
+        down = Channel()
+        down.fail_with = SendError("connection refused")
+        assert store.dispatch(down, now=T) == 0 and store.dispatch(down, now=T + 10) == 0
+        store.queue_message("to a channel that is gone", now=T + 20)
+        for now in (T + 20, T + 30):
+            plan = store.plan_send([Terms("gone")], now=now)
+            assert plan is not None
+            store.record_send(plan, [ChannelOutcome("gone", "connection refused")], now=now)
+        one, channels = sorted(store.outbox_messages(), key=lambda m: m.id)
+        assert (one.status, one.error) == ("failed", "gave up after 2 attempts: connection refused")
+        assert (channels.status, channels.error) == ("failed", "gone: gave up after 2 attempts: connection refused")

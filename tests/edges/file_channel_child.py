@@ -7,6 +7,7 @@ import sys
 
 from console.core import Batch, Store
 from console.edges.channels import FileChannel
+from tests.support import send_due
 
 
 class AnnounceThenWait:
@@ -24,7 +25,7 @@ class AnnounceThenWait:
 def main(db: str, path: str, now: int) -> None:
     store = Store.open(db)
     store.queue_message("the only copy", now=now)
-    store.dispatch_channels([AnnounceThenWait(FileChannel(path))], now=now)
+    send_due(store, [AnnounceThenWait(FileChannel(path))], now=now)
     print("dispatch returned", flush=True)  # never reached: the parent kills us first
 
 

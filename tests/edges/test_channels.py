@@ -1,4 +1,4 @@
-"""Channels against a local recording HTTP server, through the Store's per-channel dispatch."""
+"""Channels against a local recording HTTP server, through the dispatcher's per-channel send."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from console.config import ConfigError, Settings
 from console.core import Batch, SendError, Store
 from console.edges.channels import AppriseChannel, Channel, ConsoleChannel, FileChannel, HttpChannel, build_channels
 from tests.edges.recorder import Recorder
+from tests.support import send_due
 
 T0 = 10_000
 LATER = T0 + 5_000  # past any retry backoff (backoff_max is 900 s)
@@ -44,7 +45,7 @@ class Counting:
 
 
 async def dispatch(store: Store, channels: list[Channel], now: int) -> int:
-    return await asyncio.to_thread(store.dispatch_channels, channels, now=now)
+    return await asyncio.to_thread(send_due, store, channels, now=now)
 
 
 def batch_key(store: Store) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from console.core import Store
 from console.edges.channels import FileChannel
+from tests.support import send_due
 
 ROOT = Path(__file__).resolve().parents[2]
 T0 = 50_000
@@ -36,8 +37,8 @@ def test_kill_between_write_and_commit_leaves_exactly_one_copy(tmp_path: Path) -
         [message] = store.outbox_messages()
         assert message.status == "sending" and message.batch_key == key  # the send was never recorded
         channel = FileChannel(path)
-        assert store.dispatch_channels([channel], now=T0 + store.options.send_timeout) == 0  # the claim still stands
-        assert store.dispatch_channels([channel], now=T0 + store.options.send_timeout + 1) == 1
+        assert send_due(store, [channel], now=T0 + store.options.send_timeout) == 0  # the claim still stands
+        assert send_due(store, [channel], now=T0 + store.options.send_timeout + 1) == 1
         [message] = store.outbox_messages()
         assert message.status == "sent" and message.batch_key == key
     lines = [json.loads(line) for line in path.read_text().splitlines()]

@@ -5,13 +5,16 @@ from elsewhere, an unrecorded card adopted) is the conformance suite's, test_pho
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 import logging
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from console.clock import ManualClock
 from console.config import ConfigError
@@ -155,6 +158,39 @@ async def test_a_bot_api_that_fails_holds_back_only_the_telegram_channel(
     assert TOKEN.encode() not in inbox
     for request in bot.requests:
         assert TOKEN not in request.body.decode()
+
+
+async def test_a_message_on_its_way_to_the_phone_holds_no_thread(tmp_path: Path, clock: ManualClock) -> None:
+    """The dispatcher awaits the phone channel on the engine's loop: while the Bot API has not answered, the
+    sender thread (where the outbox's books are kept and blocking channels send) is free, not waiting for it."""
+    held = HeldBotApi(token=TOKEN)
+    await held.start()
+    try:
+        async with running(phone_settings(tmp_path, table(held)), clock, ENV, tune=quick) as engine:
+            await engine.write(lambda s: s.queue_message("the deploy finished", now=clock.now(), urgent=True))
+            await until(held.holding.is_set, "sendMessage reaching the Bot API")
+            in_flight = await asyncio.wait_for(engine.on("sender", lambda s: s.outbox_counts()["sending"]), 10)
+            assert in_flight == 1  # the sender thread answered while the phone's send was still under way
+            held.release.set()
+            await stored(engine, lambda s: s.outbox_counts()["sent"] == 1, "the message recorded as sent")
+            assert [m["text"] for m in held.chats[OWNER]] == ["the deploy finished"]
+    finally:
+        await held.stop()
+
+
+@dataclass
+class HeldBotApi(StandInBotApi):
+    """The stand-in Bot API, holding every sendMessage until released."""
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.holding = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def _send(self, payload: dict[str, Any]) -> web.Response:
+        self.holding.set()
+        await self.release.wait()
+        return await super()._send(payload)
 
 
 def test_callback_data_fits_telegram_and_parses_back(tmp_path: Path) -> None:
