@@ -96,11 +96,13 @@ def build_engine(
     watch_interval: float | None = 0.05,
     idle_cap: float | None = None,
     shutdown_grace: float = 10.0,
+    watch_only: bool = False,
 ) -> Engine:
     """The engine for these settings. `agent` and `channels` replace the configured ones (tests, benchmarks);
     install_defaults=False leaves the default timers out. A bad [[channels]] entry or agent setup raises
     ConfigError / AgentSetupError, naming it, before anything runs; with late_agent=True (the console) the
-    agent is built as the engine starts (LateAgent), and its setup error is raised by `start()`."""
+    agent is built as the engine starts (LateAgent), and its setup error is raised by `start()`. watch_only: the
+    console's --read-only, an engine that reads and watches and never takes the lease nor writes."""
     clock = clock or WallClock()
     if agent is None:
         if late_agent:
@@ -121,6 +123,7 @@ def build_engine(
         watch_interval=watch_interval,
         idle_cap=idle_cap,
         shutdown_grace=shutdown_grace,
+        watch_only=watch_only,
     )
 
 

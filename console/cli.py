@@ -316,9 +316,12 @@ def _clock_time(when: int, zone: ZoneInfo) -> str:
 @click.option("--config", "config_path", type=FilePath(),
               help="A TOML config file (default: config.toml in your user config folder, if it exists).")
 @click.option("--demo", is_flag=True, help="Open the console with demo data and controls.")
+@click.option("--read-only", "read_only", is_flag=True,
+              help="Open the console read-only: it watches the inbox and cannot answer, retry, discard, inject or "
+                   "stall (its engine never takes the lease). For a second screen or a shared terminal.")
 @click.version_option(__version__, prog_name=PROG)
 @click.pass_context
-def main(ctx: click.Context, db: Path | str | None, config_path: Path | None, demo: bool) -> None:
+def main(ctx: click.Context, db: Path | str | None, config_path: Path | None, demo: bool, read_only: bool) -> None:
     """A terminal console for one person's always-on agent. With no command, opens the console.
 
     Settings come from defaults, then the config file, then AGENT_CONSOLE_<SETTING> environment
@@ -326,8 +329,13 @@ def main(ctx: click.Context, db: Path | str | None, config_path: Path | None, de
     """
     state = CliState(config_path, db, demo)
     ctx.obj = state
+    if read_only and ctx.invoked_subcommand is not None:
+        raise UserError(f"--read-only opens the console read-only; it goes without a command, not before "
+                        f"`{ctx.invoked_subcommand}`")
+    if read_only and demo:
+        raise UserError("--read-only and --demo do not go together: the demo's inbox is a throwaway to play with")
     if ctx.invoked_subcommand is None:
-        _open_console(state)
+        _open_console(state, read_only=read_only)
 
 
 def _import_part(module: str, missing: str) -> Any:
@@ -341,15 +349,16 @@ def _import_part(module: str, missing: str) -> Any:
         raise UserError(missing) from None
 
 
-def _open_console(state: CliState) -> None:
+def _open_console(state: CliState, *, read_only: bool = False) -> None:
     settings = state.settings()
-    ensure_default_db_folder(settings)
+    if not read_only:  # a read-only console creates nothing: no folder, no inbox
+        ensure_default_db_folder(settings)
     app = _import_part("console.tui.app", "this build has no console (console.tui.app is missing); "
                        "see --help for the commands")
     run_app = getattr(app, "run_app", None)
     if run_app is None:
         raise UserError("this build's console has no run_app; see --help for the commands")
-    run_app(settings, demo=state.demo)
+    run_app(settings, demo=state.demo, read_only=read_only)
 
 
 # --- run: the headless engine ------------------------------------------------------------------

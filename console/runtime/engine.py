@@ -22,7 +22,7 @@ from console import telemetry
 from console.agents.base import Agent
 from console.clock import Clock, WallClock
 from console.config import Settings, open_inbox
-from console.core import Store
+from console.core import Store, StoreError
 from console.core.db import START_CHECK_SECONDS, InboxDamaged, QuickCheck, damage_met, is_damage
 from console.core.gate import check_before_intake
 from console.core.outbox import OutboxChannel
@@ -49,6 +49,10 @@ def default_holder() -> str:
 SetUp = Callable[[Store], None]
 
 
+class WatchOnly(StoreError):
+    """A write asked of a watch-only engine (the console's --read-only): refused before it reaches the inbox."""
+
+
 class Engine:
     """The services on one inbox. Built by console.assembly, which chooses the agent, the channels and
     what to set up at start from the settings; the engine runs what it is given."""
@@ -66,6 +70,7 @@ class Engine:
         watch_interval: float | None = 0.05,
         idle_cap: float | None = None,
         shutdown_grace: float = 10.0,
+        watch_only: bool = False,
     ) -> None:
         if not channels:
             raise ValueError("an engine needs at least one outbox channel")
@@ -80,6 +85,9 @@ class Engine:
         # the lease renewed while idle.
         self.idle_cap = idle_cap if idle_cap is not None else max(0.05, settings.lease_ttl / 3)
         self.shutdown_grace = shutdown_grace
+        # Watch-only (the console's --read-only): read-only connections and the watcher alone; no lease, run,
+        # timer, send or write of any kind, so a second screen or a shared terminal cannot change the inbox.
+        self.watch_only = watch_only
         self.last_error: str | None = None
         # Set once the inbox is found damaged (a read or write met a damaged page): every service stops, so
         # nothing more is claimed, run, sent or stored, and this says why.
@@ -101,7 +109,7 @@ class Engine:
     # --- lifecycle ------------------------------------------------------------------------------
     def _opener(self, role: ThreadRole) -> Callable[[], Store]:
         # No connection checks the file as it opens: check_inbox() runs the one gate, bounded in time, first.
-        return lambda: open_inbox(self.settings)
+        return lambda: open_inbox(self.settings, read_only=self.watch_only)
 
     def _thread(self, role: ThreadRole) -> DbThread:
         if role not in THREAD_ROLES:  # mypy refuses a misspelt role; this refuses one from untyped code
@@ -116,6 +124,11 @@ class Engine:
             return
         self._stopping = False
         self._mode = "starting"
+        if self.watch_only:  # it takes no work: no gate before intake, no agent, no set-up, no services
+            self._tasks = [asyncio.create_task(self._watch(), name="agent-console-watcher")]
+            self._mode = "watching"
+            log.info("engine watching %s (read-only)", self.path)
+            return
         prepare = getattr(self.agent, "prepare", None)  # an agent built as the engine starts (LateAgent)
         if not self._checked:
             if callable(prepare):  # its imports (a second or so) run beside the inbox's check
@@ -236,6 +249,8 @@ class Engine:
 
     def stall(self, stalled: bool = True) -> None:
         """Make the worker stop renewing its lease (mid-run if it is running), to watch a takeover."""
+        if self.watch_only:
+            return
         self.worker.stalled = stalled
         self.set_mode("stalled" if stalled else ("active" if self.worker.gen else "standby"))
         self.wake()
@@ -245,6 +260,8 @@ class Engine:
         return await self.on("reader", fn)
 
     async def write(self, fn: Callable[[Store], T]) -> T:
+        if self.watch_only:
+            raise WatchOnly("this console is read-only (--read-only): it watches and changes nothing")
         if self.damaged is not None:  # the console's writes (an ingest, an answer) take no new work either
             raise InboxDamaged(self.damaged)
         result = await self.on("writer", fn)

@@ -24,7 +24,8 @@ ThreadRole = Literal["writer", "runner", "sender", "reader", "maintenance"]
 THREAD_ROLES: tuple[ThreadRole, ...] = ("writer", "runner", "sender", "reader", "maintenance")
 
 # halted: the inbox was found damaged while running; every service has stopped (Engine.halt_on_damage).
-Mode = Literal["stopped", "starting", "active", "standby", "stalled", "halted"]
+# watching: a watch-only engine (the console's --read-only) that never takes the lease.
+Mode = Literal["stopped", "starting", "active", "standby", "stalled", "halted", "watching"]
 
 # A named coroutine an engine runs as one of its tasks (a phone channel's listener, for one).
 Service = tuple[str, Coroutine[Any, Any, None]]

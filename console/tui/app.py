@@ -50,6 +50,7 @@ from console.tui.detail import DetailView, read_detail, read_neighbour
 from console.tui.finding import read_message
 from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
 from console.tui.panes import PANES, LivePane
+from console.tui.read_only import MAIN_SCREEN_WRITES
 from console.tui.reads import EventFilter, read_approval, read_spend
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.budget import BudgetScreen
@@ -189,16 +190,18 @@ class ConsoleApp(App[None]):
         after_start: Callable[[ConsoleApp], Any] | None = None,
         inbox_label: str | None = None,
         demo: bool = False,
+        read_only: bool = False,
     ) -> None:
         super().__init__()
         self.settings = settings
         self.demo = demo
+        self.read_only = read_only  # --read-only: a watch-only engine, and no action that writes (tui/read_only.py)
         self.clock: Clock = clock or (engine.clock if engine is not None else WallClock())
         if engine is None:
             from console.assembly import build_engine
 
             engine = build_engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults,
-                                  late_agent=True)
+                                  late_agent=True, watch_only=read_only)
         self.engine: ConsoleEngine = engine
         self.deterministic = deterministic
         self.state = ConsoleState(state_path)
@@ -272,6 +275,8 @@ class ConsoleApp(App[None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """The test keys exist only in `--demo` (hidden from the footer, the help panel and the palette)."""
+        if self.read_only and action in MAIN_SCREEN_WRITES:
+            return False
         return self.demo or action not in DEMO_ACTIONS
 
     def key_for(self, binding_id: str) -> str | None:
@@ -364,7 +369,9 @@ class ConsoleApp(App[None]):
         await self.shutdown_engine()
 
     async def _start_receiver(self) -> None:
-        """The webhook receiver runs inside the console when the config enables it."""
+        """The webhook receiver runs inside the console when the config enables it (not --read-only: it stores)."""
+        if self.read_only:
+            return
         from console.assembly import start_receiver_beside
 
         try:
@@ -891,19 +898,20 @@ class ConsoleApp(App[None]):
         await self.query_one(EventsPane).set_filter(self.filter)
 
 
-def run_app(settings: Settings, *, demo: bool = False) -> None:
-    """Open the console on settings.db, or with demo=True on a fresh temporary inbox with scripted traffic."""
+def run_app(settings: Settings, *, demo: bool = False, read_only: bool = False) -> None:
+    """Open the console on settings.db, or with demo=True on a fresh temporary inbox with scripted traffic;
+    read_only: a console that watches and changes nothing."""
     if demo:
         with tempfile.TemporaryDirectory(prefix="agent-console-demo-") as folder:
             _run(demo_settings(settings, Path(folder)), demo=True)
         return
-    open_inbox(settings).close()  # a bad inbox fails here, before the screen
-    _run(settings, demo=False)
+    open_inbox(settings, read_only=read_only).close()  # a bad inbox fails here, before the screen
+    _run(settings, demo=False, read_only=read_only)
 
 
-def _run(settings: Settings, *, demo: bool) -> None:
+def _run(settings: Settings, *, demo: bool, read_only: bool = False) -> None:
     app = ConsoleApp(settings, state_path=default_state_path(), after_start=_start_demo if demo else None,
-                     demo=demo)
+                     demo=demo, read_only=read_only)
     app.run()
     if app.start_error:
         raise StoreError(app.start_error)

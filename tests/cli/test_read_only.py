@@ -177,3 +177,21 @@ def test_writers_create_a_missing_inbox(tmp_path: Path) -> None:
         result = invoke(["--db", str(tmp_path / name), *args])
         assert result.exit_code == 0, (result.stdout, result.stderr)
         assert invoke(["--db", str(tmp_path / name), "status"]).exit_code == 0
+
+
+def test_the_read_only_console_goes_without_a_command_and_without_the_demo(db: Path) -> None:
+    """`--read-only` is the console's (issue 21.9): before a command that writes it would promise what it does
+    not keep, so it is refused there, as with --demo (whose inbox is a throwaway)."""
+    before = fingerprint(db)
+    result = invoke(["--db", str(db), "--read-only", "discard", "1"])
+    assert_user_error(result.exit_code, result.stdout, result.stderr, "--read-only", "console")
+    result = invoke(["--read-only", "--demo"])
+    assert_user_error(result.exit_code, result.stdout, result.stderr, "--read-only", "--demo")
+    assert fingerprint(db) == before
+
+
+def test_the_read_only_console_creates_no_inbox(tmp_path: Path) -> None:
+    missing = tmp_path / "typo.db"
+    result = invoke(["--db", str(missing), "--read-only"])
+    assert_user_error(result.exit_code, result.stdout, result.stderr, str(missing))
+    assert not missing.exists()

@@ -21,6 +21,7 @@ from console.core import Approval, StoreError
 from console.textsafe import terminal_safe
 from console.timefmt import via_in_words
 from console.tui.detail import clock_text
+from console.tui.read_only import read_only
 from console.tui.reads import ApprovalView
 from console.tui.transcript import Line
 
@@ -99,7 +100,7 @@ class ApprovalScreen(ModalScreen[str | None]):
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action == "answer":
-            return not self.settled()  # hidden once settled: the footer offers only esc
+            return not self.settled() and not read_only(self)  # settled (or --read-only): the footer offers only esc
         return True
 
     def compose(self) -> ComposeResult:

@@ -29,6 +29,7 @@ from console.core.inbox import REVIVABLE
 from console.textsafe import json_terminal_safe, terminal_safe
 from console.timefmt import span, via_in_words
 from console.tui.detail import DetailView, clock_text
+from console.tui.read_only import READ_ONLY_WORDS, read_only
 
 Part = str | tuple[str, str]
 STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": "$text-success",
@@ -290,6 +291,8 @@ class DetailScreen(ModalScreen[None]):
         """r only on a dead or discarded event, y / n only while an approval of it waits: the footer does not
         offer a key that would only say it cannot."""
         event = self.view.event
+        if action in ("retry", "answer") and read_only(self):
+            return False
         if action == "retry":
             return event is not None and event.status in REVIVABLE
         if action == "answer":
@@ -301,7 +304,9 @@ class DetailScreen(ModalScreen[None]):
         event = self.view.event
         if event is None:
             return
-        if what == "retry":
+        if read_only(self):
+            self.notify(READ_ONLY_WORDS, severity="warning")
+        elif what == "retry":
             await self.host.retry(event)  # refuses, saying which events are retried
         else:
             self.notify(f"No approval of #{event.id} is waiting for an answer", severity="warning")

@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Footer, Static
 
 from console.core import MemoryEntry, Store, StoreError
 from console.textsafe import terminal_safe
+from console.tui.read_only import read_only
 
 T = TypeVar("T")
 RunOn = Callable[[Callable[[Store], T]], Awaitable[T]]
@@ -121,6 +122,9 @@ class NotesScreen(ModalScreen[None]):
     def _show_line(self) -> None:
         note = self.selected()
         self.query_one("#notes-line", Static).update("" if note is None else note_line(note))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action == "drop" and read_only(self))
 
     def selected(self) -> MemoryEntry | None:
         notes = self.notes

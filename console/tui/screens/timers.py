@@ -26,6 +26,7 @@ from console.core.models import origin_in_words
 from console.core.timers import APPROVAL_EXPIRY_PREFIX
 from console.textsafe import terminal_safe
 from console.timefmt import relative, schedule_in_words
+from console.tui.read_only import read_only
 
 T = TypeVar("T")
 RunOn = Callable[[Callable[[Store], T]], Awaitable[T]]
@@ -199,6 +200,9 @@ class TimersScreen(ModalScreen[None]):
         timer, view = self.selected(), self.view
         self.query_one("#timers-line", Static).update(
             "" if timer is None or view is None else timer_line(timer, view.now, self._zone))
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action in ("pause", "resume", "run_now") and read_only(self))
 
     def selected(self) -> Timer | None:
         view = self.view

@@ -189,7 +189,7 @@ class ConsoleHeader(Vertical):
         if view is None:
             return
         facts = view.facts
-        mode = view.mode
+        mode = "read-only" if view.mode == "watching" else view.mode  # --read-only: a watch-only engine
         title = Content.assemble(
             ("agent-console ", "bold $text-primary"), (mode, "$text-success" if mode == "active" else "$text-warning"),
             *self._badge(facts), (" · agent ", "dim"), (self.agent, "bold"),

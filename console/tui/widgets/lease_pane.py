@@ -23,7 +23,7 @@ from console.tui.widgets.countdown_bar import Countdown, CountdownBar
 Part = str | tuple[str, str]
 Said = tuple[str, str, SeverityLevel]
 # The engine's modes (console.runtime.host.Mode), as its "lease" notices name them.
-MODES = ("stopped", "starting", "active", "standby", "stalled", "halted")
+MODES = ("stopped", "starting", "active", "standby", "stalled", "halted", "watching")
 
 
 def role_change_words(before: str, after: str, gen: int | None) -> Said | None:
