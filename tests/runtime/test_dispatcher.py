@@ -7,10 +7,10 @@ import threading
 from pathlib import Path
 
 from console.agents.offline import OfflineAgent
+from console.assembly import build_engine
 from console.config import Settings
 from console.core import Batch, SendError
 from console.edges.channels import ConsoleChannel
-from console.assembly import build_engine
 from tests.support import read_until
 
 
