@@ -6,8 +6,14 @@ transaction per request (the same receiver with group_commit=False), in the same
 
 fsyncs are counted two ways: the receiver's commit counter (GET /healthz -> writer.commits; in WAL
 mode with synchronous=FULL each commit fsyncs the WAL once), and, when strace is available, the
-fsync/fdatasync system calls the receiver process actually made (strace -f --seccomp-bpf -c), which
-also catches checkpoints.
+fsync/fdatasync system calls the receiver process actually made (strace -f -w --seccomp-bpf -c), which
+also catches checkpoints, with the wall time spent in them.
+
+What the disk allows: before and after each mode the script measures the disk's own rate of fsyncs, in the
+inbox's folder (a 4 KiB write at a rotating offset of a preallocated file, then fdatasync: a small WAL commit
+once the WAL is reused). A receiver that commits one transaction per request can ack at most that many
+deliveries a second; group commit puts every delivery that queued during an fsync into the next one, so its
+figure is acks per fsync, and how close its own fsyncs per second come to the disk's ("disk use").
 
     python bench/webhook_bench.py [--senders 64] [--requests 4000] [--no-strace]
 """
@@ -95,15 +101,42 @@ async def health(url: str) -> dict[str, Any]:
         return result
 
 
-def strace_fsyncs(path: Path) -> int | None:
+def strace_fsyncs(path: Path) -> tuple[int, float] | None:
+    """fsync and fdatasync calls in strace -c's summary, and the seconds spent in them."""
     if not path.exists():
         return None
-    total = 0
+    total, seconds = 0, 0.0
     for line in path.read_text().splitlines():
         parts = line.split()
         if parts and parts[-1] in ("fsync", "fdatasync"):
             total += int(parts[3] if len(parts) >= 6 else parts[-2])
-    return total
+            seconds += float(parts[1])
+    return total, seconds
+
+
+PROBE_BYTES = 4096
+PROBE_SPAN = 4 * 1024 * 1024
+
+
+def disk_fsyncs_per_s(folder: Path, seconds: float = 1.0) -> float:
+    """The disk's own fsync rate in folder: a 4 KiB write at a rotating offset of a preallocated 4 MiB file (as a
+    reused WAL is written), then fdatasync, for about `seconds`."""
+    path = folder / "fsync-probe"
+    descriptor = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.pwrite(descriptor, b"\0" * PROBE_SPAN, 0)
+        os.fsync(descriptor)
+        block, offset, done = b"x" * PROBE_BYTES, 0, 0
+        started = time.perf_counter()
+        while time.perf_counter() - started < seconds or done < 20:
+            os.pwrite(descriptor, block, offset)
+            os.fdatasync(descriptor)
+            offset = (offset + PROBE_BYTES) % PROBE_SPAN
+            done += 1
+        return done / (time.perf_counter() - started)
+    finally:
+        os.close(descriptor)
+        path.unlink()
 
 
 def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, folder: Path) -> dict[str, Any]:
@@ -112,7 +145,9 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
     command = [sys.executable, __file__, "--serve", str(db), "--group-commit", "1" if group_commit else "0"]
     trace = folder / f"{mode}.strace"
     if use_strace:
-        command = ["strace", "-f", "--seccomp-bpf", "-c", "-e", "trace=fsync,fdatasync", "-o", str(trace), *command]
+        command = ["strace", "-f", "-w", "--seccomp-bpf", "-c", "-e", "trace=fsync,fdatasync", "-o", str(trace),
+                   *command]
+    disk_before = disk_fsyncs_per_s(folder)
     env = {**os.environ, SECRET_ENV: SECRET, "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True)
     receiver_pid = server.pid
@@ -129,8 +164,11 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
         # The receiver itself, not strace: strace blocks fatal signals while it traces a command.
         os.kill(receiver_pid, signal.SIGTERM)
         server.wait(timeout=60)
+    disk = statistics.median([disk_before, disk_fsyncs_per_s(folder)])
     writer = stats["writer"]
+    traced = strace_fsyncs(trace) if use_strace else None
     latencies.sort()
+    commits_per_s = writer["commits"] / elapsed
     return {
         "mode": mode,
         "requests": requests,
@@ -140,7 +178,13 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
         "commits": writer["commits"],
         "events": writer["events"],
         "commits_per_event": writer["commits"] / max(1, writer["events"]),
-        "fsyncs_strace": strace_fsyncs(trace) if use_strace else None,
+        "fsyncs_strace": traced[0] if traced else None,
+        "fsync_seconds": traced[1] if traced else None,
+        "elapsed_s": elapsed,
+        "disk_fsyncs_per_s": disk,
+        "commits_per_s": commits_per_s,
+        "acks_per_fsync": statuses.get(200, 0) / max(1, writer["commits"]),
+        "disk_use": commits_per_s / disk,
         "largest_group": writer["largest_group"],
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
@@ -172,9 +216,16 @@ def main() -> None:
         fsyncs = "-" if r["fsyncs_strace"] is None else f"{r['fsyncs_strace'] / r['requests']:.3f}"
         print(f"{r['mode']:<12} {r['acks_per_s']:>8.0f} {r['commits_per_event']:>14.3f} {fsyncs:>13} "
               f"{r['largest_group']:>9} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f}  {r['stored']:>6}  {r['statuses']}")
+    print(f"\n{'mode':<12} {'disk fsyncs/s':>13} {'commits/s':>9} {'disk use':>8} {'acks/fsync':>10} "
+          f"{'in fsync':>8}")
+    for r in results:
+        busy = "-" if r["fsync_seconds"] is None else f"{r['fsync_seconds'] / r['elapsed_s']:.0%}"
+        print(f"{r['mode']:<12} {r['disk_fsyncs_per_s']:>13.0f} {r['commits_per_s']:>9.0f} {r['disk_use']:>8.0%} "
+              f"{r['acks_per_fsync']:>10.1f} {busy:>8}")
     group, single = results
     print(f"group commit: {group['acks_per_s'] / single['acks_per_s']:.1f}x the acks/s of one transaction "
-          f"per request, {single['commits_per_event'] / max(group['commits_per_event'], 1e-9):.0f}x fewer commits")
+          f"per request, {single['commits_per_event'] / max(group['commits_per_event'], 1e-9):.0f}x fewer commits; "
+          f"{group['acks_per_s'] / group['disk_fsyncs_per_s']:.1f}x the acks/s of one fsync per ack on this disk")
 
 
 if __name__ == "__main__":

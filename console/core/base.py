@@ -45,8 +45,13 @@ class OutcomeUnknown(Exception):
     say so, and by run_once for a step already recorded so; the journal keeps the step `unknown`."""
 
 
+# One encoder for every call: json.dumps with options builds a new JSONEncoder each time (a third of its cost
+# on an ordinary webhook payload).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+
+
 def dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    return _ENCODER.encode(value)
 
 
 def loads(text: str | None) -> Any:

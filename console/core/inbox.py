@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, cast
 
 from console.core.base import CHAT_SOURCES, RESERVED_SOURCES, StoreBase, dumps, loads
@@ -65,6 +66,19 @@ _SELECT_FRESH = """SELECT id FROM inbox INDEXED BY inbox_fresh
                    WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0 ORDER BY id LIMIT ?"""
 _FINISH_ONE = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
                  WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING id"""
+
+# A refused redelivery is counted in memory and written to its stored event (the duplicate ledger) inside this
+# store's next write of the inbox's own flow (an ingest that stores, a claim, a finish), when the store closes, or
+# at once when REFUSALS_HELD keys are waiting or the first of them waited REFUSAL_HOLD_SECONDS. A refusal then
+# costs a read and nothing else; a crash can lose the tally of copies refused since the last write, never an event
+# (the copy was refused because the event is already stored, durably).
+REFUSALS_HELD = 1000
+REFUSAL_HOLD_SECONDS = 5
+_IS_STORED = "SELECT 1 FROM inbox WHERE source = ? AND source_id = ?"
+_COUNT_REFUSED = """UPDATE inbox SET duplicates = duplicates + ?, last_duplicate_at = ?
+                    WHERE source = ? AND source_id = ?"""
+# Refused copies not yet written: (source, source_id) -> (copies, when the last was refused).
+RefusalTally = dict[tuple[str, str], tuple[int, int]]
 
 
 # The deepest payload the inbox takes (a scalar is 0 deep, {} or [] 1). Every reader of a payload walks it
@@ -146,6 +160,11 @@ class InboxMixin(StoreBase):
         sources the engine alone writes are refused here: an `approval` event answers an approval, and
         only the answer path (`approve`, the console) may write one. by_engine: the engine's own writer of
         such a source (a chat source's listener) is asking."""
+        self.check_keys(source, source_id, by_engine=by_engine)
+        return self.encode_payload(payload)
+
+    def check_keys(self, source: str, source_id: str, *, by_engine: bool = False) -> None:
+        """encode_event's checks of an event's key (source, source_id): ValueError says what is wrong."""
         if source in RESERVED_SOURCES and not by_engine:
             what = {"approval": "an approval's answer or expiry", "timer": "a timer's firing"}.get(
                 source, "what its chat source's listener takes from the owner's chat")
@@ -163,31 +182,52 @@ class InboxMixin(StoreBase):
                     value.encode("utf-8")
                 except UnicodeEncodeError as exc:
                     raise ValueError(f"{name} contains a lone surrogate, which is not valid UTF-8") from exc
+
+    def encode_payload(self, payload: Any) -> str:
+        """encode_event's checks of a payload, and its JSON text: ValueError says what is wrong."""
         check_payload_shape(payload)
         try:
             text = dumps(payload)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload is not JSON-serialisable: {exc}") from exc
-        size = len(text.encode("utf-8", "surrogatepass"))
+        try:
+            size = len(text.encode("utf-8"))
+            lone_surrogate = None
+        except UnicodeEncodeError as exc:
+            size = len(text.encode("utf-8", "surrogatepass"))
+            lone_surrogate = exc
         if size > self.options.max_payload_bytes:
             raise ValueError(f"payload is {size} bytes, over the limit of {self.options.max_payload_bytes} bytes")
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ValueError("payload contains a lone surrogate, which is not valid UTF-8") from exc
+        if lone_surrogate is not None:
+            raise ValueError("payload contains a lone surrogate, which is not valid UTF-8") from lone_surrogate
         return text
 
     def ingest(self, source: str, source_id: str, payload: Any, *, now: int) -> bool:
-        """Store an event once. False means a copy was already stored (the duplicate is counted)."""
-        text = self.encode_event(source, source_id, payload)
-        with translate_errors():
-            # A redelivery is the common case for webhooks: refuse it after a plain read, and count it
-            # without an fsync (the stored event is already durable; only the tally could be lost).
-            if self._scalar("SELECT 1 FROM inbox WHERE source = ? AND source_id = ?", (source, source_id)):
-                with relaxed_durability(self._conn), transaction(self._conn):
-                    return self._insert_event(source, source_id, text, now)
-            with transaction(self._conn):
-                return self._insert_event(source, source_id, text, now)
+        """Store an event once. False means a copy was already stored (the duplicate is counted: in memory
+        until this store's next write, see REFUSALS_HELD).
+
+        A redelivery is the common case for webhooks: it is refused after its key's checks and a plain read. Its
+        payload is not looked at (nothing of it is stored), so a bad payload under a stored key is refused as a
+        copy, not as bad input."""
+        self.check_keys(source, source_id)
+        held = self._refused
+        try:
+            with translate_errors():
+                return self._ingest_one(source, source_id, payload, now)
+        except BaseException:
+            self._keep_refusals(held)
+            raise
+
+    def _ingest_one(self, source: str, source_id: str, payload: Any, now: int) -> bool:
+        """ingest's work once the key is checked: a plain read refuses a stored key (held, _hold_refusal), else one
+        durable transaction stores the event and writes the held refusals (PgStore: all in one round trip)."""
+        if self._scalar(_IS_STORED, (source, source_id)):
+            self._hold_refusal(source, source_id, now)
+            return False
+        text = self.encode_payload(payload)
+        with transaction(self._conn):
+            self._write_refusals()
+            return self._insert_event(source, source_id, text, now)
 
     def ingest_many(self, items: Iterable[tuple[str, str, Any]], *, now: int) -> list[bool]:
         """Store many events in one transaction (one fsync). All are validated before any is written."""
@@ -195,8 +235,66 @@ class InboxMixin(StoreBase):
                    for source, source_id, payload in items]
         if not encoded:
             return []
-        with translate_errors(), transaction(self._conn):
-            return self._insert_events(encoded, now)
+        held = self._refused
+        try:
+            with translate_errors(), transaction(self._conn):
+                self._write_refusals()
+                return self._insert_events(encoded, now)
+        except BaseException:
+            self._keep_refusals(held)
+            raise
+
+    # --- refused copies, counted in memory (REFUSALS_HELD) ------------------------------------------
+    _refused: RefusalTally  # set empty by Store.__init__
+    _refused_since = 0
+
+    def _hold_refusal(self, source: str, source_id: str, now: int) -> None:
+        if not self._refused:
+            self._refused_since = now
+        copies = self._refused.get((source, source_id), (0, now))[0]
+        self._refused[source, source_id] = (copies + 1, now)
+        if len(self._refused) >= REFUSALS_HELD or now - self._refused_since >= REFUSAL_HOLD_SECONDS:
+            self.write_refusals()
+
+    def write_refusals(self) -> None:
+        """Write the refused copies counted in memory to their events now (close() does; so does any write of
+        the inbox's flow on this store). Like their count before, it does not wait for an fsync."""
+        if not self._refused:
+            return
+        held = self._refused
+        try:
+            with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
+                self._write_refusals()
+        except BaseException:
+            self._keep_refusals(held)
+            raise
+
+    def _write_refusals(self) -> None:
+        """Inside the caller's write transaction: the held tally goes into it (and out of memory)."""
+        if self._refused:
+            held, self._refused = self._refused, {}
+            self._conn.executemany(_COUNT_REFUSED, [(copies, last, source, source_id)
+                                                    for (source, source_id), (copies, last) in held.items()])
+
+    def _keep_refusals(self, held: RefusalTally) -> None:
+        """A transaction that took the held tally did not commit: put it back beside any counted since."""
+        if held and held is not self._refused:
+            for key, (copies, last) in self._refused.items():
+                before = held.get(key, (0, last))[0]
+                held[key] = (before + copies, last)
+            self._refused = held
+
+    def _with_refusals(self, events: list[Event]) -> list[Event]:
+        """Events as this store sees them, its refused copies not yet written included."""
+        if not self._refused:
+            return events
+        shown = []
+        for event in events:
+            held = self._refused.get((event.source, event.source_id))
+            if held is not None:
+                event = replace(event, duplicates=event.duplicates + held[0])
+            shown.append(event)
+        return shown
 
     def _insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
         """_insert_event for each (source, source_id, payload text), in order (PgStore: in one statement)."""
@@ -218,7 +316,16 @@ class InboxMixin(StoreBase):
         become durable in order. A power cut before that can only undo a claim whose run has shown the
         world nothing; the event is claimed again, with one attempt fewer on its count.
         """
+        held = self._refused
+        try:
+            return self._claim(holder, gen, now)
+        except BaseException:
+            self._keep_refusals(held)
+            raise
+
+    def _claim(self, holder: str, gen: int, now: int) -> list[Event]:
         with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
+            self._write_refusals()
             if not self._holds(holder, gen, now):
                 return []
             self._recover_lost(holder, gen, now)
@@ -379,7 +486,19 @@ class InboxMixin(StoreBase):
         first. A power cut before it can only leave the inbox as a crash just before the finish
         would: the event runs again, its journalled steps are skipped, and nothing was sent twice.
         """
+        held = self._refused
+        try:
+            return self._finish(holder, gen, ids, outcome, now, error, blame)
+        except BaseException:
+            self._keep_refusals(held)
+            raise
+
+    def _finish(
+        self, holder: str, gen: int, ids: Sequence[int], outcome: RunOutcome, now: int, error: str | None,
+        blame: int | None,
+    ) -> bool:
         with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
+            self._write_refusals()
             if not self._holds(holder, gen, now):
                 self._record_fenced("finish", holder, gen, now, ids)
                 return False
@@ -456,7 +575,7 @@ class InboxMixin(StoreBase):
                    "ORDER BY id DESC")
         else:
             sql = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id DESC LIMIT ?"
-        return [_event(r) for r in self._conn.execute(sql, (*params, int(limit)))]
+        return self._with_refusals([_event(r) for r in self._conn.execute(sql, (*params, int(limit)))])
 
     def events_in_order(
         self,
@@ -493,19 +612,19 @@ class InboxMixin(StoreBase):
             f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY {order} {direction}, id {direction} LIMIT ?",
             (*params, int(limit)),
         ).fetchall()
-        events = [_event(row) for row in rows]
+        events = self._with_refusals([_event(row) for row in rows])
         return events[::-1] if backwards else events
 
     def event(self, event_id: int) -> Event | None:
         for row in self._conn.execute(f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE id = ?", (event_id,)):
-            return _event(row)
+            return self._with_refusals([_event(row)])[0]
         return None
 
     def find_event(self, source: str, source_id: str) -> Event | None:
         for row in self._conn.execute(
             f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE source = ? AND source_id = ?", (source, source_id)
         ):
-            return _event(row)
+            return self._with_refusals([_event(row)])[0]
         return None
 
     def history(self, event_id: int) -> list[Attempt]:

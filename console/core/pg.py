@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from decimal import Decimal
 from typing import Any
@@ -266,6 +266,34 @@ class PgConnection:
         except psycopg.Error:
             self._abandon(raw)
             raise
+
+    def write_at_once(
+        self, statement: str, params: Sequence[Any] | Mapping[str, Any], *, relaxed: bool = False
+    ) -> list[tuple[Any, ...]]:
+        """One write transaction in one round trip: BEGIN, the writers' lock, statement, COMMIT, sent as one simple
+        query (the parameters bound on the client). statement is PostgreSQL's own spelling (%s), runs after the lock
+        is held (so it sees a move mark committed meanwhile, and every writer's commit before it: it must read the
+        mark itself and write nothing when there is one) and NOTIFYs itself when it writes. relaxed: the commit does
+        not wait for the WAL flush (as relaxed()). Returns its rows."""
+        raw = self._usable()
+        relax = "SET LOCAL synchronous_commit TO OFF; " if relaxed else ""
+        script = f"BEGIN; {relax}SELECT pg_advisory_xact_lock({int(self.target.lock_key)}); {statement}; COMMIT"
+        self.statements += 1
+        try:
+            with raw.cursor() as cursor:
+                cursor.execute(script, params if isinstance(params, Mapping) else tuple(params))
+                for _ in range(3 if relaxed else 2):  # past BEGIN's, SET's and the lock's results, to the statement's
+                    cursor.nextset()
+                rows = cursor.fetchall()
+                self._changes = cursor.rowcount
+        except psycopg.OperationalError as exc:
+            self._abandon(raw)
+            raise StoreUnavailable(f"the inbox database cannot be written: {_first_line(exc)}") from None
+        except BaseException:
+            self._abandon(raw)
+            raise
+        self.commits += 1
+        return rows
 
     def _abandon(self, raw: psycopg.Connection[Any]) -> None:
         if not raw.broken and not raw.closed and raw.info.transaction_status != TransactionStatus.IDLE:

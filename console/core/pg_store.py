@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from dataclasses import fields
 from typing import Any
 
 import psycopg
 
 from console.core import pg
 from console.core.base import COUNT_A_COPY, AttemptEntry
-from console.core.db import QuickCheck, StoreError, newer_schema, transaction, translate_errors
-from console.core.inbox import _CLAIM_SET, _EVENT_COLUMNS, _SELECT_FRESH
+from console.core.db import (
+    MOVE_MARK,
+    QuickCheck,
+    StoreError,
+    move_refusal,
+    newer_schema,
+    transaction,
+    translate_errors,
+)
+from console.core.inbox import _CLAIM_SET, _EVENT_COLUMNS, _IS_STORED, _SELECT_FRESH, _event
+from console.core.models import Event, RunOutcome
 from console.core.options import StoreOptions
 from console.core.store import Store
 
@@ -68,6 +78,32 @@ class PgStore(Store):
     def _claim_fresh(self, gen: int, now: int) -> list[Any]:
         return self._conn.execute(_CLAIM_FRESH_SET, (gen, now, self.options.batch_cap)).fetchall()
 
+    # The usual claim and finish in one round trip each (the shared path's are eight and five): one statement does
+    # the shared path's fenced work for the common case (the lease held, no move mark, no lost, retried or
+    # hand-retried event to see to first; a finish that succeeded and stages nothing) and writes nothing otherwise,
+    # saying so, and the shared path then runs as before.
+    def _claim(self, holder: str, gen: int, now: int) -> list[Event]:
+        if self._refused:  # held copies to write: the shared path's transaction writes them
+            return super()._claim(holder, gen, now)
+        rows = self._conn.write_at_once(_CLAIM_AT_ONCE.format(channel=self.target.channel), {
+            "holder": holder, "gen": gen, "now": now, "cap": self.options.batch_cap}, relaxed=True)
+        if not rows[0][0]:
+            return super()._claim(holder, gen, now)
+        return sorted((_event(row[2:]) for row in rows if row[2] is not None), key=lambda event: event.id)
+
+    def _finish(
+        self, holder: str, gen: int, ids: Sequence[int], outcome: RunOutcome, now: int, error: str | None,
+        blame: int | None,
+    ) -> bool:
+        staged = any(getattr(outcome, part.name) for part in fields(outcome))
+        if error is not None or staged or not ids or self._refused:
+            return super()._finish(holder, gen, ids, outcome, now, error, blame)
+        rows = self._conn.write_at_once(_FINISH_AT_ONCE.format(channel=self.target.channel), {
+            "holder": holder, "gen": gen, "now": now, "ids": list(dict.fromkeys(ids))}, relaxed=True)
+        if not rows[0][0]:  # not the lease holder (recorded as refused), or a move mark: the shared path says so
+            return super()._finish(holder, gen, ids, outcome, now, error, blame)
+        return True
+
     def _finish_done(self, ids: Sequence[int], gen: int, now: int) -> set[int]:
         if not ids:
             return set()
@@ -106,6 +142,28 @@ class PgStore(Store):
             for index in wave_indexes:
                 new[index] = stored[encoded[index][0], encoded[index][1]]
         return new
+
+    def _ingest_one(self, source: str, source_id: str, payload: Any, now: int) -> bool:
+        # One round trip, new event or copy (the shared path's read first and its transaction are four): the INSERT
+        # refuses a stored key itself (DO NOTHING: the copy is held in memory, as after the shared path's read).
+        if self._refused:  # copies held to write: the shared path (a read; a new event's transaction writes them)
+            return super()._ingest_one(source, source_id, payload, now)
+        try:
+            text = self.encode_payload(payload)
+        except ValueError:  # a bad payload under a stored key is a copy, as on SQLite, which never reads it
+            if self._scalar(_IS_STORED, (source, source_id)):
+                self._hold_refusal(source, source_id, now)
+                return False
+            raise
+        rows = self._conn.write_at_once(_INGEST_AT_ONCE.format(channel=self.target.channel),
+                                        (source, source_id, text, now, now))
+        stored, mark = rows[0][0], rows[0][2:]
+        if stored:
+            return True
+        if mark[0] is not None:
+            raise move_refusal(*mark)
+        self._hold_refusal(source, source_id, now)
+        return False
 
     def _claim_statements(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         statements = super()._claim_statements()
@@ -207,3 +265,52 @@ _INSERT_SET = f"""INSERT INTO inbox (source, source_id, payload, created_at, upd
      ORDER BY n
     {COUNT_A_COPY}
     RETURNING source, source_id, duplicates"""
+# ingest in one statement, run after the writers' lock (PgConnection.write_at_once): nothing is written when the inbox
+# carries a move mark (read in this statement's snapshot, taken once the lock is held), a stored key is refused by
+# the INSERT itself, and only a stored event NOTIFYs. Answers (stored, notified, the mark's state, other, at or NULLs).
+_INGEST_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
+     new AS (INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+             SELECT %s::text, %s::text, %s::text, %s::bigint, %s::bigint WHERE NOT EXISTS (SELECT 1 FROM mark)
+             ON CONFLICT (source, source_id) DO NOTHING RETURNING id),
+     told AS (SELECT pg_notify('{{channel}}', '') FROM new)
+SELECT (SELECT count(*) FROM new), (SELECT count(*) FROM told), mark.state, mark.other, mark.at
+  FROM (VALUES (1)) AS one LEFT JOIN mark ON true"""
+# The shared claim's SET, with the parameters named.
+_CLAIM_SET_NAMED = _CLAIM_SET.replace("claim_gen = ?", "claim_gen = %(gen)s").replace("updated_at = ?",
+                                                                                    "updated_at = %(now)s")
+assert "?" not in _CLAIM_SET_NAMED, _CLAIM_SET_NAMED
+# The claim in one statement when nothing but fresh events waits: the shared path's probes (a lost run, a due or a
+# hand retry) and the lease's fence are conditions of the UPDATE; answers (whether it applied, NOTIFYs, the claimed
+# rows). When it did not apply it wrote nothing.
+_CLAIM_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
+     go AS (SELECT 1 FROM lease WHERE one = 1 AND holder = %(holder)s AND gen = %(gen)s AND until >= %(now)s
+               AND NOT EXISTS (SELECT 1 FROM mark)
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE status = 'running' AND claim_gen < %(gen)s)
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE status = 'pending' AND attempts > 0
+                                                     AND next_attempt_at <= %(now)s)
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE status = 'pending' AND claim_alone = 1)),
+     claimed AS ({_CLAIM_SET_NAMED}
+                  WHERE id IN (SELECT id FROM inbox WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0
+                                ORDER BY id LIMIT %(cap)s)
+                    AND EXISTS (SELECT 1 FROM go)
+                  RETURNING {_EVENT_COLUMNS}),
+     logged AS (INSERT INTO attempts (event_id, at, kind, holder, gen, detail)
+                SELECT id, %(now)s, 'claim', %(holder)s, %(gen)s, 'attempt ' || attempts FROM claimed ORDER BY id),
+     told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM claimed))
+SELECT (SELECT count(*) FROM go), (SELECT count(*) FROM told), claimed.*
+  FROM (VALUES (1)) AS one LEFT JOIN claimed ON true"""
+# The finish of a run that succeeded and staged nothing, in one statement: fenced by the lease in its condition;
+# answers (whether it applied, events moved, NOTIFYs). History lines in the order of the ids given, as one by one.
+_FINISH_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
+     go AS (SELECT 1 FROM lease WHERE one = 1 AND holder = %(holder)s AND gen = %(gen)s AND until >= %(now)s
+               AND NOT EXISTS (SELECT 1 FROM mark)),
+     done AS (UPDATE inbox SET status = 'done', error = NULL, updated_at = %(now)s
+               WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND claim_gen = %(gen)s
+                 AND EXISTS (SELECT 1 FROM go)
+               RETURNING id),
+     logged AS (INSERT INTO attempts (event_id, at, kind, holder, gen, detail)
+                SELECT done.id, %(now)s, 'finish', %(holder)s, %(gen)s, NULL
+                  FROM done JOIN unnest(%(ids)s::bigint[]) WITH ORDINALITY AS given(id, n) ON given.id = done.id
+                 ORDER BY given.n),
+     told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM done))
+SELECT (SELECT count(*) FROM go), (SELECT count(*) FROM done), (SELECT count(*) FROM told)"""

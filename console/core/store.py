@@ -5,6 +5,7 @@ One Store wraps one apsw connection; use one Store per thread (Store.reopen() ma
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 from typing import Any, Protocol
@@ -19,6 +20,7 @@ from console.core.db import (
     MOVE_MARK,
     MoveRefusal,
     QuickCheck,
+    StoreError,
     bounded_quick_check,
     connect,
     integrity_problems,
@@ -67,6 +69,7 @@ class Store(
         self.options = options
         self._seed = seed
         self._rng = random.Random(seed)
+        self._refused = {}
 
     @classmethod
     def open(
@@ -101,6 +104,8 @@ class Store(
         return type(self)(connect(self.path, check=False), self.path, self.options, self._seed)
 
     def close(self) -> None:
+        with contextlib.suppress(StoreError):  # a busy or moved inbox: only the tally of refused copies is lost
+            self.write_refusals()
         self._conn.close()
 
     def __enter__(self) -> Store:

@@ -292,7 +292,13 @@ class Engine:
 
     async def ingest(self, source: str, source_id: str, payload: Any) -> bool:
         now = self.clock.now()
-        stored = await self.write(lambda store: store.ingest(source, source_id, payload, now=now))
+
+        def ingest(store: Store) -> bool:
+            stored = store.ingest(source, source_id, payload, now=now)
+            store.write_refusals()  # a refused copy's count is shown at once: not held for the next write
+            return stored
+
+        stored = await self.write(ingest)
         self.publish("events", f"{source}/{source_id}")
         return stored
 

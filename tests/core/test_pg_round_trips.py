@@ -1,0 +1,58 @@
+"""Issue 22: on PostgreSQL every statement is a round trip, so the usual ingest, claim and finish are one each
+(PgStore's fast paths), and whatever is not usual (a stale lease, a lost run, a retry, a run that failed or staged
+something) takes the shared path: the fast path wrote nothing and said so."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from console.core import Store
+
+T = 1_700_000_000
+
+
+def round_trips(store: Store, step: Callable[[], Any]) -> tuple[int, Any]:
+    before = store.connection.statements
+    result = step()
+    return store.connection.statements - before, result
+
+
+def test_the_usual_claim_and_finish_are_one_round_trip_each(pg_store: Store) -> None:
+    store = pg_store
+    gen = store.acquire("A", now=T)
+    assert gen is not None
+    store.ingest_many([("github", f"e-{n}", {"n": n}) for n in range(3)], now=T)
+    trips, batch = round_trips(store, lambda: store.claim_batch("A", gen, now=T))
+    assert trips == 1
+    assert [(e.source_id, e.status, e.attempts, e.claim_gen) for e in batch] == [
+        ("e-0", "running", 1, gen), ("e-1", "running", 1, gen), ("e-2", "running", 1, gen)]
+    ids = [e.id for e in batch]
+    trips, finished = round_trips(store, lambda: store.finish("A", gen, [ids[2], ids[0], ids[1], ids[0]], now=T + 1))
+    assert (trips, finished) == (1, True)
+    assert store.counts()["done"] == 3
+    assert [(a.kind, a.gen, a.detail) for a in store.history(ids[0])] == [("claim", gen, "attempt 1"),
+                                                                          ("finish", gen, None)]
+    finishes = store.connection.execute(
+        "SELECT event_id FROM attempts WHERE kind = 'finish' ORDER BY id").fetchall()
+    assert [row[0] for row in finishes] == [ids[2], ids[0], ids[1]]  # in the order given, each once
+    trips, idle = round_trips(store, lambda: store.claim_batch("A", gen, now=T + 2))
+    assert (trips, idle) == (1, [])
+
+
+def test_a_stale_finish_and_a_due_retry_take_the_shared_path(pg_store: Store) -> None:
+    store = pg_store
+    gen = store.acquire("A", now=T)
+    assert gen is not None
+    store.ingest("github", "e-1", {}, now=T)
+    batch = store.claim_batch("A", gen, now=T)
+    ttl = store.options.lease_ttl
+    later = store.acquire("B", now=T + ttl + 1)  # A's lease lapsed: B takes over
+    assert later is not None and later > gen
+    assert store.finish("A", gen, [batch[0].id], now=T + ttl + 2) is False  # fenced, and recorded
+    assert store.refused_finish_count() == 1
+    assert [a.kind for a in store.history(batch[0].id)][-1] == "refused"
+    retaken = store.claim_batch("B", later, now=T + ttl + 2)  # B sees A's run as lost first: the shared path
+    assert retaken == [] or [e.source_id for e in retaken] == ["e-1"]
+    assert store.counts()["running"] + store.counts()["pending"] == 1
+    assert any(a.kind == "lost" for a in store.history(batch[0].id))
