@@ -329,10 +329,12 @@ class MailChannel:
                 continue  # approvals are never answered by mail
             if reply_to is None or not reply_to.startswith(f"{SOURCE}:"):
                 continue  # a message to the owner, not an answer to a mail: the other channels carry it
-            await self._deliver_one(host, outbox_id, reply_to, body)
+            await self._deliver_one(host, outbox_id, reply_to, body, retried=batch.attempt > 1)
 
-    async def _deliver_one(self, host: PhoneHost, outbox_id: int, reply_to: str, body: str) -> None:
-        if await host.read(lambda s: s.phone_sent_ref(self.name, outbox_id)) is not None:
+    async def _deliver_one(self, host: PhoneHost, outbox_id: int, reply_to: str, body: str, *, retried: bool
+                           ) -> None:
+        # A batch on its first try has sent nothing yet: only a retry looks for what an earlier try sent.
+        if retried and await host.read(lambda s: s.phone_sent_ref(self.name, outbox_id)) is not None:
             return  # sent on an earlier try
         event = await host.read(lambda s: s.find_event(SOURCE, reply_to[len(SOURCE) + 1:]))
         payload = event.payload if event is not None and isinstance(event.payload, dict) else None

@@ -178,6 +178,38 @@ async def test_a_message_on_its_way_to_the_phone_holds_no_thread(tmp_path: Path,
         await held.stop()
 
 
+async def test_a_retried_batch_skips_what_already_reached_the_phone(tmp_path: Path, clock: ManualClock) -> None:
+    bot = FailsOnce(token=TOKEN, failing="second")
+    await bot.start()
+    try:
+        async with running(phone_settings(tmp_path, table(bot)), clock, ENV, tune=quick) as engine:
+            await engine.write(lambda s: [s.queue_message(text, now=clock.now()) for text in ("first", "second")])
+            await stored(engine, lambda s: s.outbox_counts()["retrying"] == 1, "the batch waiting for its retry")
+            assert [m["text"] for m in bot.chats[OWNER]] == ["first"]
+            clock.advance(10)
+            engine.wake()
+            await stored(engine, lambda s: s.outbox_counts()["sent"] == 2, "the batch sent on its retry")
+            [batch] = {m.batch_key for m in await engine.read(lambda s: s.outbox_messages())}
+            attempts = await engine.read(lambda s: s.deliveries(str(batch)))
+        assert [m["text"] for m in bot.chats[OWNER]] == ["first", "second"]  # the first one reached it once
+        assert attempts == {"console": ("sent", None), "telegram": ("sent", None)}
+    finally:
+        await bot.stop()
+
+
+@dataclass
+class FailsOnce(StandInBotApi):
+    """The stand-in Bot API, failing the first sendMessage of one text with a 502."""
+
+    failing: str = ""
+
+    async def _send(self, payload: dict[str, Any]) -> web.Response:
+        if payload["text"] == self.failing:
+            self.failing = ""
+            return self._error(502, "Bad Gateway")
+        return await super()._send(payload)
+
+
 @dataclass
 class HeldBotApi(StandInBotApi):
     """The stand-in Bot API, holding every sendMessage until released."""
