@@ -590,7 +590,10 @@ class ConsoleApp(App[None]):
         async def neighbour(event_id: int, older: bool) -> int | None:
             return await self.read(read_neighbour(event_id, self.filter, older=older))
 
-        host = DetailHost(load, neighbour, self.retry_event, self._answer)
+        async def restore(event: Event) -> None:
+            await self.query_one(EventsPane).restore([event.id])
+
+        host = DetailHost(load, neighbour, self.retry_event, self._answer, restore)
         await self.push_screen(DetailScreen(await load(event_id), host, zone))
 
     async def open_message(self, message_id: int) -> None:
@@ -600,7 +603,15 @@ class ConsoleApp(App[None]):
             return
         now = self.clock.now()
         goes_out_at = await self.read(lambda store: store.next_send_at(now=now))
-        await self.push_screen(MessageScreen(message, now, ZoneInfo(self.settings.timezone), goes_out_at))
+        await self.push_screen(MessageScreen(message, now, ZoneInfo(self.settings.timezone), goes_out_at,
+                                             send_now=self._send_now))
+
+    async def _send_now(self, message_id: int) -> bool:
+        """The message screen's send now: a message the gap holds moves to the urgent lane."""
+        now = self.clock.now()
+        moved = await self.engine.write(lambda store: store.send_now(message_id, now=now))
+        self.mark("outbox")
+        return moved
 
     async def action_search(self) -> None:
         await self.push_screen(SearchScreen(self.read, self.filter, self.open_detail, self.open_message,
@@ -789,7 +800,8 @@ class ConsoleApp(App[None]):
             return
         what = f"#{ids[0]}" if len(ids) == 1 else f"{len(ids)} marked events"
         self.push_screen(ConfirmScreen(f"Discard {what}? Kept for the record and never run again "
-                                       "(r brings one back).", yes_label="Discard", destructive=True),
+                                       "(u restores one to dead; r runs it again).", yes_label="Discard",
+                                       destructive=True),
                          partial(self._discard_confirmed, ids))
 
     async def _discard_confirmed(self, ids: list[int], confirmed: bool | None) -> None:
@@ -800,8 +812,9 @@ class ConsoleApp(App[None]):
         self.query_one(EventsPane).clear_marks()
         self.mark("events", "header")
         left = len(ids) - len(discarded)
+        undo = "u restores it to dead" if len(discarded) == 1 else "u restores them to dead (marked)"
         self.notify(f"{len(discarded)} event{'s' if len(discarded) != 1 else ''} discarded"
-                    + (f"; {left} running or done, left as they are" if left else ""),
+                    + (f"; {left} running or done, left as they are" if left else "") + f" · {undo}",
                     title="Discard", severity="warning" if left else "information")
 
     async def action_retry_all(self) -> None:

@@ -21,6 +21,7 @@ from console.textsafe import terminal_safe
 PLACES: dict[str, str] = {
     "ConsoleApp": "Main screen",
     "EventsTable": "Main screen: the events table",
+    "EventsPane": "Main screen: the events pane",
     "DetailScreen": "An event's detail",
     "ApprovalScreen": "An approval's screen",
     "SearchScreen": "Search (/) and outbox messages (o)",

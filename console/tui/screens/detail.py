@@ -59,6 +59,7 @@ class DetailHost:
     neighbour: Callable[[int, bool], Awaitable[int | None]]  # (event id, older?) -> the id beside it
     retry: Callable[[Event], Awaitable[None]]
     answer: Callable[[Approval, str], Awaitable[None]]
+    restore: Callable[[Event], Awaitable[None]] | None = None  # undo a discard: dead again, not run
 
 
 def took_words(seconds: int) -> str:
@@ -79,6 +80,8 @@ class DetailScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "Close", id="detail.close"),
         Binding("r", "retry", "Retry", id="detail.retry", tooltip="retry this event if it is dead or discarded"),
+        Binding("u", "restore", "Restore", id="detail.restore",
+                tooltip="undo this event's discard: dead again, not run"),
         Binding("y", "answer('yes')", "Yes", id="detail.approve", tooltip="answer this event's waiting approval yes"),
         Binding("n", "answer('no')", "No", id="detail.decline", tooltip="answer this event's waiting approval no"),
         # Not offered where they would not act (check_action), yet pressed there they say why: these run when
@@ -291,8 +294,11 @@ class DetailScreen(ModalScreen[None]):
         """r only on a dead or discarded event, y / n only while an approval of it waits: the footer does not
         offer a key that would only say it cannot."""
         event = self.view.event
-        if action in ("retry", "answer") and read_only(self):
+        if action in ("retry", "answer", "restore") and read_only(self):
             return False
+        if action == "restore":
+            return self.host.restore is not None and event is not None and event.status == "discarded" \
+                and event.pruned_at is None
         if action == "retry":
             return event is not None and event.status in REVIVABLE
         if action == "answer":
@@ -310,6 +316,13 @@ class DetailScreen(ModalScreen[None]):
             await self.host.retry(event)  # refuses, saying which events are retried
         else:
             self.notify(f"No approval of #{event.id} is waiting for an answer", severity="warning")
+
+    async def action_restore(self) -> None:
+        event = self.view.event
+        if event is None or self.host.restore is None:
+            return
+        await self.host.restore(event)
+        self.refresh_view()
 
     async def action_retry(self) -> None:
         event = self.view.event

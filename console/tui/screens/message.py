@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import tzinfo
 from typing import ClassVar
 
@@ -15,6 +17,8 @@ from textual.widgets import Footer, Static
 from console.core import OutboxMessage
 from console.textsafe import terminal_safe, terminal_safe_lines
 from console.tui.detail import clock_text
+from console.tui.read_only import read_only
+from console.tui.screens.confirm import ConfirmScreen
 
 STATUS_STYLE = {"queued": "$text-warning", "sending": "$text-primary", "sent": "$text-success",
                 "failed": "$text-error"}
@@ -50,22 +54,34 @@ class MessageScreen(ModalScreen[None]):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape,q", "close", "Close", id="message.close"),
         Binding("c", "copy", "Copy", id="message.copy", tooltip="copy the message's text"),
+        Binding("s", "send_now", "Send now", id="message.send_now",
+                tooltip="send this held message at once, on the urgent lane (asks first)"),
     ]
 
     def __init__(self, message: OutboxMessage, now: int, zone: tzinfo | None = None,
-                 goes_out_at: int | None = None) -> None:
+                 goes_out_at: int | None = None, *,
+                 send_now: Callable[[int], Awaitable[bool]] | None = None) -> None:
         super().__init__()
         self.message = message
         self.now = now
         self.zone = zone
         self.goes_out_at = goes_out_at
+        self.send_now = send_now  # the console's: moves a held message to the urgent lane; False if it could not
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """send now only for a message the gap holds (queued, not urgent), and never --read-only."""
+        if action == "send_now":
+            message = self.message
+            return (self.send_now is not None and message.status == "queued" and not message.urgent
+                    and not read_only(self))
+        return True
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)
         message = self.message
         with Vertical(id="message-dialog", classes="dialog") as dialog:
             dialog.border_title = f"Outbox message #{message.id}"
-            dialog.border_subtitle = "c copy · esc close"
+            dialog.border_subtitle = self._keys_line()
             yield Static(message_facts(message, self.now, self.zone, self.goes_out_at), id="message-facts")
             if message.error:
                 yield Static(Content.assemble(("last send error: ", "bold"),
@@ -77,8 +93,31 @@ class MessageScreen(ModalScreen[None]):
             with VerticalScroll(id="message-body"):
                 yield Static(Content(terminal_safe_lines(message.body)), id="message-text")
 
+    def _keys_line(self) -> str:
+        return ("s send now · " if self.check_action("send_now", ()) else "") + "c copy · esc close"
+
     def action_close(self) -> None:
         self.dismiss(None)
+
+    def action_send_now(self) -> None:
+        when = "" if self.goes_out_at is None else f" instead of {clock_text(self.goes_out_at, self.now, self.zone)}"
+        self.app.push_screen(ConfirmScreen(f"Send message #{self.message.id} now, on the urgent lane{when}? The "
+                                           "other held messages still wait for the gap.", yes_label="Send now"),
+                             self._send_now_confirmed)
+
+    async def _send_now_confirmed(self, confirmed: bool | None) -> None:
+        if not confirmed or self.send_now is None:
+            return
+        if await self.send_now(self.message.id):
+            self.message = replace(self.message, urgent=True)
+            self.notify(f"Message #{self.message.id} goes out at once (the urgent lane)", title="Send now")
+        else:
+            self.notify(f"Message #{self.message.id} is no longer held by the gap (sent, or urgent already)",
+                        severity="warning")
+        self.query_one("#message-facts", Static).update(
+            message_facts(self.message, self.now, self.zone, self.goes_out_at))
+        self.query_one("#message-dialog").border_subtitle = self._keys_line()
+        self.refresh_bindings()
 
     def action_copy(self) -> None:
         self.app.copy_to_clipboard(self.message.body)

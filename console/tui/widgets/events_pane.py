@@ -10,11 +10,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import ClassVar
 from zoneinfo import ZoneInfo
 
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.events import Resize
@@ -26,6 +28,7 @@ from console.core import STATUSES, Event
 from console.textsafe import terminal_safe
 from console.timefmt import coarse_span
 from console.tui.panes import PaneHost
+from console.tui.read_only import read_only
 from console.tui.reads import (
     EventFilter,
     EventsPage,
@@ -122,11 +125,16 @@ class EventsPane(Vertical):
     HELP = """
 ## Events
 The inbox, newest first: **enter** shows why an event has (not) run, **/** finds events and outbox
-messages, **space** marks events for **r** (retry) and **D** (discard). The selected event's full error
+messages, **space** marks events for **r** (retry) and **D** (discard; **u** undoes it: dead again, not
+run). The selected event's full error
 is under the table. The keys below work here; **ctrl+p** finds every action by name.
 """
 
     view: reactive[EventsView | None] = reactive(None, init=False)
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("u", "restore", "Restore", id="events.restore", show=False,
+                tooltip="undo a discard: the marked (or the selected) discarded events are dead again, not run"),
+    ]
 
     def __init__(self, host: PaneHost, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -414,3 +422,39 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         page = self.page
         if self.is_mounted and page is not None and len(page.events) != self.table.visible_rows():
             await self.reload()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        return not (action == "restore" and read_only(self))
+
+    async def action_restore(self) -> None:
+        """Undo a discard without running anything: the marked events, or the selected one, dead again."""
+        marked = self.marked_ids()
+        if marked:
+            await self.restore(marked)
+            return
+        event = self.selected_event()
+        if event is None:
+            self.host.toast("No event selected", severity="warning")
+        elif event.status != "discarded":
+            self.host.toast(f"#{event.id} is {event.status}; only discarded events are restored (to dead, not run)",
+                            severity="warning")
+        else:
+            await self.restore([event.id])
+
+    async def restore(self, ids: list[int]) -> list[int]:
+        """Restore these discarded events to dead (the pane's u and an event detail's u); says what moved."""
+        now = self.host.clock.now()
+        restored = await self.host.engine.write(lambda store: store.restore_to_dead(ids, now=now))
+        if self.marked:
+            self.clear_marks()
+        self.host.mark("events", "header")
+        left = len(ids) - len(restored)
+        if len(ids) == 1 and restored:
+            said = f"#{ids[0]} is dead again, not run (r runs it)"
+        elif len(ids) == 1:
+            said = f"#{ids[0]} is no longer discarded (or retention cleared it): left as it is"
+        else:
+            said = (f"{len(restored)} of {len(ids)} marked events dead again, not run"
+                    + (f"; {left} not discarded (or cleared by retention), left as they are" if left else ""))
+        self.host.toast(said, title="Restore", severity="warning" if left else "information")
+        return restored
