@@ -373,6 +373,7 @@ class Bench:
         for kind, subject in subjects.items():
             line.figures[kind] = timings.rate(kind)
             subject.close()
+        line.notes[PG] = "one round trip: BEGIN, the writers' lock, one INSERT (move mark, NOTIFY inside), COMMIT"
         line.notes[PGQ] = "enqueue with a dedupe_key (the event's key), one statement"
         self.record(line)
 
@@ -388,7 +389,9 @@ class Bench:
         for kind, subject in subjects.items():
             line.figures[kind] = timings.rate(kind)
             subject.close()
-        line.notes[PG] = line.notes[SQLITE] = "a read, then the copy is counted on the stored row (a write)"
+        line.notes[SQLITE] = "a read; the copy's count is held in memory and written with the store's next write"
+        line.notes[PG] = ("one INSERT ... ON CONFLICT DO NOTHING (then a read while counts are held); the count "
+                          "as on SQLite")
         line.notes[PGQ] = "enqueue ON CONFLICT DO NOTHING on its dedupe index: writes nothing"
         self.record(line)
 
@@ -407,6 +410,7 @@ class Bench:
             subject.close()
         cap = self.args.batch_cap
         line.notes[PG] = line.notes[SQLITE] = f"claim_batch + finish, {cap} a batch: two transactions a batch"
+        line.notes[PG] += " (one round trip each)"
         line.notes[PGQ] = f"dequeue {cap} + log_jobs: two statements a batch"
         self.record(line)
 

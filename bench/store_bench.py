@@ -348,7 +348,8 @@ class Bench:
             line.figures[kind] = timings.rate(kind) if kind in able else None
         for subject in subjects.values():
             subject.close()
-        line.notes[CORE] = "each refusal also counts the copy on the stored row (the duplicate ledger): a write"
+        line.notes[CORE] = ("a refusal is a read; the copy's count is held in memory and written with the store's "
+                            "next write (the duplicate ledger)")
         line.notes[PQ_UNIQUE] = "a refusal is a failed INSERT, rolled back: nothing is written"
         line.notes[PQ_ACK] = line.notes[HUEY] = "cannot refuse duplicates (no key): a repeat is stored again"
         self.record(line)
@@ -411,7 +412,7 @@ class Bench:
             self.claim_plans = core.store.explain_claim()
         for subject in (*small.values(), *large.values()):
             subject.close()
-        empty.notes[CORE] = "three transactions per cycle, each fsynced"
+        empty.notes[CORE] = "three transactions per cycle; only the ingest's waits for an fsync"
         empty.notes[PQ_ACK] = empty.notes[PQ_UNIQUE] = "put + get + ack: three transactions per cycle"
         empty.notes[HUEY] = "enqueue + dequeue: two transactions per cycle (no finish step)"
         full.notes[PQ_ACK] = full.notes[PQ_UNIQUE] = "get walks the acked rows from the start (no index on status)"

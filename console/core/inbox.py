@@ -237,12 +237,17 @@ class InboxMixin(StoreBase):
             return []
         held = self._refused
         try:
-            with translate_errors(), transaction(self._conn):
-                self._write_refusals()
-                return self._insert_events(encoded, now)
+            with translate_errors():
+                return self._ingest_encoded(encoded, now)
         except BaseException:
             self._keep_refusals(held)
             raise
+
+    def _ingest_encoded(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
+        """ingest_many's one transaction (PgStore: in one round trip when it can)."""
+        with transaction(self._conn):
+            self._write_refusals()
+            return self._insert_events(encoded, now)
 
     # --- refused copies, counted in memory (REFUSALS_HELD) ------------------------------------------
     _refused: RefusalTally  # set empty by Store.__init__

@@ -165,6 +165,20 @@ class PgStore(Store):
         self._hold_refusal(source, source_id, now)
         return False
 
+    def _ingest_encoded(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
+        # One round trip when every key is the call's only one of it and no refused copies are held to write (the
+        # shared path otherwise: a repeated key goes in a later statement, see _insert_events).
+        if self._refused or len({(source, source_id) for source, source_id, _ in encoded}) < len(encoded):
+            return super()._ingest_encoded(encoded, now)
+        columns = [[entry[part] for entry in encoded] for part in range(3)]
+        rows = self._conn.write_at_once(_INSERT_SET_AT_ONCE.format(channel=self.target.channel), {
+            "now": now, "sources": columns[0], "source_ids": columns[1], "payloads": columns[2]})
+        mark = rows[0][1:4]
+        if mark[0] is not None:
+            raise move_refusal(*mark)
+        stored = {(str(row[4]), str(row[5])): row[6] == 0 for row in rows if row[4] is not None}
+        return [stored[source, source_id] for source, source_id, _ in encoded]
+
     def _claim_statements(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         statements = super()._claim_statements()
         statements["claim_fresh"] = (_CLAIM_FRESH_SET, (1, 0, 1))
@@ -314,3 +328,18 @@ _FINISH_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
                  ORDER BY given.n),
      told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM done))
 SELECT (SELECT count(*) FROM go), (SELECT count(*) FROM done), (SELECT count(*) FROM told)"""
+# ingest_many in one statement (keys each once in the call): as _INSERT_SET, after the writers' lock, writing
+# nothing when the inbox carries a move mark; answers (NOTIFYs, the mark's state, other, at or NULLs, then each
+# row's source, source_id, duplicates).
+_INSERT_SET_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
+     new AS (INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+             SELECT source, source_id, payload, %(now)s::bigint, %(now)s::bigint
+               FROM unnest(%(sources)s::text[], %(source_ids)s::text[], %(payloads)s::text[])
+                    WITH ORDINALITY AS entry(source, source_id, payload, n)
+              WHERE NOT EXISTS (SELECT 1 FROM mark)
+              ORDER BY n
+             {COUNT_A_COPY}
+             RETURNING source, source_id, duplicates),
+     told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM new))
+SELECT (SELECT count(*) FROM told), mark.state, mark.other, mark.at, new.source, new.source_id, new.duplicates
+  FROM (VALUES (1)) AS one LEFT JOIN mark ON true LEFT JOIN new ON true"""

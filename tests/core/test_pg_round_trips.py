@@ -56,3 +56,19 @@ def test_a_stale_finish_and_a_due_retry_take_the_shared_path(pg_store: Store) ->
     assert retaken == [] or [e.source_id for e in retaken] == ["e-1"]
     assert store.counts()["running"] + store.counts()["pending"] == 1
     assert any(a.kind == "lost" for a in store.history(batch[0].id))
+
+
+def test_a_group_of_new_events_is_one_round_trip_and_a_repeated_key_still_counts(pg_store: Store) -> None:
+    store = pg_store
+    trips, stored = round_trips(store, lambda: store.ingest_many(
+        [("github", "a", {"n": 1}), ("github", "b", {"n": 2})], now=T))
+    assert (trips, stored) == (1, [True, True])
+    trips, stored = round_trips(store, lambda: store.ingest_many(
+        [("github", "b", {"n": 3}), ("github", "c", {"n": 4})], now=T + 1))
+    assert (trips, stored) == (1, [False, True])
+    assert store.ingest_many([("github", "d", {}), ("github", "d", {})], now=T + 2) == [True, False]
+    b = store.find_event("github", "b")
+    d = store.find_event("github", "d")
+    assert b is not None and (b.duplicates, b.payload) == (1, {"n": 2})
+    assert d is not None and d.duplicates == 1
+    assert [e.source_id for e in store.events()] == ["d", "c", "b", "a"]
