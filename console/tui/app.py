@@ -38,8 +38,7 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed
 from console.callview import request_view
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings, open_inbox
-from console.core import STATUSES, Approval, Event, Store, StoreError
-from console.core.inbox import REVIVABLE
+from console.core import Approval, Store, StoreError
 from console.demo import demo_settings, run_demo
 from console.notices import Notice, NoticeKind
 from console.textsafe import terminal_safe, terminal_safe_lines
@@ -51,12 +50,11 @@ from console.tui.finding import read_message
 from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
 from console.tui.panes import PANES, LivePane
 from console.tui.read_only import MAIN_SCREEN_WRITES
-from console.tui.reads import EventFilter, read_approval, read_spend
+from console.tui.reads import read_approval, read_spend
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailHost, DetailScreen
-from console.tui.screens.filter_picker import FilterScreen
 from console.tui.screens.inject import InjectScreen
 from console.tui.screens.keys import KeysScreen, plain_help
 from console.tui.screens.message import MessageScreen
@@ -91,9 +89,6 @@ FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
 TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes: redrawn, not re-read
 APPROVAL_TEXT = "refund order 881"
 CONFIRM_AFTER_SECONDS = 60  # with confirm_approvals, a yes with more time than this left asks once more
-# The orders S steps through: (column, descending). Each reads through an index (console.core.inbox).
-SORT_CYCLE = [("id", True), ("id", False), ("status", True), ("status", False), ("source", True),
-              ("source", False)]
 # The test keys write made-up events into the inbox: only in `--demo`, whose inbox is a throwaway.
 DEMO_ACTIONS = frozenset({"quick_chat", "quick_poison", "quick_redeliver", "quick_approval"})
 
@@ -207,7 +202,6 @@ class ConsoleApp(App[None]):
         self.state = ConsoleState(state_path)
         self.after_start = after_start
         self.inbox_label = inbox_label
-        self.filter = EventFilter()
         self.started = False
         self.receiver: WebhookReceiver | None = None
         self.start_error: str | None = None
@@ -581,6 +575,7 @@ class ConsoleApp(App[None]):
 
     async def open_detail(self, event_id: int) -> None:
         zone = ZoneInfo(self.settings.timezone)
+        events = self.query_one(EventsPane)
 
         async def load(event_id: int) -> DetailView:
             return await self.read(read_detail(event_id, now=self.clock.now(), holder=self.engine.holder,
@@ -588,12 +583,9 @@ class ConsoleApp(App[None]):
                                                resume_key=self.key_for("console.stall")))
 
         async def neighbour(event_id: int, older: bool) -> int | None:
-            return await self.read(read_neighbour(event_id, self.filter, older=older))
+            return await self.read(read_neighbour(event_id, events.filter, older=older))
 
-        async def restore(event: Event) -> None:
-            await self.query_one(EventsPane).restore([event.id])
-
-        host = DetailHost(load, neighbour, self.retry_event, self._answer, restore)
+        host = DetailHost(load, neighbour, events.retry_event, self._answer, events.restore_event)
         await self.push_screen(DetailScreen(await load(event_id), host, zone))
 
     async def open_message(self, message_id: int) -> None:
@@ -613,22 +605,12 @@ class ConsoleApp(App[None]):
         self.mark("outbox")
         return moved
 
-    async def action_search(self) -> None:
-        await self.push_screen(SearchScreen(self.read, self.filter, self.open_detail, self.open_message,
-                                            now=self.clock.now()))
+    async def action_search(self, start_in_outbox: bool = False) -> None:
+        await self.push_screen(SearchScreen(self.read, self.query_one(EventsPane).filter, self.open_detail,
+                                            self.open_message, now=self.clock.now(), start_in_outbox=start_in_outbox))
 
     async def action_outbox_messages(self) -> None:
-        await self.push_screen(SearchScreen(self.read, self.filter, self.open_detail, self.open_message,
-                                            now=self.clock.now(), start_in_outbox=True))
-
-    async def action_pick_filter(self) -> None:
-        counts = await self.read(lambda store: store.counts())
-        self.push_screen(FilterScreen(self.filter, counts, self.known_sources), self._filter_picked)
-
-    async def _filter_picked(self, picked: EventFilter | None) -> None:
-        if picked is not None and picked != self.filter:
-            self.filter = picked
-            await self.query_one(EventsPane).set_filter(picked)
+        await self.action_search(start_in_outbox=True)
 
     async def action_inject(self) -> None:
         source_id = await self.unique_source_id()
@@ -748,97 +730,25 @@ class ConsoleApp(App[None]):
                         severity="warning")
 
     async def action_retry(self) -> None:
-        pane = self.query_one(EventsPane)
-        marked = pane.marked_ids()
-        if marked:
-            now = self.clock.now()
-            retried = await self.engine.write(lambda store: store.retry_events(marked, now=now))
-            pane.clear_marks()
-            self.mark("events", "header")
-            left = len(marked) - len(retried)
-            self.notify(f"{len(retried)} of {len(marked)} marked event{'s' if len(marked) != 1 else ''} back to "
-                        f"pending" + (f"; {left} not dead or discarded (or cleared by retention), left as they are"
-                                         if left else ""),
-                        title="Retry", severity="warning" if left else "information")
-            return
-        event = pane.selected_event()
-        if event is None:
-            self.notify("No event selected", severity="warning")
-            return
-        await self.retry_event(event)
-
-    async def retry_event(self, event: Event) -> None:
-        """Retry one dead or discarded event (the events pane's r and the detail's r)."""
-        if event.status not in REVIVABLE:
-            self.notify(f"#{event.id} is {event.status}; only dead events (or discarded ones) are retried",
-                        severity="warning")
-            return
-        if event.pruned_at is not None:
-            self.notify(f"#{event.id} was discarded and retention has cleared it: it cannot be retried",
-                        severity="warning")
-            return
-        now = self.clock.now()
-        retried = await self.engine.write(lambda store: store.retry_events([event.id], now=now))
-        self.mark("events", "header")
-        if retried:
-            self.notify(f"#{event.id} is pending again", title="Retry")
-        else:
-            self.notify(f"#{event.id} is no longer {event.status}", severity="warning")
-
-    async def action_discard(self) -> None:
-        """Discard the marked events, or the selected one, after a yes: Sidekiq's and Oban's discard."""
-        pane = self.query_one(EventsPane)
-        marked = pane.marked_ids()
-        event = pane.selected_event()
-        ids = marked or ([event.id] if event is not None else [])
-        if not ids:
-            self.notify("No event selected", severity="warning")
-            return
-        if not marked and event is not None and event.status not in ("dead", "pending"):
-            self.notify(f"#{event.id} is {event.status}; only dead or pending events are discarded",
-                        severity="warning")
-            return
-        what = f"#{ids[0]}" if len(ids) == 1 else f"{len(ids)} marked events"
-        self.push_screen(ConfirmScreen(f"Discard {what}? Kept for the record and never run again "
-                                       "(u restores one to dead; r runs it again).", yes_label="Discard",
-                                       destructive=True),
-                         partial(self._discard_confirmed, ids))
-
-    async def _discard_confirmed(self, ids: list[int], confirmed: bool | None) -> None:
-        if not confirmed:
-            return
-        now = self.clock.now()
-        discarded = await self.engine.write(lambda store: store.discard(ids, now=now))
-        self.query_one(EventsPane).clear_marks()
-        self.mark("events", "header")
-        left = len(ids) - len(discarded)
-        undo = "u restores it to dead" if len(discarded) == 1 else "u restores them to dead (marked)"
-        self.notify(f"{len(discarded)} event{'s' if len(discarded) != 1 else ''} discarded"
-                    + (f"; {left} running or done, left as they are" if left else "") + f" · {undo}",
-                    title="Discard", severity="warning" if left else "information")
+        await self.query_one(EventsPane).retry()
 
     async def action_retry_all(self) -> None:
-        flt = self.filter
-        if flt.status not in (None, "dead"):
-            self.notify(f"The filter shows {flt.status} events: no dead event matches it", severity="warning")
-            return
-        count = await self.read(lambda store: store.count_dead(source=flt.source))
-        if not count:
-            self.notify("No dead events match the filter", severity="warning")
-            return
-        where = "" if flt.source is None else f" from source {flt.source}"
-        self.push_screen(ConfirmScreen(f"Retry {count} dead event{'s' if count != 1 else ''}{where}?",
-                                       yes_label=f"Retry {count}", destructive=True),
-                         self._retry_all_confirmed)
+        await self.query_one(EventsPane).retry_all()
 
-    async def _retry_all_confirmed(self, confirmed: bool | None) -> None:
-        if not confirmed:
-            return
-        source = self.filter.source
-        now = self.clock.now()
-        retried = await self.engine.write(lambda store: store.retry_dead_matching(source=source, now=now))
-        self.mark("events", "header")
-        self.notify(f"{retried} dead event{'s' if retried != 1 else ''} back to pending", title="Retry")
+    async def action_discard(self) -> None:
+        await self.query_one(EventsPane).discard()
+
+    async def action_cycle_status(self) -> None:
+        await self.query_one(EventsPane).cycle_status()
+
+    async def action_cycle_source(self) -> None:
+        await self.query_one(EventsPane).cycle_source()
+
+    async def action_pick_filter(self) -> None:
+        await self.query_one(EventsPane).pick_filter()
+
+    async def action_sort(self, order: str = "") -> None:
+        await self.query_one(EventsPane).sort(order)
 
     async def action_budget(self) -> None:
         spend = await self.read(read_spend(self.clock.now(), self.settings.budget_defaults()))
@@ -883,32 +793,6 @@ class ConsoleApp(App[None]):
         title, words = stall_words(self._stalled, was, self.key_for("console.stall"))
         self.notify(words, title=title, severity="warning" if self._stalled else "information")
 
-    async def action_cycle_status(self) -> None:
-        order: list[str | None] = [None, *STATUSES]
-        await self.set_status_filter(order[(order.index(self.filter.status) + 1) % len(order)])
-
-    async def action_cycle_source(self) -> None:
-        order: list[str | None] = [None, *self.known_sources]
-        current = self.filter.source if self.filter.source in order else None
-        await self.set_source_filter(order[(order.index(current) + 1) % len(order)])
-
-    async def set_status_filter(self, status: str | None) -> None:
-        self.filter = replace(self.filter, status=status)
-        await self.query_one(EventsPane).set_filter(self.filter)
-
-    async def set_source_filter(self, source: str | None) -> None:
-        self.filter = replace(self.filter, source=source)
-        await self.query_one(EventsPane).set_filter(self.filter)
-
-    async def action_sort(self, order: str = "") -> None:
-        """S: the next order in SORT_CYCLE; a column's header: sort by it, again to turn the order round."""
-        flt = self.filter
-        if not order:
-            order, descending = SORT_CYCLE[(SORT_CYCLE.index((flt.order, flt.descending)) + 1) % len(SORT_CYCLE)]
-        else:
-            descending = not flt.descending if order == flt.order else True
-        self.filter = replace(flt, order=order, descending=descending)
-        await self.query_one(EventsPane).set_filter(self.filter)
 
 
 def run_app(settings: Settings, *, demo: bool = False, read_only: bool = False) -> None:

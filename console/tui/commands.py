@@ -12,6 +12,7 @@ from textual.content import Content
 
 from console.core import STATUSES
 from console.tui.keys import key_for_id
+from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
 
 if TYPE_CHECKING:
@@ -85,12 +86,13 @@ class ConsoleCommands(Provider):
             for title, help_text, action in ACTIONS
             if app.check_action(action.split("(")[0], ()) is not False  # the test keys: only in --demo
         ]
+        events = app.query_one(EventsPane)
         for status in (None, *STATUSES):
             found.append((f"Filter: {status or 'all statuses'}", "Show only events in this state", None,
-                          partial(app.set_status_filter, status)))
+                          partial(events.set_status_filter, status)))
         for source in (None, *app.known_sources):
             found.append((f"Filter: {'all sources' if source is None else 'source ' + source}",
-                          "Show only events from this source", None, partial(app.set_source_filter, source)))
+                          "Show only events from this source", None, partial(events.set_source_filter, source)))
         for name in sorted(app.console_themes):
             found.append((f"Theme: {name}", "Switch the colour theme (remembered)", None,
                           partial(app.use_theme, name)))

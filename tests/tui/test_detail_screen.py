@@ -126,7 +126,7 @@ async def test_c_copies_the_payload_and_brackets_step_through_the_events(filled:
 async def test_the_brackets_keep_to_the_events_tables_filter(filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=SIZE) as pilot:
-        await app.set_source_filter("chat")
+        await app.query_one(EventsPane).set_source_filter("chat")
         screen = await open_detail(app, pilot)
         assert screen.view.event_id == 7
         await pilot.press("right_square_bracket")

@@ -75,7 +75,7 @@ async def test_a_search_reads_on_past_a_page_and_keeps_to_the_filter(filled: Pat
         assert not screen.events_table.more
         await pilot.press("escape")
         await pilot.press("f")  # pending only: the filter applies to the search
-        await pilot_until(pilot, lambda: app.filter.status == "pending", what="the filter")
+        await pilot_until(pilot, lambda: app.query_one(EventsPane).filter.status == "pending", what="the filter")
         await pilot.press("slash")
         await pilot_until(pilot, lambda: isinstance(app.screen, SearchScreen) and app.screen is not screen)
         again = app.screen
@@ -274,13 +274,13 @@ async def test_s_sorts_the_whole_inbox_and_paging_follows_the_order(db_path: Pat
         await pilot_until(pilot, lambda: pane.selected_event().id == 10, what="the oldest dead event last")  # type: ignore[union-attr]
         await pilot.press("home")
         await pilot.click("#events-table", offset=(14, 0))  # the source column's header
-        await pilot_until(pilot, lambda: app.filter.order == "source" and app.filter.descending, what="by source")
+        await pilot_until(pilot, lambda: pane.filter.order == "source" and pane.filter.descending, what="by source")
         await pilot_until(pilot, lambda: [e.source for e in pane.page.events] == ["github"] * rows,  # type: ignore[union-attr]
                          what="github first")
         await pilot.click("#events-table", offset=(14, 0))  # again: turned round
         await pilot_until(pilot, lambda: pane.page is not None and pane.page.events[0].id == 1, what="chat, oldest")
         await pilot.press("f")  # a filter keeps the order
-        await pilot_until(pilot, lambda: app.filter.status == "pending" and app.filter.order == "source")
+        await pilot_until(pilot, lambda: pane.filter.status == "pending" and pane.filter.order == "source")
 
 
 async def test_a_discarded_events_detail_says_so_and_r_there_brings_it_back(filled: Path,

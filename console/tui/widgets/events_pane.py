@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from functools import partial
 from typing import ClassVar
 from zoneinfo import ZoneInfo
 
@@ -25,6 +26,7 @@ from textual.widgets import Static
 from textual.widgets.data_table import CellDoesNotExist
 
 from console.core import STATUSES, Event
+from console.core.inbox import REVIVABLE
 from console.textsafe import terminal_safe
 from console.timefmt import coarse_span
 from console.tui.panes import PaneHost
@@ -38,6 +40,8 @@ from console.tui.reads import (
     read_oldest_top,
     read_page,
 )
+from console.tui.screens.confirm import ConfirmScreen
+from console.tui.screens.filter_picker import FilterScreen
 from console.tui.widgets.event_error import EventError
 from console.tui.widgets.events_table import EventsTable
 
@@ -45,6 +49,9 @@ COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 9), ("att", 3
            ("retry", 7), ("last error", None))
 MARK = "●"
 SORTABLE = {"id": "id", "age": "id", "status": "status", "source": "source"}  # column → order (an index each)
+# The orders S steps through: (column, descending). Each reads through an index (console.core.inbox).
+SORT_CYCLE = [("id", True), ("id", False), ("status", True), ("status", False), ("source", True),
+              ("source", False)]
 
 
 def table_age(seconds: int) -> str:
@@ -298,7 +305,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         if order is None:
             self.notify("The inbox sorts by id or age, status or source (S steps through them)", timeout=4)
             return
-        await self.app.run_action(f"sort({order!r})")
+        await self.sort(order)
 
     @on(EventsTable.ToggleMark)
     async def _toggle_mark(self, message: EventsTable.ToggleMark) -> None:
@@ -410,6 +417,132 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         self.selected_id = None
         await self.reload()
 
+    # --- the pane's actions (the console's keys run them) ---------------------------------------
+    async def cycle_status(self) -> None:
+        order: list[str | None] = [None, *STATUSES]
+        await self.set_status_filter(order[(order.index(self.filter.status) + 1) % len(order)])
+
+    async def cycle_source(self) -> None:
+        order: list[str | None] = [None, *self.host.known_sources]
+        current = self.filter.source if self.filter.source in order else None
+        await self.set_source_filter(order[(order.index(current) + 1) % len(order)])
+
+    async def set_status_filter(self, status: str | None) -> None:
+        await self.set_filter(replace(self.filter, status=status))
+
+    async def set_source_filter(self, source: str | None) -> None:
+        await self.set_filter(replace(self.filter, source=source))
+
+    async def pick_filter(self) -> None:
+        counts = await self.host.read(lambda store: store.counts())
+        self.app.push_screen(FilterScreen(self.filter, counts, self.host.known_sources), self._filter_picked)
+
+    async def _filter_picked(self, picked: EventFilter | None) -> None:
+        if picked is not None and picked != self.filter:
+            await self.set_filter(picked)
+
+    async def sort(self, order: str = "") -> None:
+        """S: the next order in SORT_CYCLE; a column's header: sort by it, again to turn the order round."""
+        flt = self.filter
+        if not order:
+            order, descending = SORT_CYCLE[(SORT_CYCLE.index((flt.order, flt.descending)) + 1) % len(SORT_CYCLE)]
+        else:
+            descending = not flt.descending if order == flt.order else True
+        await self.set_filter(replace(flt, order=order, descending=descending))
+
+    async def retry(self) -> None:
+        """r: the marked events back to pending, or else the selected one."""
+        marked = self.marked_ids()
+        if marked:
+            now = self.host.clock.now()
+            retried = await self.host.engine.write(lambda store: store.retry_events(marked, now=now))
+            self.clear_marks()
+            self.host.mark("events", "header")
+            left = len(marked) - len(retried)
+            self.notify(f"{len(retried)} of {len(marked)} marked event{'s' if len(marked) != 1 else ''} back to "
+                        f"pending" + (f"; {left} not dead or discarded (or cleared by retention), left as they are"
+                                         if left else ""),
+                        title="Retry", severity="warning" if left else "information")
+            return
+        event = self.selected_event()
+        if event is None:
+            self.notify("No event selected", severity="warning")
+            return
+        await self.retry_event(event)
+
+    async def retry_event(self, event: Event) -> None:
+        """Retry one dead or discarded event (this pane's r and the detail's r)."""
+        if event.status not in REVIVABLE:
+            self.notify(f"#{event.id} is {event.status}; only dead events (or discarded ones) are retried",
+                        severity="warning")
+            return
+        if event.pruned_at is not None:
+            self.notify(f"#{event.id} was discarded and retention has cleared it: it cannot be retried",
+                        severity="warning")
+            return
+        now = self.host.clock.now()
+        retried = await self.host.engine.write(lambda store: store.retry_events([event.id], now=now))
+        self.host.mark("events", "header")
+        if retried:
+            self.notify(f"#{event.id} is pending again", title="Retry")
+        else:
+            self.notify(f"#{event.id} is no longer {event.status}", severity="warning")
+
+    async def discard(self) -> None:
+        """Discard the marked events, or the selected one, after a yes: Sidekiq's and Oban's discard."""
+        marked = self.marked_ids()
+        event = self.selected_event()
+        ids = marked or ([event.id] if event is not None else [])
+        if not ids:
+            self.notify("No event selected", severity="warning")
+            return
+        if not marked and event is not None and event.status not in ("dead", "pending"):
+            self.notify(f"#{event.id} is {event.status}; only dead or pending events are discarded",
+                        severity="warning")
+            return
+        what = f"#{ids[0]}" if len(ids) == 1 else f"{len(ids)} marked events"
+        self.app.push_screen(ConfirmScreen(f"Discard {what}? Kept for the record and never run again "
+                                           "(u restores one to dead; r runs it again).", yes_label="Discard",
+                                           destructive=True),
+                             partial(self._discard_confirmed, ids))
+
+    async def _discard_confirmed(self, ids: list[int], confirmed: bool | None) -> None:
+        if not confirmed:
+            return
+        now = self.host.clock.now()
+        discarded = await self.host.engine.write(lambda store: store.discard(ids, now=now))
+        self.clear_marks()
+        self.host.mark("events", "header")
+        left = len(ids) - len(discarded)
+        undo = "u restores it to dead" if len(discarded) == 1 else "u restores them to dead (marked)"
+        self.notify(f"{len(discarded)} event{'s' if len(discarded) != 1 else ''} discarded"
+                    + (f"; {left} running or done, left as they are" if left else "") + f" · {undo}",
+                    title="Discard", severity="warning" if left else "information")
+
+    async def retry_all(self) -> None:
+        """R: every dead event the filter shows back to pending, after a yes with the count."""
+        flt = self.filter
+        if flt.status not in (None, "dead"):
+            self.notify(f"The filter shows {flt.status} events: no dead event matches it", severity="warning")
+            return
+        count = await self.host.read(lambda store: store.count_dead(source=flt.source))
+        if not count:
+            self.notify("No dead events match the filter", severity="warning")
+            return
+        where = "" if flt.source is None else f" from source {flt.source}"
+        self.app.push_screen(ConfirmScreen(f"Retry {count} dead event{'s' if count != 1 else ''}{where}?",
+                                           yes_label=f"Retry {count}", destructive=True),
+                             self._retry_all_confirmed)
+
+    async def _retry_all_confirmed(self, confirmed: bool | None) -> None:
+        if not confirmed:
+            return
+        source = self.filter.source
+        now = self.host.clock.now()
+        retried = await self.host.engine.write(lambda store: store.retry_dead_matching(source=source, now=now))
+        self.host.mark("events", "header")
+        self.notify(f"{retried} dead event{'s' if retried != 1 else ''} back to pending", title="Retry")
+
     @on(Resize)
     async def _resized(self) -> None:
         if self.is_mounted:
@@ -440,6 +573,10 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
                             severity="warning")
         else:
             await self.restore([event.id])
+
+    async def restore_event(self, event: Event) -> None:
+        """An event detail's u."""
+        await self.restore([event.id])
 
     async def restore(self, ids: list[int]) -> list[int]:
         """Restore these discarded events to dead (the pane's u and an event detail's u); says what moved."""
