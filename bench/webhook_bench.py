@@ -216,12 +216,16 @@ def main() -> None:
         fsyncs = "-" if r["fsyncs_strace"] is None else f"{r['fsyncs_strace'] / r['requests']:.3f}"
         print(f"{r['mode']:<12} {r['acks_per_s']:>8.0f} {r['commits_per_event']:>14.3f} {fsyncs:>13} "
               f"{r['largest_group']:>9} {r['p50_ms']:>7.1f} {r['p99_ms']:>7.1f}  {r['stored']:>6}  {r['statuses']}")
+    # The probe is a second on each side of the run; strace times the receiver's own fsyncs during it (their mean
+    # gives the rate the disk allowed meanwhile, and their share of the run how busy the writer kept the disk).
     print(f"\n{'mode':<12} {'disk fsyncs/s':>13} {'commits/s':>9} {'disk use':>8} {'acks/fsync':>10} "
-          f"{'in fsync':>8}")
+          f"{'fsyncs/s allowed':>16} {'in fsync':>8}")
     for r in results:
-        busy = "-" if r["fsync_seconds"] is None else f"{r['fsync_seconds'] / r['elapsed_s']:.0%}"
+        traced = r["fsync_seconds"] is not None and r["fsyncs_strace"]
+        busy = f"{r['fsync_seconds'] / r['elapsed_s']:.0%}" if traced else "-"
+        allowed = f"{r['fsyncs_strace'] / r['fsync_seconds']:.0f}" if traced and r["fsync_seconds"] else "-"
         print(f"{r['mode']:<12} {r['disk_fsyncs_per_s']:>13.0f} {r['commits_per_s']:>9.0f} {r['disk_use']:>8.0%} "
-              f"{r['acks_per_fsync']:>10.1f} {busy:>8}")
+              f"{r['acks_per_fsync']:>10.1f} {allowed:>16} {busy:>8}")
     group, single = results
     print(f"group commit: {group['acks_per_s'] / single['acks_per_s']:.1f}x the acks/s of one transaction "
           f"per request, {single['commits_per_event'] / max(group['commits_per_event'], 1e-9):.0f}x fewer commits; "
