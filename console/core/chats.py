@@ -141,10 +141,17 @@ class ChatMixin(InboxMixin):
         )
 
     # --- webhook mode: updates the receiver kept, for the engine to take --------------------------------
-    def queue_chat_update(self, source: str, update_id: int, body: Any, *, now: int) -> bool:
-        """Keep an update the service POSTed (False: already kept, a redelivery). Durable when this returns."""
+    def queue_chat_update(self, source: str, update_id: int, body: Any, *, now: int, channel: str) -> bool:
+        """Keep an update the service POSTed (False: a redelivery, kept already or already taken). Durable when
+        this returns. channel names the listener whose cursor says which updates it has taken."""
         text = dumps(body)
         with translate_errors(), transaction(self._conn):
+            # An update below the listener's cursor was taken and its kept copy perhaps forgotten: the listener
+            # reads from its cursor on, so a copy kept now would never be taken nor forgotten. Read in this
+            # transaction: writers are serialised, so the cursor cannot move past it before the insert commits.
+            cursor = self._scalar("SELECT cursor FROM phone_cursors WHERE channel = ?", (channel,))
+            if cursor is not None and str(cursor).isdigit() and update_id < int(cursor):
+                return False
             rows = self._conn.execute(
                 """INSERT INTO chat_updates (source, update_id, body, received_at) VALUES (?, ?, ?, ?)
                    ON CONFLICT (source, update_id) DO NOTHING RETURNING update_id""",

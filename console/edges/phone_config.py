@@ -119,7 +119,7 @@ def telegram_webhook(settings: Settings, environ: Mapping[str, str]) -> Telegram
         if isinstance(raw, Mapping) and raw.get("type") == "telegram":
             secret = _webhook_secret(raw, f"channels[{index}]", settings, environ)
             if secret is not None:
-                return TelegramWebhook(secret)
+                return TelegramWebhook(secret, channel=str(raw.get("name", "telegram")))
     return None
 
 

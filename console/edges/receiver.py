@@ -246,7 +246,8 @@ class WebhookReceiver:
         try:
             if refused is not None:
                 raise InboxDamaged(refused)
-            kept = await self.writer.call(lambda s: s.queue_chat_update(webhook.source, update_id, update, now=now))
+            kept = await self.writer.call(lambda s: s.queue_chat_update(webhook.source, update_id, update, now=now,
+                                                                         channel=webhook.channel))
         except (StoreError, InboxDamaged) as exc:  # not kept: Telegram delivers it again
             return self._answer(503, "unavailable", webhook.source, str(update_id), started, str(exc))
         if kept and self._on_stored is not None:

@@ -31,6 +31,7 @@ SECRET_PATTERN = re.compile(r"^[A-Za-z0-9_-]{1,256}$")
 @dataclass(frozen=True)
 class TelegramWebhook:
     secret: Secret
+    channel: str = "telegram"  # the listener's name: its cursor says which updates it has taken
     source: str = "telegram"
     path: str = PATH
 

@@ -80,3 +80,20 @@ def test_a_message_the_inbox_cannot_take_is_skipped_not_a_stuck_loop(store: Stor
     assert take.stored == [True] and store.phone_cursor("telegram") == "8"
     assert store.chat_status("telegram")["skipped_updates"] == 1
     assert [e.source_id for e in store.events(source="telegram")] == ["5:2"]
+
+
+def test_a_kept_update_the_listener_already_passed_is_refused_not_kept_forever(store: Store) -> None:
+    # Webhook mode: Telegram may POST an update again after the listener took it, moved its cursor past it and
+    # forgot the kept copy. The listener reads from its cursor on, so a copy kept then would never be taken nor
+    # forgotten: it is answered as a redelivery and not kept (the cursor is read in the keeping transaction).
+    assert store.queue_chat_update("telegram", 901, {"update_id": 901}, now=NOW, channel="telegram")
+    assert not store.queue_chat_update("telegram", 901, {"update_id": 901}, now=NOW, channel="telegram")
+    store.take_chat_updates("telegram", "telegram", now=NOW, cursor="902")
+    assert store.forget_chat_updates("telegram", below=902) == 1
+    assert not store.queue_chat_update("telegram", 901, {"update_id": 901}, now=NOW + 5, channel="telegram")
+    assert not store.queue_chat_update("telegram", 900, {"update_id": 900}, now=NOW + 5, channel="telegram")
+    assert store.chat_updates("telegram", from_id=0) == []
+    assert store.queue_chat_update("telegram", 902, {"update_id": 902}, now=NOW + 5, channel="telegram")
+    assert store.chat_updates("telegram", from_id=0) == [{"update_id": 902}]
+    # Another channel's cursor says nothing about this one's updates.
+    assert store.queue_chat_update("telegram", 903, {"update_id": 903}, now=NOW + 5, channel="telegram-2")

@@ -13,6 +13,7 @@ import aiohttp
 import pytest
 
 from console.clock import ManualClock
+from console.edges.phone_config import telegram_webhook
 from console.edges.receiver import start_receiver
 from console.edges.telegram_webhook import SECRET_HEADER
 from tests.cli.helpers import assert_user_error, invoke
@@ -61,8 +62,12 @@ async def test_updates_posted_with_the_secret_are_kept_once_and_answered(tmp_pat
                 assert reply["reply_to_message_id"] == 32
                 await stored(engine, lambda s: s.phone_cursor("telegram") == "902", "the cursor past it")
                 await stored(engine, lambda s: s.chat_updates("telegram", from_id=0) == [], "kept update forgotten")
+                # Telegram may retry after the listener took the update and forgot it (seen under load when the
+                # retry above came that late): a redelivery still, not kept where the listener never reads again.
+                assert await post(update(901, 32, "hello by webhook"), SECRET) == (200, {})
+                assert await engine.read(lambda s: s.chat_updates("telegram", from_id=0)) == []
                 assert await engine.read(lambda s: s.find_event("telegram", f"{OWNER}:31")) is None
-            assert receiver.counts["unauthorized"] == 2 and receiver.counts["duplicate"] == 1
+            assert receiver.counts["unauthorized"] == 2 and receiver.counts["duplicate"] == 2
             assert not [r for r in bot.requests if r.path.endswith("/getUpdates")]  # never polled
         finally:
             await receiver.stop()
@@ -90,3 +95,10 @@ async def test_the_webhook_command_sets_and_deletes_it(tmp_path: Path, bot: Stan
     refused = await asyncio.to_thread(invoke, [*base, "--url", "https://agent.example.net/telegram"])
     line = assert_user_error(refused.exit_code, refused.stdout, refused.stderr, "setWebhook: 401")
     assert "revoked" not in line
+
+
+def test_the_receiver_reads_the_cursor_of_the_channel_it_serves(tmp_path: Path) -> None:
+    channel = {"type": "telegram", "name": "tg-home", "token_env": "TG_TEST_TOKEN", "chat_id": OWNER,
+               "webhook_secret_env": "TG_HOOK_SECRET"}
+    webhook = telegram_webhook(phone_settings(tmp_path, channel), {"TG_TEST_TOKEN": TOKEN, "TG_HOOK_SECRET": SECRET})
+    assert webhook is not None and webhook.channel == "tg-home" and webhook.source == "telegram"
