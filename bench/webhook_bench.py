@@ -46,16 +46,17 @@ SECRET_ENV = "WEBHOOK_BENCH_SECRET"
 # --- the receiver process ---------------------------------------------------------------------
 def serve_main(db: str, group_commit: bool) -> None:
     sys.path.insert(0, str(ROOT))
+    from console.assembly import System, assemble_serve
     from console.config import Settings
-    from console.edges.receiver import WebhookReceiver, serve
 
     settings = Settings(db=Path(db), webhooks={
         "port": 0, "sources": {"github": {"verifier": "github", "secret_env": SECRET_ENV}}})
 
-    def ready(receiver: WebhookReceiver) -> None:
-        print(json.dumps({"url": receiver.url, "pid": os.getpid()}), flush=True)
+    def ready(system: System) -> None:
+        assert system.receiver is not None
+        print(json.dumps({"url": system.receiver.url, "pid": os.getpid()}), flush=True)
 
-    asyncio.run(serve(settings, group_commit=group_commit, on_ready=ready))
+    asyncio.run(assemble_serve(settings, group_commit=group_commit).run_until_signalled(on_ready=ready))
 
 
 # --- the senders ------------------------------------------------------------------------------

@@ -1,25 +1,29 @@
-"""The composition root: the one place settings become a running system.
+"""The composition root: the one place settings become a running system, and the one place it is run.
 
 From Settings it builds the agent (with its policy-checked tool gateway, console/agents/registry.py), the
 outbox channels (the console's own plus [[channels]], phone channels among them), the default timers, the
-engine that runs them, and, when [webhooks] enables it, the webhook receiver beside the engine. The CLI
-(`run`) and the console both come here; nothing else wires these parts together, and the engine itself
-imports neither the agents it runs nor the channels it sends through.
+engine that runs them, and, when [webhooks] enables it, the webhook receiver beside the engine. Every shape
+of the program is a `System` built here and run the same way (start / stop / run_until_signalled, with the
+one signal handler): `agent-console run` (assemble), the console (assemble_console) and `serve`, the
+receiver alone (assemble_serve). Nothing else wires these parts together, and the engine itself imports
+neither the agents it runs nor the channels it sends through.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import threading
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from console import telemetry
 from console.agents.base import Agent
 from console.agents.offline import DIGEST_TIMER_ID
 from console.clock import Clock, WallClock
-from console.config import Settings
-from console.core import Store
+from console.config import ConfigError, Settings
+from console.core import Store, StoreError
 from console.core.outbox import OutboxChannel
 from console.edges.channels import build_channels
 from console.edges.mailsource import MailChannel
@@ -28,9 +32,7 @@ from console.runtime.engine import Engine, SetUp
 
 if TYPE_CHECKING:
     from console.agents.base import RunContext
-
-if TYPE_CHECKING:
-    from console.edges.receiver import ReceiverHost, WebhookReceiver
+    from console.edges.receiver import WebhookReceiver
 
 log = logging.getLogger("agent_console.assembly")
 
@@ -127,41 +129,120 @@ def build_engine(
     )
 
 
-async def start_receiver_beside(settings: Settings, engine: ReceiverHost) -> WebhookReceiver | None:
-    """Start the webhook receiver next to the engine when the config has `[webhooks] enabled = true` (else
-    None). It writes to the engine's inbox on its own writer thread and wakes the worker as soon as an event
-    is stored. ConfigError / StoreError / OSError say why it could not start."""
-    if not settings.webhooks.get("enabled"):
-        return None
-    from console.edges.receiver import start_receiver  # aiohttp's server, loaded only when it is wanted
-
-    receiver = await start_receiver(settings, engine=engine)
-    log.info("webhook receiver listening on %s", receiver.url)
-    return receiver
+# SIGTERM (a `kill`, systemd), SIGINT (Ctrl-C) and SIGHUP (the terminal closed) all stop the program cleanly:
+# the current run ends and the lease is released at once, so a replacement need not wait out the TTL.
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGINT", "SIGHUP") if hasattr(signal, name))
+# What a System's start() does with a receiver that cannot start, when it is told to go on without one.
+ReceiverError = Callable[[Exception], None]
 
 
-@dataclass
-class System:
-    """A running system: the engine, and the webhook receiver beside it when the config enables one."""
-
-    engine: Engine
-    receiver: WebhookReceiver | None = None
-
-    async def start(self) -> None:
-        """The inbox's check first (the gate before intake: nothing listens on a damaged inbox), then the
-        receiver: a missing secret or a port in use is a one-line error before the engine has taken the lease
-        or run anything. If the engine then cannot start, the receiver is stopped again."""
-        await self.engine.check_inbox()
-        self.receiver = await start_receiver_beside(self.engine.settings, self.engine)
+def on_stop_signals(stop: Callable[[], object]) -> Callable[[], None]:
+    """The one signal handler: each of STOP_SIGNALS calls `stop` on the running loop (`run`, `serve` and the
+    console alike). Returns what takes the handlers off again. Where a loop cannot handle signals (not the main
+    thread, Windows) nothing is installed."""
+    loop = asyncio.get_running_loop()
+    handled: list[int] = []
+    for signum in STOP_SIGNALS:
         try:
-            await self.engine.start()  # the engine logs its own lease and run changes, one line each
-        except BaseException:
-            await self._stop_receiver()
-            raise
+            loop.add_signal_handler(signum, stop)
+        except (NotImplementedError, RuntimeError, ValueError):
+            continue
+        handled.append(signum)
+
+    def remove() -> None:
+        for signum in handled:
+            loop.remove_signal_handler(signum)
+
+    return remove
+
+
+def receiver_beside(settings: Settings, engine: Engine) -> WebhookReceiver:
+    """The webhook receiver next to an engine (not started): it writes to the engine's inbox on its own writer
+    thread and connection, with the engine's clock; a stored delivery wakes the worker at once; the engine's
+    verdict on the inbox stands for the receiver's own check, and damage a delivery meets halts the engine.
+    ConfigError names a bad [webhooks] setting."""
+    from console.edges.receiver import build_receiver  # aiohttp's server, loaded only when it is wanted
+
+    wake = engine.wake
+    return build_receiver(settings, clock=engine.clock, on_stored=lambda _source, _source_id: wake(),
+                          refusal=lambda: engine.damaged, on_damage=engine.halt_on_damage)
+
+
+class System:
+    """One shape of the program, started and stopped in one order: an engine, a webhook receiver, or both.
+
+    start(): the engine's check of the inbox first (the gate before intake: nothing listens on a damaged inbox;
+    a late agent is built beside it), then the receiver, then the engine takes the lease and works. A receiver
+    that cannot start (a missing secret, a port in use) is a one-line error before the engine has taken the
+    lease or run anything, or, given `on_receiver_error` (the console), is told there while the rest runs
+    without it. If the engine then cannot start, the receiver is stopped again. stop(): the receiver, then the
+    engine (the current run ends, the lease is released)."""
+
+    def __init__(self, settings: Settings, engine: Engine | None = None,
+                 receiver: Callable[[], WebhookReceiver] | None = None) -> None:
+        """engine: None for the receiver alone (`serve`). receiver: how to build the receiver (at start, so that
+        its error goes where start() sends it), None for none."""
+        self.settings = settings
+        self.engine = engine
+        self.receiver: WebhookReceiver | None = None  # while it runs
+        self._build_receiver = receiver
+        self._engine_started = False
+
+    async def start(self, *, on_receiver_error: ReceiverError | None = None) -> None:
+        if self.engine is not None:
+            await self.engine.prepare()
+        else:  # the engine configures telemetry as it starts; alone, each delivery's `ingest` span needs it here
+            telemetry.configure(self.settings.inbox_folder, enabled=self.settings.telemetry)
+        await self._start_receiver(on_receiver_error)
+        if self.engine is not None:
+            try:
+                await self.engine.start()  # the engine logs its own lease and run changes, one line each
+            except BaseException:
+                await self._stop_receiver()
+                raise
+            self._engine_started = True
 
     async def stop(self) -> None:
         await self._stop_receiver()
-        await self.engine.stop()
+        if self.engine is None:
+            await asyncio.to_thread(telemetry.shutdown)
+        elif self._engine_started:
+            self._engine_started = False
+            await self.engine.stop()
+
+    async def run_until_signalled(self, *, on_ready: Callable[[System], None] | None = None,
+                                  stop: asyncio.Event | None = None) -> None:
+        """start(), then run until SIGTERM, SIGINT or SIGHUP (or until `stop` is set), then stop(): `run` and
+        `serve`. on_ready is called once everything has started."""
+        stopping = stop or asyncio.Event()
+        remove_handlers = on_stop_signals(stopping.set)
+        try:
+            await self.start()
+            try:
+                if on_ready is not None:
+                    on_ready(self)
+                await stopping.wait()
+            finally:
+                if self.engine is not None:
+                    log.info("stopping: finishing the current run and releasing the lease")
+                await self.stop()
+        finally:
+            remove_handlers()
+
+    async def _start_receiver(self, on_error: ReceiverError | None) -> None:
+        if self._build_receiver is None:
+            return
+        try:
+            receiver = self._build_receiver()
+            await receiver.start()
+        except (ConfigError, StoreError, OSError) as exc:
+            if on_error is None:
+                raise
+            on_error(exc)
+            return
+        self.receiver = receiver
+        if self.engine is not None:  # alone (`serve`), the receiver's own line and serve's say where it listens
+            log.info("webhook receiver listening on %s", receiver.url)
 
     async def _stop_receiver(self) -> None:
         if self.receiver is not None:
@@ -169,6 +250,32 @@ class System:
             await receiver.stop()
 
 
-def assemble(settings: Settings, *, clock: Clock | None = None, holder: str | None = None) -> System:
-    """Everything `agent-console run` runs, built (not started) from the settings."""
-    return System(build_engine(settings, clock=clock, holder=holder))
+def assemble(settings: Settings, *, engine: Engine | None = None, clock: Clock | None = None,
+             holder: str | None = None) -> System:
+    """`agent-console run`, built (not started): the engine (`engine` replaces the one built from the settings),
+    and the webhook receiver beside it when the config has `[webhooks] enabled = true` (never beside a watch-only
+    engine: a receiver stores)."""
+    engine = engine if engine is not None else build_engine(settings, clock=clock, holder=holder)
+    beside = engine
+    listens = bool(settings.webhooks.get("enabled")) and not engine.watch_only
+    return System(settings, engine, (lambda: receiver_beside(settings, beside)) if listens else None)
+
+
+def assemble_console(settings: Settings, *, clock: Clock | None = None, holder: str | None = None,
+                     install_defaults: bool = True, read_only: bool = False) -> System:
+    """The console's system: `run`'s, with the agent built as the engine starts (LateAgent), so that the first
+    frame does not wait for its tools' imports; read_only (--read-only): a watch-only engine and no receiver.
+    The console starts it with its own on_receiver_error."""
+    engine = build_engine(settings, clock=clock, holder=holder, install_defaults=install_defaults, late_agent=True,
+                          watch_only=read_only)
+    return assemble(settings, engine=engine)
+
+
+def assemble_serve(settings: Settings, *, host: str | None = None, port: int | None = None,
+                   clock: Clock | None = None, group_commit: bool = True) -> System:
+    """`agent-console serve`: the webhook receiver alone (whether or not [webhooks] enables one beside an
+    engine), checking the inbox itself before it listens; another process runs what it stores."""
+    from console.edges.receiver import build_receiver  # aiohttp's server, loaded only when it is wanted
+
+    return System(settings, receiver=lambda: build_receiver(settings, host=host, port=port, clock=clock,
+                                                             group_commit=group_commit, check_first=True))

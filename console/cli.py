@@ -11,13 +11,12 @@ import importlib
 import json
 import logging
 import re
-import signal
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from zoneinfo import ZoneInfo
 
 import click
@@ -49,6 +48,9 @@ from console.timefmt import (
     span,
     via_in_words,
 )
+
+if TYPE_CHECKING:
+    from console.assembly import System
 
 PROG = "agent-console"
 USER_ERROR = 2
@@ -379,12 +381,12 @@ def _log_to_stderr() -> None:
 @main.command()
 @click.pass_obj
 def run(state: CliState) -> None:
-    """Run the engine headless until SIGTERM or Ctrl-C.
+    """Run the engine headless until SIGTERM, SIGHUP or Ctrl-C.
 
     The worker, the scheduler and the outbox dispatcher, without the console (plus the webhook receiver
     when the config enables it). Logs to stderr, one line per run and lease change. SIGTERM or Ctrl-C
     stops it cleanly: the current run ends, the lease is released at once (a replacement need not wait
-    out the TTL), exit code 0.
+    out the TTL), exit code 0. A closed terminal (SIGHUP) does the same.
     """
     settings = state.settings()
     ensure_default_db_folder(settings)
@@ -395,17 +397,7 @@ def run(state: CliState) -> None:
 async def _run_headless(settings: Settings) -> None:
     from console.assembly import assemble
 
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # SIGHUP: the terminal closed
-        loop.add_signal_handler(signum, stop.set)
-    system = assemble(settings)
-    await system.start()
-    try:
-        await stop.wait()
-    finally:
-        log.info("stopping: finishing the current run and releasing the lease")
-        await system.stop()
+    await assemble(settings).run_until_signalled()
 
 
 @main.command()
@@ -413,26 +405,23 @@ async def _run_headless(settings: Settings) -> None:
 @click.option("--port", type=WholeNumber(0, 65535), help="Port to bind (default from [webhooks] port, else 8765).")
 @click.pass_obj
 def serve(state: CliState, host: str | None, port: int | None) -> None:
-    """Run the signed webhook receiver alone, until SIGTERM or Ctrl-C.
+    """Run the signed webhook receiver alone, until SIGTERM, SIGHUP or Ctrl-C.
 
     POST /hooks/SOURCE for each source under [webhooks.sources]; GET /healthz. Each delivery's signature
     is checked on the raw body before anything is stored, and a 200 is sent only once the event is
     durable in the inbox. Another process (`agent-console run` or the console) runs the events.
     """
-    from console.edges.receiver import serve as serve_webhooks
+    from console.assembly import assemble_serve
 
     settings = state.settings()
     ensure_default_db_folder(settings)
     _log_to_stderr()
-    from console import telemetry  # each delivery's `ingest` span (the SDK loads with the first one)
+    asyncio.run(assemble_serve(settings, host=host, port=port).run_until_signalled(on_ready=_say_listening))
 
-    telemetry.configure(settings.inbox_folder, enabled=settings.telemetry)
-    try:
-        asyncio.run(serve_webhooks(
-            settings, host=host, port=port, on_ready=lambda r: click.echo(f"listening on {r.url}", err=True),
-        ))
-    finally:
-        telemetry.shutdown()
+
+def _say_listening(system: System) -> None:
+    if system.receiver is not None:
+        click.echo(f"listening on {system.receiver.url}", err=True)
 
 
 # --- the inbox ---------------------------------------------------------------------------------

@@ -108,6 +108,21 @@ def test_settings_become_an_open_inbox_in_one_place() -> None:
     assert store_openers(ast.parse("Store.open(settings.db, options=settings.store_options())")) == 1
 
 
+def signal_handlers(tree: ast.Module) -> int:
+    return sum(1 for node in ast.walk(tree) if isinstance(node, ast.Attribute)
+               and (node.attr == "add_signal_handler" or (node.attr == "signal" and isinstance(node.value, ast.Name)
+                                                          and node.value.id == "signal")))
+
+
+def test_one_signal_handler_stops_every_shape() -> None:
+    """`run`, `serve` and the console stop on the same signals through console/assembly.on_stop_signals."""
+    installers = {module_name(path): n for path in sorted(CONSOLE.rglob("*.py"))
+                  if (n := signal_handlers(parsed(path)))}
+    assert installers == {"console.assembly": 1}
+    planted = ast.parse("loop.add_signal_handler(signal.SIGTERM, stop)\nsignal.signal(signal.SIGHUP, quit)")
+    assert signal_handlers(planted) == 2
+
+
 def test_the_rules_catch_what_they_look_for() -> None:
     """The checks above are not vacuous: they flag a planted offence."""
     tree = ast.parse('conn.execute("SELECT id FROM inbox")\nimport textual.app\n')
@@ -155,7 +170,7 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     # The CLI builds an engine only through the assembly, and loads the console by name (importlib) when it is
     # opened, so `run` never imports Textual.
     ("console.cli", ("console.core", "console.config", "console.assembly", "console.runtime.why",
-                     "console.edges.receiver", "console.cli_telegram", *LEAVES)),
+                     "console.cli_telegram", *LEAVES)),
     # `agent-console telegram ...`: the chat source's commands, registered on the CLI's group.
     ("console.cli_telegram", ("console.core", "console.cli", "console.config", "console.edges.phone_config",
                               "console.edges.telegram", "console.edges.telegram_webhook")),

@@ -16,13 +16,11 @@ import asyncio
 import dataclasses
 import logging
 import os
-import signal
 import socket
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from aiohttp import web
 
@@ -326,7 +324,6 @@ async def _listen(host: str, port: int) -> list[socket.socket]:
 def build_receiver(
     settings: Settings,
     *,
-    store_path: str | os.PathLike[str] | None = None,
     host: str | None = None,
     port: int | None = None,
     clock: Clock | None = None,
@@ -337,7 +334,9 @@ def build_receiver(
     refusal: Callable[[], str | None] | None = None,
     on_damage: Callable[[BaseException], None] | None = None,
 ) -> WebhookReceiver:
-    """A receiver from the settings; ConfigError (naming the setting) for a bad or missing one."""
+    """A receiver on the settings' inbox (not started); ConfigError (naming the setting) for a bad or missing one.
+    The assembly builds one beside an engine (console/assembly.receiver_beside: on_stored wakes the engine's worker,
+    refusal is the engine's verdict on the inbox, on_damage halts it) or alone for `serve` (check_first)."""
     config = dataclasses.replace(
         parse_webhooks(settings.webhooks),
         read_timeout=settings.webhook_read_timeout, max_connections=settings.webhook_max_connections,
@@ -354,93 +353,7 @@ def build_receiver(
         )
     verifiers = build_verifiers(config, environ)
     return WebhookReceiver(
-        config, verifiers, store_path if store_path is not None else settings.db,
+        config, verifiers, settings.db,
         store_options=settings.store_options(), clock=clock, group_commit=group_commit, on_stored=on_stored,
         check_first=check_first, refusal=refusal, on_damage=on_damage, telegram=telegram,
     )
-
-
-class ReceiverHost(Protocol):
-    """What a receiver started beside an engine needs of it (console.runtime.engine.Engine satisfies it; kept
-    structural: edges never import the runtime). Not the console's ConsoleEngine (tui/backend.py)."""
-
-    @property
-    def path(self) -> Path | str: ...
-
-    @property
-    def clock(self) -> Clock: ...
-
-    @property
-    def damaged(self) -> str | None: ...
-
-    def wake(self) -> None: ...
-
-    def halt_on_damage(self, exc: BaseException) -> None: ...
-
-
-async def start_receiver(
-    settings: Settings,
-    *,
-    engine: ReceiverHost | None = None,
-    store_path: str | os.PathLike[str] | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    clock: Clock | None = None,
-) -> WebhookReceiver:
-    """Start a receiver and return it (stop it with `await receiver.stop()`).
-
-    Next to an engine, it writes to the engine's inbox on its own writer thread and connection, uses the
-    engine's clock, and wakes the engine's worker as soon as a new event is stored; the engine's check of the
-    inbox stands for its own, and damage either meets stops both. Alone, it checks the inbox before it listens.
-    """
-    on_stored: Callable[[str, str], None] | None = None
-    refusal: Callable[[], str | None] | None = None
-    on_damage: Callable[[BaseException], None] | None = None
-    if engine is not None:
-        wake, beside = engine.wake, engine
-        on_stored = lambda _source, _source_id: wake()  # noqa: E731
-        refusal = lambda: beside.damaged  # noqa: E731
-        on_damage = engine.halt_on_damage
-        store_path = store_path if store_path is not None else engine.path
-        clock = clock or engine.clock
-    receiver = build_receiver(settings, store_path=store_path, host=host, port=port, clock=clock,
-                              on_stored=on_stored, check_first=engine is None, refusal=refusal,
-                              on_damage=on_damage)
-    await receiver.start()
-    return receiver
-
-
-async def serve(
-    settings: Settings,
-    *,
-    store_path: str | os.PathLike[str] | None = None,
-    host: str | None = None,
-    port: int | None = None,
-    clock: Clock | None = None,
-    group_commit: bool = True,
-    on_ready: Callable[[WebhookReceiver], None] | None = None,
-    stop: asyncio.Event | None = None,
-) -> None:
-    """Run the receiver until SIGINT/SIGTERM (or `stop` is set). Raises ConfigError / StoreError."""
-    receiver = build_receiver(settings, store_path=store_path, host=host, port=port, clock=clock,
-                              group_commit=group_commit, check_first=True)
-    stop = stop or asyncio.Event()
-    loop = asyncio.get_running_loop()
-    handled = []
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        try:
-            loop.add_signal_handler(signum, stop.set)
-            handled.append(signum)
-        except (NotImplementedError, RuntimeError, ValueError):  # not the main thread, or no signals here
-            pass
-    try:
-        await receiver.start()
-        try:
-            if on_ready is not None:
-                on_ready(receiver)
-            await stop.wait()
-        finally:
-            await receiver.stop()
-    finally:
-        for signum in handled:
-            loop.remove_signal_handler(signum)

@@ -129,17 +129,7 @@ class Engine:
             self._mode = "watching"
             log.info("engine watching %s (read-only)", self.path)
             return
-        prepare = getattr(self.agent, "prepare", None)  # an agent built as the engine starts (LateAgent)
-        if not self._checked:
-            if callable(prepare):  # its imports (a second or so) run beside the inbox's check
-                outcomes = await asyncio.gather(asyncio.to_thread(prepare), self.check_inbox(), return_exceptions=True)
-                for outcome in outcomes:
-                    if isinstance(outcome, BaseException):
-                        raise outcome
-            else:
-                await self.check_inbox()
-        elif callable(prepare):
-            await asyncio.to_thread(prepare)
+        await self.prepare()
         # Versions before this one left an answered approval's expiry timer waiting (listed, counted as
         # the next timer due): drop what they left, once per start.
         await self.write(lambda store: store.drop_settled_expiry_timers())
@@ -159,10 +149,31 @@ class Engine:
         self._tasks = [asyncio.create_task(coro, name=f"agent-console-{name}") for name, coro in loop_tasks]
         log.info("engine started on %s as %s (agent %s)", self.path, self.holder, self.agent_name)
 
+    async def prepare(self) -> None:
+        """What start() does before it takes any work: the inbox's check (the gate before intake, unless it has
+        passed already) and the build of an agent made as the engine starts (LateAgent: its imports, a second
+        or so, run beside the check). The assembly's System runs it before it starts the webhook receiver, so
+        that nothing listens on a damaged inbox; its errors are start()'s. A watch-only engine has neither."""
+        if self.watch_only:
+            return
+        if self._mode == "stopped":
+            self._mode = "starting"
+        prepare = getattr(self.agent, "prepare", None)
+        if self._checked:
+            if callable(prepare):
+                await asyncio.to_thread(prepare)
+        elif callable(prepare):
+            outcomes = await asyncio.gather(asyncio.to_thread(prepare), self.check_inbox(), return_exceptions=True)
+            for outcome in outcomes:
+                if isinstance(outcome, BaseException):
+                    raise outcome
+        else:
+            await self.check_inbox()
+
     async def check_inbox(self, seconds: float = START_CHECK_SECONDS) -> QuickCheck:
         """The gate before intake (console.core.gate), on the writer's connection: a damaged inbox, or one
         that must take no work, refuses here with one line (StoreError), before anything listens or claims.
-        start() runs it unless it has already passed (a caller that starts a receiver first runs it first)."""
+        start() runs it (through prepare()) unless it has already passed."""
         self.damaged = None
         report = await self._thread("writer")(lambda store: check_before_intake(store, seconds=seconds))
         self._checked = True

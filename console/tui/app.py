@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
@@ -71,6 +70,7 @@ from console.tui.widgets.lease_pane import MODES, LeasePane, stall_words
 from console.tui.widgets.outbox_pane import OutboxPane
 
 if TYPE_CHECKING:
+    from console.assembly import System
     from console.edges.receiver import WebhookReceiver
 
 T = TypeVar("T")
@@ -176,7 +176,7 @@ class ConsoleApp(App[None]):
         settings: Settings,
         *,
         clock: Clock | None = None,
-        engine: ConsoleEngine | None = None,
+        system: System | None = None,
         holder: str | None = None,
         deterministic: bool = False,
         state_path: Path | None = None,
@@ -191,19 +191,20 @@ class ConsoleApp(App[None]):
         self.settings = settings
         self.demo = demo
         self.read_only = read_only  # --read-only: a watch-only engine, and no action that writes (tui/read_only.py)
-        self.clock: Clock = clock or (engine.clock if engine is not None else WallClock())
-        if engine is None:
-            from console.assembly import build_engine
+        if system is None:
+            from console.assembly import assemble_console
 
-            engine = build_engine(settings, clock=self.clock, holder=holder, install_defaults=install_defaults,
-                                  late_agent=True, watch_only=read_only)
-        self.engine: ConsoleEngine = engine
+            system = assemble_console(settings, clock=clock or WallClock(), holder=holder,
+                                      install_defaults=install_defaults, read_only=read_only)
+        assert system.engine is not None, "the console runs an engine"
+        self.system = system  # the engine and the webhook receiver beside it, started and stopped together
+        self.engine: ConsoleEngine = system.engine
+        self.clock: Clock = clock or system.engine.clock
         self.deterministic = deterministic
         self.state = ConsoleState(state_path)
         self.after_start = after_start
         self.inbox_label = inbox_label
         self.started = False
-        self.receiver: WebhookReceiver | None = None
         self.start_error: str | None = None
         self._stalled = False
         self._dirty: set[str] = set()
@@ -310,11 +311,11 @@ class ConsoleApp(App[None]):
     # --- lifecycle ------------------------------------------------------------------------------
     async def on_mount(self) -> None:
         if not self.is_headless:
-            # A closed terminal (SIGHUP) or a `kill` (SIGTERM) quits like ctrl+q: the lease is released
+            # A closed terminal (SIGHUP), a `kill` (SIGTERM) or SIGINT quits like ctrl+q: the lease is released
             # at once instead of making the next console wait a whole TTL in standby.
-            loop = asyncio.get_running_loop()
-            for signum in (signal.SIGHUP, signal.SIGTERM):
-                loop.add_signal_handler(signum, lambda: self.call_later(self.action_quit))
+            from console.assembly import on_stop_signals
+
+            on_stop_signals(lambda: self.call_later(self.action_quit))
         if self._theme_errors:
             self.notify("\n".join(self._theme_errors), title="Theme file skipped", severity="warning", timeout=10)
         if self._key_problems:
@@ -343,13 +344,12 @@ class ConsoleApp(App[None]):
         self.call_after_refresh(drawn.set)
         await drawn.wait()
         try:
-            await self.engine.start()
+            await self.system.start(on_receiver_error=self._receiver_not_started)
         except (StoreError, ConfigError) as exc:
             self.start_error = str(exc)
             self.exit(return_code=2, message=str(exc))
             return
         self.started = True
-        await self._start_receiver()
         self._unsubscribe = self.engine.subscribe(self._post_notice)
         self.mark(*PANES)
         self.set_interval(TICK_SECONDS, self._tick)
@@ -362,16 +362,14 @@ class ConsoleApp(App[None]):
     async def on_unmount(self) -> None:
         await self.shutdown_engine()
 
-    async def _start_receiver(self) -> None:
-        """The webhook receiver runs inside the console when the config enables it (not --read-only: it stores)."""
-        if self.read_only:
-            return
-        from console.assembly import start_receiver_beside
+    def _receiver_not_started(self, exc: Exception) -> None:
+        """The webhook receiver runs inside the console when the config enables it (not --read-only: it stores);
+        one that cannot start is told here, and the console runs without it."""
+        self.notify(str(exc), title="Webhook receiver not started", severity="error", timeout=15)
 
-        try:
-            self.receiver = await start_receiver_beside(self.settings, self.engine)
-        except (ConfigError, StoreError, OSError) as exc:
-            self.notify(str(exc), title="Webhook receiver not started", severity="error", timeout=15)
+    @property
+    def receiver(self) -> WebhookReceiver | None:
+        return self.system.receiver
 
     def receiver_summary(self) -> str | None:
         if self.receiver is None:
@@ -381,15 +379,11 @@ class ConsoleApp(App[None]):
         return f"hooks {self.receiver.url} · {counts['stored']} stored · {counts['duplicate']} dup · {refused} refused"
 
     async def shutdown_engine(self) -> None:
-        if self.receiver is not None:
-            receiver, self.receiver = self.receiver, None
-            await receiver.stop()
         if self._unsubscribe is not None:
             self._unsubscribe()
             self._unsubscribe = None
-        if self.started:
-            self.started = False
-            await self.engine.stop()
+        self.started = False
+        await self.system.stop()  # the receiver, then the engine: the run finishes, the lease is released
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
                timeout: float | None = None, markup: bool = True) -> None:

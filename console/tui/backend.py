@@ -1,5 +1,5 @@
-"""ConsoleEngine: what the console drives (console.runtime.engine.Engine satisfies it). Not the receiver's
-ReceiverHost (edges/receiver.py), the little a webhook receiver needs of the engine it runs beside."""
+"""ConsoleEngine: what the console drives (console.runtime.engine.Engine satisfies it; the console gets it from
+the assembly's System, console/assembly.py, which also runs the webhook receiver beside it)."""
 
 from __future__ import annotations
 

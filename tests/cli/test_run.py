@@ -1,5 +1,5 @@
 """`agent-console run` as a real process: it works events another process ingests, logs to stderr, and
-stops with exit code 0 on SIGTERM or SIGINT, releasing its lease at once."""
+stops with exit code 0 on SIGTERM, SIGINT or SIGHUP (a closed terminal), releasing its lease at once."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def event_status(db: Path, source: str, source_id: str) -> str | None:
     return None if event is None else event.status
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP], ids=["SIGTERM", "SIGINT", "SIGHUP"])
 def test_run_works_an_event_from_another_process_and_stops_cleanly(
     runner: Runner, isolated: dict[str, str], signum: signal.Signals
 ) -> None:

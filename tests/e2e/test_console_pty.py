@@ -100,7 +100,8 @@ def test_inject_approve_quit_in_a_real_terminal(tmp_path: Path) -> None:
         assert store.lease_log(1)[0][1] == "release"
 
 
-@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM], ids=["closed-terminal", "kill"])
+@pytest.mark.parametrize("signum", [signal.SIGHUP, signal.SIGTERM, signal.SIGINT],
+                         ids=["closed-terminal", "kill", "interrupt"])
 def test_a_closed_terminal_releases_the_lease_at_once(tmp_path: Path, signum: signal.Signals) -> None:
     db = tmp_path / "inbox.db"
     term = Terminal(db, tmp_path)

@@ -11,11 +11,10 @@ import aiohttp
 import apsw
 import pytest
 
-from console.assembly import build_engine
+from console.assembly import build_engine, receiver_beside
 from console.clock import ManualClock
 from console.core import Store
 from console.core.db import InboxDamaged
-from console.edges.receiver import start_receiver
 from console.notices import Notice
 from tests.edges.conftest import NOW, webhook_settings
 from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign
@@ -58,7 +57,8 @@ async def test_a_claim_that_meets_damage_stops_the_engine_and_the_receiver_besid
     notices: list[Notice] = []
     engine.subscribe(notices.append)
     await engine.start()
-    receiver = await start_receiver(settings, engine=engine)
+    receiver = receiver_beside(settings, engine)
+    await receiver.start()
     try:
         engine.stall(True)  # nothing is claimed while the pages are overwritten
         with Store.open(db) as store:

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import aiohttp
 
-from console.assembly import build_engine
+from console.assembly import build_engine, receiver_beside
 from console.clock import ManualClock
 from console.core import Store
-from console.edges.receiver import start_receiver
 from tests.edges.conftest import NOW, webhook_settings
 from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign
 
@@ -26,7 +25,8 @@ async def test_delivery_wakes_the_engine(tmp_path: Path) -> None:
     engine = build_engine(settings, clock=clock, holder="wired", idle_cap=30, watch_interval=None,
                           install_defaults=False)
     await engine.start()
-    receiver = await start_receiver(settings, engine=engine)
+    receiver = receiver_beside(settings, engine)
+    await receiver.start()
     try:
         assert receiver.clock is clock
         body = body_for("hmac", "wake-1")

@@ -11,10 +11,11 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from console.assembly import assemble_serve
 from console.clock import ManualClock
 from console.config import ConfigError, Settings
 from console.core import MAX_PAYLOAD_DEPTH, Store, StoreError
-from console.edges.receiver import WebhookReceiver, build_receiver, serve
+from console.edges.receiver import WebhookReceiver, build_receiver
 from tests.edges.conftest import MAX_BODY, NOW, SOURCES, rows, secrets_env, webhook_settings
 from tests.edges.signing import SECRETS, WRONG, body_for, sign
 
@@ -214,10 +215,11 @@ async def test_serve_runs_until_stopped(db_path: Path, http: aiohttp.ClientSessi
     for name, value in secrets_env().items():
         monkeypatch.setenv(name, value)
     stop = asyncio.Event()
-    ready: asyncio.Queue[WebhookReceiver] = asyncio.Queue()
-    task = asyncio.create_task(serve(webhook_settings(db_path), clock=ManualClock(NOW), on_ready=ready.put_nowait,
-                                     stop=stop))
+    ready: asyncio.Queue[WebhookReceiver | None] = asyncio.Queue()
+    system = assemble_serve(webhook_settings(db_path), clock=ManualClock(NOW))
+    task = asyncio.create_task(system.run_until_signalled(on_ready=lambda s: ready.put_nowait(s.receiver), stop=stop))
     server = await asyncio.wait_for(ready.get(), 10)
+    assert server is not None
     assert await deliver(http, server, "github", "served") == (200, {"stored": True})
     stop.set()
     await asyncio.wait_for(task, 10)

@@ -12,9 +12,9 @@ from typing import Any
 import aiohttp
 import pytest
 
+from console.assembly import receiver_beside
 from console.clock import ManualClock
 from console.edges.phone_config import telegram_webhook
-from console.edges.receiver import start_receiver
 from console.edges.telegram_webhook import SECRET_HEADER
 from tests.cli.helpers import assert_user_error, invoke
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
@@ -41,7 +41,8 @@ async def test_updates_posted_with_the_secret_are_kept_once_and_answered(tmp_pat
                                                           "host": "127.0.0.1", "port": 0})
     clock = ManualClock(START)
     async with running(settings, clock, env, tune=quick) as engine:
-        receiver = await start_receiver(settings, engine=engine)
+        receiver = receiver_beside(settings, engine)
+        await receiver.start()
         try:
             async with aiohttp.ClientSession() as http:
                 async def post(body: Any, secret: str | None) -> tuple[int, Any]:

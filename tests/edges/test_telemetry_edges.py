@@ -16,12 +16,11 @@ import pytest
 from click.testing import CliRunner
 
 from console import telemetry
-from console.assembly import build_engine
+from console.assembly import build_engine, receiver_beside
 from console.cli import main
 from console.clock import ManualClock
 from console.core import Store
 from console.edges.channels import HttpChannel
-from console.edges.receiver import start_receiver
 from tests.edges.conftest import NOW, webhook_settings
 from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign
 from tests.support import read_until
@@ -73,7 +72,8 @@ async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_trave
     engine = build_engine(settings, clock=clock, holder="traced", idle_cap=0.1, install_defaults=False,
                           channels=[HttpChannel(endpoint.url)])
     await engine.start()
-    receiver = await start_receiver(settings, engine=engine)
+    receiver = receiver_beside(settings, engine)
+    await receiver.start()
     try:
         body = body_for("hmac", "traced-1")
         headers = {**sign("hmac", body, now=NOW, delivery_id="traced-1"),

@@ -4,18 +4,19 @@ what it is given, and the services share one loop that survives a failing pass."
 from __future__ import annotations
 
 import asyncio
+import socket
 import typing
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from console.agents.offline import DIGEST_TIMER_ID
+from console.agents.offline import DIGEST_TIMER_ID, OfflineAgent
 from console.agents.registry import AGENTS
-from console.assembly import assemble, build_engine
+from console.assembly import assemble, assemble_serve, build_engine
 from console.clock import ManualClock
-from console.config import AGENT_NAMES, Settings, load_settings
-from console.core import Store
+from console.config import AGENT_NAMES, ConfigError, Settings, load_settings
+from console.core import Store, StoreError
 from console.edges.channels import ConsoleChannel
 from console.runtime.engine import Engine
 from console.runtime.host import THREAD_ROLES, ThreadRole, service_loop
@@ -107,3 +108,83 @@ async def test_the_shared_service_loop_survives_a_failing_pass(tmp_path: Path) -
         loop.cancel()
     assert noted == ["probe: OSError: disk hiccup"] * 2
     assert engine.last_error == "probe: OSError: disk hiccup"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def webhooks_on(db: Path, port: int = 0) -> Settings:
+    return Settings(db=db, webhooks={"enabled": True, "host": "127.0.0.1", "port": port, "sources": {
+        "github": {"verifier": "github", "secret_env": "ASSEMBLY_TEST_GITHUB_SECRET"}}})
+
+
+async def test_a_receiver_that_cannot_start_stops_the_start_unless_a_hook_hears_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`run` (no hook): the missing secret is the error, before the engine took the lease. The console (a hook):
+    the error is told there and the engine works without a receiver."""
+    monkeypatch.delenv("ASSEMBLY_TEST_GITHUB_SECRET", raising=False)
+    settings = webhooks_on(tmp_path / "inbox.db")
+    refused = assemble(settings, clock=ManualClock(START), holder="run")
+    with pytest.raises(ConfigError, match="ASSEMBLY_TEST_GITHUB_SECRET"):
+        await refused.start()
+    assert refused.receiver is None
+    with Store.open(settings.db) as store:
+        assert store.lease() is None  # nothing was taken
+
+    heard: list[Exception] = []
+    system = assemble(settings, clock=ManualClock(START), holder="console")
+    await system.start(on_receiver_error=heard.append)
+    try:
+        assert [type(exc) for exc in heard] == [ConfigError] and "ASSEMBLY_TEST_GITHUB_SECRET" in str(heard[0])
+        assert system.receiver is None
+        assert system.engine is not None
+        await until(lambda: system.engine is not None and system.engine.mode == "active", "the engine to work")
+    finally:
+        await system.stop()
+    with Store.open(settings.db) as store:
+        assert store.lease_log(1)[0][1] == "release"
+
+
+async def test_an_engine_that_cannot_start_stops_the_receiver_started_before_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASSEMBLY_TEST_GITHUB_SECRET", "not-a-real-secret")
+    port = free_port()
+    settings = webhooks_on(tmp_path / "inbox.db", port)
+    listening: list[str] = []
+
+    def refuse(store: Store) -> None:  # the engine's start-up write fails, after the receiver listens
+        listening.append(system.receiver.url if system.receiver is not None else "nothing")
+        raise StoreError("the start-up write failed")
+
+    engine = Engine(settings, agent=OfflineAgent(), channels=[ConsoleChannel("console")], set_up=[refuse],
+                    clock=ManualClock(START), holder="w", idle_cap=0.1)
+    system = assemble(settings, engine=engine)
+    with pytest.raises(StoreError, match="the start-up write failed"):
+        await system.start()
+    assert listening == [f"http://127.0.0.1:{port}"]  # the receiver was up when the engine started
+    assert system.receiver is None
+    with pytest.raises(OSError):  # and is down again: nothing takes deliveries nothing would run
+        _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.close()
+
+
+async def test_the_serve_shape_is_a_receiver_alone_that_checks_the_inbox_itself(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASSEMBLY_TEST_GITHUB_SECRET", "not-a-real-secret")
+    settings = webhooks_on(tmp_path / "inbox.db")
+    system = assemble_serve(settings, clock=ManualClock(START))
+    assert system.engine is None and system.receiver is None
+    await system.start()
+    try:
+        assert system.receiver is not None and system.receiver.writer.check_first
+        with Store.open(settings.db) as store:
+            assert store.lease() is None  # no engine: another process runs what it stores
+    finally:
+        await system.stop()
+    assert system.receiver is None

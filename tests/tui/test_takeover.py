@@ -6,7 +6,7 @@ import threading
 from pathlib import Path
 
 from console.agents.base import RunContext
-from console.assembly import build_engine
+from console.assembly import assemble, build_engine
 from console.clock import ManualClock
 from console.core import Store
 from console.tui.app import ConsoleApp
@@ -38,7 +38,7 @@ def console(db: Path, clock: ManualClock, holder: str, agent: GatedAgent | None 
     settings = settings_for(db, lease_ttl=TTL)
     # idle_cap: the engines re-check within 50 ms of real time, so advancing the shared clock is noticed
     engine = build_engine(settings, clock=clock, holder=holder, agent=agent, install_defaults=False, idle_cap=0.05)
-    return ConsoleApp(settings, engine=engine, deterministic=True, inbox_label="inbox.db")
+    return ConsoleApp(settings, system=assemble(settings, engine=engine), deterministic=True, inbox_label="inbox.db")
 
 
 def lease_text(app: ConsoleApp) -> str:
