@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -103,15 +103,23 @@ async def test_approval_left_to_expire_reports_nothing_done(engine: Engine, cloc
 async def test_poison_goes_dead_after_three_attempts_while_healthy_events_flow(
     engine: Engine, clock: ManualClock
 ) -> None:
+    def ended(attempt: int) -> Callable[[Store], bool]:
+        # The attempt's run has ended, not merely been claimed (attempts counts from the claim): the clock must
+        # not jump past the lease while it runs, or the run is fenced off and its attempt recorded as lost.
+        def check(store: Store) -> bool:
+            poison = store.find_event("webhook", "poison-1")
+            return poison is not None and poison.attempts == attempt and poison.status != "running"
+        return check
+
     await engine.ingest("webhook", "poison-1", {"poison": True})
-    await read_until(engine, lambda s: s.find_event("webhook", "poison-1").attempts == 1)
+    await read_until(engine, ended(1), "the first attempt's end")
     await engine.ingest("chat", "healthy-1", {"text": "hello"})
     # The healthy event is not held up behind the poison event's backoff.
     await read_until(engine, lambda s: s.find_event("chat", "healthy-1").status == "done")
     for attempt in (2, 3):
-        clock.advance(120)  # past the backoff
+        clock.advance(120)  # past the backoff (and the lease's TTL: it is taken again, with nothing running)
         engine.wake()
-        await read_until(engine, lambda s, n=attempt: s.find_event("webhook", "poison-1").attempts == n)
+        await read_until(engine, ended(attempt), f"attempt {attempt}'s end")
     poison = await read_until(engine, lambda s: (e := s.find_event("webhook", "poison-1")).status == "dead" and e)
     assert poison.attempts == 3 and "poison" in (poison.error or "")
     kinds = await engine.read(lambda s: [a.kind for a in s.history(poison.id)])
