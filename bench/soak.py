@@ -65,6 +65,10 @@ agent = "claude"
 claude_base_url = "{stand_in}"
 instructions = "{folder / "no-instructions.md"}"
 outbox_gap = 5
+# The safety caps would hold the load back (60 tool calls and 20 messages an hour by default): the soak is the
+# whole path, every call and every reply.
+max_tool_calls_per_hour = 1000000
+max_messages_per_hour = 1000000
 
 [mcp_servers.soak]
 command = "{sys.executable}"
