@@ -68,7 +68,6 @@ from bench.store_bench import (  # noqa: E402
     payload,
 )
 from console.core import Store  # noqa: E402
-from console.core.pg_store import PgStore  # noqa: E402
 
 PG = "ours on PostgreSQL"
 SQLITE = "ours on SQLite"
@@ -122,7 +121,7 @@ class StoreSubject:
 
     def durability(self) -> dict[str, str]:
         store = self.core.store
-        if isinstance(store, PgStore):
+        if store.backend == "postgresql":
             return {"library": f"psycopg {psycopg.__version__}", **store.durability_settings(),
                     "claims and finishes": "synchronous_commit off (SET LOCAL), as SQLite's NORMAL"}
         return {**self.core.durability(), "claims and finishes": "synchronous=NORMAL"}

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from console.core import Store, StoreOptions
 from console.core.db import connect, migrations
 from console.core.search import SEARCH_WINDOW
+from console.core.sqlite import SqliteBackend
 
 NOW = 1_700_000_000
 BATCH = 5_000
@@ -82,7 +83,7 @@ def migration_seconds(folder: Path, events: int) -> float:
     path = folder / "migrate.db"
     before = next(number for number, name, _ in migrations() if name.endswith("_discarded.sql")) - 1
     connect(path, schema_version=before).close()
-    old = Store(connect(path, migrate=False), str(path), StoreOptions(outbox_gap=0, backoff_jitter=0.0))
+    old = Store(SqliteBackend(connect(path, migrate=False), str(path)), StoreOptions(outbox_gap=0, backoff_jitter=0.0))
     fill(old, events)
     old.close()
     start = time.perf_counter()

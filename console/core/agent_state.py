@@ -12,7 +12,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from console.core.base import StoreBase, dumps, loads
-from console.core.db import relaxed_durability, transaction, translate_errors
 from console.core.models import AGENT_STATES, AgentState
 
 # A hand retry (retry_dead) and a poison event's batch-mate (`batch`: its run failed on another event) are
@@ -31,7 +30,7 @@ class AgentStateMixin(StoreBase):
         the next generation then recovers the events as it does any lost run's. Like a finish, it commits
         without waiting for an fsync: nothing in it has reached the outside world.
         """
-        with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
+        with self.write_transaction(relaxed=True):
             if not self._holds(holder, gen, now):
                 self._refuse(holder, gen, ids, now)
                 return False
@@ -73,7 +72,7 @@ class AgentStateMixin(StoreBase):
     def pause_by_owner(self, *, now: int, via: str) -> bool:
         """The owner pauses the agent (a chat's /pause): nothing is claimed until they resume it, whichever
         engine holds the lease, a restart included. False when it was already paused by the owner."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if self.agent_state().owner_paused:
                 return False
             self._conn.execute(
@@ -85,7 +84,7 @@ class AgentStateMixin(StoreBase):
 
     def resume_by_owner(self, *, now: int) -> bool:
         """Undo the owner's pause (False when the agent was not paused by the owner: any other pause stands)."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if not self.agent_state().owner_paused:
                 return False
             self._conn.execute("""UPDATE agent_state SET state = 'ready', reason = NULL, until = NULL, since = ?,
@@ -118,7 +117,7 @@ class AgentStateMixin(StoreBase):
         """
         if state not in AGENT_STATES:
             raise ValueError(f"unknown agent state {state!r}; expected one of {', '.join(AGENT_STATES)}")
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if not self._holds(holder, gen, now):
                 return False
             before = self.agent_state()

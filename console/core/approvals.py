@@ -12,7 +12,6 @@ import json
 from typing import Any
 
 from console.core.base import dumps, loads
-from console.core.db import transaction, translate_errors
 from console.core.memory import MemoryMixin
 from console.core.models import Approval, ApprovalDraft
 from console.core.timers import APPROVAL_EXPIRY_PREFIX, TimersMixin
@@ -77,7 +76,7 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
         fenced finish (see InboxMixin.finish)."""
         _check_request(request_id, expires_in)
         draft = ApprovalDraft(request_id, action, expires_in, details, event_id=event_id)
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return self._insert_approval(draft, now, session_id)
 
     def _insert_approval(self, draft: ApprovalDraft, now: int, session_id: str | None) -> bool:
@@ -110,7 +109,7 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
 
         `via` says where the answer came from (console, cli, ntfy, telegram, api); it is recorded with the
         outcome when this answer is the one that settles it."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return self._answer(request_id, answer, now, via)[0]
 
     def _answer(self, request_id: str, answer: str, now: int, via: str) -> tuple[str, bool]:

@@ -24,7 +24,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from console.core.base import StoreBase, loads
-from console.core.db import transaction, translate_errors
 from console.core.models import AuditCheck, AuditRow, StrandedAnswer, ToolCallRecord
 
 AUDIT_KINDS = ("call", "answer", "pruned")
@@ -306,7 +305,7 @@ class AuditMixin(StoreBase):
         deleted = 0
         through = self._audit_prunable(cutoff)
         while int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0) < through:
-            with translate_errors(), transaction(self._conn):
+            with self.write_transaction():
                 base = int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0)
                 upto = min(base + chunk, through)
                 last_hash = self._scalar("SELECT hash FROM audit WHERE seq = ?", (upto,)) if upto > base else None
@@ -317,7 +316,7 @@ class AuditMixin(StoreBase):
                 self._conn.execute("UPDATE audit_head SET base_seq = ?, base_hash = ? WHERE one = 1",
                                    (upto, last_hash))
         if deleted:
-            with translate_errors(), transaction(self._conn):
+            with self.write_transaction():
                 base_seq, base_hash = self._conn.execute(
                     "SELECT base_seq, base_hash FROM audit_head WHERE one = 1").fetchall()[0]
                 self._audit("pruned", now, None, {"rows": deleted, "through": int(base_seq), "hash": str(base_hash),

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
-import apsw
-
+from console.core.backend import AttemptEntry, Backend, Connection
 from console.core.db import one
 from console.core.models import Lease, ToolCallRecord
 from console.core.options import StoreOptions
@@ -22,8 +22,10 @@ CHAT_SOURCES = ("telegram", "email")
 # The duplicate ledger: an insert meeting a stored key counts the copy on the stored row instead.
 COUNT_A_COPY = """ON CONFLICT (source, source_id) DO UPDATE
                   SET duplicates = inbox.duplicates + 1, last_duplicate_at = excluded.created_at"""
-# One line of an event's history: (event_id, at, kind, holder, gen, detail), the columns of `attempts`.
-AttemptEntry = tuple[int, int, str, str | None, int | None, str | None]
+# The one statement that stores an event (a row a statement; backend.insert_events may write a set at once).
+INSERT_EVENT = f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+                   VALUES (?, ?, ?, ?, ?) {COUNT_A_COPY} RETURNING duplicates"""
+LOG_ATTEMPT = "INSERT INTO attempts (event_id, at, kind, holder, gen, detail) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 class SendError(Exception):
@@ -59,10 +61,18 @@ def loads(text: str | None) -> Any:
 
 
 class StoreBase:
-    _conn: apsw.Connection
+    _backend: Backend
+    _conn: Connection  # the backend's connection, which the core's SQL runs on
     path: str
     options: StoreOptions
     _rng: random.Random
+
+    @contextmanager
+    def write_transaction(self, *, guarded: bool = True, relaxed: bool = False) -> Iterator[None]:
+        """A write transaction on this inbox (Backend.transaction), the storage's run-time errors as
+        StoreUnavailable: every write of the core is in one."""
+        with self._backend.storage_errors(), self._backend.transaction(guarded=guarded, relaxed=relaxed):
+            yield
 
     def _lease_row(self) -> Lease | None:
         for holder, gen, until, acquired_at, renewed_at in self._conn.execute(
@@ -142,26 +152,18 @@ class StoreBase:
         """Insert an event, or count a refused copy of it (the duplicate ledger). True when it is new.
 
         Every way into the inbox (ingest, timers, approval answers and expiries) goes through here."""
-        for (duplicates,) in self._conn.execute(
-            f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
-                VALUES (?, ?, ?, ?, ?) {COUNT_A_COPY} RETURNING duplicates""",
-            (source, source_id, text, now, now),
-        ):
+        for (duplicates,) in self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now)):
             return bool(duplicates == 0)
         raise AssertionError("INSERT ... RETURNING returned no row")
 
     def _log_attempt(
         self, event_id: int, at: int, kind: str, holder: str | None, gen: int | None, detail: str | None = None
     ) -> None:
-        self._conn.execute(
-            "INSERT INTO attempts (event_id, at, kind, holder, gen, detail) VALUES (?, ?, ?, ?, ?, ?)",
-            (event_id, at, kind, holder, gen, detail),
-        )
+        self._conn.execute(LOG_ATTEMPT, (event_id, at, kind, holder, gen, detail))
 
     def _log_attempts(self, entries: Sequence[AttemptEntry]) -> None:
         """Many history lines at once, in order (a backend where a statement is a round trip writes them in one)."""
-        for entry in entries:
-            self._log_attempt(*entry)
+        self._backend.log_attempts(entries)
 
     def _scalar(self, sql: str, params: Any = ()) -> Any:
         return one(self._conn, sql, params)

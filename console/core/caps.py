@@ -20,7 +20,6 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from console.core.base import StaleGeneration, StoreBase
-from console.core.db import transaction, translate_errors
 from console.core.models import CapNotice, OutboxDraft
 
 HOUR = 3600
@@ -87,7 +86,7 @@ class CapsMixin(StoreBase):
         already counted (a replay, a takeover) passes without counting again. capped=False counts the call
         whatever the caps say (a call the owner approved). Fenced: a run that lost its lease counts nothing
         and gets StaleGeneration."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if not self._holds(holder, gen, now):
                 reason = self._record_fenced("call", holder, gen, now, [event_id], step_key)
             else:
@@ -143,7 +142,7 @@ class CapsMixin(StoreBase):
         """Move held messages (all of them, or those named) into the outbox, in the order they were held; the
         owner's word, so no cap applies. Returns the ids released (an unknown or already released id is
         left out)."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             rows = self._conn.execute(
                 """SELECT id, body, urgent, event_id FROM held_messages INDEXED BY held_messages_waiting
                    WHERE released_at IS NULL ORDER BY id""").fetchall()

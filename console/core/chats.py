@@ -17,7 +17,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from console.core.base import dumps, loads
-from console.core.db import transaction, translate_errors
 from console.core.inbox import InboxMixin
 from console.core.models import ChatPairing, ChatTake
 
@@ -41,7 +40,7 @@ class ChatMixin(InboxMixin):
     # --- pairing --------------------------------------------------------------------------------
     def new_pair_code(self, source: str, code_hash: str, *, expires_at: int) -> None:
         """Open a pairing: the hash of a one-time code, valid until expires_at. It replaces any code before it."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._conn.execute(
                 """INSERT INTO chat_pair_codes (source, code_hash, expires_at) VALUES (?, ?, ?)
                    ON CONFLICT (source) DO UPDATE SET code_hash = excluded.code_hash,
@@ -56,7 +55,7 @@ class ChatMixin(InboxMixin):
         """Pair the chat whose user sent the code (its hash here) if the code is the open one and has not
         expired; the code is then used up. The listener's cursor moves past the message in the same
         transaction (a crash repeats nothing). False: no such code, or too late (nothing paired)."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if channel is not None and cursor is not None:
                 self._move_cursor_forward(channel, cursor, now)
             row = self._conn.execute("SELECT code_hash, expires_at FROM chat_pair_codes WHERE source = ?",
@@ -76,7 +75,7 @@ class ChatMixin(InboxMixin):
 
     def unpair_chat(self, source: str, chat_id: str | None = None) -> int:
         """Forget one paired chat (every one when chat_id is None) and any open code; how many were paired."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._conn.execute("DELETE FROM chat_pair_codes WHERE source = ?", (source,))
             if chat_id is None:
                 rows = self._conn.execute("DELETE FROM chat_pairings WHERE source = ? RETURNING chat_id",
@@ -107,7 +106,7 @@ class ChatMixin(InboxMixin):
                 encoded.append((source, source_id, self.encode_event(source, source_id, payload, by_engine=True)))
             except ValueError:  # over the payload limit, say: skipped and counted, never a loop stuck on it
                 skipped += 1
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if cursor is not None:
                 self._move_cursor_forward(channel, cursor, now)
             stored = self._insert_events(encoded, now) if encoded else []
@@ -145,7 +144,7 @@ class ChatMixin(InboxMixin):
         """Keep an update the service POSTed (False: a redelivery, kept already or already taken). Durable when
         this returns. channel names the listener whose cursor says which updates it has taken."""
         text = dumps(body)
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             # An update below the listener's cursor was taken and its kept copy perhaps forgotten: the listener
             # reads from its cursor on, so a copy kept now would never be taken nor forgotten. Read in this
             # transaction: writers are serialised, so the cursor cannot move past it before the insert commits.
@@ -167,7 +166,7 @@ class ChatMixin(InboxMixin):
 
     def forget_chat_updates(self, source: str, *, below: int) -> int:
         """Drop the kept updates the listener's cursor has passed."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return len(self._conn.execute("DELETE FROM chat_updates WHERE source = ? AND update_id < ? RETURNING 1",
                                           (source, below)).fetchall())
 
@@ -180,7 +179,7 @@ class ChatMixin(InboxMixin):
         """Record how the source's listener is doing; True when this changed the state (say it once)."""
         if state not in HEALTH_STATES:
             raise ValueError(f"state must be one of {', '.join(HEALTH_STATES)}, not {state!r}")
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             before = self._conn.execute("SELECT state, reason FROM chat_health WHERE source = ?", (source,)).fetchall()
             if before and (before[0][0], before[0][1]) == (state, reason):
                 return False

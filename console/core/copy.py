@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from console.core.db import MoveRefusal, StoreError, StoreUnavailable, move_refusal, transaction
+from console.core.db import MoveRefusal, StoreError, StoreUnavailable, move_refusal
 from console.core.store import Store
 
 # In the order the foreign keys need (batches before the messages and deliveries that name them).
@@ -153,7 +153,7 @@ def move_inbox(source: Store, target: Store, *, now: int,
     refuse_live_source(source, now)
     with _side(f"marking the target {target_name}"):
         _set_mark(target, "incomplete", source_name, now)
-    with _side(f"marking the source {source_name}"), transaction(source.connection, guarded=False):
+    with _side(f"marking the source {source_name}"), source.storage.transaction(guarded=False):
         refuse_live_source(source, now)  # again, inside the mark's own write lock: no engine starts meanwhile
         _write_mark(source, "moving", target_name, now)
     try:
@@ -200,7 +200,7 @@ def _copy(source: Store, target: Store, source_name: str, target_name: str, rest
           progress: Callable[[str, int], None] | None) -> dict[str, int]:
     copied: dict[str, int] = {}
     into = f"writing the target {target_name}"
-    with _side(into), transaction(target.connection, guarded=False), _snapshot(source, source_name):
+    with _side(into), target.storage.transaction(guarded=False), _snapshot(source, source_name):
         _no_idle_limit(target)
         _pause_counting(target)
         if restart:
@@ -245,7 +245,7 @@ def _copy_table(source: Store, target: Store, table: str, columns: list[str], so
 def _finish_source(source: Store, target: Store, source_name: str, target_name: str, now: int) -> int:
     """Mark the source moved, in one write transaction that first finds every event key of the source in
     the target: nothing can commit to the source between the check and the mark."""
-    with _side(f"marking the source {source_name} moved"), transaction(source.connection, guarded=False):
+    with _side(f"marking the source {source_name} moved"), source.storage.transaction(guarded=False):
         mark = source.move_mark()
         if mark is None or mark[:2] != ("moving", target_name):
             raise MoveFailed(f"the source {source_name} is no longer marked as being moved to {target_name} (the "
@@ -270,7 +270,7 @@ def _finish_move(source: Store, target: Store, source_name: str, target_name: st
 
 
 def _finish_target(target: Store, target_name: str) -> None:
-    with _side(f"marking the target {target_name} complete"), transaction(target.connection, guarded=False):
+    with _side(f"marking the target {target_name} complete"), target.storage.transaction(guarded=False):
         target.connection.execute("DELETE FROM move_mark WHERE state = 'incomplete'")
 
 
@@ -278,7 +278,7 @@ def _unmark_source(source: Store, target_name: str) -> str | None:
     """After a failure: the source takes work again (its `moving` mark is cleared). None when it was cleared
     (or was never set); else what the user must do."""
     try:
-        with transaction(source.connection, guarded=False):
+        with source.storage.transaction(guarded=False):
             source.connection.execute("DELETE FROM move_mark WHERE state = 'moving' AND other = ?", (target_name,))
     except Exception as exc:
         first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
@@ -290,7 +290,7 @@ def _unmark_source(source: Store, target_name: str) -> str | None:
 def abandon_move(source: Store) -> tuple[str, str]:
     """Clear a source's `moving` or `moved` mark so that it takes work again; returns the mark's (state, other).
     An unfinished copy is not a source: deleting it is the way out."""
-    with transaction(source.connection, guarded=False):
+    with source.storage.transaction(guarded=False):
         mark = source.move_mark()
         if mark is None:
             raise StoreError(f"{inbox_name(source)} is not being moved, nor was it moved: nothing to abandon")
@@ -302,7 +302,7 @@ def abandon_move(source: Store) -> tuple[str, str]:
 
 
 def _set_mark(store: Store, state: str, other: str, now: int) -> None:
-    with transaction(store.connection, guarded=False):
+    with store.storage.transaction(guarded=False):
         _write_mark(store, state, other, now)
 
 

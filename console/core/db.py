@@ -446,17 +446,13 @@ def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
 
 
 @contextmanager
-def transaction(conn: Any, *, guarded: bool = True) -> Iterator[Any]:
-    """A write transaction that always ends: COMMIT on success, ROLLBACK on any error. conn is an apsw
-    connection or a console.core.pg.PgConnection (which serialises its writers the same way).
+def transaction(conn: apsw.Connection, *, guarded: bool = True) -> Iterator[apsw.Connection]:
+    """A write transaction on a SQLite file that always ends: COMMIT on success, ROLLBACK on any error (the
+    Store's are its Backend's write_transaction; pg.PgConnection serialises its writers the same way).
 
     A guarded transaction first reads the inbox's move mark and raises its MoveRefusal when there is one:
     read inside the write lock, so a write either commits before `migrate` marks the inbox (and is in the
     copy's snapshot) or sees the mark. Only migrations and `migrate` itself write unguarded."""
-    if not isinstance(conn, apsw.Connection):
-        with conn.write_transaction(guarded=guarded):
-            yield conn
-        return
     try:
         conn.execute("BEGIN IMMEDIATE")
     except apsw.BusyError as exc:
@@ -487,17 +483,13 @@ def _refuse_if_marked(conn: apsw.Connection) -> None:
 
 
 @contextmanager
-def relaxed_durability(conn: Any) -> Iterator[None]:
+def relaxed_durability(conn: apsw.Connection) -> Iterator[None]:
     """Commits inside skip their fsync (WAL + synchronous=NORMAL): they survive a process crash at
     once and a power loss from the next FULL commit on (any connection's: WAL frames become durable
     in order). Only for commits that have told the outside world nothing yet, so that a power cut
     can undo nothing anybody saw: claims, finishes (their messages go out only after the outbox's
     own FULL commit), and the count of refused duplicates. Acks, answers, journalled steps and the
     outbox's claims before a send always wait for their fsync."""
-    if not isinstance(conn, apsw.Connection):
-        with conn.relaxed():
-            yield
-        return
     conn.execute("PRAGMA synchronous=NORMAL")
     try:
         yield
@@ -507,7 +499,7 @@ def relaxed_durability(conn: Any) -> Iterator[None]:
 
 @contextmanager
 def translate_errors() -> Iterator[None]:
-    """Turn the SQLite errors a caller can meet at run time into StoreUnavailable."""
+    """Turn the SQLite errors a caller can meet at run time into StoreUnavailable (pg.PgBackend has its own)."""
     try:
         yield
     except apsw.FullError as exc:
@@ -516,25 +508,6 @@ def translate_errors() -> Iterator[None]:
         raise StoreUnavailable("the inbox is busy") from exc
     except (apsw.IOError, apsw.ReadOnlyError) as exc:
         raise StoreUnavailable(f"the inbox cannot be written: {exc}") from exc
-    except Exception as exc:
-        unavailable = _server_unavailable(exc)
-        if unavailable is None:
-            raise
-        raise unavailable from exc
-
-
-def _server_unavailable(exc: Exception) -> StoreUnavailable | None:
-    """A PostgreSQL server that went away or refused a write (read-only standby, disk full) is the same
-    kind of trouble as a busy or full SQLite file: the caller tries again later."""
-    module = type(exc).__module__
-    if not module.startswith("psycopg"):
-        return None
-    import psycopg  # only ever loaded when a PostgreSQL inbox is open
-
-    if isinstance(exc, psycopg.OperationalError | psycopg.errors.ReadOnlySqlTransaction | psycopg.errors.DiskFull):
-        first = (str(exc).strip() or type(exc).__name__).splitlines()[0]
-        return StoreUnavailable(f"the inbox database cannot be written: {first}")
-    return None
 
 
 def one(conn: Any, sql: str, params: Any = ()) -> Any:

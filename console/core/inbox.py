@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import TYPE_CHECKING, Any, cast
 
 from console.core.base import CHAT_SOURCES, RESERVED_SOURCES, StoreBase, dumps, loads
-from console.core.db import relaxed_durability, transaction, translate_errors
+from console.core.db import move_refusal
 from console.core.models import (
     STATUSES,
     ApprovalDraft,
@@ -60,8 +60,7 @@ _SELECT_HAND_RETRY = """SELECT id FROM inbox INDEXED BY inbox_alone
 _CLAIM_SET = """UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?, updated_at = ?,
                  claim_alone = 0, failed_with = NULL"""
 _CLAIM_ONE = f"""{_CLAIM_SET} WHERE id = ? RETURNING {_EVENT_COLUMNS}"""
-# Fresh events are picked from their partial index, then claimed one UPDATE by primary key each: on
-# SQLite 3.54 that is 4-6x cheaper than one UPDATE ... WHERE id IN (subquery) for the usual small batch.
+# Fresh events are picked from their partial index (the backend claims them: Backend.claim_fresh).
 _SELECT_FRESH = """SELECT id FROM inbox INDEXED BY inbox_fresh
                    WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0 ORDER BY id LIMIT ?"""
 _FINISH_ONE = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
@@ -212,7 +211,7 @@ class InboxMixin(StoreBase):
         self.check_keys(source, source_id)
         held = self._refused
         try:
-            with translate_errors():
+            with self._backend.storage_errors():
                 return self._ingest_one(source, source_id, payload, now)
         except BaseException:
             self._keep_refusals(held)
@@ -220,14 +219,35 @@ class InboxMixin(StoreBase):
 
     def _ingest_one(self, source: str, source_id: str, payload: Any, now: int) -> bool:
         """ingest's work once the key is checked: a plain read refuses a stored key (held, _hold_refusal), else one
-        durable transaction stores the event and writes the held refusals (PgStore: all in one round trip)."""
+        durable transaction stores the event and writes the held refusals (PostgreSQL with no copies held to write:
+        all in one round trip, _ingest_at_once)."""
+        if self._backend.writes_at_once and not self._refused:
+            return self._ingest_at_once(source, source_id, payload, now)
         if self._scalar(_IS_STORED, (source, source_id)):
             self._hold_refusal(source, source_id, now)
             return False
         text = self.encode_payload(payload)
-        with transaction(self._conn):
+        with self.write_transaction():
             self._write_refusals()
             return self._insert_event(source, source_id, text, now)
+
+    def _ingest_at_once(self, source: str, source_id: str, payload: Any, now: int) -> bool:
+        # One round trip, new event or copy (the shared path's read first and its transaction are four): the INSERT
+        # refuses a stored key itself (DO NOTHING: the copy is held in memory, as after the shared path's read).
+        try:
+            text = self.encode_payload(payload)
+        except ValueError:  # a bad payload under a stored key is a copy, as on SQLite, which never reads it
+            if self._scalar(_IS_STORED, (source, source_id)):
+                self._hold_refusal(source, source_id, now)
+                return False
+            raise
+        stored, mark = self._backend.ingest_at_once(source, source_id, text, now)
+        if stored:
+            return True
+        if mark is not None:
+            raise move_refusal(*mark)
+        self._hold_refusal(source, source_id, now)
+        return False
 
     def ingest_many(self, items: Iterable[tuple[str, str, Any]], *, now: int) -> list[bool]:
         """Store many events in one transaction (one fsync). All are validated before any is written."""
@@ -237,15 +257,23 @@ class InboxMixin(StoreBase):
             return []
         held = self._refused
         try:
-            with translate_errors():
+            with self._backend.storage_errors():
                 return self._ingest_encoded(encoded, now)
         except BaseException:
             self._keep_refusals(held)
             raise
 
     def _ingest_encoded(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
-        """ingest_many's one transaction (PgStore: in one round trip when it can)."""
-        with transaction(self._conn):
+        """ingest_many's one transaction (PostgreSQL: in one round trip when every key is the call's only one of it
+        and no refused copies are held to write; otherwise a repeated key goes in a later statement, see
+        Backend.insert_events)."""
+        if (self._backend.writes_at_once and not self._refused
+                and len({(source, source_id) for source, source_id, _ in encoded}) == len(encoded)):
+            stored, mark = self._backend.ingest_many_at_once(encoded, now)
+            if mark is not None:
+                raise move_refusal(*mark)
+            return stored
+        with self.write_transaction():
             self._write_refusals()
             return self._insert_events(encoded, now)
 
@@ -268,7 +296,7 @@ class InboxMixin(StoreBase):
             return
         held = self._refused
         try:
-            with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
+            with self.write_transaction(relaxed=True):
                 self._write_refusals()
         except BaseException:
             self._keep_refusals(held)
@@ -302,8 +330,8 @@ class InboxMixin(StoreBase):
         return shown
 
     def _insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
-        """_insert_event for each (source, source_id, payload text), in order (PgStore: in one statement)."""
-        return [self._insert_event(source, source_id, text, now) for source, source_id, text in encoded]
+        """_insert_event for each (source, source_id, payload text), in order (PostgreSQL: in one statement)."""
+        return self._backend.insert_events(encoded, now)
 
     # --- claim and finish ---------------------------------------------------------------------
     def claim_batch(self, holder: str, gen: int, *, now: int) -> list[Event]:
@@ -329,7 +357,13 @@ class InboxMixin(StoreBase):
             raise
 
     def _claim(self, holder: str, gen: int, now: int) -> list[Event]:
-        with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
+        # PostgreSQL, no copies held to write: the usual claim in one round trip (Backend.claim_at_once), which
+        # writes nothing and says so unless only fresh events wait; then the shared path runs as before.
+        if self._backend.writes_at_once and not self._refused:
+            rows = self._backend.claim_at_once(holder, gen, now, self.options.batch_cap)
+            if rows is not None:
+                return sorted((_event(row) for row in rows), key=lambda event: event.id)
+        with self.write_transaction(relaxed=True):
             self._write_refusals()
             if not self._holds(holder, gen, now):
                 return []
@@ -354,21 +388,16 @@ class InboxMixin(StoreBase):
                                 for event in events])
             return events
 
-    # How a batch is claimed, finished and logged. These defaults write one row a statement, cheapest where a
-    # statement is a function call (SQLite); a backend where each statement is a round trip overrides them
-    # with one statement for the whole set (PgStore, which also logs attempts in one). They run inside the
-    # caller's fenced transaction.
+    # How a batch is claimed, finished and logged is the backend's: one row a statement where a statement is a
+    # function call (SQLite), one statement for the whole set where each is a round trip (PostgreSQL). They
+    # run inside the caller's fenced transaction.
     def _claim_fresh(self, gen: int, now: int) -> list[Any]:
         """Claim up to a batch of fresh events (never tried, not set to run alone); their rows, any order."""
-        fresh = [row[0] for row in self._conn.execute(_SELECT_FRESH, (self.options.batch_cap,))]
-        return [row for event_id in fresh for row in self._conn.execute(_CLAIM_ONE, (gen, now, event_id))]
+        return self._backend.claim_fresh(gen, now, self.options.batch_cap)
 
     def _finish_done(self, ids: Sequence[int], gen: int, now: int) -> set[int]:
         """Mark done those of ids still running under gen; the ids that moved."""
-        moved: set[int] = set()
-        for event_id in ids:
-            moved.update(row[0] for row in self._conn.execute(_FINISH_ONE, (now, event_id, gen)))
-        return moved
+        return self._backend.finish_done(ids, gen, now)
 
     def _finish_failed(self, event_id: int, holder: str, gen: int, now: int, error: str) -> bool:
         """The run failed: back to pending after a backoff, or dead once out of attempts. False when the event
@@ -502,7 +531,14 @@ class InboxMixin(StoreBase):
         self, holder: str, gen: int, ids: Sequence[int], outcome: RunOutcome, now: int, error: str | None,
         blame: int | None,
     ) -> bool:
-        with translate_errors(), relaxed_durability(self._conn), transaction(self._conn):
+        # PostgreSQL, a run that succeeded and staged nothing, no copies held to write: one round trip
+        # (Backend.finish_at_once), which writes nothing and says so when the lease or a move mark refuses it;
+        # then the shared path runs and says why.
+        if (self._backend.writes_at_once and error is None and ids and not self._refused
+                and not any(getattr(outcome, part.name) for part in fields(outcome))
+                and self._backend.finish_at_once(holder, gen, list(dict.fromkeys(ids)), now)):
+            return True
+        with self.write_transaction(relaxed=True):
             self._write_refusals()
             if not self._holds(holder, gen, now):
                 self._record_fenced("finish", holder, gen, now, ids)
@@ -550,12 +586,13 @@ class InboxMixin(StoreBase):
             "due_retry": (_SELECT_DUE_RETRY, (0,)),
             "hand_retry": (_SELECT_HAND_RETRY, ()),
             "claim_one": (_CLAIM_ONE, (1, 0, 1)),
-            "claim_fresh": (_SELECT_FRESH, (1,)),
+            "claim_fresh": self._backend.claim_fresh_statement(),
         }
 
     def query_plan(self, sql: str, params: Any = ()) -> list[str]:
-        """How the engine will run a statement, one line per step (SQLite's EXPLAIN QUERY PLAN)."""
-        return [str(row[3]) for row in self._conn.execute(f"EXPLAIN QUERY PLAN {sql}", params)]
+        """How the engine will run a statement, one line per step (SQLite's EXPLAIN QUERY PLAN, PostgreSQL's
+        EXPLAIN without running it)."""
+        return self._backend.query_plan(sql, params)
 
     # --- reading ------------------------------------------------------------------------------
     def events(
@@ -685,20 +722,20 @@ class InboxMixin(StoreBase):
     # --- dead events ---------------------------------------------------------------------------
     def retry_dead(self, event_id: int, *, now: int) -> bool:
         """Return one dead event to pending with a fresh attempt budget."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return self._revive(event_id, now, ("dead",))
 
     def retry_events(self, event_ids: Iterable[int], *, now: int) -> list[int]:
         """Return each dead or discarded event among event_ids to pending with a fresh attempt budget, in one
         transaction (the console's retry of a selection, `agent-console retry ID...`). Returns the ids that
         moved, in the order given; an unknown id or one in another state is left alone."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return [event_id for event_id in dict.fromkeys(event_ids)
                     if self._revive(event_id, now, REVIVABLE)]
 
     def retry_dead_matching(self, *, source: str | None = None, now: int) -> int:
         """Return every dead event (of one source, if given) to pending. Returns how many."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if source is None:
                 ids = [r[0] for r in self._conn.execute("SELECT id FROM inbox WHERE status = 'dead'")]
             else:
@@ -717,7 +754,7 @@ class InboxMixin(StoreBase):
         history stay; `retry` brings one back). A running event belongs to its worker and is left alone, as
         are done ones. Returns the ids that moved, in the order given."""
         moved: list[int] = []
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             for event_id in dict.fromkeys(event_ids):
                 changed = self._conn.execute(
                     """UPDATE inbox SET status = 'discarded', claim_alone = 0, updated_at = ?
@@ -734,7 +771,7 @@ class InboxMixin(StoreBase):
         died (its error and dead_reason were kept; no fresh attempt budget), in one transaction. `retry` is what
         runs one. One retention cleared is left alone, as `retry` leaves it. Returns the ids that moved."""
         moved: list[int] = []
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             for event_id in dict.fromkeys(event_ids):
                 changed = self._conn.execute(
                     """UPDATE inbox SET status = 'dead', updated_at = ?

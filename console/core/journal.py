@@ -12,7 +12,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from console.core.base import OutcomeUnknown, StaleGeneration, StoreBase, dumps, loads
-from console.core.db import transaction, translate_errors
 from console.core.models import JournalStep
 
 _COLUMNS = "idem_key, state, gen, event_id, claimed_at, committed_at, result, executions"
@@ -69,7 +68,7 @@ class JournalMixin(StoreBase):
         events = sorted({event for _key, event in keys if event is not None})
         refused: str | None = None
         unknown: str | None = None
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if not self._holds(holder, gen, now):
                 refused = self._record_fenced("step", holder, gen, now, events, idem_key)
             else:
@@ -108,12 +107,12 @@ class JournalMixin(StoreBase):
         except OutcomeUnknown as exc:
             # The call went out and no answer came: keep the step, unknown, so that no retry repeats it unasked.
             # Fenced like a commit: a newer generation finds the claim and reaches the same verdict itself.
-            with translate_errors(), transaction(self._conn):
+            with self.write_transaction():
                 if self._holds_generation(holder, gen):
                     self._settle_unknown(keys, gen, now, str(exc) or "its outcome is unknown", only_claimed=True)
             raise
         except BaseException:
-            with translate_errors(), transaction(self._conn):
+            with self.write_transaction():
                 self._conn.execute(
                     f"DELETE FROM journal WHERE idem_key IN ({marks}) AND state = 'claimed' AND gen = ?",
                     (*names, gen),
@@ -125,7 +124,7 @@ class JournalMixin(StoreBase):
             # The effect has happened: record it anyway (as its repr) so that no retry repeats it.
             text = dumps({"unserialisable_result": repr(result)[:1000]})
         pointer = dumps({"same_as": idem_key})
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             committed = self._holds_generation(holder, gen) and all(
                 self._conn.execute(
                     """UPDATE journal SET state = 'committed', result = ?, committed_at = ?
@@ -180,7 +179,7 @@ class JournalMixin(StoreBase):
 
     # --- sessions -----------------------------------------------------------------------------
     def save_session(self, session_id: str, state: Any, *, now: int) -> None:
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._write_session(session_id, state, now)
 
     def _write_session(self, session_id: str, state: Any, now: int) -> None:
@@ -196,7 +195,7 @@ class JournalMixin(StoreBase):
         return loads(self._scalar("SELECT state FROM sessions WHERE session_id = ?", (session_id,)))
 
     def delete_session(self, session_id: str) -> bool:
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return bool(self._conn.execute(
                 "DELETE FROM sessions WHERE session_id = ? RETURNING session_id", (session_id,)
             ).fetchall())

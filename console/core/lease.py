@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from console.core.base import StoreBase, loads
-from console.core.db import transaction, translate_errors
 from console.core.models import Lease, RefusedFinish
 
 
@@ -17,7 +16,7 @@ class LeaseMixin(StoreBase):
         (a stall or a crash); a start after a release, or a holder back on its own lapsed lease, is
         an acquire.
         """
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             lease = self._lease_row()
             if lease is None:
                 gen, kind = 1, "acquire"
@@ -44,7 +43,7 @@ class LeaseMixin(StoreBase):
 
     def renew(self, holder: str, gen: int, *, now: int) -> bool:
         """Extend the lease only if (holder, gen) still holds it; never starts a new generation."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if not self._holds(holder, gen, now):
                 return False
             self._conn.execute(
@@ -58,7 +57,7 @@ class LeaseMixin(StoreBase):
         Events this generation still has running go back to pending at once (their attempt stays
         counted); the next acquire starts a new generation.
         """
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             lease = self._lease_row()
             at = (lease.renewed_at if now is None else now) if lease else 0
             if lease is None or lease.holder != holder or lease.gen != gen or lease.until < at:

@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from console.core.chats import ChatMixin
-from console.core.db import transaction, translate_errors
 
 SOURCE = "email"
 KEPT_WHEN_TOO_LARGE = ("kind", "from", "subject", "date", "message_id", "in_reply_to", "reply_to", "auto", "trusted",
@@ -50,7 +49,7 @@ class MailMixin(ChatMixin):
         transaction. Returns, for each, whether it was stored (False: the inbox already had it). A cursor behind
         the stored one in the same UIDVALIDITY (a late commit) stores what is new and leaves the cursor."""
         encoded = [(SOURCE, source_id, self._encode_mail(source_id, payload)) for source_id, payload in events]
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             current = self.mail_cursor(channel)
             if current is None or current.uidvalidity != cursor.uidvalidity or cursor.uid > current.uid:
                 date = max(cursor.date, current.date if current is not None else 0)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any
 
 from console.core.base import StoreBase, dumps, loads
-from console.core.db import transaction, translate_errors
 from console.core.models import MemoryEntry, MemoryWrite, ToolCallRecord
 
 
@@ -47,11 +46,11 @@ class MemoryMixin(StoreBase):
     def set_memory(self, key: str, value: str, *, now: int) -> None:
         """The owner writes a note by hand (its origin is the owner's: none)."""
         check_memory(key, value)
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._write_memory(MemoryWrite(key.strip(), value), now)
 
     def delete_memory(self, key: str) -> bool:
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return bool(self._conn.execute("DELETE FROM memory WHERE key = ? RETURNING key", (key,)).fetchall())
 
     def _write_memory(self, write: MemoryWrite, now: int) -> None:

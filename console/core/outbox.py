@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from console.core.base import SendError, StoreBase
-from console.core.db import transaction, translate_errors
 from console.core.models import Batch, OutboxMessage
 
 Send = Callable[[Batch], Any]
@@ -82,7 +81,7 @@ class OutboxMixin(StoreBase):
         sends it as a card with Yes / No buttons (an announcement always takes the urgent lane)."""
         if not isinstance(body, str) or not body.strip():
             raise ValueError("a message must be non-empty text")
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return self._write_outbox(body, urgent=urgent, now=now, event_id=event_id, approval_id=approval_id)
 
     def last_send_at(self) -> int | None:
@@ -128,7 +127,7 @@ class OutboxMixin(StoreBase):
         """Send at most one batch through one callable; returns how many messages it delivered (0 if none was
         due or it failed). At-most-once marks the batch sent in the claim, before the send, and a failure is
         then final. The engine's dispatcher sends through its channels with plan_send and record_send instead."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             claimed = self._claim_batch(now, channel)
             if claimed is not None and at_most_once:
                 self._mark_sent(claimed[0], now)
@@ -141,11 +140,11 @@ class OutboxMixin(StoreBase):
             failed = ChannelOutcome.failed(channel or "send", exc)
             assert failed.error is not None
             error, permanent = self._give_up(failed.error, at_most_once or failed.permanent, batch.attempt)
-            with translate_errors(), transaction(self._conn):
+            with self.write_transaction():
                 self._fail_batch(batch_id, batch, now, error, permanent=permanent)
             return 0
         if not at_most_once:
-            with translate_errors(), transaction(self._conn):
+            with self.write_transaction():
                 self._mark_sent(batch_id, now)
         return len(batch.bodies)
 
@@ -170,7 +169,7 @@ class OutboxMixin(StoreBase):
         if len(set(names)) != len(names):
             raise ValueError(f"channel names must be unique, got {names}")
         at_most_once = {channel.name for channel in channels if channel.at_most_once}
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             claimed = self._claim_batch(now, ",".join(names))
             if claimed is None:
                 return None
@@ -193,7 +192,7 @@ class OutboxMixin(StoreBase):
         settled in the same transaction: sent once every channel has taken it, failed once every channel is
         settled and one failed for good, and otherwise retried. Returns the messages delivered to every channel
         (0 unless the batch was settled as sent)."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             for outcome in outcomes:
                 self._record_outcome(plan, outcome, now)
             return self._settle(plan, now) if settle else 0
@@ -380,7 +379,7 @@ class OutboxMixin(StoreBase):
         """Move a message the send gap holds to the urgent lane, so it goes out at once (the owner's `send now`);
         the held lane's gap is not restarted by it. False when the message is not queued in the held lane
         (unknown, urgent already, or already sending, sent or failed): nothing changes."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return bool(self._conn.execute(
                 "UPDATE outbox SET urgent = 1 WHERE id = ? AND status = 'queued' AND urgent = 0 RETURNING id",
                 (message_id,),

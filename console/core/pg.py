@@ -1,4 +1,5 @@
-"""The one place that opens PostgreSQL: the URL, the connection, write transactions, migrations, wake-ups.
+"""The Backend on PostgreSQL: the URL, the connection, write transactions, migrations, wake-ups, and what
+the Store asks of the storage (PgBackend, the protocol in core/backend.py).
 
 The core's SQL is written once, for SQLite, in the portable subset both engines share; PgConnection runs
 it on PostgreSQL with the few spellings that differ rewritten (placeholders, SQLite's INDEXED BY hint,
@@ -19,6 +20,7 @@ import logging
 import os
 import re
 import threading
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from decimal import Decimal
@@ -28,8 +30,11 @@ import psycopg
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
 
+from console.core.backend import AttemptEntry, MoveMark
+from console.core.base import COUNT_A_COPY, INSERT_EVENT, LOG_ATTEMPT
 from console.core.db import (
     MOVE_MARK,
+    QuickCheck,
     StoreError,
     StoreUnavailable,
     is_postgres,
@@ -38,9 +43,11 @@ from console.core.db import (
     numbered_migrations,
     older_schema_to_read,
 )
+from console.core.inbox import _CLAIM_SET, _EVENT_COLUMNS, _SELECT_FRESH
 from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, parse_target
 
-__all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgConnection", "PgTarget", "connect", "is_postgres", "parse_target"]
+__all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgBackend", "PgConnection", "PgTarget", "connect", "is_postgres",
+           "parse_target"]
 CONNECT_TIMEOUT = 10  # seconds; a server that is down is one clear line, not a hang
 IDLE_IN_WRITE_MS = 5_000
 LOCK_WAIT_MS = 10_000  # longer than IDLE_IN_WRITE_MS: a waiter outlasts a frozen holder's transaction
@@ -420,3 +427,329 @@ class ChangeFeed:
             if self._conn is not None:
                 self._conn.close()
                 self._conn = None
+
+
+@contextmanager
+def storage_errors() -> Iterator[None]:
+    """A server that went away or refused a write (read-only standby, disk full) is the same kind of trouble
+    as a busy or full SQLite file: StoreUnavailable, and the caller tries again later."""
+    try:
+        yield
+    except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.DiskFull) as exc:
+        raise StoreUnavailable(f"the inbox database cannot be written: {_first_line(exc)}") from exc
+
+
+class PgBackend:
+    """One inbox schema in PostgreSQL, over one PgConnection: the same SQL as on SQLite (PgConnection
+    translates its few spellings); what differs is the storage's own (the schema's version, the size on
+    disk, the integrity check, change notification) and how a batch is claimed and finished: one statement
+    for the whole set, where SQLite runs one cheap statement a row (each statement here is a round trip, a
+    parse and a plan)."""
+
+    name = "postgresql"
+    writes_at_once = True
+    DURABILITY_SETTINGS = ("server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
+
+    def __init__(self, conn: PgConnection) -> None:
+        self._conn = conn
+        self.target = conn.target
+
+    @classmethod
+    def open(cls, url: str, *, read_only: bool = False, schema: str | None = None,
+             password_env: str | None = None) -> PgBackend:
+        target = parse_target(url, schema=schema, password_env=password_env)
+        return cls(connect(target, read_only=read_only))
+
+    @property
+    def path(self) -> str:
+        return self.target.display
+
+    @property
+    def conn(self) -> PgConnection:
+        return self._conn
+
+    def reopen(self) -> PgBackend:
+        return PgBackend(PgConnection(self.target, read_only=self._conn.read_only))
+
+    def close(self) -> None:
+        self._conn.close()
+
+    # --- writing ------------------------------------------------------------------------------
+    @contextmanager
+    def transaction(self, *, guarded: bool = True, relaxed: bool = False) -> Iterator[None]:
+        if relaxed:
+            with self._conn.relaxed(), self._conn.write_transaction(guarded=guarded):
+                yield
+        else:
+            with self._conn.write_transaction(guarded=guarded):
+                yield
+
+    def storage_errors(self) -> Any:
+        return storage_errors()
+
+    # --- the change feed ----------------------------------------------------------------------
+    def change_feed(self) -> ChangeFeed:
+        """A LISTEN on this inbox's channel: every write transaction that wrote NOTIFYs it as it commits."""
+        return ChangeFeed(self.target)
+
+    def data_version(self) -> int:
+        """Changes when a transaction that writes starts or ends anywhere on the server (it may be another
+        inbox's: a spare change, never a missed one). The snapshot's text (xmin:xmax:in-progress ids)
+        changes when any writing transaction commits, which its xmax alone does not (a transaction holds
+        its id from its first write). Waiters use change_feed(), which hears this inbox only."""
+        return int(self._scalar("SELECT hashtext(pg_current_snapshot()::text)"))
+
+    def _scalar(self, sql: str, params: Any = ()) -> Any:
+        rows = self._conn.execute(sql, params).fetchall()
+        return rows[0][0] if rows else None
+
+    # --- facts about the storage --------------------------------------------------------------
+    def move_mark(self) -> tuple[str, str, int] | None:
+        rows = self._conn.execute(MOVE_MARK).fetchall()
+        return (str(rows[0][0]), str(rows[0][1]), int(rows[0][2])) if rows else None
+
+    def durability_settings(self) -> dict[str, str]:
+        """The server's settings that decide what an acknowledged commit survives, as this connection sees
+        them (benchmarks print them; `relaxed` commits still turn synchronous_commit off for themselves)."""
+        rows = self._conn.execute(
+            "SELECT name, setting FROM pg_settings WHERE name = ANY(?)", (list(self.DURABILITY_SETTINGS),)
+        ).fetchall()
+        found = {str(name): str(value) for name, value in rows}
+        return {name: found.get(name, "?") for name in self.DURABILITY_SETTINGS}
+
+    def query_plan(self, sql: str, params: Any = ()) -> list[str]:
+        """PostgreSQL's plan for a statement (EXPLAIN without running it), one line per node."""
+        return [str(row[0]).strip() for row in self._conn.execute(f"EXPLAIN (COSTS OFF) {sql}", params)]
+
+    def limit_pages(self, pages: int) -> int:
+        raise StoreError("a page cap is a SQLite file's setting: a PostgreSQL inbox has none")
+
+    def schema(self) -> list[tuple[str, str, str]]:
+        rows = self._conn.execute(
+            """SELECT 'table', table_name, string_agg(column_name || ' ' || data_type, ', ' ORDER BY ordinal_position)
+                 FROM information_schema.columns WHERE table_schema = current_schema() GROUP BY table_name
+               UNION ALL
+               SELECT 'index', indexname, indexdef FROM pg_indexes WHERE schemaname = current_schema()
+               ORDER BY 1, 2"""
+        ).fetchall()
+        return [(str(kind), str(name), " ".join(str(sql).split())) for kind, name, sql in rows]
+
+    def schema_version(self) -> int:
+        return schema_version(self._conn)
+
+    def integrity_problems(self) -> list[str]:
+        """PostgreSQL checks its own pages (checksums, WAL); what is checked here is the inbox's own
+        bookkeeping: the kept counts agree with the rows they count."""
+        problems = []
+        for table, counts in (("inbox", "inbox_counts"), ("outbox", "outbox_counts")):
+            rows = self._conn.execute(
+                f"""SELECT c.status, c.n, (SELECT COUNT(*) FROM {table} t WHERE t.status = c.status)
+                      FROM {counts} c ORDER BY c.status"""
+            ).fetchall()
+            problems += [f"{counts}: {status} says {kept}, {table} holds {real}"
+                         for status, kept, real in rows if kept != real]
+        return problems
+
+    def intake_check(self, *, seconds: float, probe_write: bool = True) -> QuickCheck:
+        """The check before intake on PostgreSQL (which checks its own pages): the schema is this version's,
+        and (with probe_write, on a store not opened read-only) a write commits: a read-only standby, a full
+        disk, a role without the right to write all refuse it here, before anything is acknowledged. `seconds`
+        is SQLite's bound; these two statements take what a round trip takes."""
+        started = time.monotonic()
+        current = self.schema_version()
+        where = self.path
+        if current != SCHEMA_VERSION:
+            if current > SCHEMA_VERSION:
+                raise newer_schema(where, current, SCHEMA_VERSION)
+            raise StoreError(f"inbox {where} has schema version {current}, not this agent-console's "
+                             f"({SCHEMA_VERSION}): open it once with `agent-console run` to upgrade it")
+        if probe_write and not self._conn.read_only:
+            try:
+                with storage_errors(), self.transaction():
+                    self._conn.execute("UPDATE schema_version SET version = version WHERE one = 1")
+            except psycopg.Error as exc:  # a role that may not write, say: what the server said, in one line
+                raise StoreError(f"inbox {where} cannot take a write: {_first_line(exc)}") from None
+        return QuickCheck([], True, time.monotonic() - started)
+
+    def integrity_check(self) -> str:
+        return "; ".join(self.integrity_problems()) or "ok"
+
+    def wal_bytes(self) -> int:
+        return 0  # the server keeps and recycles its own WAL
+
+    def shrink_wal(self) -> bool:
+        return True
+
+    def page_count(self) -> int:
+        """Pages (8 KiB) the inbox's tables and indexes take on the server."""
+        size = self._scalar(
+            """SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c
+                 JOIN pg_namespace n ON n.oid = c.relnamespace
+                WHERE n.nspname = current_schema() AND c.relkind = 'r'"""
+        )
+        return int(size) // 8192
+
+    # --- a batch in one statement ---------------------------------------------------------------
+    # Writers hold the inbox's advisory lock for the whole transaction, so the set read by a subquery cannot
+    # change before the UPDATE takes it: no FOR UPDATE / SKIP LOCKED needed (one worker per inbox).
+    def claim_fresh(self, gen: int, now: int, cap: int) -> list[Any]:
+        return self._conn.execute(_CLAIM_FRESH_SET, (gen, now, cap)).fetchall()
+
+    def claim_fresh_statement(self) -> tuple[str, tuple[int, ...]]:
+        return _CLAIM_FRESH_SET, (1, 0, 1)
+
+    def finish_done(self, ids: Sequence[int], gen: int, now: int) -> set[int]:
+        if not ids:
+            return set()
+        rows = self._conn.execute(_FINISH_SET, (now, list(ids), gen)).fetchall()
+        return {int(row[0]) for row in rows}
+
+    def log_attempts(self, entries: Sequence[AttemptEntry]) -> None:
+        if len(entries) == 1:
+            self._conn.execute(LOG_ATTEMPT, entries[0])
+        elif entries:
+            columns = [list(column) for column in zip(*entries, strict=True)]
+            # WITH ORDINALITY keeps the entries' order in the ids the rows get (history reads by id).
+            self._conn.execute(_LOG_ATTEMPTS_SET, columns)
+
+    # --- the usual ingest, claim and finish in one round trip each (PgConnection.write_at_once) -----------------
+    # The shared path's are four, eight and five. One statement does the shared path's fenced work for the common
+    # case (the lease held, no move mark, no lost, retried or hand-retried event to see to first; a finish that
+    # succeeded and stages nothing) and writes nothing otherwise, saying so; the shared path then runs as before.
+    def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
+        rows = self._conn.write_at_once(_INGEST_AT_ONCE.format(channel=self.target.channel),
+                                        (source, source_id, text, now, now))
+        stored, mark = rows[0][0], rows[0][2:]
+        return bool(stored), None if mark[0] is None else (str(mark[0]), str(mark[1]), int(mark[2]))
+
+    def ingest_many_at_once(
+        self, encoded: Sequence[tuple[str, str, str]], now: int
+    ) -> tuple[list[bool], MoveMark | None]:
+        columns = [[entry[part] for entry in encoded] for part in range(3)]
+        rows = self._conn.write_at_once(_INSERT_SET_AT_ONCE.format(channel=self.target.channel), {
+            "now": now, "sources": columns[0], "source_ids": columns[1], "payloads": columns[2]})
+        mark = rows[0][1:4]
+        if mark[0] is not None:
+            return [], (str(mark[0]), str(mark[1]), int(mark[2]))
+        stored = {(str(row[4]), str(row[5])): row[6] == 0 for row in rows if row[4] is not None}
+        return [stored[source, source_id] for source, source_id, _ in encoded], None
+
+    def claim_at_once(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
+        rows = self._conn.write_at_once(_CLAIM_AT_ONCE.format(channel=self.target.channel), {
+            "holder": holder, "gen": gen, "now": now, "cap": cap}, relaxed=True)
+        if not rows[0][0]:
+            return None
+        return [row[2:] for row in rows if row[2] is not None]
+
+    def finish_at_once(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
+        rows = self._conn.write_at_once(_FINISH_AT_ONCE.format(channel=self.target.channel), {
+            "holder": holder, "gen": gen, "now": now, "ids": list(ids)}, relaxed=True)
+        return bool(rows[0][0])  # not: not the lease holder, or a move mark (the shared path records and says so)
+
+    def insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
+        # One INSERT cannot meet the same key twice (ON CONFLICT DO UPDATE refuses to touch a row it wrote),
+        # so a key repeated within the call goes in a later wave: first copies, then second copies, ... As
+        # one by one, the first copy is new (if not stored before) and each later one counts as a duplicate.
+        waves: list[list[int]] = []
+        seen: dict[tuple[str, str], int] = {}
+        for index, (source, source_id, _) in enumerate(encoded):
+            wave = seen.get((source, source_id), -1) + 1
+            seen[(source, source_id)] = wave
+            if wave == len(waves):
+                waves.append([])
+            waves[wave].append(index)
+        new = [False] * len(encoded)
+        for wave_indexes in waves:
+            if len(wave_indexes) == 1:
+                index = wave_indexes[0]
+                source, source_id, text = encoded[index]
+                rows = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now)).fetchall()
+                new[index] = rows[0][0] == 0
+                continue
+            columns = [[encoded[index][part] for index in wave_indexes] for part in range(3)]
+            rows = self._conn.execute(_INSERT_SET, (now, now, *columns)).fetchall()
+            stored = {(str(source), str(source_id)): duplicates == 0 for source, source_id, duplicates in rows}
+            for index in wave_indexes:
+                new[index] = stored[encoded[index][0], encoded[index][1]]
+        return new
+
+
+_CLAIM_FRESH_SET = f"{_CLAIM_SET} WHERE id IN ({_SELECT_FRESH}) RETURNING {_EVENT_COLUMNS}"
+_FINISH_SET = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
+                  WHERE id = ANY(?) AND status = 'running' AND claim_gen = ? RETURNING id"""
+_LOG_ATTEMPTS_SET = """INSERT INTO attempts (event_id, at, kind, holder, gen, detail)
+    SELECT event_id, at, kind, holder, gen, detail
+      FROM unnest(?::bigint[], ?::bigint[], ?::text[], ?::text[], ?::bigint[], ?::text[])
+           WITH ORDINALITY AS entry(event_id, at, kind, holder, gen, detail, n)
+     ORDER BY n"""
+# Rows are inserted in the call's order (WITH ORDINALITY), so ids ascend as they would one by one.
+_INSERT_SET = f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+    SELECT source, source_id, payload, ?, ? FROM unnest(?::text[], ?::text[], ?::text[])
+           WITH ORDINALITY AS entry(source, source_id, payload, n)
+     ORDER BY n
+    {COUNT_A_COPY}
+    RETURNING source, source_id, duplicates"""
+# ingest in one statement, run after the writers' lock (PgConnection.write_at_once): nothing is written when the inbox
+# carries a move mark (read in this statement's snapshot, taken once the lock is held), a stored key is refused by
+# the INSERT itself, and only a stored event NOTIFYs. Answers (stored, notified, the mark's state, other, at or NULLs).
+_INGEST_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
+     new AS (INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+             SELECT %s::text, %s::text, %s::text, %s::bigint, %s::bigint WHERE NOT EXISTS (SELECT 1 FROM mark)
+             ON CONFLICT (source, source_id) DO NOTHING RETURNING id),
+     told AS (SELECT pg_notify('{{channel}}', '') FROM new)
+SELECT (SELECT count(*) FROM new), (SELECT count(*) FROM told), mark.state, mark.other, mark.at
+  FROM (VALUES (1)) AS one LEFT JOIN mark ON true"""
+# The shared claim's SET, with the parameters named.
+_CLAIM_SET_NAMED = _CLAIM_SET.replace("claim_gen = ?", "claim_gen = %(gen)s").replace("updated_at = ?",
+                                                                                    "updated_at = %(now)s")
+assert "?" not in _CLAIM_SET_NAMED, _CLAIM_SET_NAMED
+# The claim in one statement when nothing but fresh events waits: the shared path's probes (a lost run, a due or a
+# hand retry) and the lease's fence are conditions of the UPDATE; answers (whether it applied, NOTIFYs, the claimed
+# rows). When it did not apply it wrote nothing.
+_CLAIM_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
+     go AS (SELECT 1 FROM lease WHERE one = 1 AND holder = %(holder)s AND gen = %(gen)s AND until >= %(now)s
+               AND NOT EXISTS (SELECT 1 FROM mark)
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE status = 'running' AND claim_gen < %(gen)s)
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE status = 'pending' AND attempts > 0
+                                                     AND next_attempt_at <= %(now)s)
+               AND NOT EXISTS (SELECT 1 FROM inbox WHERE status = 'pending' AND claim_alone = 1)),
+     claimed AS ({_CLAIM_SET_NAMED}
+                  WHERE id IN (SELECT id FROM inbox WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0
+                                ORDER BY id LIMIT %(cap)s)
+                    AND EXISTS (SELECT 1 FROM go)
+                  RETURNING {_EVENT_COLUMNS}),
+     logged AS (INSERT INTO attempts (event_id, at, kind, holder, gen, detail)
+                SELECT id, %(now)s, 'claim', %(holder)s, %(gen)s, 'attempt ' || attempts FROM claimed ORDER BY id),
+     told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM claimed))
+SELECT (SELECT count(*) FROM go), (SELECT count(*) FROM told), claimed.*
+  FROM (VALUES (1)) AS one LEFT JOIN claimed ON true"""
+# The finish of a run that succeeded and staged nothing, in one statement: fenced by the lease in its condition;
+# answers (whether it applied, events moved, NOTIFYs). History lines in the order of the ids given, as one by one.
+_FINISH_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
+     go AS (SELECT 1 FROM lease WHERE one = 1 AND holder = %(holder)s AND gen = %(gen)s AND until >= %(now)s
+               AND NOT EXISTS (SELECT 1 FROM mark)),
+     done AS (UPDATE inbox SET status = 'done', error = NULL, updated_at = %(now)s
+               WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND claim_gen = %(gen)s
+                 AND EXISTS (SELECT 1 FROM go)
+               RETURNING id),
+     logged AS (INSERT INTO attempts (event_id, at, kind, holder, gen, detail)
+                SELECT done.id, %(now)s, 'finish', %(holder)s, %(gen)s, NULL
+                  FROM done JOIN unnest(%(ids)s::bigint[]) WITH ORDINALITY AS given(id, n) ON given.id = done.id
+                 ORDER BY given.n),
+     told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM done))
+SELECT (SELECT count(*) FROM go), (SELECT count(*) FROM done), (SELECT count(*) FROM told)"""
+# ingest_many in one statement (keys each once in the call): as _INSERT_SET, after the writers' lock, writing
+# nothing when the inbox carries a move mark; answers (NOTIFYs, the mark's state, other, at or NULLs, then each
+# row's source, source_id, duplicates).
+_INSERT_SET_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
+     new AS (INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
+             SELECT source, source_id, payload, %(now)s::bigint, %(now)s::bigint
+               FROM unnest(%(sources)s::text[], %(source_ids)s::text[], %(payloads)s::text[])
+                    WITH ORDINALITY AS entry(source, source_id, payload, n)
+              WHERE NOT EXISTS (SELECT 1 FROM mark)
+              ORDER BY n
+             {COUNT_A_COPY}
+             RETURNING source, source_id, duplicates),
+     told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM new))
+SELECT (SELECT count(*) FROM told), mark.state, mark.other, mark.at, new.source, new.source_id, new.duplicates
+  FROM (VALUES (1)) AS one LEFT JOIN mark ON true LEFT JOIN new ON true"""

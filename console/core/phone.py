@@ -12,7 +12,6 @@ from __future__ import annotations
 from typing import Any
 
 from console.core.approvals import ApprovalsMixin
-from console.core.db import transaction, translate_errors
 from console.core.models import PHONE_IGNORED, PHONE_VERDICTS, PhoneAnswer, PhoneCard
 
 ASKING = "ask"  # the state of a card whose question is open
@@ -36,7 +35,7 @@ class PhoneMixin(ApprovalsMixin):
     ) -> None:
         """Record a delivered message (a card, when request_id is given, showing `shown`). A card wants the
         outcome that stands now, so an approval settled while its card was on the way is put right."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._record_phone_message(channel, outbox_id, ref, request_id, shown, now)
 
     def _record_phone_message(
@@ -94,7 +93,7 @@ class PhoneMixin(ApprovalsMixin):
         return None if due is None else int(due)
 
     def phone_card_shown(self, channel: str, outbox_id: int, state: str, *, now: int) -> None:
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._conn.execute(
                 """UPDATE phone_messages SET shown = ?, tries = 0, next_try_at = NULL, error = NULL, updated_at = ?
                    WHERE channel = ? AND outbox_id = ?""",
@@ -106,7 +105,7 @@ class PhoneMixin(ApprovalsMixin):
     ) -> None:
         """A card update that failed: tried again at retry_at, or given up (retry_at None: the card stays as
         it is, the error kept for the record)."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if retry_at is None:
                 self._conn.execute(
                     """UPDATE phone_messages SET shown = wanted, tries = tries + 1, next_try_at = NULL, error = ?,
@@ -127,7 +126,7 @@ class PhoneMixin(ApprovalsMixin):
 
     def start_phone_cursor(self, channel: str, cursor: str, *, now: int) -> str:
         """The stored cursor, or `cursor` stored as the first one. Returns the one in force."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._conn.execute(
                 """INSERT INTO phone_cursors (channel, cursor, updated_at) VALUES (?, ?, ?)
                    ON CONFLICT (channel) DO NOTHING""",
@@ -138,7 +137,7 @@ class PhoneMixin(ApprovalsMixin):
     def move_phone_cursor(self, channel: str, cursor: str, *, now: int) -> None:
         """Past something that is not an answer (a message of another kind on the topic, an update the bot
         does not act on)."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._set_cursor(channel, cursor, now)
 
     def _set_cursor(self, channel: str, cursor: str, now: int) -> None:
@@ -173,7 +172,7 @@ class PhoneMixin(ApprovalsMixin):
         handle is made of with the outbox id (ntfy's sequence ids; None where it is not): see _adopt_card."""
         if refused is not None and refused not in PHONE_IGNORED:
             raise ValueError(f"refused must be one of {', '.join(PHONE_IGNORED)}, not {refused!r}")
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if cursor is not None:
                 self._set_cursor(channel, cursor, now)
             seen = self._conn.execute(

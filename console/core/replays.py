@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from console.core.db import transaction, translate_errors
 from console.core.inbox import InboxMixin
 from console.core.models import ReplayGuard
 
@@ -46,7 +45,7 @@ class ReplayMixin(InboxMixin):
                    for source, source_id, payload, guard in items]
         if not encoded:
             return []
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if any(guard is not None for *_, guard in encoded):
                 self._conn.execute(_SWEEP, (now, _SWEEP_BASE + 2 * len(encoded)))
             verdicts = [self._deliver(source, source_id, text, guard, now)

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from console.core.audit import AuditMixin
-from console.core.db import transaction, translate_errors
 from console.core.inbox import InboxMixin
 
 MIN_PRUNE_AGE = 86_400  # a mistyped age cannot wipe today's work; unsettled approvals are guarded apart
@@ -79,10 +78,10 @@ class RetentionMixin(InboxMixin, AuditMixin):
         )
         messages, batches = self._delete_sent(cutoff, chunk)
         if self._scalar("SELECT 1 FROM phone_answers WHERE at < ? LIMIT 1", (cutoff,)):
-            with translate_errors(), transaction(self._conn):  # the answers phones gave, kept as long as messages
+            with self.write_transaction():  # the answers phones gave, kept as long as messages
                 self._conn.execute("DELETE FROM phone_answers WHERE at < ?", (cutoff,))
         if self._scalar("SELECT 1 FROM cap_uses WHERE at < ? LIMIT 1", (cutoff,)):
-            with translate_errors(), transaction(self._conn):  # caps count an hour back; the cutoff is days
+            with self.write_transaction():  # caps count an hour back; the cutoff is days
                 self._conn.execute("DELETE FROM cap_uses WHERE at < ?", (cutoff,))
                 self._conn.execute("DELETE FROM cap_notices WHERE at < ?", (cutoff,))
                 self._conn.execute("DELETE FROM held_messages WHERE released_at < ?", (cutoff,))
@@ -93,7 +92,7 @@ class RetentionMixin(InboxMixin, AuditMixin):
                                     "DELETE FROM journal WHERE event_id = ?", lambda event_id: (event_id,))
             settled = [row[0] for row in self._conn.execute(_SETTLED_SESSIONS, (cutoff,))]
             for start in range(0, len(settled), chunk):
-                with translate_errors(), transaction(self._conn):
+                with self.write_transaction():
                     for session_id in settled[start:start + chunk]:
                         self._conn.execute("DELETE FROM sessions WHERE session_id = ?", (session_id,))
                         sessions += self._conn.changes()
@@ -109,7 +108,7 @@ class RetentionMixin(InboxMixin, AuditMixin):
             ids = [row[0] for row in self._conn.execute(select, (after_id, *bounds, chunk))]
             if not ids:
                 return changed
-            with translate_errors(), transaction(self._conn):
+            with self.write_transaction():
                 for found in ids:
                     self._conn.execute(change, params(found))
                     changed += self._conn.changes()
@@ -122,7 +121,7 @@ class RetentionMixin(InboxMixin, AuditMixin):
             batch_ids = [row[0] for row in self._conn.execute(_SELECT_BATCHES, (cutoff, chunk))]
             if not batch_ids:
                 return messages, batches
-            with translate_errors(), transaction(self._conn):
+            with self.write_transaction():
                 for batch_id in batch_ids:
                     self._conn.execute("DELETE FROM outbox_deliveries WHERE batch_id = ?", (batch_id,))
                     self._conn.execute(

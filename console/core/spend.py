@@ -19,7 +19,6 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from console.core.base import StaleGeneration, StoreBase
-from console.core.db import transaction, translate_errors
 from console.core.models import AgentState, Budget, BudgetDefaults, SpendDecision, SpendRow, UnpricedCall
 
 BUDGET_KINDS = ("daily", "monthly")
@@ -98,7 +97,7 @@ class SpendMixin(StoreBase):
         if kind not in BUDGET_KINDS:
             raise ValueError(f"unknown budget {kind!r}; expected daily or monthly")
         usd = check_budget_usd(usd, f"the {kind} budget")
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._conn.execute(
                 """INSERT INTO budgets (kind, usd, set_at) VALUES (?, ?, ?)
                    ON CONFLICT (kind) DO UPDATE SET usd = excluded.usd, set_at = excluded.set_at""",
@@ -107,7 +106,7 @@ class SpendMixin(StoreBase):
 
     def clear_budgets(self) -> int:
         """Forget the stored budgets: the settings' are in force again. Returns how many were stored."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return len(self._conn.execute("DELETE FROM budgets RETURNING kind").fetchall())
 
     # --- the ledger -----------------------------------------------------------------------------
@@ -136,7 +135,7 @@ class SpendMixin(StoreBase):
         (StaleGeneration, recorded). Calls without a price made before the owner accepted them
         (accept_unknown_spend) no longer make a period's spend unknown."""
         refused: str | None = None
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if holder is not None and gen is not None and not self._holds(holder, gen, now):
                 refused = self._record_fenced("reserve", holder, gen, now, [] if event_id is None else [event_id],
                                               step_key or model)
@@ -174,7 +173,7 @@ class SpendMixin(StoreBase):
     ) -> bool:
         """Record what a reserved call cost (None: its model has no price). Not fenced: the money is spent
         whoever asks, and a stale run's call must count too."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return bool(self._conn.execute(
                 """UPDATE spend SET state = 'settled', model = ?, cost_nanos = ?, input_tokens = ?, output_tokens = ?,
                    cache_write_tokens = ?, cache_read_tokens = ?, settled_at = ?
@@ -186,7 +185,7 @@ class SpendMixin(StoreBase):
     def release_spend(self, reservation_id: int) -> bool:
         """Drop the reservation of a call the provider refused or that never left this machine: it cost
         nothing."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return bool(self._conn.execute(
                 "DELETE FROM spend WHERE id = ? AND state = 'reserved' RETURNING id", (reservation_id,)
             ).fetchall())
@@ -214,7 +213,7 @@ class SpendMixin(StoreBase):
         with a budget in force a model without a price is not called at all.)"""
         if kind not in BUDGET_KINDS:
             raise ValueError(f"unknown budget {kind!r}; expected daily or monthly")
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if not self._holds(holder, gen, now):
                 return False
             self._conn.execute(
@@ -239,7 +238,7 @@ class SpendMixin(StoreBase):
         """Write the cost (settled) or worst case (reserved) of calls that had none: (id, nano-dollars) each.
         A call that has one by now keeps it. Returns how many were priced."""
         priced = 0
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             for spend_id, nanos in prices:
                 priced += len(self._conn.execute(
                     """UPDATE spend SET cost_nanos = CASE WHEN state = 'settled' THEN ? ELSE cost_nanos END,

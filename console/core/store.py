@@ -1,6 +1,8 @@
-"""Store: the facade over one inbox file. Every writer and every reader goes through it.
+"""Store: the facade over one inbox. Every writer and every reader goes through it.
 
-One Store wraps one apsw connection; use one Store per thread (Store.reopen() makes a sibling).
+The Store is backend-neutral: it runs the core's SQL over a Backend (core/backend.py), a SQLite file
+(core/sqlite.py) or a PostgreSQL schema (core/pg.py), which `open_store` picks: the one place that chooses.
+One Store wraps one connection; use one Store per thread (Store.reopen() makes a sibling).
 """
 
 from __future__ import annotations
@@ -8,29 +10,14 @@ from __future__ import annotations
 import contextlib
 import os
 import random
-from typing import Any, Protocol
-
-import apsw
+from typing import Any
 
 from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
+from console.core.backend import Backend, ChangeFeed
 from console.core.caps import CapsMixin
 from console.core.chats import ChatMixin
-from console.core.db import (
-    MOVE_MARK,
-    MoveRefusal,
-    QuickCheck,
-    StoreError,
-    bounded_quick_check,
-    connect,
-    integrity_problems,
-    is_postgres,
-    move_refusal,
-    schema_dump,
-    shrink_wal,
-    user_version,
-    wal_path,
-)
+from console.core.db import MoveRefusal, QuickCheck, StoreError, is_postgres, move_refusal
 from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
@@ -44,69 +31,77 @@ from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
 from console.core.search import SearchMixin
 from console.core.spend import SpendMixin
+from console.core.sqlite import SqliteBackend
 from console.core.stranded import StrandedMixin
 from console.core.tool_health import ToolHealthMixin
-from console.core.walfeed import WalFeed
 
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
 
-class ChangeFeed(Protocol):
-    def wait(self, timeout: float) -> bool:
-        """True when a commit happened (or may have gone unseen) within timeout seconds."""
-        ...
+def open_backend(
+    target: str | os.PathLike[str],
+    *,
+    check: bool = False,
+    read_only: bool = False,
+    vfs: str | None = None,
+    schema: str | None = None,
+    password_env: str | None = None,
+) -> Backend:
+    """The one place the storage is chosen: a PostgreSQL URL opens a schema there, anything else is the path
+    of a SQLite file. vfs is SQLite's (the power-cut tests), schema and password_env PostgreSQL's."""
+    if is_postgres(target):
+        from console.core.pg import PgBackend  # psycopg is loaded only for a PostgreSQL inbox
 
-    def close(self) -> None: ...
+        return PgBackend.open(str(target), read_only=read_only, schema=schema, password_env=password_env)
+    return SqliteBackend.open(target, check=check, read_only=read_only, vfs=vfs)
+
+
+def open_store(
+    target: str | os.PathLike[str],
+    *,
+    options: StoreOptions | None = None,
+    check: bool = False,
+    read_only: bool = False,
+    seed: int | None = None,
+    vfs: str | None = None,
+    schema: str | None = None,
+    password_env: str | None = None,
+    **changes: Any,
+) -> Store:
+    """Open (creating and migrating if need be) an inbox: the path of a SQLite file, or a PostgreSQL URL
+    (postgresql://user@host/db, its inbox schema in `?schema=` or schema=, the password from PGPASSWORD,
+    ~/.pgpass or the variable password_env names); both give the same API and behaviour. The settings
+    come from `options` (defaults: StoreOptions()), with any single option also accepted as a keyword
+    (`lease_ttl=30`)."""
+    settled = (options or StoreOptions()).but(**changes)
+    backend = open_backend(target, check=check, read_only=read_only, vfs=vfs, schema=schema,
+                           password_env=password_env)
+    return Store(backend, settled, seed)
 
 
 class Store(
     RetentionMixin, ReplayMixin, MailMixin, ChatMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin,
     JournalMixin, InsightsMixin, AgentStateMixin, ToolHealthMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
 ):
-    def __init__(self, conn: apsw.Connection, path: str, options: StoreOptions, seed: int | None = None) -> None:
-        self._conn = conn
-        self.path = path
+    def __init__(self, backend: Backend, options: StoreOptions, seed: int | None = None) -> None:
+        self._backend = backend
+        self._conn = backend.conn
+        self.path = backend.path
         self.options = options
         self._seed = seed
         self._rng = random.Random(seed)
         self._refused = {}
 
-    @classmethod
-    def open(
-        cls,
-        path: str | os.PathLike[str],
-        *,
-        options: StoreOptions | None = None,
-        check: bool = False,
-        read_only: bool = False,
-        seed: int | None = None,
-        vfs: str | None = None,
-        schema: str | None = None,
-        password_env: str | None = None,
-        **changes: Any,
-    ) -> Store:
-        """Open (creating and migrating if need be) an inbox: the path of a SQLite file, or a PostgreSQL URL
-        (postgresql://user@host/db, its inbox schema in `?schema=` or schema=, the password from PGPASSWORD,
-        ~/.pgpass or the variable password_env names); both give the same API and behaviour. The settings
-        come from `options` (defaults: StoreOptions()), with any single option also accepted as a keyword
-        (`lease_ttl=30`)."""
-        settled = (options or StoreOptions()).but(**changes)
-        if is_postgres(path):
-            from console.core.pg_store import PgStore  # psycopg is loaded only for a PostgreSQL inbox
-
-            return PgStore.open_url(str(path), settled, seed, read_only=read_only, schema=schema,
-                                    password_env=password_env)
-        conn = connect(path, check=check, read_only=read_only, vfs=vfs)
-        return cls(conn, os.fspath(path), settled, seed)
+    open = staticmethod(open_store)
 
     def reopen(self) -> Store:
-        """Another connection to the same file with the same settings (for another thread)."""
-        return type(self)(connect(self.path, check=False), self.path, self.options, self._seed)
+        """Another connection to the same inbox with the same settings (for another thread)."""
+        return type(self)(self._backend.reopen(), self.options, self._seed)
 
     def close(self) -> None:
         with contextlib.suppress(StoreError):  # a busy or moved inbox: only the tally of refused copies is lost
             self.write_refusals()
-        self._conn.close()
+        self._backend.close()
 
     def __enter__(self) -> Store:
         return self
@@ -117,27 +112,28 @@ class Store(
     @property
     def backend(self) -> str:
         """Which engine holds this inbox: "sqlite" or "postgresql"."""
-        return "sqlite"
+        return self._backend.name
 
     @property
-    def connection(self) -> apsw.Connection:
+    def storage(self) -> Backend:
+        """The backend itself (copy.py moves an inbox between two; tests and benchmarks look at it)."""
+        return self._backend
+
+    @property
+    def connection(self) -> Any:
         """For tests and benchmarks inside the core's own tree; application code uses the methods."""
-        return self._conn
+        return self._backend.conn
 
     def change_feed(self) -> ChangeFeed:
         """Something to wait on until another connection commits to this inbox. On SQLite the kernel says
         when the file's WAL is written and PRAGMA data_version, on a connection of its own, whether a commit
         landed (console.core.walfeed); on PostgreSQL it LISTENs, and every commit NOTIFYs."""
-        return WalFeed(self.reopen())
+        return self._backend.change_feed()
 
     def move_mark(self) -> tuple[str, str, int] | None:
         """This inbox's part in a move, if any: (state, the other inbox's name, since): `moving` / `moved` to
         a target, or an `incomplete` copy from a source."""
-        try:
-            rows = self._conn.execute(MOVE_MARK).fetchall()
-        except apsw.SQLError:  # a file built to a schema before the mark (tests build them)
-            return None
-        return (str(rows[0][0]), str(rows[0][1]), int(rows[0][2])) if rows else None
+        return self._backend.move_mark()
 
     def _move_status(self) -> dict[str, Any] | None:
         mark = self.move_mark()
@@ -158,53 +154,56 @@ class Store(
         if refusal is not None:
             raise refusal
 
+    # --- facts about the storage (the backend's) ------------------------------------------------
     def data_version(self) -> int:
-        """Changes when another connection commits to the file (cheap; no disk read)."""
-        return int(self._scalar("PRAGMA data_version"))
+        """Changes when another connection commits (cheap). SQLite: PRAGMA data_version. PostgreSQL: when a
+        transaction that writes starts or ends anywhere on the server (it may be another inbox's: a spare
+        change, never a missed one); waiters use change_feed(), which hears this inbox only."""
+        return self._backend.data_version()
 
     def limit_pages(self, pages: int) -> int:
         """Cap this connection's database size (PRAGMA max_page_count), to test a full disk.
 
         SQLite never sets the cap below the file's current size, so limit_pages(1) freezes the file
-        at its present size. Returns the cap now in force.
+        at its present size. Returns the cap now in force. A PostgreSQL inbox has no such cap (StoreError).
         """
-        if pages < 1:
-            raise ValueError(f"pages must be at least 1, not {pages}")
-        return int(self._scalar(f"PRAGMA max_page_count = {int(pages)}"))
+        return self._backend.limit_pages(pages)
 
     def schema(self) -> list[tuple[str, str, str]]:
-        return schema_dump(self._conn)
+        return self._backend.schema()
 
     def schema_version(self) -> int:
-        """The number of schema migrations applied to this file (PRAGMA user_version)."""
-        return user_version(self._conn)
+        """The number of schema migrations applied to this inbox (SQLite: PRAGMA user_version)."""
+        return self._backend.schema_version()
 
     def integrity_check(self) -> str:
-        return "; ".join(str(r[0]) for r in self._conn.execute("PRAGMA integrity_check"))
+        return self._backend.integrity_check()
 
     def integrity_problems(self) -> list[str]:
-        """A full integrity check of the file (it reads every page): what is wrong, one line each."""
-        return integrity_problems(self._conn)
+        """A full integrity check (a file: it reads every page; PostgreSQL, which checks its own pages: the
+        kept counts agree with the rows they count): what is wrong, one line each."""
+        return self._backend.integrity_problems()
 
     def intake_check(self, *, seconds: float, probe_write: bool = True) -> QuickCheck:
-        """The check before intake (console.core.gate runs it): SQLite's quick check, stopped after `seconds`.
-        It only reads (probe_write is PostgreSQL's)."""
-        return bounded_quick_check(self._conn, seconds=seconds)
+        """The check before intake (console.core.gate runs it). SQLite: its quick check, stopped after
+        `seconds` (it only reads). PostgreSQL: the schema is this version's and (probe_write) a write commits."""
+        return self._backend.intake_check(seconds=seconds, probe_write=probe_write)
 
     def wal_bytes(self) -> int:
-        """The size of the file's WAL now (0 when there is none)."""
-        try:
-            return wal_path(self.path).stat().st_size
-        except FileNotFoundError:
-            return 0
+        """The size of the file's WAL now (0 when there is none; PostgreSQL keeps its own)."""
+        return self._backend.wal_bytes()
 
     def shrink_wal(self) -> bool:
         """Checkpoint the WAL into the file and truncate it, if no reader holds it (never waits).
         True when the WAL is now empty."""
-        return shrink_wal(self._conn)
+        return self._backend.shrink_wal()
 
     def page_count(self) -> int:
-        return int(self._scalar("PRAGMA page_count"))
+        return self._backend.page_count()
+
+    def durability_settings(self) -> dict[str, str]:
+        """The storage's settings that decide what an acknowledged commit survives (benchmarks print them)."""
+        return self._backend.durability_settings()
 
     def status(self, *, now: int, budgets: BudgetDefaults | None = None) -> dict[str, Any]:
         """Everything a glance needs, read in short queries (no full scans). budgets: the settings' budgets

@@ -11,7 +11,6 @@ from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
 from console.core.audit import AuditMixin
 from console.core.base import RESERVED_SOURCES, dumps, loads
-from console.core.db import transaction, translate_errors
 from console.core.inbox import check_payload_shape
 from console.core.models import Timer
 
@@ -158,7 +157,7 @@ class TimersMixin(AuditMixin):
         the event key timer_id@scheduled_at is refused the second time."""
         row = self._timer_values(timer_id, due, payload, every=every, cron=cron, tz=tz, catch_up=catch_up,
                                  key=key, each_cap=each_cap, now=now)
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             self._write_timer(row)
         timer = self.timer(timer_id)
         assert timer is not None
@@ -237,12 +236,12 @@ class TimersMixin(AuditMixin):
 
     def remove_timer(self, timer_id: str) -> bool:
         _refuse_approval_expiry(timer_id)
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return bool(self._conn.execute("DELETE FROM timers WHERE id = ? RETURNING id", (timer_id,)).fetchall())
 
     def pause_timer(self, timer_id: str, paused: bool = True) -> bool:
         _refuse_approval_expiry(timer_id)
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return bool(self._conn.execute(
                 "UPDATE timers SET paused = ? WHERE id = ? RETURNING id", (int(paused), timer_id)
             ).fetchall())
@@ -252,7 +251,7 @@ class TimersMixin(AuditMixin):
         occurrence, and the schedule is left as it was (paused or not). Returns "fired", "duplicate" (an
         occurrence at this very second is already in the inbox) or "unknown" (no such timer)."""
         _refuse_approval_expiry(timer_id)
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             stored = self._conn.execute("SELECT payload, origin FROM timers WHERE id = ?", (timer_id,)).fetchall()
             if not stored:
                 return "unknown"
@@ -284,7 +283,7 @@ class TimersMixin(AuditMixin):
             for row in self._conn.execute(_DUE_TIMERS, (now,)).fetchall()
             if row[3]
         }
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             due = self._conn.execute(_DUE_TIMERS, (now,)).fetchall()
             stored: list[tuple[str, str]] = []  # the events the due timers stored (a replayed key stores none)
             for timer_id, at, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, origin in due:
@@ -379,7 +378,7 @@ class TimersMixin(AuditMixin):
     def drop_settled_expiry_timers(self) -> int:
         """Drop the expiry timers that versions before this one left behind for settled approvals.
         Returns how many went (the engine calls it at start; it is cheap when there are none)."""
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             return len(self._conn.execute(
                 """DELETE FROM timers WHERE ev_source = 'approval' AND substr(id, 1, length(?)) = ?
                      AND ev_id IN (SELECT request_id FROM approvals WHERE outcome IS NOT NULL)

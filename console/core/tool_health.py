@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from console.core.base import StoreBase
-from console.core.db import transaction, translate_errors
 
 TOOL_STATES = ("up", "down", "starting")
 
@@ -22,7 +21,7 @@ class ToolHealthMixin(StoreBase):
         the state and reason already stored changes nothing (since keeps when the state began)."""
         if state not in TOOL_STATES:
             raise ValueError(f"tool state must be one of {', '.join(TOOL_STATES)}, not {state!r}")
-        with translate_errors(), transaction(self._conn):
+        with self.write_transaction():
             if not self._holds(holder, gen, now):
                 return False
             before = self._conn.execute("SELECT state, reason, since FROM tool_health WHERE server = ?",

@@ -19,7 +19,6 @@ from pathlib import Path
 
 from console.core import Store, StoreError
 from console.core.copy import _columns, _write_mark
-from console.core.db import transaction
 from tests.cli.helpers import ROOT, assert_user_error, isolated_env, run_process
 from tests.edges.signing import SECRETS, sign
 from tests.support import wait_until
@@ -209,7 +208,7 @@ def test_an_unfinished_copy_and_a_moved_inbox_take_no_work(tmp_path: Path) -> No
     ]:
         with Store.open(path) as store:
             store.ingest("chat", "m-1", {}, now=T)
-            with transaction(store.connection, guarded=False):
+            with store.storage.transaction(guarded=False):
                 _write_mark(store, state, other, T)
         for command in (["run"], ["serve", "--port", "0"], ["ingest", "chat", "m-2"]):
             done = run_process(["--db", str(path), "--config", str(config), *command], env, timeout=60)

@@ -9,6 +9,7 @@ import pytest
 from console.core import STATUSES, Store
 from console.core.db import connect, migrations
 from console.core.options import StoreOptions
+from console.core.sqlite import SqliteBackend
 
 T0 = 1_000
 
@@ -130,7 +131,8 @@ def test_the_rebuild_keeps_every_column_row_index_trigger_and_count(tmp_path: Pa
     path = tmp_path / "inbox.db"
     old = connect(path, schema_version=DISCARDED_MIGRATION - 1)
     old.close()
-    before = Store(connect(path, migrate=False), str(path), StoreOptions(outbox_gap=0, backoff_jitter=0.0))
+    options = StoreOptions(outbox_gap=0, backoff_jitter=0.0)
+    before = Store(SqliteBackend(connect(path, migrate=False), str(path)), options)
     conn = before.connection
     for n, status in enumerate(("pending", "running", "done", "dead", "dead", "done")):
         conn.execute("INSERT INTO inbox (source, source_id, payload, status, created_at, updated_at) "

@@ -12,7 +12,6 @@ import pytest
 
 from console.core import InboxIncomplete, InboxMoved, InboxMoving, MoveRefusal, Store, StoreError, StoreUnavailable
 from console.core.copy import _write_mark, abandon_move
-from console.core.db import transaction
 from tests.support import wait_until
 
 T = 1_700_000_000
@@ -38,7 +37,7 @@ def _lived_in(store: Store) -> None:
 
 
 def _mark(store: Store, state: str, other: str) -> None:
-    with transaction(store.connection, guarded=False):
+    with store.storage.transaction(guarded=False):
         _write_mark(store, state, other, T)
 
 
@@ -95,7 +94,7 @@ def test_a_writer_waiting_for_the_lock_when_the_mark_commits_sees_it(store: Stor
 
     thread = threading.Thread(target=write)
     try:
-        with transaction(store.connection, guarded=False):
+        with store.storage.transaction(guarded=False):
             _write_mark(store, "moving", ELSEWHERE, T)
             thread.start()
             trying.wait(10)

@@ -1,5 +1,5 @@
 """Issue 22: on PostgreSQL every statement is a round trip, so the usual ingest, claim and finish are one each
-(PgStore's fast paths), and whatever is not usual (a stale lease, a lost run, a retry, a run that failed or staged
+(PgBackend's one-statement paths), and whatever is not usual (a stale lease, a lost run, a retry, a run that failed
 something) takes the shared path: the fast path wrote nothing and said so."""
 
 from __future__ import annotations

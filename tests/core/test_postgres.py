@@ -153,10 +153,9 @@ def test_a_process_frozen_inside_a_write_cannot_hold_the_inbox(postgres_url: str
 FROZEN_WRITER = """
 import sys
 from console.core import Store
-from console.core.db import transaction
 store = Store.open(sys.argv[1])
 try:
-    with transaction(store.connection):
+    with store.storage.transaction():
         store.connection.execute("INSERT INTO memory (key, value, updated_at) VALUES ('frozen', 'x', 1)")
         print("holding", flush=True)
         sys.stdin.readline()  # frozen here by the test; woken, it is told to go on

@@ -1,0 +1,169 @@
+"""What the Store needs of the storage under it: the Backend protocol.
+
+The Store and its mixins are backend-neutral: they run the core's SQL (written once, in the portable subset
+SQLite and PostgreSQL share) on `Backend.conn`, and ask the Backend for everything that is the storage's own:
+a write transaction (how writers are serialised, durability relaxed for the commits that may lose it, the
+engine's run-time errors turned into StoreUnavailable), the change feed, the facts about the storage (its
+schema, version, size, integrity, plans), and how a batch is written (SQLite: a cheap statement a row;
+PostgreSQL, where a statement is a round trip: one statement for the whole set). `core/sqlite.py` and
+`core/pg.py` implement it; `store.open_store()` is the one place that picks one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+from console.core.db import QuickCheck
+
+# One line of an event's history: (event_id, at, kind, holder, gen, detail), the columns of `attempts`.
+AttemptEntry = tuple[int, int, str, str | None, int | None, str | None]
+# An inbox's part in a move: (state, the other inbox's name, since) (db.MOVE_MARK).
+MoveMark = tuple[str, str, int]
+
+
+class Rows(Protocol):
+    """A statement's result: an apsw cursor, or pg's rows read at once."""
+
+    def __iter__(self) -> Iterator[Any]: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Connection(Protocol):
+    """What the core's SQL runs on: an apsw connection, or a pg.PgConnection (which speaks the same)."""
+
+    def execute(self, statements: str, bindings: Any = None, /) -> Rows: ...
+
+    def executemany(self, statements: str, sequenceofbindings: Any, /) -> object: ...
+
+    def changes(self) -> int: ...
+
+    def close(self) -> None: ...
+
+
+class ChangeFeed(Protocol):
+    def wait(self, timeout: float) -> bool:
+        """True when a commit happened (or may have gone unseen) within timeout seconds."""
+        ...
+
+    def close(self) -> None: ...
+
+
+class Backend(Protocol):
+    """One open connection to one inbox's storage, and what the Store asks of that storage."""
+
+    @property
+    def name(self) -> str:
+        """Which engine holds the inbox: "sqlite" or "postgresql"."""
+        ...
+
+    @property
+    def path(self) -> str:
+        """How the inbox is named to the user: the file's path, or the URL without its password."""
+        ...
+
+    @property
+    def conn(self) -> Connection: ...
+
+    def reopen(self) -> Backend:
+        """Another connection to the same inbox (for another thread)."""
+        ...
+
+    def close(self) -> None: ...
+
+    # --- writing ------------------------------------------------------------------------------
+    def transaction(self, *, guarded: bool = True, relaxed: bool = False) -> AbstractContextManager[None]:
+        """A write transaction that always ends (COMMIT, or ROLLBACK on any error), writers serialised at its
+        start. guarded: the inbox's move mark is read first, inside the writers' lock, and its MoveRefusal
+        raised. relaxed: its commit does not wait for the disk (see db.relaxed_durability's promise). The
+        storage's errors come out as they are (the Store's write_transaction wraps it in storage_errors)."""
+        ...
+
+    def storage_errors(self) -> AbstractContextManager[None]:
+        """The storage's run-time errors (busy, full, a server gone) as StoreUnavailable."""
+        ...
+
+    # --- the change feed ----------------------------------------------------------------------
+    def change_feed(self) -> ChangeFeed: ...
+
+    def data_version(self) -> int:
+        """Changes when another connection commits (it may change spare; it never misses a commit)."""
+        ...
+
+    # --- facts about the storage --------------------------------------------------------------
+    def move_mark(self) -> tuple[str, str, int] | None: ...
+
+    def schema(self) -> list[tuple[str, str, str]]: ...
+
+    def schema_version(self) -> int: ...
+
+    def integrity_check(self) -> str: ...
+
+    def integrity_problems(self) -> list[str]: ...
+
+    def intake_check(self, *, seconds: float, probe_write: bool = True) -> QuickCheck: ...
+
+    def wal_bytes(self) -> int: ...
+
+    def shrink_wal(self) -> bool: ...
+
+    def page_count(self) -> int: ...
+
+    def limit_pages(self, pages: int) -> int: ...
+
+    def query_plan(self, sql: str, params: Any = ()) -> list[str]: ...
+
+    def durability_settings(self) -> dict[str, str]: ...
+
+    # --- the usual ingest, claim and finish in one statement each -------------------------------------------------
+    @property
+    def writes_at_once(self) -> bool:
+        """Whether the usual ingest, claim and finish go as one statement each (the *_at_once methods): worth it
+        where a statement is a round trip (PostgreSQL), not where it is a function call (SQLite, which has none)."""
+        ...
+
+    def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
+        """Store an event in one write transaction unless its key is stored or the inbox carries a move mark:
+        (whether it was stored, the mark). A refused copy is not counted (the Store holds its count)."""
+        ...
+
+    def ingest_many_at_once(
+        self, encoded: Sequence[tuple[str, str, str]], now: int
+    ) -> tuple[list[bool], MoveMark | None]:
+        """Store many events (each key once in the call) in one write transaction unless the inbox carries a move
+        mark: (for each, whether it was new; a copy is counted on its stored row, as insert_events), the mark."""
+        ...
+
+    def claim_at_once(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
+        """Claim fresh events (their rows, _EVENT_COLUMNS) in one write transaction when (holder, gen) holds the
+        lease and nothing else waits to be seen to first (a lost run, a retry, a move mark); None when it did not
+        apply (nothing was written: the shared path runs)."""
+        ...
+
+    def finish_at_once(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
+        """Finish a run that succeeded and staged nothing in one write transaction, fenced by the lease; False
+        when it did not apply (nothing was written: the shared path runs, records and says why)."""
+        ...
+
+    # --- a batch, inside the caller's fenced transaction -----------------------------------------
+    def insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
+        """Insert each (source, source_id, payload text) or count a refused copy, in order: True when new."""
+        ...
+
+    def claim_fresh(self, gen: int, now: int, cap: int) -> list[Any]:
+        """Claim up to cap fresh events (never tried, not set to run alone); their rows (inbox's _EVENT_COLUMNS)."""
+        ...
+
+    def finish_done(self, ids: Sequence[int], gen: int, now: int) -> set[int]:
+        """Mark done those of ids still running under gen; the ids that moved."""
+        ...
+
+    def log_attempts(self, entries: Sequence[AttemptEntry]) -> None:
+        """Many history lines at once, in order."""
+        ...
+
+    def claim_fresh_statement(self) -> tuple[str, tuple[int, ...]]:
+        """The statement claim_fresh reads its events with, and parameters to plan it with (explain_claim)."""
+        ...
