@@ -252,10 +252,12 @@ class HeaderFacts:
     spend: SpendView
     lease: Lease | None
     waiting: int
+    tools_not_up: tuple[dict[str, Any], ...] = ()  # MCP servers down or starting, as the lease holder recorded
 
 
 def read_header(now: int, defaults: BudgetDefaults) -> Callable[[Store], HeaderFacts]:
     def read(store: Store) -> HeaderFacts:
-        return HeaderFacts(_spend(store, now, defaults), store.lease(), len(store.pending_approvals()))
+        return HeaderFacts(_spend(store, now, defaults), store.lease(), len(store.pending_approvals()),
+                           tuple(tool for tool in store.tool_health() if tool["state"] != "up"))
 
     return read

@@ -64,3 +64,20 @@ def test_approval_screen_settled(snap_compare: Compare, db_path: Path, clock: Ma
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+@pytest.mark.parametrize("size", SIZES, ids=IDS)
+def test_tools_down(snap_compare: Compare, filled: Path, clock: ManualClock, size: tuple[int, int]) -> None:
+    """A tool server down, as the engine holding the lease recorded it: the lease pane's red line and the toast."""
+    with reopen(filled) as store:
+        lease = store.lease()
+        assert lease is not None
+        assert store.set_tool_health(lease.holder, lease.gen, "shop", "down", "SHOP_TOKEN not set", now=clock.now())
+    app = make_app(filled, clock)
+
+    async def run_before(pilot: Pilot[Any]) -> None:
+        await ready(app)(pilot)
+        await pilot_until(pilot, lambda: app.query_one("#lease-tools").has_class("-down"), what="the tools line")
+        await pilot.pause()
+
+    assert snap_compare(app, terminal_size=size, run_before=run_before)

@@ -1,6 +1,6 @@
 """The header: which inbox, which agent, this console's mode, a badge while approvals wait, today's spend on
 model calls against the daily budget, and a sparkline of events per minute; below it, a banner while nobody
-holds a live lease on the inbox."""
+holds a live lease on the inbox or a tool server is down."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from console.tui.detail import human_span
 from console.tui.panes import PaneHost
 from console.tui.reads import Activity, HeaderFacts, SpendView, read_activity, read_header
 from console.tui.render import show
+from console.tui.widgets.lease_pane import tools_down_words
 
 log = logging.getLogger("agent_console.tui")
 ACTIVITY_SECONDS = 5  # the sparkline is read at most this often, and only when it can have changed
@@ -201,9 +202,14 @@ class ConsoleHeader(Vertical):
             show(self.query_one("#header-rate", Static), f" {view.activity.last_60s}/min ")
             self.query_one("#header-sparkline", Sparkline).data = view.activity.per_minute or [0]
         banner = self.query_one("#header-banner", Static)
-        banner.set_class(view.nobody_working, "-shown")
-        if view.nobody_working:
-            show(banner, Content(banner_text(view)))
+        # Whole lines, at every width: the lease pane's tools line is cut, or below the fold, at 80x24.
+        tools = tools_down_words(list(facts.tools_not_up)) if facts is not None else None
+        lines = [banner_text(view)] if view.nobody_working else []
+        if tools is not None:
+            lines.append(f"⚠ {terminal_safe(tools)}")
+        banner.set_class(bool(lines), "-shown")
+        if lines:
+            show(banner, Content("\n".join(lines)))
 
     @staticmethod
     def _badge(facts: HeaderFacts | None) -> tuple[tuple[str, str], ...]:
