@@ -1,7 +1,8 @@
 """`agent-console telegram pair|unpair|chats`: pairing the owner's Telegram chat without editing files (issue 20).
 
-Registered on the main group by console/cli.py. The code is made here and only its hash is stored in the inbox;
-the running engine (the one holding the lease) checks what the owner sends to the bot against it.
+Registered on the main group by console/cli.py; the helpers it shares with it are console/cli_common.py's. The
+code is made here and only its hash is stored in the inbox; the running engine (the one holding the lease) checks
+what the owner sends to the bot against it.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import os
 
 import click
 
-from console.cli import CliState, UserError, _now, _print_json, _say, rejecting_bad_input
+from console.cli_common import CliState, UserError, _now, _print_json, _say, rejecting_bad_input
 from console.core.chats import PAIR_CODE_SECONDS, code_hash, pair_code
 from console.edges.phone_config import telegram_bot
 from console.edges.telegram import UPDATE_KINDS
