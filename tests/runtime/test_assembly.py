@@ -13,7 +13,7 @@ import pytest
 
 from console.agents.offline import DIGEST_TIMER_ID, OfflineAgent
 from console.agents.registry import AGENTS
-from console.assembly import assemble, assemble_serve, build_engine
+from console.assembly import assemble, assemble_console, assemble_serve, build_engine
 from console.clock import ManualClock
 from console.config import AGENT_NAMES, ConfigError, Settings, load_settings
 from console.core import Store, StoreError
@@ -188,3 +188,22 @@ async def test_the_serve_shape_is_a_receiver_alone_that_checks_the_inbox_itself(
     finally:
         await system.stop()
     assert system.receiver is None
+
+
+async def test_a_read_only_console_runs_no_receiver_where_a_console_runs_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--read-only changes nothing, so nothing listens for deliveries to store, whatever [webhooks] says."""
+    monkeypatch.setenv("ASSEMBLY_TEST_GITHUB_SECRET", "not-a-real-secret")
+    settings = webhooks_on(tmp_path / "inbox.db")
+    Store.open(settings.db).close()  # a read-only console opens only an inbox that exists
+    for read_only in (True, False):
+        system = assemble_console(settings, clock=ManualClock(START), holder=f"console-{read_only}",
+                                  install_defaults=False, read_only=read_only)
+        await system.start(on_receiver_error=lambda exc: pytest.fail(f"the receiver did not start: {exc}"))
+        try:
+            assert system.engine is not None
+            assert (system.receiver is None) == read_only, read_only
+            assert (system.engine.mode == "watching") == read_only
+        finally:
+            await system.stop()
