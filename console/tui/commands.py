@@ -28,6 +28,8 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
      "budget", "retry"),
     ("Discard the selected dead event", "Or every marked one: kept for the record, never run again (asks first)",
      "discard"),
+    ("Restore the selected discarded event to dead", "Or every marked one: undoes a discard without running "
+     "anything (r is what runs one)", "restore"),
     ("Find events and outbox messages", "Search source, source id, payload text and error; open what is found",
      "search"),
     ("Read outbox messages", "The newest outbox messages, each openable in full", "outbox_messages"),
@@ -59,11 +61,14 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
 TABLE_ACTIONS = {"newest": "events.newest", "oldest": "events.oldest", "toggle_mark": "events.mark",
                  "clear_marks": "events.unmark", "mark_range('down')": "events.mark_down",
                  "mark_range('up')": "events.mark_up"}
+# The palette's actions that are the events pane's own (run on the pane, as its keys run them).
+PANE_ACTIONS = {"restore": "events.restore"}
 
 
 def key_of(app: ConsoleApp, action: str) -> str | None:
     """The key that runs a palette action, after `[keys]` remaps (the palette teaches the keys)."""
-    binding_id = "events.detail" if action == "detail" else TABLE_ACTIONS.get(action) or next(
+    own = {"detail": "events.detail", **TABLE_ACTIONS, **PANE_ACTIONS}
+    binding_id = own.get(action) or next(
         (b.id for b in app.BINDINGS if isinstance(b, Binding) and b.action == action), None)
     return None if binding_id is None else key_for_id(binding_id, app._keymap)
 
@@ -71,6 +76,8 @@ def key_of(app: ConsoleApp, action: str) -> str | None:
 def run(app: ConsoleApp, action: str) -> Callable[[], object]:
     if action in TABLE_ACTIONS:
         return partial(app.run_action, action, app.query_one(EventsTable))
+    if action in PANE_ACTIONS:
+        return partial(app.run_action, action, app.query_one(EventsPane))
     return partial(app.run_action, action)
 
 

@@ -11,7 +11,7 @@ from textual.dom import DOMNode
 READ_ONLY_WORDS = "This console is read-only (--read-only): it watches and changes nothing"
 
 # The main screen's actions that write: answers, retries, discards, the inject form, the stall, the budgets.
-MAIN_SCREEN_WRITES = frozenset({"inject", "answer", "retry", "retry_all", "discard", "stall", "budget",
+MAIN_SCREEN_WRITES = frozenset({"inject", "answer", "retry", "retry_all", "discard", "restore", "stall", "budget",
                                 "quick_chat", "quick_poison", "quick_redeliver", "quick_approval"})
 
 

@@ -18,8 +18,8 @@ from console.runtime.engine import WatchOnly
 NOW = 1_790_000_000
 
 
-async def test_a_watch_only_engine_hears_commits_and_changes_nothing(tmp_path: Path) -> None:
-    db = tmp_path / "inbox.db"
+async def test_a_watch_only_engine_hears_commits_and_changes_nothing(inbox_target: str, tmp_path: Path) -> None:
+    db = inbox_target
     with Store.open(db) as store:
         store.ingest("chat", "m1", {"text": "hello"}, now=NOW - 10)
         store.add_timer("tick", NOW - 5, {}, every=60, now=NOW - 60)  # due: a scheduler would fire it

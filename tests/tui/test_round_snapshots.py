@@ -81,3 +81,10 @@ def test_tools_down(snap_compare: Compare, filled: Path, clock: ManualClock, siz
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_read_only_console(snap_compare: Compare, filled: Path, clock: ManualClock) -> None:
+    """--read-only: the header's mode reads read-only; the footer offers no key that writes. (At 120x40 the events
+    table's last column is sized on a refresh that a watch-only engine's quick start sometimes beats: 80x24 only.)"""
+    app = make_app(filled, clock, read_only=True)
+    assert snap_compare(app, terminal_size=(80, 24), run_before=ready(app))

@@ -8,6 +8,7 @@ from typing import Any
 
 from console.clock import ManualClock
 from console.tui.app import ConsoleApp
+from console.tui.commands import key_of, run
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.message import MessageScreen
@@ -112,3 +113,16 @@ async def test_send_now_asks_then_moves_a_held_message_to_the_urgent_lane(filled
         with reopen(filled) as store:
             assert store.outbox_message(message_id).urgent is True  # type: ignore[union-attr]
         assert any("goes out at once" in t for t in toasts(app))
+
+
+async def test_the_palette_restores_with_the_key_beside_it(filled: Path, clock: ManualClock) -> None:
+    dead = discarded_one(filled, clock)
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        await select(app, pilot, dead)
+        assert key_of(app, "restore") == "u"
+        await run(app, "restore")()
+        await pilot_until(pilot, lambda: any(t.startswith("Restore:") for t in toasts(app)), what="the toast")
+        with reopen(filled) as store:
+            assert store.event(dead).status == "dead"  # type: ignore[union-attr]

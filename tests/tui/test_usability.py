@@ -104,8 +104,10 @@ def test_every_key_is_also_in_the_command_palette() -> None:
     keys = {binding.action for binding in ConsoleApp.BINDINGS}  # type: ignore[union-attr]
     table_keys = {binding.action for binding in EventsTable.BINDINGS if binding.id}  # type: ignore[union-attr]
     table_keys = {"detail" if action == "select_cursor" else action for action in table_keys}
+    pane_keys = {binding.action for binding in EventsPane.BINDINGS if binding.id}  # type: ignore[union-attr]
     assert keys - from_textual <= in_palette
     assert table_keys <= in_palette
+    assert pane_keys <= in_palette
 
 
 async def test_the_palette_offers_keys_and_quit(filled: Path, clock: ManualClock) -> None:
