@@ -491,8 +491,9 @@ def load_settings(
 
 def open_inbox(settings: Settings, *, read_only: bool = False) -> Store:
     """The inbox the settings name, opened with their store options: how every command, each of the engine's
-    connections and the console open it. read_only: no write lock, no migration, no new file. Nothing is
-    checked as it opens (the gate before intake, core/gate.py, does that once, bounded in time)."""
+    connections, the webhook receiver's writer and the console open it. read_only: no write lock, no migration,
+    no new file. Nothing is checked as it opens (the gate before intake, core/gate.py, does that once, bounded in
+    time)."""
     return Store.open(settings.db, read_only=read_only, options=settings.store_options())
 
 

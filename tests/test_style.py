@@ -101,10 +101,10 @@ def store_openers(tree: ast.Module) -> int:
 
 
 def test_settings_become_an_open_inbox_in_one_place() -> None:
-    """open_inbox(settings) (config.py) is how the commands, the engine's connections and the console open the
-    inbox; the webhook receiver's writer opens the path it is handed with the options it is handed."""
+    """open_inbox(settings) (config.py) is how the commands, the engine's connections, the webhook receiver's
+    writer and the console open the inbox."""
     openers = {module_name(path): n for path in modules_outside_the_core() if (n := store_openers(parsed(path)))}
-    assert openers == {"console.config": 1, "console.edges.writer": 1}
+    assert openers == {"console.config": 1}
     assert store_openers(ast.parse("Store.open(settings.db, options=settings.store_options())")) == 1
 
 

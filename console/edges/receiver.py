@@ -27,7 +27,7 @@ from aiohttp import web
 from console import telemetry
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
-from console.core import MoveRefusal, StoreError, StoreOptions
+from console.core import MoveRefusal, StoreError
 from console.core.db import InboxDamaged
 from console.edges.config import WebhookConfig, build_verifiers, parse_webhooks
 from console.edges.connections import BACKLOG, ConnectionGate, connection_cap
@@ -58,9 +58,8 @@ class WebhookReceiver:
         self,
         config: WebhookConfig,
         verifiers: Mapping[str, Verifier],
-        store_path: str | os.PathLike[str],
+        settings: Settings,
         *,
-        store_options: StoreOptions | None = None,
         clock: Clock | None = None,
         group_commit: bool = True,
         on_stored: Callable[[str, str], None] | None = None,
@@ -75,8 +74,8 @@ class WebhookReceiver:
         self.telegram = telegram
         self.config = config
         self.clock = clock or WallClock()
-        self.writer = IngestWriter(store_path, store_options=store_options, clock=self.clock, group_commit=group_commit,
-                                   check_first=check_first, refusal=refusal)
+        self.writer = IngestWriter(settings, clock=self.clock, group_commit=group_commit, check_first=check_first,
+                                   refusal=refusal)
         self._on_damage = on_damage
         self.counts: Counter[str] = Counter({verdict: 0 for verdict in VERDICTS})
         self._verifiers = dict(verifiers)
@@ -353,7 +352,6 @@ def build_receiver(
         )
     verifiers = build_verifiers(config, environ)
     return WebhookReceiver(
-        config, verifiers, settings.db,
-        store_options=settings.store_options(), clock=clock, group_commit=group_commit, on_stored=on_stored,
+        config, verifiers, settings, clock=clock, group_commit=group_commit, on_stored=on_stored,
         check_first=check_first, refusal=refusal, on_damage=on_damage, telegram=telegram,
     )

@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 import queue
 import threading
 from collections.abc import Callable
@@ -22,7 +21,8 @@ from typing import Any, TypeVar
 import apsw
 
 from console.clock import Clock, WallClock
-from console.core import MoveRefusal, ReplayGuard, Store, StoreError, StoreOptions, StoreUnavailable
+from console.config import Settings, open_inbox
+from console.core import MoveRefusal, ReplayGuard, Store, StoreError, StoreUnavailable
 from console.core.db import START_CHECK_SECONDS, InboxDamaged, damage_met, is_damage
 from console.core.gate import check_before_intake
 from console.futures import settle_future
@@ -82,9 +82,8 @@ def _settle(results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
 class IngestWriter:
     def __init__(
         self,
-        path: str | os.PathLike[str],
+        settings: Settings,
         *,
-        store_options: StoreOptions | None = None,
         clock: Clock | None = None,
         group_commit: bool = True,
         max_group: int = DEFAULT_MAX_GROUP,
@@ -94,7 +93,8 @@ class IngestWriter:
         """check_first runs the gate before intake as the writer opens the inbox (a receiver on its own: an
         engine beside it has run it already). refusal says why the inbox takes no work now (the verdict of
         the engine beside it)."""
-        self.path = path
+        self.settings = settings
+        self.path = settings.db
         self.check_first = check_first
         # Set once a write met a damaged page: every later delivery is refused without touching the file.
         self.damaged: str | None = None
@@ -102,7 +102,6 @@ class IngestWriter:
         self.group_commit = group_commit
         self.max_group = max(1, max_group)
         self.stats = WriterStats()
-        self._options = store_options or StoreOptions()
         self._clock = clock or WallClock()
         self._queue: queue.SimpleQueue[object] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -161,7 +160,7 @@ class IngestWriter:
     # --- the writer thread --------------------------------------------------------------------
     def _run(self, ready: threading.Event, failure: list[BaseException]) -> None:
         try:
-            self._store = Store.open(self.path, options=self._options)
+            self._store = open_inbox(self.settings)
         except BaseException as exc:
             failure.append(exc)
             ready.set()
