@@ -372,7 +372,7 @@ class Bench:
         for kind, subject in subjects.items():
             line.figures[kind] = timings.rate(kind)
             subject.close()
-        line.notes[PG] = "one round trip: BEGIN, the writers' lock, one INSERT (move mark, NOTIFY inside), COMMIT"
+        line.notes[PG] = "one statement: inbox_ingest_one() (the writers' lock, the move mark, the INSERT, NOTIFY)"
         line.notes[PGQ] = "enqueue with a dedupe_key (the event's key), one statement"
         self.record(line)
 
@@ -389,8 +389,8 @@ class Bench:
             line.figures[kind] = timings.rate(kind)
             subject.close()
         line.notes[SQLITE] = "a read; the copy's count is held in memory and written with the store's next write"
-        line.notes[PG] = ("one INSERT ... ON CONFLICT DO NOTHING (then a read while counts are held); the count "
-                          "as on SQLite")
+        line.notes[PG] = ("inbox_ingest_one() refuses it (then a read while counts are held); the count as on "
+                          "SQLite")
         line.notes[PGQ] = "enqueue ON CONFLICT DO NOTHING on its dedupe index: writes nothing"
         self.record(line)
 
@@ -502,6 +502,7 @@ class Bench:
             line.figures[kind] = timings.rate(kind)
             subject.close()
         line.notes[PG] = line.notes[SQLITE] = "ingest_many: one transaction a call"
+        line.notes[PG] += " (one statement: inbox_ingest_set())"
         line.notes[PGQ] = "enqueue with lists: one INSERT ... SELECT FROM UNNEST a call"
         self.record(line)
 

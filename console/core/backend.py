@@ -164,6 +164,10 @@ class Backend(Protocol):
         """Many history lines at once, in order."""
         ...
 
+    def count_refusals(self, held: Sequence[tuple[str, str, int, int]]) -> None:
+        """Count refused copies held in memory on their events: (source, source_id, copies, last refused at)."""
+        ...
+
     def claim_fresh_statement(self) -> tuple[str, tuple[int, ...]]:
         """The statement claim_fresh reads its events with, and parameters to plan it with (explain_claim)."""
         ...

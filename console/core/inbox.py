@@ -306,8 +306,8 @@ class InboxMixin(StoreBase):
         """Inside the caller's write transaction: the held tally goes into it (and out of memory)."""
         if self._refused:
             held, self._refused = self._refused, {}
-            self._conn.executemany(_COUNT_REFUSED, [(copies, last, source, source_id)
-                                                    for (source, source_id), (copies, last) in held.items()])
+            self._backend.count_refusals([(source, source_id, copies, last)
+                                          for (source, source_id), (copies, last) in held.items()])
 
     def _keep_refusals(self, held: RefusalTally) -> None:
         """A transaction that took the held tally did not commit: put it back beside any counted since."""

@@ -616,23 +616,31 @@ class PgBackend:
     # The shared path's are four, eight and five. One statement does the shared path's fenced work for the common
     # case (the lease held, no move mark, no lost, retried or hand-retried event to see to first; a finish that
     # succeeded and stages nothing) and writes nothing otherwise, saying so; the shared path then runs as before.
+    # ingest and ingest_many are one statement each, a PL/pgSQL function (pg_schema 0013) run as its own autocommit
+    # transaction (durable): the same steps as a simple query of several statements, but planned once a session
+    # (the simple query was planned on every call, which took as long as running it).
     def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
-        rows = self._conn.write_at_once(_INGEST_AT_ONCE.format(channel=self.target.channel),
-                                        (source, source_id, text, now, now))
-        stored, mark = rows[0][0], rows[0][2:]
+        rows = self._conn.execute(_INGEST_ONE, (int(self.target.lock_key), self.target.channel, source, source_id,
+                                                text, now)).fetchall()
+        self._conn.commits += 1  # the statement's own transaction
+        stored, mark = rows[0][0], rows[0][1:]
         return bool(stored), None if mark[0] is None else (str(mark[0]), str(mark[1]), int(mark[2]))
 
     def ingest_many_at_once(
         self, encoded: Sequence[tuple[str, str, str]], now: int
     ) -> tuple[list[bool], MoveMark | None]:
         columns = [[entry[part] for entry in encoded] for part in range(3)]
-        rows = self._conn.write_at_once(_INSERT_SET_AT_ONCE.format(channel=self.target.channel), {
-            "now": now, "sources": columns[0], "source_ids": columns[1], "payloads": columns[2]})
-        mark = rows[0][1:4]
-        if mark[0] is not None:
-            return [], (str(mark[0]), str(mark[1]), int(mark[2]))
-        stored = {(str(row[4]), str(row[5])): row[6] == 0 for row in rows if row[4] is not None}
+        rows = self._conn.execute(_INGEST_SET, (int(self.target.lock_key), self.target.channel, *columns,
+                                                now)).fetchall()
+        self._conn.commits += 1  # the statement's own transaction
+        if rows and rows[0][3] is not None:
+            return [], (str(rows[0][3]), str(rows[0][4]), int(rows[0][5]))
+        stored = {(str(source), str(source_id)): copies == 0 for source, source_id, copies, *_ in rows}
         return [stored[source, source_id] for source, source_id, _ in encoded], None
+
+    def count_refusals(self, held: Sequence[tuple[str, str, int, int]]) -> None:
+        # One statement for them all (a statement a key is cheap only on SQLite).
+        self._conn.execute(_COUNT_REFUSED_SET, [list(column) for column in zip(*held, strict=True)])
 
     def claim_at_once(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
         rows = self._conn.write_at_once(_CLAIM_AT_ONCE.format(channel=self.target.channel), {
@@ -689,16 +697,14 @@ _INSERT_SET = f"""INSERT INTO inbox (source, source_id, payload, created_at, upd
      ORDER BY n
     {COUNT_A_COPY}
     RETURNING source, source_id, duplicates"""
-# ingest in one statement, run after the writers' lock (PgConnection.write_at_once): nothing is written when the inbox
-# carries a move mark (read in this statement's snapshot, taken once the lock is held), a stored key is refused by
-# the INSERT itself, and only a stored event NOTIFYs. Answers (stored, notified, the mark's state, other, at or NULLs).
-_INGEST_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
-     new AS (INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
-             SELECT %s::text, %s::text, %s::text, %s::bigint, %s::bigint WHERE NOT EXISTS (SELECT 1 FROM mark)
-             ON CONFLICT (source, source_id) DO NOTHING RETURNING id),
-     told AS (SELECT pg_notify('{{channel}}', '') FROM new)
-SELECT (SELECT count(*) FROM new), (SELECT count(*) FROM told), mark.state, mark.other, mark.at
-  FROM (VALUES (1)) AS one LEFT JOIN mark ON true"""
+# ingest and ingest_many of keys each once in the call, one statement each (pg_schema 0013): answers (stored, the
+# move mark's state, other, at or NULLs), and a row per event (source, source_id, copies) or one row with the mark.
+_INGEST_ONE = "SELECT stored, mark_state, mark_other, mark_at FROM inbox_ingest_one(?, ?, ?, ?, ?, ?)"
+_INGEST_SET = "SELECT * FROM inbox_ingest_set(?, ?, ?::text[], ?::text[], ?::text[], ?)"
+# Refused copies held in memory, counted on their events in one statement.
+_COUNT_REFUSED_SET = """UPDATE inbox SET duplicates = inbox.duplicates + held.copies, last_duplicate_at = held.last
+    FROM unnest(?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS held(source, source_id, copies, last)
+   WHERE inbox.source = held.source AND inbox.source_id = held.source_id"""
 # The shared claim's SET, with the parameters named.
 _CLAIM_SET_NAMED = _CLAIM_SET.replace("claim_gen = ?", "claim_gen = %(gen)s").replace("updated_at = ?",
                                                                                     "updated_at = %(now)s")
@@ -738,18 +744,3 @@ _FINISH_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
                  ORDER BY given.n),
      told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM done))
 SELECT (SELECT count(*) FROM go), (SELECT count(*) FROM done), (SELECT count(*) FROM told)"""
-# ingest_many in one statement (keys each once in the call): as _INSERT_SET, after the writers' lock, writing
-# nothing when the inbox carries a move mark; answers (NOTIFYs, the mark's state, other, at or NULLs, then each
-# row's source, source_id, duplicates).
-_INSERT_SET_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
-     new AS (INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
-             SELECT source, source_id, payload, %(now)s::bigint, %(now)s::bigint
-               FROM unnest(%(sources)s::text[], %(source_ids)s::text[], %(payloads)s::text[])
-                    WITH ORDINALITY AS entry(source, source_id, payload, n)
-              WHERE NOT EXISTS (SELECT 1 FROM mark)
-              ORDER BY n
-             {COUNT_A_COPY}
-             RETURNING source, source_id, duplicates),
-     told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM new))
-SELECT (SELECT count(*) FROM told), mark.state, mark.other, mark.at, new.source, new.source_id, new.duplicates
-  FROM (VALUES (1)) AS one LEFT JOIN mark ON true LEFT JOIN new ON true"""

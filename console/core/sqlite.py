@@ -30,7 +30,7 @@ from console.core.db import (
     user_version,
     wal_path,
 )
-from console.core.inbox import _CLAIM_ONE, _FINISH_ONE, _SELECT_FRESH
+from console.core.inbox import _CLAIM_ONE, _COUNT_REFUSED, _FINISH_ONE, _SELECT_FRESH
 from console.core.walfeed import WalFeed
 
 
@@ -169,6 +169,10 @@ class SqliteBackend:
     def log_attempts(self, entries: Sequence[AttemptEntry]) -> None:
         for entry in entries:
             self._conn.execute(LOG_ATTEMPT, entry)
+
+    def count_refusals(self, held: Sequence[tuple[str, str, int, int]]) -> None:
+        self._conn.executemany(_COUNT_REFUSED, [(copies, last, source, source_id)
+                                               for source, source_id, copies, last in held])
 
     def claim_fresh_statement(self) -> tuple[str, tuple[int, ...]]:
         return _SELECT_FRESH, (1,)
