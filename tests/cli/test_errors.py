@@ -210,16 +210,16 @@ def test_bad_default_config_file_is_reported(tmp_path: Path, db: Path) -> None:
 def test_no_command_opens_the_console_with_settings_and_demo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[tuple[Any, bool]] = []
+    calls: list[tuple[Any, bool, bool]] = []
     fake = types.ModuleType("console.tui.app")
-    fake.run_app = lambda settings, *, demo: calls.append((settings, demo))  # type: ignore[attr-defined]
+    fake.run_app = lambda settings, *, demo, read_only: calls.append((settings, demo, read_only))  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "console.tui.app", fake)
     result = invoke(["--db", str(tmp_path / "x.db"), "--demo"], env={"AGENT_CONSOLE_LEASE_TTL": "7"})
     assert result.exit_code == 0, result.stderr
-    [(settings, demo)] = calls
-    assert (settings.db, settings.lease_ttl, demo) == (tmp_path / "x.db", 7, True)
+    [(settings, demo, read_only)] = calls
+    assert (settings.db, settings.lease_ttl, demo, read_only) == (tmp_path / "x.db", 7, True, False)
     assert invoke([]).exit_code == 0
-    assert calls[1][1] is False and calls[1][0].db.parent.is_dir()  # the default data folder was made
+    assert calls[1][1:] == (False, False) and calls[1][0].db.parent.is_dir()  # the default data folder was made
 
 
 def test_a_build_without_the_console_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,7 +230,7 @@ def test_a_build_without_the_console_says_so_in_one_line(monkeypatch: pytest.Mon
 def test_the_console_is_not_opened_with_bad_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[object] = []
     fake = types.ModuleType("console.tui.app")
-    fake.run_app = lambda settings, *, demo: calls.append(settings)  # type: ignore[attr-defined]
+    fake.run_app = lambda settings, *, demo, read_only: calls.append(settings)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "console.tui.app", fake)
     user_error([], "AGENT_CONSOLE_OUTBOX_GAP", env={"AGENT_CONSOLE_OUTBOX_GAP": "-1"})
     assert calls == []
