@@ -31,17 +31,16 @@ from textual.driver import Driver
 from textual.message import Message
 from textual.notifications import Notification, Notify, SeverityLevel
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer
+from textual.widgets import Footer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
-from console.callview import request_view
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings, open_inbox
-from console.core import Approval, Store, StoreError
+from console.core import Store, StoreError
 from console.demo import demo_settings, run_demo
 from console.notices import Notice, NoticeKind
 from console.textsafe import terminal_safe, terminal_safe_lines
-from console.timefmt import plural, span
+from console.timefmt import plural
 from console.tui.backend import ConsoleEngine
 from console.tui.commands import ConsoleCommands
 from console.tui.detail import DetailView, read_detail, read_neighbour
@@ -49,8 +48,7 @@ from console.tui.finding import read_message
 from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
 from console.tui.panes import PANES, LivePane
 from console.tui.read_only import MAIN_SCREEN_WRITES
-from console.tui.reads import read_approval, read_spend
-from console.tui.screens.approval import ApprovalScreen
+from console.tui.reads import read_spend
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailHost, DetailScreen
@@ -88,7 +86,6 @@ NOTICE_PANES: dict[NoticeKind, tuple[str, ...]] = {
 FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
 TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes: redrawn, not re-read
 APPROVAL_TEXT = "refund order 881"
-CONFIRM_AFTER_SECONDS = 60  # with confirm_approvals, a yes with more time than this left asks once more
 # The test keys write made-up events into the inbox: only in `--demo`, whose inbox is a throwaway.
 DEMO_ACTIONS = frozenset({"quick_chat", "quick_poison", "quick_redeliver", "quick_approval"})
 
@@ -579,7 +576,8 @@ class ConsoleApp(App[None]):
         async def neighbour(event_id: int, older: bool) -> int | None:
             return await self.read(read_neighbour(event_id, events.filter, older=older))
 
-        host = DetailHost(load, neighbour, events.retry_event, self._answer, events.restore_event)
+        host = DetailHost(load, neighbour, events.retry_event, self.query_one(ApprovalsPane).answer,
+                          events.restore_event)
         await self.push_screen(DetailScreen(await load(event_id), host, zone))
 
     async def open_message(self, message_id: int) -> None:
@@ -671,57 +669,8 @@ class ConsoleApp(App[None]):
             self.notify(f"duplicate refused: {source}/{source_id} is already stored", title="Redelivered",
                         severity="warning")
 
-    @on(DataTable.RowSelected, "#approvals-table")
-    def _approval_selected(self) -> None:
-        self._open_approval()
-
-    @work(exclusive=True, group="approval-screen")
-    async def _open_approval(self) -> None:
-        """The highlighted approval on its own screen; answering there is the same as y / n here."""
-        approval = self.query_one(ApprovalsPane).selected()
-        if approval is None:
-            self.notify("No approval is waiting", severity="warning")
-            return
-        view = await self.read(read_approval(approval.request_id))
-        if view is None:
-            return
-        request_id = approval.request_id
-        answer = await self.push_screen_wait(ApprovalScreen(
-            view, self.clock.now(), ZoneInfo(self.settings.timezone), clock=self.clock,
-            reread=lambda: self.read(lambda store: store.approval(request_id))))
-        if answer in ("yes", "no"):
-            await self._answer(approval, answer)
-
     async def action_answer(self, answer: str) -> None:
-        approval = self.query_one(ApprovalsPane).selected()
-        if approval is None:
-            self.notify("No approval is waiting", severity="warning")
-            return
-        await self._answer(approval, answer)
-
-    async def _answer(self, approval: Approval, answer: str) -> None:
-        """Every y / n of the console comes here. With `confirm_approvals` set, a yes with more than a minute left
-        to think asks once more (a stray key must not refund an order); a yes about to expire does not wait."""
-        left = approval.expires_at - self.clock.now()
-        if answer == "yes" and self.settings.confirm_approvals and left > CONFIRM_AFTER_SECONDS:
-            async def confirmed(sure: bool | None) -> None:
-                if sure:
-                    await self._settle_answer(approval, answer)
-
-            question = (f"Approve {request_view(approval).compact()} ({approval.request_id})? "
-                        f"It has {span(left)} left to answer.")
-            self.push_screen(ConfirmScreen(question, yes_label="Approve", destructive=True), confirmed)
-            return
-        await self._settle_answer(approval, answer)
-
-    async def _settle_answer(self, approval: Approval, answer: str) -> None:
-        outcome = await self.engine.answer(approval.request_id, answer)
-        self.mark("approvals", "events")
-        if outcome == answer:
-            self.notify(f"{request_view(approval).compact()}: {outcome}", title="Answered")
-        else:
-            self.notify(f"{request_view(approval).compact()}: the outcome that stands is {outcome}", title="Too late",
-                        severity="warning")
+        await self.query_one(ApprovalsPane).answer_selected(answer)
 
     async def action_retry(self) -> None:
         await self.query_one(EventsPane).retry()

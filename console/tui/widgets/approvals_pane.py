@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import replace
+from zoneinfo import ZoneInfo
 
 from rich.text import Text
-from textual import on
+from textual import on, work
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
@@ -25,15 +26,18 @@ from console.callview import (
 )
 from console.core import Approval
 from console.textsafe import terminal_safe
-from console.timefmt import VIA_SHORT, coarse_span
+from console.timefmt import VIA_SHORT, coarse_span, span
 from console.tui.panes import PaneHost
-from console.tui.reads import ApprovalsView, read_approvals
+from console.tui.reads import ApprovalsView, read_approval, read_approvals
 from console.tui.render import show
+from console.tui.screens.approval import ApprovalScreen
+from console.tui.screens.confirm import ConfirmScreen
 from console.tui.widgets.countdown_bar import bar_text, quantized
 
 BAR_CELLS = 6
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
 GAP = "  "
+CONFIRM_AFTER_SECONDS = 60  # with confirm_approvals, a yes with more time than this left asks once more
 
 
 def countdown_bar(approval: Approval, now: int, cells: int = BAR_CELLS) -> str:
@@ -282,3 +286,58 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
     def _resized(self) -> None:
         keep = self.selected()
         self.call_after_refresh(self._render_rows, keep)
+
+    # --- the approval flow: y / n here, enter opens the approval's screen, the detail's y / n -----------
+    @on(DataTable.RowSelected, "#approvals-table")
+    def _approval_selected(self, message: DataTable.RowSelected) -> None:
+        message.stop()
+        self.open_selected()
+
+    @work(exclusive=True, group="approval-screen")
+    async def open_selected(self) -> None:
+        """The highlighted approval on its own screen; answering there is the same as y / n here."""
+        approval = self.selected()
+        if approval is None:
+            self.notify("No approval is waiting", severity="warning")
+            return
+        host = self.host
+        view = await host.read(read_approval(approval.request_id))
+        if view is None:
+            return
+        request_id = approval.request_id
+        answer = await self.app.push_screen_wait(ApprovalScreen(
+            view, host.clock.now(), ZoneInfo(host.settings.timezone), clock=host.clock,
+            reread=lambda: host.read(lambda store: store.approval(request_id))))
+        if answer in ("yes", "no"):
+            await self.answer(approval, answer)
+
+    async def answer_selected(self, answer: str) -> None:
+        approval = self.selected()
+        if approval is None:
+            self.notify("No approval is waiting", severity="warning")
+            return
+        await self.answer(approval, answer)
+
+    async def answer(self, approval: Approval, answer: str) -> None:
+        """Every y / n of the console comes here. With `confirm_approvals` set, a yes with more than a minute left
+        to think asks once more (a stray key must not refund an order); a yes about to expire does not wait."""
+        left = approval.expires_at - self.host.clock.now()
+        if answer == "yes" and self.host.settings.confirm_approvals and left > CONFIRM_AFTER_SECONDS:
+            async def confirmed(sure: bool | None) -> None:
+                if sure:
+                    await self._settle_answer(approval, answer)
+
+            question = (f"Approve {request_view(approval).compact()} ({approval.request_id})? "
+                        f"It has {span(left)} left to answer.")
+            self.app.push_screen(ConfirmScreen(question, yes_label="Approve", destructive=True), confirmed)
+            return
+        await self._settle_answer(approval, answer)
+
+    async def _settle_answer(self, approval: Approval, answer: str) -> None:
+        outcome = await self.host.engine.answer(approval.request_id, answer)
+        self.host.mark("approvals", "events")
+        if outcome == answer:
+            self.notify(f"{request_view(approval).compact()}: {outcome}", title="Answered")
+        else:
+            self.notify(f"{request_view(approval).compact()}: the outcome that stands is {outcome}", title="Too late",
+                        severity="warning")
