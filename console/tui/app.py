@@ -17,7 +17,6 @@ import sys
 import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
-from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from zoneinfo import ZoneInfo
@@ -37,12 +36,13 @@ from textual.worker import Worker, WorkerCancelled, WorkerFailed
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings, open_inbox
 from console.core import Store, StoreError
-from console.demo import demo_settings, run_demo
+from console.demo import demo_settings
 from console.notices import Notice, NoticeKind
 from console.textsafe import terminal_safe, terminal_safe_lines
 from console.timefmt import plural
 from console.tui.backend import ConsoleEngine
 from console.tui.commands import ConsoleCommands
+from console.tui.demo import DEMO_ACTIONS, InjectControls, start_demo_traffic
 from console.tui.detail import DetailView, read_detail, read_neighbour
 from console.tui.finding import read_message
 from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
@@ -52,7 +52,6 @@ from console.tui.reads import read_spend
 from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailHost, DetailScreen
-from console.tui.screens.inject import InjectScreen
 from console.tui.screens.keys import KeysScreen, plain_help
 from console.tui.screens.message import MessageScreen
 from console.tui.screens.notes import NotesScreen
@@ -85,9 +84,6 @@ NOTICE_PANES: dict[NoticeKind, tuple[str, ...]] = {
 }
 FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
 TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes: redrawn, not re-read
-APPROVAL_TEXT = "refund order 881"
-# The test keys write made-up events into the inbox: only in `--demo`, whose inbox is a throwaway.
-DEMO_ACTIONS = frozenset({"quick_chat", "quick_poison", "quick_redeliver", "quick_approval"})
 
 
 def screenshot_folder() -> Path:
@@ -101,10 +97,6 @@ def screenshot_folder() -> Path:
     folder = Path(platformdirs.user_state_dir("agent-console")) / "screenshots"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
-
-
-def source_id_taken(source_id: str, store: Store) -> bool:
-    return any(store.find_event(source, source_id) for source in ("chat", "manual", "webhook", *store.sources()))
 
 
 class EngineNotice(Message):
@@ -211,8 +203,7 @@ class ConsoleApp(App[None]):
         self._header: ConsoleHeader | None = None
         self._lease: LeasePane | None = None
         self._unsubscribe: Callable[[], None] | None = None
-        self._last_injected: tuple[str, str, Any] | None = None
-        self._serial = 0
+        self.injector = InjectControls(self)  # i, and --demo's test keys
         loaded = load_themes(user_theme_dir)
         self.console_themes = {theme.name: theme for theme in loaded.themes}
         self._theme_errors = loaded.errors
@@ -605,69 +596,19 @@ class ConsoleApp(App[None]):
         await self.action_search(start_in_outbox=True)
 
     async def action_inject(self) -> None:
-        source_id = await self.unique_source_id()
-        await self.push_screen(InjectScreen(
-            self._submit_injection, sources=self.known_sources, source_id=source_id, blink=not self.deterministic,
-        ))
-
-    async def unique_source_id(self) -> str:
-        """A source id no event uses yet: kb-<now>-<n>."""
-        while True:
-            self._serial += 1
-            candidate = f"kb-{self.clock.now()}-{self._serial}"
-            if not await self.read(partial(source_id_taken, candidate)):
-                return candidate
-
-    async def _submit_injection(self, source: str, source_id: str, payload: Any) -> str | None:
-        try:
-            stored = await self.engine.ingest(source, source_id, payload)
-        except ValueError as exc:
-            return f"not stored: {exc}"
-        except StoreError as exc:
-            return f"not stored: {exc}"
-        self._last_injected = (source, source_id, payload)
-        self.mark("events", "header")
-        if not stored:
-            return f"duplicate refused: {source}/{source_id} is already in the inbox (pick another source id)"
-        # One short line: quick keys pressed in a row must not stack toasts over the bottom panes.
-        self.notify(f"stored {source}/{source_id}", timeout=2)
-        return None
-
-    async def _quick(self, source: str, payload: Any) -> None:
-        source_id = await self.unique_source_id()
-        stored = await self._submit_injection(source, source_id, payload)
-        if stored is not None:
-            self.notify(stored, severity="warning")
+        await self.push_screen(await self.injector.form(blink=not self.deterministic))
 
     async def action_quick_chat(self) -> None:
-        await self._quick("chat", {"text": "hello from the console"})
+        await self.injector.quick_chat()
 
     async def action_quick_poison(self) -> None:
-        await self._quick("manual", {"poison": True})
+        await self.injector.quick_poison()
 
     async def action_quick_approval(self) -> None:
-        await self._quick("chat", {"text": APPROVAL_TEXT})
+        await self.injector.quick_approval()
 
     async def action_quick_redeliver(self) -> None:
-        last = self._last_injected
-        if last is None:
-            newest = await self.read(lambda store: store.events(limit=1))
-            if not newest:
-                self.notify("Nothing to redeliver: the inbox is empty", severity="warning")
-                return
-            last = (newest[0].source, newest[0].source_id, newest[0].payload)
-        source, source_id, payload = last
-        try:
-            stored = await self.engine.ingest(source, source_id, payload)
-        except (ValueError, StoreError) as exc:
-            self.notify(f"not stored: {exc}", severity="error")
-            return
-        self.mark("events")
-        if stored:
-            self.notify(f"stored {source}/{source_id}", title="Redelivered")
-        else:
-            self.notify(f"duplicate refused: {source}/{source_id} is already stored", title="Redelivered",
-                        severity="warning")
+        await self.injector.redeliver()
 
     async def action_answer(self, answer: str) -> None:
         await self.query_one(ApprovalsPane).answer_selected(answer)
@@ -758,10 +699,7 @@ def _run(settings: Settings, *, demo: bool, read_only: bool = False) -> None:
 
 
 def _start_demo(app: ConsoleApp) -> None:
-    def announce(label: str) -> None:
-        app.notify(label, title="Demo", timeout=4)
-
-    app.run_worker(run_demo(app.engine, on_step=announce), group="demo", exit_on_error=False)
+    start_demo_traffic(app, app.engine)
 
 
 __all__ = ["ConsoleApp", "EngineNotice", "run_app"]

@@ -47,6 +47,9 @@ class PaneHost(Protocol):
 
     def receiver_summary(self) -> str | None: ...
 
+    def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
+               timeout: float | None = None, markup: bool = True) -> None: ...
+
     def toast(self, message: str, *, title: str = "", severity: SeverityLevel = "information",
               timeout: float | None = None) -> Notification:
         """notify, handing back the toast so that it can be taken away early (untoast)."""
