@@ -48,8 +48,6 @@ from console.tui.finding import read_message
 from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
 from console.tui.panes import PANES, LivePane
 from console.tui.read_only import MAIN_SCREEN_WRITES
-from console.tui.reads import read_spend
-from console.tui.screens.budget import BudgetScreen
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.detail import DetailHost, DetailScreen
 from console.tui.screens.keys import KeysScreen, plain_help
@@ -58,12 +56,12 @@ from console.tui.screens.notes import NotesScreen
 from console.tui.screens.search import SearchScreen
 from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
-from console.tui.theme_files import DEFAULT_THEME, STATUS_VARIABLES, load_themes
+from console.tui.theme_files import DEFAULT_THEME, load_themes, status_variables
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.console_header import ConsoleHeader
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
-from console.tui.widgets.lease_pane import MODES, LeasePane, stall_words
+from console.tui.widgets.lease_pane import MODES, LeasePane
 from console.tui.widgets.outbox_pane import OutboxPane
 
 if TYPE_CHECKING:
@@ -195,7 +193,6 @@ class ConsoleApp(App[None]):
         self.inbox_label = inbox_label
         self.started = False
         self.start_error: str | None = None
-        self._stalled = False
         self._dirty: set[str] = set()
         self._busy: set[str] = set()
         self._flush_due = False
@@ -275,7 +272,7 @@ class ConsoleApp(App[None]):
                 return self.get_key_display(binding.with_key(key, key_display=None))
         return None
 
-    def _relabel(self, binding_id: str, description: str) -> None:
+    def relabel(self, binding_id: str, description: str) -> None:
         """A binding's footer label changed in place (Textual has no public call for it); remaps still apply,
         as they are looked up by id."""
         for key, bindings in self._bindings.key_to_bindings.items():
@@ -284,17 +281,8 @@ class ConsoleApp(App[None]):
         self.refresh_bindings()
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
-        defaults = {
-            "status-pending": "ansi_yellow", "status-running": "ansi_blue", "status-done": "ansi_green",
-            "status-dead": "ansi_red", "urgent": "ansi_bright_yellow",
-        }
         theme = self.current_theme if self._registered_themes else None
-        if theme is not None:
-            for name, colour in zip(STATUS_VARIABLES, (theme.warning, theme.primary, theme.success, theme.error,
-                                                       theme.accent), strict=True):
-                if colour:
-                    defaults[name] = colour
-        return {**super().get_theme_variable_defaults(), **defaults}
+        return {**super().get_theme_variable_defaults(), **status_variables(theme)}
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def on_mount(self) -> None:
@@ -579,14 +567,7 @@ class ConsoleApp(App[None]):
         now = self.clock.now()
         goes_out_at = await self.read(lambda store: store.next_send_at(now=now))
         await self.push_screen(MessageScreen(message, now, ZoneInfo(self.settings.timezone), goes_out_at,
-                                             send_now=self._send_now))
-
-    async def _send_now(self, message_id: int) -> bool:
-        """The message screen's send now: a message the gap holds moves to the urgent lane."""
-        now = self.clock.now()
-        moved = await self.engine.write(lambda store: store.send_now(message_id, now=now))
-        self.mark("outbox")
-        return moved
+                                             send_now=self.query_one(OutboxPane).send_now))
 
     async def action_search(self, start_in_outbox: bool = False) -> None:
         await self.push_screen(SearchScreen(self.read, self.query_one(EventsPane).filter, self.open_detail,
@@ -635,32 +616,7 @@ class ConsoleApp(App[None]):
         await self.query_one(EventsPane).sort(order)
 
     async def action_budget(self) -> None:
-        spend = await self.read(read_spend(self.clock.now(), self.settings.budget_defaults()))
-        budgets = {"daily": spend.daily_budget_usd, "monthly": spend.monthly_budget_usd}
-        sources = {"daily": spend.daily_from, "monthly": spend.monthly_from}
-        await self.push_screen(BudgetScreen(self._save_budgets, budgets, sources))
-
-    async def _save_budgets(self, changed: dict[str, float] | None) -> str | None:
-        """Store budgets in the inbox (None: clear the stored ones), as `agent-console budget` does."""
-        now = self.clock.now()
-
-        def write(store: Store) -> None:
-            if changed is None:
-                store.clear_budgets()
-            for kind, usd in (changed or {}).items():
-                store.set_budget(kind, usd, now=now)
-
-        try:
-            await self.engine.write(write)
-        except (ValueError, StoreError) as exc:
-            return f"not stored: {exc}"
-        self.mark("header", "lease")
-        if changed is None:
-            self.notify("The stored budgets are cleared: the config file's and environment's apply", title="Budget")
-        else:
-            said = ", ".join(f"{kind} ${usd:g}" if usd else f"{kind} no limit" for kind, usd in changed.items())
-            self.notify(f"Stored in the inbox: {said}", title="Budget")
-        return None
+        await self.query_one(ConsoleHeader).edit_budgets()
 
     async def action_timers(self) -> None:
         await self.push_screen(TimersScreen(self.read, self.engine.write, self.clock, ZoneInfo(self.settings.timezone)))
@@ -669,14 +625,7 @@ class ConsoleApp(App[None]):
         await self.push_screen(NotesScreen(self.read, self.engine.write))
 
     def action_stall(self) -> None:
-        was = self.engine.mode
-        self._stalled = not self._stalled
-        self.engine.stall(self._stalled)
-        self._relabel("console.stall", "Resume" if self._stalled else "Stall")
-        self.mark("lease", "header")
-        title, words = stall_words(self._stalled, was, self.key_for("console.stall"))
-        self.notify(words, title=title, severity="warning" if self._stalled else "information")
-
+        self.query_one(LeasePane).stall()
 
 
 def run_app(settings: Settings, *, demo: bool = False, read_only: bool = False) -> None:

@@ -45,6 +45,10 @@ class PaneHost(Protocol):
 
     def key_for(self, binding_id: str) -> str | None: ...
 
+    def relabel(self, binding_id: str, description: str) -> None:
+        """A key's label in the footer changed (x reads Resume while stalled)."""
+        ...
+
     def receiver_summary(self) -> str | None: ...
 
     def notify(self, message: str, *, title: str = "", severity: SeverityLevel = "information",

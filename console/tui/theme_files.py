@@ -99,6 +99,21 @@ def _variable(value: Any, key: str, origin: str) -> str:
     return value
 
 
+def status_variables(theme: Theme | None) -> dict[str, str]:
+    """The status colours (STATUS_VARIABLES) a theme gives the events table: its warning, primary, success,
+    error and accent colours, or the terminal's own ANSI colours where it has none."""
+    variables = {
+        "status-pending": "ansi_yellow", "status-running": "ansi_blue", "status-done": "ansi_green",
+        "status-dead": "ansi_red", "urgent": "ansi_bright_yellow",
+    }
+    if theme is not None:
+        for name, colour in zip(STATUS_VARIABLES, (theme.warning, theme.primary, theme.success, theme.error,
+                                                   theme.accent), strict=True):
+            if colour:
+                variables[name] = colour
+    return variables
+
+
 def load_themes(user_dir: Path | None = None) -> ThemeLoad:
     """The shipped themes, then the user's (a user theme with a shipped name replaces it)."""
     themes: dict[str, Theme] = {}

@@ -14,14 +14,15 @@ from textual.content import Content
 from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
-from console.core import StoreError
+from console.core import Store, StoreError
 from console.spendfmt import dollars
 from console.textsafe import terminal_safe
 from console.timefmt import plural
 from console.tui.detail import human_span
 from console.tui.panes import PaneHost
-from console.tui.reads import Activity, HeaderFacts, SpendView, read_activity, read_header
+from console.tui.reads import Activity, HeaderFacts, SpendView, read_activity, read_header, read_spend
 from console.tui.render import show
+from console.tui.screens.budget import BudgetScreen
 from console.tui.widgets.lease_pane import tools_down_words
 
 log = logging.getLogger("agent_console.tui")
@@ -158,6 +159,37 @@ class ConsoleHeader(Vertical):
             return False
         return (self.activity_stale or activity.last_60s > 0
                 or (now // 60 != read_at // 60 and any(activity.per_minute)))
+
+    async def edit_budgets(self) -> None:
+        """b: the daily and monthly budgets the spend here is measured against, stored in the inbox."""
+        host = self.host
+        spend = await host.read(read_spend(host.clock.now(), host.settings.budget_defaults()))
+        budgets = {"daily": spend.daily_budget_usd, "monthly": spend.monthly_budget_usd}
+        sources = {"daily": spend.daily_from, "monthly": spend.monthly_from}
+        await self.app.push_screen(BudgetScreen(self._save_budgets, budgets, sources))
+
+    async def _save_budgets(self, changed: dict[str, float] | None) -> str | None:
+        """Store budgets in the inbox (None: clear the stored ones), as `agent-console budget` does."""
+        host = self.host
+        now = host.clock.now()
+
+        def write(store: Store) -> None:
+            if changed is None:
+                store.clear_budgets()
+            for kind, usd in (changed or {}).items():
+                store.set_budget(kind, usd, now=now)
+
+        try:
+            await host.engine.write(write)
+        except (ValueError, StoreError) as exc:
+            return f"not stored: {exc}"
+        host.mark("header", "lease")
+        if changed is None:
+            self.notify("The stored budgets are cleared: the config file's and environment's apply", title="Budget")
+        else:
+            said = ", ".join(f"{kind} ${usd:g}" if usd else f"{kind} no limit" for kind, usd in changed.items())
+            self.notify(f"Stored in the inbox: {said}", title="Budget")
+        return None
 
     @work(group="activity", exclusive=True)
     async def refresh_activity(self) -> None:

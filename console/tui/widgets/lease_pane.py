@@ -127,6 +127,7 @@ over) and resumes it.
         self._role = "starting"  # the engine's mode as last told (role_change_words)
         self._role_change: tuple[str, str] | None = None  # a change of role not said yet
         self._tools_down: set[str] = set()  # MCP servers told down (_say_tools_down)
+        self.stalled = False  # x: this console's worker stopped renewing (or taking) the lease
 
     async def reload(self) -> None:
         host = self.host
@@ -142,6 +143,18 @@ over) and resumes it.
             self.host.mark("lease")
         elif self.view.counts_down():
             self.view = self.view.at(now)
+
+    def stall(self) -> None:
+        """x: this console's worker stops renewing its lease (another console or `agent-console run` takes
+        over when it lapses), or takes part again."""
+        host = self.host
+        was = host.engine.mode
+        self.stalled = not self.stalled
+        host.engine.stall(self.stalled)
+        host.relabel("console.stall", "Resume" if self.stalled else "Stall")
+        host.mark("lease", "header")
+        title, words = stall_words(self.stalled, was, host.key_for("console.stall"))
+        self.notify(words, title=title, severity="warning" if self.stalled else "information")
 
     def role_told(self, mode: str) -> None:
         """Each of the engine's mode changes as it is told (a read may come after two of them): one that is a

@@ -110,6 +110,13 @@ A failed send is retried, never dropped.
         if self.view is not None and self.view.counts_down():
             self.view = self.view.at(now)
 
+    async def send_now(self, message_id: int) -> bool:
+        """An outbox message's screen's send now: a message the gap holds moves to the urgent lane."""
+        now = self.host.clock.now()
+        moved = await self.host.engine.write(lambda store: store.send_now(message_id, now=now))
+        self.host.mark("outbox")
+        return moved
+
     def compose(self) -> ComposeResult:
         yield Static(id="outbox-counts")
         yield CountdownBar(id="outbox-next")
