@@ -4,8 +4,12 @@ The engine runs on the app's own event loop; every SQLite read happens on its re
 (`await engine.read(fn)`), so the screen never waits on the disk. Engine notices arrive as typed
 messages and only mark panes dirty: a flush 0.1 s after the first mark re-reads each dirty pane at most
 once, so a worker draining a backlog cannot flood the screen. Nothing is read while nothing changes: the
-engine's watcher posts a notice on any commit to the file (PRAGMA data_version), and the once-a-second tick
-only redraws the countdowns and ages from what the panes already hold.
+engine's watcher posts a notice on any commit to the inbox, and the once-a-second tick only redraws the
+countdowns and ages from what the panes already hold.
+
+Each pane reads, redraws and acts for itself (console/tui/panes.py: PaneHost, LivePane): the app lays them
+out, holds the main screen's keys and routes each to the pane that does it, opens the screens, and decides
+when the panes are read. The inject form's store and --demo's test keys are console/tui/demo.py.
 """
 
 from __future__ import annotations
