@@ -19,17 +19,21 @@ panes (a header, a 40-row DataTable, three Statics side by side and a Footer), e
 for `--rounds` rounds (medians). The launch is stamped by the parent just before it starts the child; the child
 stamps the frame with the same wall clock.
 
-Idle cost: the real `agent-console` in a pseudo-terminal (120x40) on a small inbox (40 recent events, a
-pending approval counting down, its own engine holding the lease), left alone: the CPU time of its process
-tree over `--idle-seconds` of wall time, as a share of one core. The peer is a plain Textual app (a
-DataTable of 40 rows and a Footer) in the same terminal, idle the same time. `--before FOLDER` measures
-another checkout's console (e.g. `git archive main | tar -x -C /tmp/before`) in the same run.
+Idle cost: the real `agent-console` in a pseudo-terminal (120x40) on an inbox of `--idle-events` done events, a
+pending approval counting down an hour, a message sent an hour ago (`--idle-scenario fresh-send`: one sent as it
+starts) and its own engine holding the lease, left alone: the time on a CPU of every thread of its process tree
+(schedstat, in nanoseconds) over `--idle-seconds` of wall time, as a share of one core. The peers, in the same
+terminal for the same time: a plain Textual app (a DataTable of 40 rows and a Footer) that draws nothing, and the
+same app with one line counting seconds down (what drawing a countdown each second costs Textual). Systems take
+turns for `--idle-rounds` rounds. `--before FOLDER` measures another checkout's console (e.g. `git archive main |
+tar -x -C /tmp/before`) in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -327,9 +331,39 @@ class Plain(App):
 
 Plain().run()
 """
+# The same app with one line that counts seconds down, redrawn each second without a layout: what any Textual
+# app that shows a countdown in seconds pays, the floor under a console whose lease counts down.
+IDLE_PEER_COUNTDOWN = """
+import time
+from textual.app import App
+from textual.widgets import DataTable, Footer, Static
+
+class Countdown(App):
+    BINDINGS = [("q", "quit", "Quit")]
+
+    def compose(self):
+        table = DataTable()
+        table.add_columns("id", "source", "source id", "status", "age")
+        table.add_rows([(str(i), "chat", f"c-{i}", "done", f"{i}s") for i in range(40)])
+        yield table
+        yield Static(id="left")
+        yield Footer()
+
+    def on_mount(self):
+        self.set_interval(1, self.tick)
+
+    def tick(self):
+        self.query_one("#left", Static).update(f"left {120 - int(time.time()) % 120}s", layout=False)
+
+Countdown().run()
+"""
+SCENARIOS = ("quiet", "fresh-send")
 
 
-def small_inbox(path: Path, events: int = 40) -> None:
+def small_inbox(path: Path, events: int = 40, scenario: str = "quiet") -> None:
+    """`events` done events a couple of minutes old, one approval counting down an hour, and a message: sent an
+    hour ago (quiet: the console after an hour in which nothing happened but its lease counting down), or queued
+    now (fresh-send: the console's channel sends it as it starts, and its age counts seconds for ten minutes)."""
     now = WallClock().now()
     with Store.open(path, check=False) as store:
         for first in range(0, events, BATCH):
@@ -337,29 +371,52 @@ def small_inbox(path: Path, events: int = 40) -> None:
                                for i in range(first, min(events, first + BATCH))], now=now - 120)
         store.connection.execute("UPDATE inbox SET status = 'done', attempts = 1, claim_gen = 1")
         store.request_approval("apr-idle", "refund order 881", now=now, expires_in=3600)
-        store.queue_message("held for the next send", now=now)
+        if scenario == "quiet":
+            store.queue_message("sent an hour ago", now=now - 3600)
+            store.dispatch(lambda batch: None, now=now - 3600, channel="console")
+        else:
+            store.queue_message("held for the next send", now=now)
 
 
-def tree_cpu_seconds(pid: int) -> float:
-    """User + system CPU of pid and every live descendant (the MCP servers the engine starts)."""
-    ticks = os.sysconf("SC_CLK_TCK")
+def process_tree(pid: int) -> set[int]:
+    """pid and every live descendant (the MCP servers the engine starts)."""
     parents: dict[int, int] = {}
-    times: dict[int, float] = {}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
-        parents[int(entry.name)] = int(fields[1])
-        times[int(entry.name)] = (int(fields[11]) + int(fields[12])) / ticks
     tree, grew = {pid}, True
     while grew:
         found = {child for child, parent in parents.items() if parent in tree} - tree
         grew = bool(found)
         tree |= found
-    return sum(times.get(p, 0.0) for p in tree)
+    return tree
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """User + system CPU of pid and every live descendant, in clock ticks (10 ms here): every thread, the ended
+    ones too."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            fields = Path(f"/proc/{member}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+    return total
+
+
+def tree_run_nanoseconds(pid: int) -> dict[tuple[int, int], int]:
+    """Time on a CPU of every live thread of pid and its descendants, in nanoseconds (schedstat): an idle
+    console uses a few clock ticks in 30 s, too few to compare by ticks alone."""
+    times: dict[tuple[int, int], int] = {}
+    for member in process_tree(pid):
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{member}/task").iterdir():
+                times[(member, int(task.name))] = int((task / "schedstat").read_text().split()[0])
+    return times
 
 
 def idle_cpu(argv: list[str], cwd: Path, seconds: float, warmup: float = 8.0) -> dict[str, float]:
@@ -384,33 +441,55 @@ def idle_cpu(argv: list[str], cwd: Path, seconds: float, warmup: float = 8.0) ->
 
         try:
             drain(time.monotonic() + warmup)  # start-up is not idle: the first frames, the engine's check
-            cpu_before, wall_before, written[0] = tree_cpu_seconds(child.pid), time.monotonic(), 0
+            cpu_before, run_before = tree_cpu_seconds(child.pid), tree_run_nanoseconds(child.pid)
+            wall_before, written[0] = time.monotonic(), 0
             drain(wall_before + seconds)
             cpu = tree_cpu_seconds(child.pid) - cpu_before
+            run_after = tree_run_nanoseconds(child.pid)
             wall = time.monotonic() - wall_before
         finally:
             child.terminate(force=True)
-    return {"core_percent": 100 * cpu / wall, "cpu_seconds": cpu, "wall_seconds": wall,
-            "bytes_written_per_s": written[0] / wall}
+    # Threads that ended within the window are missing from schedstat (the ticks count them): none do here.
+    ran = sum(after - run_before.get(task, 0) for task, after in run_after.items()) / 1e9
+    return {"core_percent": 100 * ran / wall, "cpu_seconds": ran, "core_percent_by_ticks": 100 * cpu / wall,
+            "wall_seconds": wall, "bytes_written_per_s": written[0] / wall}
 
 
-def idle_report(seconds: float, before: Path | None, events: int = 40) -> dict[str, Any]:
-    report: dict[str, Any] = {"idle_seconds": seconds, "events": events, "load_average": os.getloadavg()}
+def idle_report(seconds: float, before: Path | None, events: int = 40, scenario: str = "quiet",
+                rounds: int = 1, warmup: float = 8.0) -> dict[str, Any]:
+    """The console (and another checkout's), the do-nothing peer and the countdown peer, taking turns for
+    `rounds` rounds; each figure is the median of its rounds."""
+    report: dict[str, Any] = {"idle_seconds": seconds, "events": events, "scenario": scenario, "rounds": rounds,
+                              "load_average": os.getloadavg()}
+    samples: dict[str, list[dict[str, float]]] = {}
     with tempfile.TemporaryDirectory(prefix="agent-console-idle-db-") as folder:
+        systems: list[tuple[str, list[str], Path]] = []
         for name, root in (("console", ROOT), *((("console_before", before),) if before else ())):
             db = Path(folder) / f"{name}.db"
-            small_inbox(db, events)
-            report[name] = idle_cpu([sys.executable, "-m", "console", "--db", str(db)], root, seconds)
-        script = Path(folder) / "plain_textual.py"
-        script.write_text(IDLE_PEER)
-        report["peer_plain_textual"] = idle_cpu([sys.executable, str(script)], ROOT, seconds)
-    peer = max(report["peer_plain_textual"]["core_percent"], 0.01)
-    for name in ("console", "console_before"):
+            small_inbox(db, events, scenario)
+            systems.append((name, [sys.executable, "-m", "console", "--db", str(db)], root))
+        for name, source in (("peer_plain_textual", IDLE_PEER), ("peer_textual_countdown", IDLE_PEER_COUNTDOWN)):
+            script = Path(folder) / f"{name}.py"
+            script.write_text(source)
+            systems.append((name, [sys.executable, str(script)], ROOT))
+        for round_ in range(rounds):
+            shift = round_ % len(systems)
+            for name, argv, root in systems[shift:] + systems[:shift]:
+                if name.startswith("console") and round_:
+                    db = Path(argv[-1])  # a fresh copy of the same inbox each round: the last round's lease is held
+                    for leftover in Path(folder).glob(db.name + "*"):
+                        leftover.unlink()
+                    small_inbox(db, events, scenario)
+                samples.setdefault(name, []).append(idle_cpu(argv, root, seconds, warmup))
+    for name, runs in samples.items():
+        report[name] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
+    peer = max(report["peer_plain_textual"]["core_percent"], 0.001)
+    for name in ("console", "console_before", "peer_textual_countdown"):
         if name in report:
             report[f"{name}_over_peer"] = report[name]["core_percent"] / peer
     if before:
         report["before_over_after"] = report["console_before"]["core_percent"] / max(
-            report["console"]["core_percent"], 0.01)
+            report["console"]["core_percent"], 0.001)
     return report
 
 
@@ -433,6 +512,10 @@ def main() -> None:
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--idle-only", action="store_true", help="only the idle-cost measurement")
     parser.add_argument("--idle-events", type=int, default=40, help="events in the idle console's inbox")
+    parser.add_argument("--idle-scenario", choices=SCENARIOS, default="quiet",
+                        help="quiet: the last message went an hour ago; fresh-send: one is sent as the console starts")
+    parser.add_argument("--idle-rounds", type=int, default=1, help="rounds of the idle line (each system once a round)")
+    parser.add_argument("--idle-warmup", type=float, default=8.0, help="seconds of start-up before each is measured")
     parser.add_argument("--before", type=Path, help="another checkout whose idle console (or start) is measured too")
     parser.add_argument("--start-only", action="store_true", help="only launch to first frame, against the peer")
     parser.add_argument("--rounds", type=int, default=7, help="rounds of --start-only (each system once a round)")
@@ -442,7 +525,8 @@ def main() -> None:
         print(json.dumps(start_report(options.rounds, options.before), indent=2))
         return
     if options.idle_only:
-        print(json.dumps(idle_report(options.idle_seconds, options.before, options.idle_events), indent=2))
+        print(json.dumps(idle_report(options.idle_seconds, options.before, options.idle_events, options.idle_scenario,
+                                     options.idle_rounds, options.idle_warmup), indent=2))
         return
     if options.child:
         kind, *rest = options.child

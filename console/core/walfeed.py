@@ -22,8 +22,6 @@ import time
 from pathlib import Path
 from typing import Any, Protocol
 
-from inotify_simple import INotify, flags
-
 log = logging.getLogger("agent_console.store")
 
 POLL_SECONDS = 0.05  # without inotify: how often data_version is looked at
@@ -46,6 +44,8 @@ class VersionedFile(Protocol):
 
 def _kernel_watch(wal: Path) -> Any:
     """An inotify instance reporting writes to the WAL file, or None where the platform has no inotify."""
+    from inotify_simple import INotify, flags  # loaded as the engine starts, not before the console's first frame
+
     try:
         inotify = INotify()
     except AttributeError:  # not Linux: libc has no inotify_init1
@@ -99,6 +99,8 @@ class WalFeed:
             if self._closed:  # closed by another thread while this one waited
                 return False
             raise
+        from inotify_simple import flags
+
         with self._lock:
             if not self._closed and any(event.mask & flags.IGNORED for event in events):
                 # The WAL was deleted under the feed's connection (by hand): look every POLL_SECONDS from now on.

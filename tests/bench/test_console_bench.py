@@ -22,3 +22,18 @@ def test_start_line_measures_the_console_and_the_four_pane_peer() -> None:
     assert report["console_over_peer"] > 0
     # The first frame is drawn before the agent's tools are imported: far fewer modules than with them.
     assert report["console"]["modules"] < 900, report
+
+
+def test_idle_line_measures_the_console_and_both_peers() -> None:
+    """A second of each, after a short start: the script runs end to end and reports every system (the figure
+    itself is the benchmark's to take, on a quiet machine: docs/performance.md)."""
+    done = subprocess.run([sys.executable, str(SCRIPT), "--idle-only", "--idle-seconds", "1", "--idle-warmup", "3"],
+                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, capture_output=True, text=True,
+                          timeout=180)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["scenario"] == "quiet"
+    for name in ("console", "peer_plain_textual", "peer_textual_countdown"):
+        assert report[name]["wall_seconds"] >= 1, report
+        assert report[name]["cpu_seconds"] > 0, report  # schedstat counts even an idle program's wake-ups
+    assert report["console_over_peer"] > 0

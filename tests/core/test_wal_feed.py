@@ -10,9 +10,10 @@ import threading
 import time
 from pathlib import Path
 
+import inotify_simple
 import pytest
 
-from console.core import Store, walfeed
+from console.core import Store
 from console.core.store import ChangeFeed
 from console.core.walfeed import WalFeed
 
@@ -107,7 +108,7 @@ def test_without_inotify_the_feed_looks_every_50_ms(inbox: Path, monkeypatch: py
     def no_inotify() -> None:
         raise AttributeError("inotify_init1")  # what the library raises where libc has no inotify
 
-    monkeypatch.setattr(walfeed, "INotify", no_inotify)
+    monkeypatch.setattr(inotify_simple, "INotify", no_inotify)
     feed = Store.open(inbox).change_feed()
     try:
         assert isinstance(feed, WalFeed) and not feed.kernel_told

@@ -100,7 +100,10 @@ def _asks_lines(what: RequestView, width: int, value_limit: int) -> list[str]:
 
 
 def at(view: ApprovalsView, now: int) -> ApprovalsView:
-    """The same approvals seen at a later second (their countdowns move), without reading the file."""
+    """The same approvals seen at a later second (their countdowns move), without reading the file: the same
+    view while no countdown's text moves (past ten minutes they count whole minutes), so nothing is redrawn."""
+    if all(countdown_bar(approval, now) == countdown_bar(approval, view.now) for approval in view.pending):
+        return view
     return replace(view, now=now)
 
 

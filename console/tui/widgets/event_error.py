@@ -11,6 +11,7 @@ from console.core import Event, StrandedAnswer
 from console.core.models import death_in_words
 from console.textsafe import terminal_safe, terminal_safe_lines
 from console.tui.detail import clock_text, human_span
+from console.tui.render import show
 
 
 def error_lines(event: Event, now: int, zone: tzinfo | None = None,
@@ -46,6 +47,13 @@ def error_lines(event: Event, now: int, zone: tzinfo | None = None,
     return [(head, "bold"), (terminal_safe_lines(event.error), style)]
 
 
+def moves_with_clock(event: Event) -> bool:
+    """Whether error_lines says something that changes as time passes: when a dead or discarded event went
+    ("died 3m ago"), or when a failed one is tried again ("next try in 42s"). The rest is drawn once."""
+    return event.status in ("dead", "discarded") or (event.status == "pending" and bool(event.attempts)
+                                                      and bool(event.error))
+
+
 class EventError(Static):
     """Always two lines high, so moving the cursor never changes how many rows the table holds: a page
     is read for the rows that fit. A longer error scrolls here; the detail (enter) shows it all too."""
@@ -62,4 +70,5 @@ class EventError(Static):
 
     def show(self, event: Event | None, now: int, zone: tzinfo | None = None,
              stranded: StrandedAnswer | None = None) -> None:
-        self.update(Content.assemble(*error_lines(event, now, zone, stranded)) if event is not None else "")
+        # Called every second (its countdowns move with the clock): drawn only when its words change.
+        show(self, Content.assemble(*error_lines(event, now, zone, stranded)) if event is not None else "")

@@ -42,7 +42,7 @@ from console.tui.reads import (
 )
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.filter_picker import FilterScreen
-from console.tui.widgets.event_error import EventError
+from console.tui.widgets.event_error import EventError, moves_with_clock
 from console.tui.widgets.events_table import EventsTable
 
 COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 9), ("att", 3), ("gen", 3), ("age", 6),
@@ -246,13 +246,19 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         ages past a minute (whole minutes, see table_age) are brought up to date every ten seconds together."""
         if self.page is None:
             return
-        self._show_error(now)  # its countdown ("next try in 42s") and "died 3m ago" move with the row's
+        selected = self.selected_event()
+        if selected is not None and moves_with_clock(selected):
+            self._show_error(now)  # its countdown ("next try in 42s") and "died 3m ago" move with the row's
         table = self.table
         for event in self.page.events:
+            # A quiet second touches no cell: only a waiting retry's countdown (few rows have one) moves every
+            # second, an age in its first minute too, and older ages every ten seconds.
+            retry = retry_in(event, now)  # "" for every row but a failed one waiting to be tried again
+            if not retry and now - event.created_at >= 60 and now % 10:
+                continue
             key = str(event.id)
             with contextlib.suppress(CellDoesNotExist):  # a row the table no longer holds
-                retry = retry_in(event, now)  # a waiting retry's countdown (few rows have one) moves every second
-                if str(table.get_cell(key, "retry")) != retry:
+                if retry and str(table.get_cell(key, "retry")) != retry:
                     table.update_cell(key, "retry", Text(retry, justify="right"))
                 if now - event.created_at >= 60 and now % 10:
                     continue

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.binding import Binding, BindingType
+from textual.geometry import Size
 from textual.message import Message
 from textual.widgets import DataTable
 
@@ -61,6 +62,13 @@ class EventsTable(DataTable[object], inherit_bindings=False):
 
     def on_resize(self) -> None:
         self.post_message(self.Resized())
+
+    def watch_virtual_size(self, before: Size, after: Size) -> None:
+        # A column grew (the last error's column is as wide as its longest error, measured once the rows are in):
+        # DataTable keeps each row drawn at the widths it had when it was added, until something else redraws
+        # it (a layout of the whole screen once did, every second). Drawn again at the new widths.
+        if before.width != after.width:
+            self._clear_caches()
 
     def visible_rows(self) -> int:
         return max(1, self.scrollable_content_region.height - (self.header_height if self.show_header else 0))

@@ -68,7 +68,25 @@ class OutboxPaneView:
         return self.data.now
 
     def at(self, now: int) -> OutboxPaneView:
+        """The same outbox seen at a later second, without reading the file: the same view while nothing it
+        shows moves (ages and countdowns past ten minutes count whole minutes), so nothing is redrawn."""
+        if self.clock_texts(now) == self.clock_texts(self.now):
+            return self
         return replace(self, data=replace(self.data, now=now))
+
+    def countdown(self, now: int) -> Countdown:
+        """The next send's countdown at `now`."""
+        if self.data.next_send_at is None:
+            return Countdown(None, idle="nothing held")
+        wait = max(0, self.data.next_send_at - now)
+        return Countdown(quantized(wait), max(self.gap, wait, 1), label="next ", prefix="in ")
+
+    def clock_texts(self, now: int) -> tuple[object, ...]:
+        """What the pane shows that moves with the clock, as watch_view draws it at `now`."""
+        data = self.data
+        retries = tuple(human_span((message.next_try_at or now) - now) for message in data.troubled[:2])
+        ages = tuple(coarse_span(now - (message.sent_at or now)) for message in data.sent)
+        return (self.countdown(now), *retries, *ages)
 
     def counts_down(self) -> bool:
         """Something on screen moves with the clock: the next send's countdown, a retry's, or a send's age."""
@@ -140,12 +158,7 @@ A failed send is retried, never dropped.
         if counts.get("held"):  # held over max_messages_per_hour until the owner releases them
             head += [(f" · held{NBSP}", "dim"), (str(counts["held"]), "$text-warning bold")]
         show(self.query_one("#outbox-counts", Static), Content.assemble(*head))
-        if data.next_send_at is None:
-            countdown = Countdown(None, idle="nothing held")
-        else:
-            wait = max(0, data.next_send_at - now)
-            countdown = Countdown(quantized(wait), max(view.gap, wait, 1), label="next ", prefix="in ")
-        self.query_one(CountdownBar).countdown = countdown
+        self.query_one(CountdownBar).countdown = view.countdown(now)
         lines: list[Part] = telegram_line(data.telegram) + email_line(data.email)
         for message in data.troubled[:2]:
             retry = f", retry in {human_span((message.next_try_at or now) - now)}" if (
