@@ -152,15 +152,21 @@ class ApprovalsMixin(TimersMixin, MemoryMixin):
             )
         ]
 
-    def pending_approvals(self) -> list[Approval]:
-        """Unanswered requests, soonest deadline first (expired-but-not-yet-swept ones included)."""
+    def pending_approvals(self, limit: int | None = None) -> list[Approval]:
+        """Unanswered requests, soonest deadline first (expired-but-not-yet-swept ones included); the first
+        `limit` of them when given (what a pane can show: a flood of requests must not cost a reader them all)."""
+        window = "" if limit is None else " LIMIT ?"
         return [
             _approval(r)
             for r in self._conn.execute(
                 f"SELECT {_COLUMNS} FROM approvals INDEXED BY approvals_pending WHERE outcome IS NULL "
-                "ORDER BY expires_at"
+                f"ORDER BY expires_at{window}", () if limit is None else (int(limit),)
             )
         ]
+
+    def pending_approval_count(self) -> int:
+        """How many requests wait for an answer (read from the pending requests' index)."""
+        return int(self._scalar("SELECT COUNT(*) FROM approvals INDEXED BY approvals_pending WHERE outcome IS NULL"))
 
     def resolved_approvals(self, limit: int = 10) -> list[Approval]:
         return [

@@ -127,12 +127,19 @@ def read_lease(now: int) -> Callable[[Store], LeaseView]:
     return read
 
 
+# The waiting approvals the approvals pane reads, soonest deadline first: more do not fit a pane, and reading every
+# one on each reload made the console's memory and reloads grow with a flood of asked calls (the soak: the
+# tool-call cap asks each call past it). How many wait in all is counted apart.
+PENDING_WINDOW = 100
+
+
 @dataclass(frozen=True)
 class ApprovalsView:
     now: int
-    pending: list[Approval]
+    pending: list[Approval]  # the soonest PENDING_WINDOW of them
     resolved: list[Approval]
     stranded: list[StrandedAnswer] = field(default_factory=list)  # answers whose event died before they resumed
+    waiting: int | None = None  # how many wait in all (None: as many as pending holds)
 
 
 @dataclass(frozen=True)
@@ -160,8 +167,10 @@ def read_approval(request_id: str) -> Callable[[Store], ApprovalView | None]:
 
 def read_approvals(now: int) -> Callable[[Store], ApprovalsView]:
     def read(store: Store) -> ApprovalsView:
-        return ApprovalsView(now, store.pending_approvals(), store.resolved_approvals(RECENT),
-                             store.stranded_answers(limit=RECENT))
+        pending = store.pending_approvals(limit=PENDING_WINDOW)
+        waiting = len(pending) if len(pending) < PENDING_WINDOW else store.pending_approval_count()
+        return ApprovalsView(now, pending, store.resolved_approvals(RECENT), store.stranded_answers(limit=RECENT),
+                             waiting)
 
     return read
 
@@ -257,7 +266,7 @@ class HeaderFacts:
 
 def read_header(now: int, defaults: BudgetDefaults) -> Callable[[Store], HeaderFacts]:
     def read(store: Store) -> HeaderFacts:
-        return HeaderFacts(_spend(store, now, defaults), store.lease(), len(store.pending_approvals()),
+        return HeaderFacts(_spend(store, now, defaults), store.lease(), store.pending_approval_count(),
                            tuple(tool for tool in store.tool_health() if tool["state"] != "up"))
 
     return read

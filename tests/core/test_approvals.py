@@ -144,3 +144,16 @@ def test_an_answer_never_removes_a_timer_of_the_users_own_under_the_expiry_name(
         "UPDATE timers SET every = 60, ev_source = NULL, ev_id = NULL WHERE id = ?", (expiry_timer_id("apr-1"),))
     assert store.answer_approval("apr-1", "yes", now=T + 1) == "yes"
     assert [t.id for t in store.timers()] == [expiry_timer_id("apr-1")]
+
+
+def test_the_waiting_approvals_read_as_a_window_of_the_soonest_and_a_count(store: Store) -> None:
+    """A console reads what fits on screen and how many wait, not every waiting approval (the soak found a flood
+    of asked calls growing the console)."""
+    for n in range(5):
+        store.request_approval(f"apr-{n}", f"act {n}", now=T, expires_in=500 - n)
+    assert store.pending_approval_count() == 5
+    assert [a.request_id for a in store.pending_approvals(limit=2)] == ["apr-4", "apr-3"]  # soonest deadline first
+    assert len(store.pending_approvals()) == 5
+    assert store.answer_approval("apr-4", "yes", now=T + 1) == "yes"
+    assert store.pending_approval_count() == 4
+    assert [a.request_id for a in store.pending_approvals(limit=2)] == ["apr-3", "apr-2"]

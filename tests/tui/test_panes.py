@@ -17,6 +17,7 @@ from console.timefmt import coarse_span
 from console.tui import app as app_module
 from console.tui.app import ConsoleApp, screenshot_folder
 from console.tui.commands import ConsoleCommands
+from console.tui.reads import PENDING_WINDOW
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.inject import InjectScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
@@ -46,6 +47,24 @@ def toasts(app: ConsoleApp) -> list[str]:
 
 def footer_label(app: ConsoleApp, binding_id: str) -> str | None:
     return next((b.binding.description for b in app.active_bindings.values() if b.binding.id == binding_id), None)
+
+
+async def test_a_flood_of_waiting_approvals_is_read_as_a_window_with_the_whole_count(filled: Path,
+                                                                                  clock: ManualClock) -> None:
+    """The pane reads the soonest PENDING_WINDOW approvals and the header and the pane say how many wait in all:
+    a flood of asked calls (the tool-call cap asks each call past it) costs the console what it shows."""
+    with reopen(filled) as store:
+        for n in range(PENDING_WINDOW + 20):
+            store.request_approval(f"apr-flood-{n}", f"act {n}", now=clock.now(), expires_in=3600 + n)
+    total = PENDING_WINDOW + 22  # and the filled scene's two
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        pane = app.query_one(ApprovalsPane)
+        await wait_until(pilot, lambda: pane.table.row_count == PENDING_WINDOW, what="a window of approvals")
+        assert f"{total} approvals waiting" in text(app, "#header-title")
+        assert pane.border_subtitle == f"{total} waiting, the {PENDING_WINDOW} soonest shown"
+        assert "apr-8-1" in str(pane.table.get_row_at(0)[0])  # the scene's soonest deadline first
 
 
 @pytest.mark.parametrize("bell", [True, False], ids=["bell", "quiet"])

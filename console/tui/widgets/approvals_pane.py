@@ -187,7 +187,9 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
         if view is None:
             return
         self._render_rows(self._selected_in(previous))
-        subtitle = f"{len(view.pending)} waiting"
+        waiting = len(view.pending) if view.waiting is None else view.waiting
+        subtitle = f"{waiting} waiting" + (f", the {len(view.pending)} soonest shown" if waiting > len(view.pending)
+                                           else "")
         if self.border_subtitle != subtitle:
             self.border_subtitle = subtitle
         lines: list[str | tuple[str, str]] = [("recent", "dim") if view.resolved else ("nothing resolved yet", "dim")]
