@@ -96,6 +96,9 @@ class Worker:
                 log.info("lost the lease (generation %s)", self.gen)
             self.gen = None
             lease = await host.read(lambda store: store.lease())
+            if self.stalled:  # stalled while this pass was at the inbox: it says so, not standby
+                host.set_mode("stalled")
+                return host.idle_cap
             self._standing_by(lease)
             return host.seconds_until(None if lease is None else lease.until + 1)
         if gen != self.gen:
@@ -103,6 +106,9 @@ class Worker:
             self.gen = gen
             host.publish("lease", f"generation {gen}")
             self._watch_tool_health()
+        if self.stalled:  # stalled while this pass was at the inbox: it claims nothing (the lease it holds lapses)
+            host.set_mode("stalled")
+            return host.idle_cap
         host.set_mode("active")
         if host.stopping:
             return None  # shutdown releases this generation; a claim now would only count an attempt

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
 from console.runtime.engine import Engine
-from tests.support import read_until
+from tests.support import read_until, until
 
 START = 1_790_000_000  # a fixed instant (2026-09-21 UTC)
 
@@ -250,3 +251,45 @@ async def test_the_engine_drops_expiry_timers_an_older_version_left_for_settled_
         assert [t.id for t in await eng.read(lambda s: s.timers())] == ["expire:open"]
     finally:
         await eng.stop()
+
+
+@pytest.mark.parametrize("held_by", ["another", "nobody"])
+async def test_a_stall_pressed_while_a_lease_pass_is_at_the_inbox_holds(tmp_path: Path, clock: ManualClock,
+                                                                      held_by: str) -> None:
+    """The stall key lands while the worker's pass waits on its acquire (a busy writer thread, a loaded machine):
+    that pass ends stalled, neither standing by (another holds the lease) nor active and claiming (it took it)."""
+    settings = make_settings(tmp_path)
+    with Store.open(settings.db) as store:
+        if held_by == "another":
+            assert store.acquire("another", now=clock.now()) is not None
+        store.ingest("chat", "waiting", {"text": "hello"}, now=clock.now())
+    engine = build_engine(settings, clock=clock, holder="test-worker", idle_cap=0.1, install_defaults=False)
+    at_the_inbox, go_on = asyncio.Event(), asyncio.Event()
+    modes: list[str] = []
+    real_on, real_set_mode = engine.on, engine.set_mode
+
+    async def slow_worker_writes(role: Any, fn: Any) -> Any:  # the window widened: the pass's acquire waits here
+        task = asyncio.current_task()
+        if role == "writer" and task is not None and task.get_name() == "agent-console-worker":
+            at_the_inbox.set()
+            await go_on.wait()
+        return await real_on(role, fn)
+
+    def seen(mode: Any) -> None:
+        modes.append(mode)
+        real_set_mode(mode)
+
+    engine.on, engine.set_mode = slow_worker_writes, seen  # type: ignore[method-assign]
+    await engine.start()
+    try:
+        await asyncio.wait_for(at_the_inbox.wait(), 10)
+        engine.stall()
+        del modes[:]
+        go_on.set()
+        # That pass and the stalled worker's next ones (idle_cap apart) say what they did.
+        await until(lambda: len(modes) >= 3 or modes[:1] not in ([], ["stalled"]), "the passes after the stall")
+        assert set(modes) == {"stalled"} and engine.mode == "stalled", modes
+        assert engine.worker.runs == 0
+        assert (await engine.read(lambda s: s.find_event("chat", "waiting"))).status == "pending"
+    finally:
+        await engine.stop()

@@ -11,13 +11,14 @@ import pytest
 from textual.pilot import Pilot
 
 from console.clock import ManualClock
+from console.core import Store
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.keys import KeysScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
-from tests.support import pilot_until
+from tests.support import pilot_until, read_until
 from tests.tui.conftest import reopen
-from tests.tui.scenes import make_app
-from tests.tui.test_snapshots import ready
+from tests.tui.scenes import HOLDER, make_app
+from tests.tui.test_snapshots import quiet, ready
 from tests.tui.test_tool_approvals import asked_by_a_webhook
 
 Compare = Callable[..., bool]
@@ -48,6 +49,12 @@ def test_approval_screen_settled(snap_compare: Compare, db_path: Path, clock: Ma
     _event_id, rid = asked_by_a_webhook(db_path, clock)
     app = make_app(db_path, clock)
 
+    def worker_done(store: Store) -> bool:
+        lease, approval = store.lease(), store.approval(rid)
+        return (lease is not None and lease.holder == HOLDER and lease.is_live(clock.now()) and approval is not None
+                and approval.outcome is not None and not store.events(status="running")
+                and not store.events(status="pending"))
+
     async def run_before(pilot: Pilot[Any]) -> None:
         await ready(app)(pilot)
         app.query_one(ApprovalsPane).table.focus()
@@ -56,11 +63,18 @@ def test_approval_screen_settled(snap_compare: Compare, db_path: Path, clock: Ma
         screen = app.screen
         assert isinstance(screen, ApprovalScreen)
         if settled == "expired":
-            clock.advance(501)
+            clock.advance(501)  # past the console's lease too: its worker takes it again at its next pass
         else:
             with reopen(db_path) as phone:
                 phone.answer_approval(rid, "yes", now=clock.now() - 5, via="ntfy")
+        app.engine.wake()
+        # What the screen shows behind the approval is what the file holds once the console's worker has done
+        # its part (the lease live again, the answer's event run): the panes' own ticks change nothing after.
+        await read_until(app.engine, worker_done, "the worker's part done")
         await screen.tick()
+        await app.settle()
+        await quiet(app, pilot)
+        app.clear_notifications()  # a toast leaves after seconds of real time: it is no part of this screen
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
