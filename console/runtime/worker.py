@@ -385,12 +385,11 @@ class Worker:
         """On taking the lease: record the MCP servers' health now, and again whenever it changes, not only
         after a run (a server that cannot start would otherwise show only once a run had gone without it)."""
         self._tool_health = {}  # a generation of its own: it writes what it sees, whatever the last holder wrote
-        if self._tool_watch is not None and not self._tool_watch.done():
-            assert self._tools_changed is not None
+        if self._tool_watch is None:  # once per worker: the servers, once started, stay up across generations
+            self._tools_changed = asyncio.Event()
+            self._tool_watch = asyncio.create_task(self._keep_tool_health(self._tools_changed))
+        elif self._tools_changed is not None:
             self._tools_changed.set()
-            return
-        self._tools_changed = asyncio.Event()
-        self._tool_watch = asyncio.create_task(self._keep_tool_health(self._tools_changed))
 
     async def _keep_tool_health(self, changed: asyncio.Event) -> None:
         # Duck-typed as in _record_tool_health: the gateway (console.agents.tools.ToolGateway) starts the servers
@@ -405,9 +404,13 @@ class Worker:
             with contextlib.suppress(RuntimeError):  # the loop has closed: the engine is gone
                 loop.call_soon_threadsafe(changed.set)
 
-        watch(tell)
-        if not await asyncio.to_thread(start):  # bounded by the servers' connect and list timeouts
+        try:
+            if not await asyncio.to_thread(start):  # bounded by the servers' connect and list timeouts
+                return  # no MCP server, or only the example shop, which starts on first use
+        except Exception as exc:  # a run that needs the servers meets the same trouble and says it to the model
+            self.host.note_error(f"starting the MCP servers: {type(exc).__name__}: {exc}")
             return
+        watch(tell)  # what changes from here is recorded; what changed before is read just below
         while not self.host.stopping:
             changed.clear()
             if self.gen is not None:
