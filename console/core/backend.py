@@ -11,7 +11,7 @@ PostgreSQL, where a statement is a round trip: one statement for the whole set).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -170,4 +170,42 @@ class Backend(Protocol):
 
     def claim_fresh_statement(self) -> tuple[str, tuple[int, ...]]:
         """The statement claim_fresh reads its events with, and parameters to plan it with (explain_claim)."""
+        ...
+
+    # --- moving a whole inbox (copy.py) ---------------------------------------------------------
+    @property
+    def location(self) -> str:
+        """How a move names the inbox in its marks and lines: a file's absolute path, a URL without password."""
+        ...
+
+    def tables(self) -> set[str]:
+        """The names of the inbox's tables."""
+        ...
+
+    def columns(self, table: str) -> list[str]:
+        """A table's columns, in order."""
+        ...
+
+    def begin_snapshot(self) -> None:
+        """Begin a read transaction that sees every table as of one moment (ended by COMMIT or ROLLBACK)."""
+        ...
+
+    def lift_idle_limit(self) -> None:
+        """Let the open transaction sit idle between statements (a copy waits on the other side)."""
+        ...
+
+    def bulk_insert(self, table: str, columns: Sequence[str], chunks: Iterable[list[tuple[Any, ...]]]) -> int:
+        """Insert every row of chunks into table (columns in order), inside the open transaction; how many."""
+        ...
+
+    def pause_counting(self, counted: Mapping[str, str]) -> None:
+        """Before a bulk load inside a transaction: stop keeping the counts (table -> its counts table)."""
+        ...
+
+    def recount(self, counted: Mapping[str, str]) -> None:
+        """After it: keep counting again, with each counts table set from the rows (pause_counting's end)."""
+        ...
+
+    def advance_identities(self, tables: Sequence[str]) -> None:
+        """Rows were loaded with their ids: the tables' own id counters continue after the highest."""
         ...

@@ -23,11 +23,9 @@ incomplete; run at any point again, `migrate` restarts the copy (2-3) or finishe
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from console.core.db import MoveRefusal, StoreError, StoreUnavailable, move_refusal
@@ -74,20 +72,11 @@ class CopyReport:
 
 def inbox_name(store: Store) -> str:
     """How a move names an inbox in its marks and lines: a file's absolute path, a URL without password."""
-    if store.backend == "postgresql":
-        return store.path
-    return os.fspath(Path(store.path).expanduser().absolute())
+    return store.storage.location
 
 
 def _columns(store: Store, table: str) -> list[str]:
-    if store.backend == "postgresql":
-        rows = store.connection.execute(
-            "SELECT column_name FROM information_schema.columns WHERE table_schema = current_schema() "
-            "AND table_name = ? ORDER BY ordinal_position", (table,)
-        ).fetchall()
-    else:
-        rows = [(row[1],) for row in store.connection.execute(f"PRAGMA table_info({table})")]
-    return [str(name) for (name,) in rows]
+    return store.storage.columns(table)
 
 
 def _count(store: Store, table: str) -> int:
@@ -169,12 +158,8 @@ def move_inbox(source: Store, target: Store, *, now: int,
 
 
 def _refuse_unknown_tables(source: Store, source_name: str) -> None:
-    if source.backend == "postgresql":
-        sql = "SELECT table_name FROM information_schema.tables WHERE table_schema = current_schema()"
-    else:
-        sql = "SELECT name FROM sqlite_schema WHERE type = 'table' AND name NOT LIKE 'sqlite%'"
     with _side(f"reading the source {source_name}"):
-        names = {str(row[0]) for row in source.connection.execute(sql)}
+        names = source.storage.tables()
     unknown = sorted(names - set(TABLES) - set(NOT_COPIED))
     if unknown:
         raise StoreError(f"this agent-console does not know how to move the table(s) {', '.join(unknown)} of "
@@ -201,8 +186,8 @@ def _copy(source: Store, target: Store, source_name: str, target_name: str, rest
     copied: dict[str, int] = {}
     into = f"writing the target {target_name}"
     with _side(into), target.storage.transaction(guarded=False), _snapshot(source, source_name):
-        _no_idle_limit(target)
-        _pause_counting(target)
+        target.storage.lift_idle_limit()
+        target.storage.pause_counting(COUNTED)
         if restart:
             for table in reversed(TABLES):  # children before the rows they name
                 target.connection.execute(f"DELETE FROM {table}")
@@ -215,31 +200,17 @@ def _copy(source: Store, target: Store, source_name: str, target_name: str, rest
             copied[table] = _copy_table(source, target, table, columns, source_name)
             if progress is not None:
                 progress(table, copied[table])
-        _advance_identities(target)
-        _recount(target)
+        target.storage.advance_identities(TABLES)
+        target.storage.recount(COUNTED)
         with _side(f"reading the source {source_name}"):
             _verify(source, target, copied)
     return copied
 
 
 def _copy_table(source: Store, target: Store, table: str, columns: list[str], source_name: str) -> int:
-    """Copy one table's rows; how many. Into PostgreSQL by COPY (a row a statement would cost a parse and a
-    plan each: ~40x slower), into SQLite by prepared inserts."""
-    names = ", ".join(columns)
-    rows = _chunks(source, f"SELECT {names} FROM {table}", source_name)
-    moved = 0
-    if target.backend == "postgresql":
-        with target.connection.raw.cursor() as cursor, cursor.copy(f"COPY {table} ({names}) FROM STDIN") as copy:
-            for chunk in rows:
-                for row in chunk:
-                    copy.write_row(row)
-                moved += len(chunk)
-        return moved
-    insert = f"INSERT INTO {table} ({names}) VALUES ({', '.join('?' for _ in columns)})"
-    for chunk in rows:
-        target.connection.executemany(insert, chunk)
-        moved += len(chunk)
-    return moved
+    """Copy one table's rows; how many (the target's bulk load: PostgreSQL's COPY, SQLite's prepared inserts)."""
+    rows = _chunks(source, f"SELECT {', '.join(columns)} FROM {table}", source_name)
+    return target.storage.bulk_insert(table, columns, rows)
 
 
 def _finish_source(source: Store, target: Store, source_name: str, target_name: str, now: int) -> int:
@@ -324,21 +295,13 @@ def _chunks(store: Store, sql: str, name: str) -> Iterator[list[tuple[Any, ...]]
         yield chunk
 
 
-def _no_idle_limit(store: Store) -> None:
-    """A PostgreSQL session of this product ends a transaction idle for IDLE_IN_WRITE_MS (a frozen process
-    must not hold the writers' lock); a copy's transactions wait on the other side between statements, so
-    they lift it for themselves."""
-    if store.backend == "postgresql":
-        store.connection.execute("SET LOCAL idle_in_transaction_session_timeout = 0")
-
-
 @contextmanager
 def _snapshot(store: Store, name: str) -> Iterator[None]:
-    """One read transaction on the source, so every table is read as of the same moment."""
-    begin = "BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY" if store.backend == "postgresql" else "BEGIN"
+    """One read transaction on the source, so every table is read as of the same moment (a copy's transactions
+    wait on the other side between statements: the storage's limit on an idle transaction is lifted)."""
     with _side(f"reading the source {name}"):
-        store.connection.execute(begin)
-        _no_idle_limit(store)
+        store.storage.begin_snapshot()
+        store.storage.lift_idle_limit()
     try:
         yield
     except BaseException:
@@ -349,40 +312,9 @@ def _snapshot(store: Store, name: str) -> Iterator[None]:
         store.connection.execute("COMMIT")
 
 
-# The tables whose rows PostgreSQL's triggers count, and where (pg_schema/0001): the copy counts them once.
+# The tables whose rows are counted, and where the counts are kept: a backend whose triggers would update the
+# counts row once a row copied may pause them for the copy and count each table once at its end.
 COUNTED = {"inbox": "inbox_counts", "outbox": "outbox_counts"}
-
-
-def _pause_counting(target: Store) -> None:
-    """On PostgreSQL a counting trigger updates the one counts row per row copied: in one transaction each
-    update walks every earlier version of that row, so a copy's cost grows with the square of its rows. The
-    copy turns them off inside its transaction (nobody else writes the target meanwhile: it is marked) and
-    counts each table once at the end."""
-    if target.backend == "postgresql":
-        for table in COUNTED:
-            target.connection.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-
-
-def _recount(target: Store) -> None:
-    if target.backend == "postgresql":
-        for table, counts in COUNTED.items():
-            target.connection.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-            target.connection.execute(
-                f"UPDATE {counts} SET n = (SELECT COUNT(*) FROM {table} WHERE {table}.status = {counts}.status)")
-
-
-def _advance_identities(target: Store) -> None:
-    """Ids were copied as they were: the target's own counters must continue after the highest."""
-    if target.backend != "postgresql":
-        return
-    for table in TABLES:
-        sequence = target.connection.execute(
-            "SELECT pg_get_serial_sequence(?, 'id')", (table,)
-        ).fetchall() if "id" in _columns(target, table) else [(None,)]
-        if sequence[0][0] is not None:
-            target.connection.execute(
-                f"SELECT setval(?, COALESCE((SELECT MAX(id) FROM {table}), 0) + 1, false)", (sequence[0][0],)
-            )
 
 
 def _verify(source: Store, target: Store, copied: dict[str, int]) -> None:
