@@ -11,10 +11,9 @@ import hashlib
 import json
 from typing import Any
 
-from console.core.base import dumps, loads
-from console.core.memory import MemoryMixin
+from console.core.base import StoreBase, dumps, loads
 from console.core.models import Approval, ApprovalDraft
-from console.core.timers import APPROVAL_EXPIRY_PREFIX, TimersMixin
+from console.core.timers import APPROVAL_EXPIRY_PREFIX
 
 ANSWERS = ("yes", "no")
 # Where an answer can come from (answered_via); an outcome stored by the expiry timer says 'expiry'.
@@ -57,7 +56,7 @@ def _check_request(request_id: str, expires_in: int) -> None:
         raise ValueError("expires_in must be a positive number of seconds")
 
 
-class ApprovalsMixin(TimersMixin, MemoryMixin):
+class ApprovalsMixin(StoreBase):
     def request_approval(
         self,
         request_id: str,

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import Any
 
 from console.core.backend import AttemptEntry, Backend, Connection
 from console.core.db import one
-from console.core.models import Lease, ToolCallRecord
+from console.core.models import ApprovalDraft, Lease, MemoryWrite, StrandedAnswer, ToolCallRecord
 from console.core.options import StoreOptions
 
 # Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
@@ -117,6 +117,87 @@ class StoreBase:
             self._log_attempt(event_id, now, "refused", holder, gen, said)
         return reason
 
+    def conversation_of(self, ids: Sequence[int]) -> str | None:
+        """The chat a batch's events came from, if any: where a run's reply goes (InboxMixin)."""
+        raise NotImplementedError
+
+    def _insert_approval(self, draft: ApprovalDraft, now: int, session_id: str | None) -> bool:
+        """Store an approval request; False when one with its id already stands (ApprovalsMixin)."""
+        raise NotImplementedError
+
+    def _write_session(self, session_id: str, state: Any, now: int) -> None:
+        """The one writer of a paused conversation (JournalMixin)."""
+        raise NotImplementedError
+
+    def _timer_values(
+        self,
+        timer_id: str,
+        due: int,
+        payload: Mapping[str, Any] | None = None,
+        *,
+        every: int | None = None,
+        cron: str | None = None,
+        tz: str | None = None,
+        catch_up: str = "coalesce",
+        key: tuple[str, str] | None = None,
+        each_cap: int = 100,
+        now: int | None = None,
+    ) -> tuple[Any, ...]:
+        """A timer's row, checked (ValueError says what is wrong) (TimersMixin)."""
+        raise NotImplementedError
+
+    def _write_timer(self, row: tuple[Any, ...], origin: Any = None) -> None:
+        """The one writer of a timer's row (TimersMixin)."""
+        raise NotImplementedError
+
+    def _write_memory(self, write: MemoryWrite, now: int) -> None:
+        """The one writer of a memory entry (MemoryMixin)."""
+        raise NotImplementedError
+
+    def _write_tool_call(self, call: ToolCallRecord, now: int) -> None:
+        """The one writer of a tool call's record (MemoryMixin)."""
+        raise NotImplementedError
+
+    def _audit_calls(self, calls: Sequence[ToolCallRecord], now: int, *, failed: str | None = None) -> None:
+        """The audit rows of the calls a run made in the world (AuditMixin)."""
+        raise NotImplementedError
+
+    # --- what one part of the Store asks of another ----------------------------------------------------------
+    # Every mixin derives from StoreBase alone; a method one of them (or commit_outcome) calls on another is
+    # declared here, its one body in the mixin named, which the Store (listing every mixin) supplies. mypy holds
+    # each body to its declaration.
+    def encode_event(self, source: str, source_id: str, payload: Any, *, by_engine: bool = False) -> str:
+        """Validate one event and return its payload as JSON text (InboxMixin)."""
+        raise NotImplementedError
+
+    def first_ids_at(self, moments: Sequence[int]) -> list[int]:
+        """For each moment, the smallest event id created at or after it (InboxMixin)."""
+        raise NotImplementedError
+
+    def _answer(self, request_id: str, answer: str, now: int, via: str) -> tuple[str, bool]:
+        """The one answer path, inside the caller's transaction (ApprovalsMixin)."""
+        raise NotImplementedError
+
+    def _settle_approval(self, request_id: str, now: int, via: str) -> str | None:
+        """Mirror the outcome that stands onto the approval and drop its expiry timer (TimersMixin)."""
+        raise NotImplementedError
+
+    def _audit_answer(self, request_id: str, answer: str, via: str, now: int) -> None:
+        """An approval's answer in the audit trail, written with the answer that settles it (AuditMixin)."""
+        raise NotImplementedError
+
+    def _audit_stranded(self, stranded: StrandedAnswer, now: int) -> None:
+        """An approved call whose answer's event died, in the audit trail (AuditMixin)."""
+        raise NotImplementedError
+
+    def _count_audit_prunable(self, cutoff: int) -> int:
+        """Audit rows written before cutoff that pruning may delete (AuditMixin)."""
+        raise NotImplementedError
+
+    def _prune_audit(self, cutoff: int, now: int, chunk: int) -> int:
+        """Delete the audit rows written before cutoff, keeping the chain checkable (AuditMixin)."""
+        raise NotImplementedError
+
     def _tell_of_stranded_answer(self, event_id: int, now: int) -> None:
         """Tell the owner an answer's event died (inside the caller's transaction; StrandedMixin does it)."""
         raise NotImplementedError
@@ -160,6 +241,10 @@ class StoreBase:
         self, event_id: int, at: int, kind: str, holder: str | None, gen: int | None, detail: str | None = None
     ) -> None:
         self._conn.execute(LOG_ATTEMPT, (event_id, at, kind, holder, gen, detail))
+
+    def _insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
+        """_insert_event for each (source, source_id, payload text), in order (PostgreSQL: in one statement)."""
+        return self._backend.insert_events(encoded, now)
 
     def _log_attempts(self, entries: Sequence[AttemptEntry]) -> None:
         """Many history lines at once, in order (a backend where a statement is a round trip writes them in one)."""

@@ -16,8 +16,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from console.core.base import dumps, loads
-from console.core.inbox import InboxMixin
+from console.core.base import StoreBase, dumps, loads
 from console.core.models import ChatPairing, ChatTake
 
 PAIR_CODE_SECONDS = 600  # a pairing code is good for ten minutes
@@ -36,7 +35,7 @@ def code_hash(code: str) -> str:
     return hashlib.sha256(code.strip().upper().encode("utf-8")).hexdigest()
 
 
-class ChatMixin(InboxMixin):
+class ChatMixin(StoreBase):
     # --- pairing --------------------------------------------------------------------------------
     def new_pair_code(self, source: str, code_hash: str, *, expires_at: int) -> None:
         """Open a pairing: the hash of a one-time code, valid until expires_at. It replaces any code before it."""

@@ -10,16 +10,24 @@ raised as a StoreError so that every command and process reports it the same way
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from console.core.db import START_CHECK_SECONDS, InboxDamaged, QuickCheck, damage_line
 
-if TYPE_CHECKING:
-    from console.core.store import Store
+
+class Gated(Protocol):
+    """What the gate asks of an inbox (the Store)."""
+
+    @property
+    def path(self) -> str: ...
+
+    def check_open_for_work(self) -> None: ...
+
+    def intake_check(self, *, seconds: float, probe_write: bool = True) -> QuickCheck: ...
 
 
 def check_before_intake(
-    store: Store, *, seconds: float = START_CHECK_SECONDS, probe_write: bool = True
+    store: Gated, *, seconds: float = START_CHECK_SECONDS, probe_write: bool = True
 ) -> QuickCheck:
     """Refuse (StoreError, one line) an inbox that must take no new work; else say how far the check read.
 

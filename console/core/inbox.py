@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields, replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any
 
 from console.core.base import CHAT_SOURCES, RESERVED_SOURCES, StoreBase, dumps, loads
 from console.core.db import move_refusal
@@ -23,9 +23,6 @@ from console.core.models import (
     failed_with_batch,
 )
 from console.core.outcome import commit_outcome
-
-if TYPE_CHECKING:
-    from console.core.store import Store
 
 MAX_KEY_CHARS = 512
 # What a retry by hand brings back: a dead event, or one the owner discarded and thinks better of.
@@ -329,10 +326,6 @@ class InboxMixin(StoreBase):
             shown.append(event)
         return shown
 
-    def _insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
-        """_insert_event for each (source, source_id, payload text), in order (PostgreSQL: in one statement)."""
-        return self._backend.insert_events(encoded, now)
-
     # --- claim and finish ---------------------------------------------------------------------
     def claim_batch(self, holder: str, gen: int, *, now: int) -> list[Event]:
         """Claim work for one run, under the lease (holder, gen).
@@ -557,7 +550,7 @@ class InboxMixin(StoreBase):
                 if moved:  # the calls a failed run made stand (journalled): the audit trail says so now
                     self._audit_failed_run(outcome.tool_calls, error, now)
             if error is None and (moved or not ids):
-                commit_outcome(cast("Store", self), outcome, ids, now)  # this mixin is only ever part of a Store
+                commit_outcome(self, outcome, ids, now)
             return True
 
     def conversation_of(self, ids: Sequence[int]) -> str | None:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from console.core.chats import ChatMixin
+from console.core.base import StoreBase
 
 SOURCE = "email"
 KEPT_WHEN_TOO_LARGE = ("kind", "from", "subject", "date", "message_id", "in_reply_to", "reply_to", "auto", "trusted",
@@ -38,7 +38,7 @@ class MailCursor:
         return cls(int(parts[0]), int(parts[1]), int(parts[2]))
 
 
-class MailMixin(ChatMixin):
+class MailMixin(StoreBase):
     def mail_cursor(self, channel: str) -> MailCursor | None:
         return MailCursor.parse(self._scalar("SELECT cursor FROM phone_cursors WHERE channel = ?", (channel,)))
 

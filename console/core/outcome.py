@@ -5,16 +5,13 @@ the audit trail's), so no table is written from two places."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+from console.core.base import StoreBase
 from console.core.caps import queue_run_messages
 from console.core.models import RunOutcome
 
-if TYPE_CHECKING:
-    from console.core.store import Store
 
-
-def commit_outcome(store: Store, outcome: RunOutcome, ids: Sequence[int], now: int) -> None:
+def commit_outcome(store: StoreBase, outcome: RunOutcome, ids: Sequence[int], now: int) -> None:
     """Write what a successful run staged, inside its finish's transaction (the caller checked the fence).
 
     The messages are filed under the run's first event and answer the chat it came from; most finishes queue

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.core.approvals import ApprovalsMixin
+from console.core.base import StoreBase
 from console.core.models import PHONE_IGNORED, PHONE_VERDICTS, PhoneAnswer, PhoneCard
 
 ASKING = "ask"  # the state of a card whose question is open
 AGAIN = "again:"  # prefix of the state shown after a tap on an approval already settled
 
 
-class PhoneMixin(ApprovalsMixin):
+class PhoneMixin(StoreBase):
     def inbox_tag(self) -> str:
         """This inbox's name on a shared answer topic (random, made by the migration; not a secret)."""
         return str(self._scalar("SELECT tag FROM inbox_identity WHERE one = 1"))

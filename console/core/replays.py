@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from console.core.inbox import InboxMixin
+from console.core.base import StoreBase
 from console.core.models import ReplayGuard
 
 # Rows swept per transaction: a constant plus twice what the transaction may add, so the sweep always
@@ -31,7 +31,7 @@ _RESIGHTED = "UPDATE replay_ledger SET seen_at = ?, expires_at = ? WHERE source 
 Delivery = tuple[str, str, Any, ReplayGuard | None]
 
 
-class ReplayMixin(InboxMixin):
+class ReplayMixin(StoreBase):
     def ingest_deliveries(self, items: Iterable[Delivery], *, now: int,
                           traces: Mapping[tuple[str, str], str] | None = None) -> list[str]:
         """Store webhook deliveries (source, source_id, payload, guard) in one transaction.

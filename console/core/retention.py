@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from console.core.audit import AuditMixin
-from console.core.inbox import InboxMixin
+from console.core.base import StoreBase
 
 MIN_PRUNE_AGE = 86_400  # a mistyped age cannot wipe today's work; unsettled approvals are guarded apart
 
@@ -38,7 +37,7 @@ class PruneReport:
     audit_rows_deleted: int = 0  # the oldest rows of the audit trail (a `pruned` row and the anchor keep it checkable)
 
 
-class RetentionMixin(InboxMixin, AuditMixin):
+class RetentionMixin(StoreBase):
     def prune(self, *, older_than: int, now: int, chunk: int = 500, dry_run: bool = False) -> PruneReport:
         """Clear payloads of events done before now - older_than; delete messages sent before it, the
         journal steps of those events, the sessions of approvals settled before it and the audit trail's rows

@@ -14,6 +14,7 @@ from typing import Any
 
 from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
+from console.core.audit import AuditMixin
 from console.core.backend import Backend, ChangeFeed
 from console.core.caps import CapsMixin
 from console.core.chats import ChatMixin
@@ -23,6 +24,7 @@ from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
 from console.core.mail import MailMixin
+from console.core.memory import MemoryMixin
 from console.core.models import BudgetDefaults
 from console.core.options import StoreOptions
 from console.core.outbox import OutboxMixin
@@ -33,6 +35,7 @@ from console.core.search import SearchMixin
 from console.core.spend import SpendMixin
 from console.core.sqlite import SqliteBackend
 from console.core.stranded import StrandedMixin
+from console.core.timers import TimersMixin
 from console.core.tool_health import ToolHealthMixin
 
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
@@ -80,9 +83,13 @@ def open_store(
 
 
 class Store(
-    RetentionMixin, ReplayMixin, MailMixin, ChatMixin, InboxMixin, LeaseMixin, PhoneMixin, ApprovalsMixin, OutboxMixin,
-    JournalMixin, InsightsMixin, AgentStateMixin, ToolHealthMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
+    InboxMixin, LeaseMixin, TimersMixin, ApprovalsMixin, PhoneMixin, OutboxMixin, JournalMixin, MemoryMixin, AuditMixin,
+    RetentionMixin, ReplayMixin, ChatMixin, MailMixin, InsightsMixin, AgentStateMixin, ToolHealthMixin, SpendMixin,
+    SearchMixin, StrandedMixin, CapsMixin,
 ):
+    """Every part of the Store over one Backend. Each mixin derives from StoreBase alone (what one asks of
+    another is declared there), so their order here does not matter."""
+
     def __init__(self, backend: Backend, options: StoreOptions, seed: int | None = None) -> None:
         self._backend = backend
         self._conn = backend.conn

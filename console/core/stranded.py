@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.core.audit import AuditMixin
+from console.core.base import StoreBase
 from console.core.models import StrandedAnswer
 
 # The journal key of the call an approval stands for: the step that runs it, once, on yes.
@@ -39,7 +39,7 @@ def approved_step_key(request_id: str) -> str:
     return f"{APPROVED_STEP_PREFIX}{request_id}"
 
 
-class StrandedMixin(AuditMixin):
+class StrandedMixin(StoreBase):
     def stranded_answers(self, *, limit: int | None = None) -> list[StrandedAnswer]:
         """Answers whose event is dead (all, or the oldest `limit`), oldest event first: what the owner said and
         what became of it."""

@@ -9,8 +9,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from croniter import CroniterBadCronError, CroniterBadDateError, croniter
 
-from console.core.audit import AuditMixin
-from console.core.base import RESERVED_SOURCES, dumps, loads
+from console.core.base import RESERVED_SOURCES, StoreBase, dumps, loads
 from console.core.inbox import check_payload_shape
 from console.core.models import Timer
 
@@ -137,7 +136,7 @@ def _fired_body(payload: str, origin: str | None) -> dict[str, Any]:
     return body
 
 
-class TimersMixin(AuditMixin):
+class TimersMixin(StoreBase):
     def add_timer(
         self,
         timer_id: str,
