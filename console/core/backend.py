@@ -74,11 +74,15 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
     # --- writing ------------------------------------------------------------------------------
-    def transaction(self, *, guarded: bool = True, relaxed: bool = False) -> AbstractContextManager[None]:
+    def transaction(self, *, guarded: bool = True, relaxed: bool = False) -> AbstractContextManager[object]:
         """A write transaction that always ends (COMMIT, or ROLLBACK on any error), writers serialised at its
         start. guarded: the inbox's move mark is read first, inside the writers' lock, and its MoveRefusal
-        raised. relaxed: its commit does not wait for the disk (see db.relaxed_durability's promise). The
-        storage's errors come out as they are (the Store's write_transaction wraps it in storage_errors)."""
+        raised. relaxed: its commit does not wait for the disk (see db.transaction's promise). The storage's
+        errors come out as they are (a move's copy names them itself)."""
+        ...
+
+    def write_transaction(self, *, guarded: bool = True, relaxed: bool = False) -> AbstractContextManager[object]:
+        """transaction(), with the storage's run-time errors as StoreUnavailable (as storage_errors): the Store's."""
         ...
 
     def storage_errors(self) -> AbstractContextManager[None]:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 from console.core.backend import AttemptEntry, Backend, Connection
@@ -67,12 +67,10 @@ class StoreBase:
     options: StoreOptions
     _rng: random.Random
 
-    @contextmanager
-    def write_transaction(self, *, guarded: bool = True, relaxed: bool = False) -> Iterator[None]:
-        """A write transaction on this inbox (Backend.transaction), the storage's run-time errors as
+    def write_transaction(self, *, guarded: bool = True, relaxed: bool = False) -> AbstractContextManager[object]:
+        """A write transaction on this inbox (Backend.write_transaction), the storage's run-time errors as
         StoreUnavailable: every write of the core is in one."""
-        with self._backend.storage_errors(), self._backend.transaction(guarded=guarded, relaxed=relaxed):
-            yield
+        return self._backend.write_transaction(guarded=guarded, relaxed=relaxed)
 
     def _lease_row(self) -> Lease | None:
         for holder, gen, until, acquired_at, renewed_at in self._conn.execute(

@@ -446,31 +446,53 @@ def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
 
 
 @contextmanager
-def transaction(conn: apsw.Connection, *, guarded: bool = True) -> Iterator[apsw.Connection]:
+def transaction(
+    conn: apsw.Connection, *, guarded: bool = True, relaxed: bool = False, translated: bool = False
+) -> Iterator[apsw.Connection]:
     """A write transaction on a SQLite file that always ends: COMMIT on success, ROLLBACK on any error (the
     Store's are its Backend's write_transaction; pg.PgConnection serialises its writers the same way).
 
     A guarded transaction first reads the inbox's move mark and raises its MoveRefusal when there is one:
     read inside the write lock, so a write either commits before `migrate` marks the inbox (and is in the
-    copy's snapshot) or sees the mark. Only migrations and `migrate` itself write unguarded."""
+    copy's snapshot) or sees the mark. Only migrations and `migrate` itself write unguarded.
+
+    relaxed: the commit skips its fsync (WAL + synchronous=NORMAL): it survives a process crash at once and a
+    power loss from the next FULL commit on (any connection's: WAL frames become durable in order). Only for
+    commits that have told the outside world nothing yet, so that a power cut can undo nothing anybody saw:
+    claims, finishes (their messages go out only after the outbox's own FULL commit), and the count of refused
+    duplicates. Acks, answers, journalled steps and the outbox's claims before a send always wait for their fsync.
+
+    translated: the errors a caller can meet at run time come out as StoreUnavailable (translate_errors). All
+    three in one context, not three nested ones: a write transaction is the core's hottest path."""
     try:
-        conn.execute("BEGIN IMMEDIATE")
-    except apsw.BusyError as exc:
-        raise StoreUnavailable(f"the inbox is busy (another writer held it for {BUSY_TIMEOUT_MS} ms)") from exc
-    try:
-        if guarded:
-            _refuse_if_marked(conn)
-        yield conn
-    except BaseException:
-        if conn.in_transaction:  # SQLite may already have rolled back (e.g. SQLITE_FULL)
-            conn.execute("ROLLBACK")
-        raise
-    try:
-        conn.execute("COMMIT")
-    except apsw.Error:
-        if conn.in_transaction:
-            conn.execute("ROLLBACK")
-        raise
+        if relaxed:
+            conn.execute("PRAGMA synchronous=NORMAL")
+        try:
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except apsw.BusyError as exc:
+                raise StoreUnavailable(f"the inbox is busy (another writer held it for {BUSY_TIMEOUT_MS} ms)") from exc
+            try:
+                if guarded:
+                    _refuse_if_marked(conn)
+                yield conn
+            except BaseException:
+                if conn.in_transaction:  # SQLite may already have rolled back (e.g. SQLITE_FULL)
+                    conn.execute("ROLLBACK")
+                raise
+            try:
+                conn.execute("COMMIT")
+            except apsw.Error:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+        finally:
+            if relaxed:
+                conn.execute("PRAGMA synchronous=FULL")
+    except _RUN_TIME_ERRORS as exc:
+        if not translated:
+            raise
+        raise _unavailable(exc) from exc
 
 
 def _refuse_if_marked(conn: apsw.Connection) -> None:
@@ -483,31 +505,23 @@ def _refuse_if_marked(conn: apsw.Connection) -> None:
 
 
 @contextmanager
-def relaxed_durability(conn: apsw.Connection) -> Iterator[None]:
-    """Commits inside skip their fsync (WAL + synchronous=NORMAL): they survive a process crash at
-    once and a power loss from the next FULL commit on (any connection's: WAL frames become durable
-    in order). Only for commits that have told the outside world nothing yet, so that a power cut
-    can undo nothing anybody saw: claims, finishes (their messages go out only after the outbox's
-    own FULL commit), and the count of refused duplicates. Acks, answers, journalled steps and the
-    outbox's claims before a send always wait for their fsync."""
-    conn.execute("PRAGMA synchronous=NORMAL")
-    try:
-        yield
-    finally:
-        conn.execute("PRAGMA synchronous=FULL")
-
-
-@contextmanager
 def translate_errors() -> Iterator[None]:
     """Turn the SQLite errors a caller can meet at run time into StoreUnavailable (pg.PgBackend has its own)."""
     try:
         yield
-    except apsw.FullError as exc:
-        raise StoreUnavailable("the inbox file or its disk is full") from exc
-    except apsw.BusyError as exc:
-        raise StoreUnavailable("the inbox is busy") from exc
-    except (apsw.IOError, apsw.ReadOnlyError) as exc:
-        raise StoreUnavailable(f"the inbox cannot be written: {exc}") from exc
+    except _RUN_TIME_ERRORS as exc:
+        raise _unavailable(exc) from exc
+
+
+_RUN_TIME_ERRORS = (apsw.FullError, apsw.BusyError, apsw.IOError, apsw.ReadOnlyError)
+
+
+def _unavailable(exc: apsw.Error) -> StoreUnavailable:
+    if isinstance(exc, apsw.FullError):
+        return StoreUnavailable("the inbox file or its disk is full")
+    if isinstance(exc, apsw.BusyError):
+        return StoreUnavailable("the inbox is busy")
+    return StoreUnavailable(f"the inbox cannot be written: {exc}")
 
 
 def one(conn: Any, sql: str, params: Any = ()) -> Any:

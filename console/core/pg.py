@@ -484,6 +484,11 @@ class PgBackend:
             with self._conn.write_transaction(guarded=guarded):
                 yield
 
+    @contextmanager
+    def write_transaction(self, *, guarded: bool = True, relaxed: bool = False) -> Iterator[None]:
+        with storage_errors(), self.transaction(guarded=guarded, relaxed=relaxed):
+            yield
+
     def storage_errors(self) -> Any:
         return storage_errors()
 

@@ -8,8 +8,8 @@ over them (core/backend.py), including how a batch is written: one cheap stateme
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterable, Mapping, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +23,6 @@ from console.core.db import (
     bounded_quick_check,
     connect,
     integrity_problems,
-    relaxed_durability,
     schema_dump,
     shrink_wal,
     transaction,
@@ -62,14 +61,11 @@ class SqliteBackend:
         self._conn.close()
 
     # --- writing ------------------------------------------------------------------------------
-    @contextmanager
-    def transaction(self, *, guarded: bool = True, relaxed: bool = False) -> Iterator[None]:
-        if relaxed:
-            with relaxed_durability(self._conn), transaction(self._conn, guarded=guarded):
-                yield
-        else:
-            with transaction(self._conn, guarded=guarded):
-                yield
+    def transaction(self, *, guarded: bool = True, relaxed: bool = False) -> AbstractContextManager[object]:
+        return transaction(self._conn, guarded=guarded, relaxed=relaxed)
+
+    def write_transaction(self, *, guarded: bool = True, relaxed: bool = False) -> AbstractContextManager[object]:
+        return transaction(self._conn, guarded=guarded, relaxed=relaxed, translated=True)
 
     def storage_errors(self) -> Any:
         return translate_errors()
