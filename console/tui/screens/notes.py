@@ -18,6 +18,7 @@ from textual.widgets import DataTable, Footer, Static
 from console.core import MemoryEntry, Store, StoreError
 from console.textsafe import terminal_safe
 from console.tui.read_only import read_only
+from console.tui.tables import clear_rows
 
 T = TypeVar("T")
 RunOn = Callable[[Callable[[Store], T]], Awaitable[T]]
@@ -103,7 +104,7 @@ class NotesScreen(ModalScreen[None]):
             return
         table = self.query_one(DataTable)
         row = table.cursor_row
-        table.clear()
+        clear_rows(table)
         for note in notes:
             table.add_row(*note_cells(note), key=note.key)
         if notes:

@@ -24,6 +24,7 @@ from console.core import Event, EventSearch, OutboxSearch, Store
 from console.textsafe import terminal_safe
 from console.tui.finding import RESULTS_PAGE, id_asked, read_event, read_event_matches, read_message_matches
 from console.tui.reads import EventFilter
+from console.tui.tables import clear_rows
 from console.tui.widgets.events_pane import table_age
 from console.tui.widgets.results_table import ResultsTable
 
@@ -155,8 +156,8 @@ class SearchScreen(ModalScreen[None]):
         if text != self.text:
             return  # typed on meanwhile: the newer search shows its own results
         self._searched = text
-        self.events_table.clear()
-        self.outbox_table.clear()
+        clear_rows(self.events_table)
+        clear_rows(self.outbox_table)
         self._add_events(EventSearch([direct, *found.events], found.next_before) if direct else found)
         self._add_messages(messages)
 

@@ -27,6 +27,7 @@ from console.core.timers import APPROVAL_EXPIRY_PREFIX
 from console.textsafe import terminal_safe
 from console.timefmt import relative, schedule_in_words
 from console.tui.read_only import read_only
+from console.tui.tables import clear_rows
 
 T = TypeVar("T")
 RunOn = Callable[[Callable[[Store], T]], Awaitable[T]]
@@ -178,7 +179,7 @@ class TimersScreen(ModalScreen[None]):
         else:
             row = table.cursor_row
             chosen = self._shown_ids[row] if 0 <= row < len(self._shown_ids) else None
-            table.clear()
+            clear_rows(table)
             for timer in view.timers:
                 table.add_row(*timer_cells(timer, view.now, self._zone), key=timer.id)
             if chosen in ids:

@@ -32,6 +32,7 @@ from console.tui.reads import ApprovalsView, read_approval, read_approvals
 from console.tui.render import show
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.confirm import ConfirmScreen
+from console.tui.tables import clear_rows
 from console.tui.widgets.countdown_bar import bar_text, quantized
 
 BAR_CELLS = 6
@@ -268,7 +269,7 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
             # so an idle console rebuilds this table once a minute, not every second.
             return
         self._rows, self._width = rows, width
-        table.clear()
+        clear_rows(table)
         self.query_one("#approvals-empty", Static).display = not view.pending
         for request_id, cell, height in rows:
             table.add_row(cell, key=request_id, height=height)

@@ -42,6 +42,7 @@ from console.tui.reads import (
 )
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.filter_picker import FilterScreen
+from console.tui.tables import clear_rows
 from console.tui.widgets.event_error import EventError, moves_with_clock
 from console.tui.widgets.events_table import EventsTable
 
@@ -234,7 +235,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
                     table.update_cell(key, label, cell, update_width=width is None)
             return
         scroll_x = table.scroll_x
-        table.clear()
+        clear_rows(table)
         for key, cells in rows:
             table.add_row(*cells, key=key)
         if scroll_x:
