@@ -31,7 +31,8 @@ async def test_the_search_results_shrink_to_what_they_show(db_path: Path, clock:
         table = screen.events_table
         last = list(table.columns.values())[-1]
         await pilot.press(*"wide")
-        await pilot_until(pilot, lambda: table.row_count == 1 and screen._searched == "wide", what="the long match", limit=20)
+        await pilot_until(pilot, lambda: table.row_count == 1 and screen._searched == "wide",
+                          what="the long match", limit=20)
         wide = last.content_width
         assert wide > 100
         await pilot.press(*["backspace"] * 4, *"tiny")
