@@ -52,8 +52,10 @@ def schedule_in_words(every: int | None, cron: str | None, tz: str | None, *, se
 
 
 def relative(when: int, now: int, *, sep: str = "") -> str:
-    """'in 3m 05s' or '3m 05s ago'."""
-    return f"in {span(when - now, sep=sep)}" if when >= now else f"{span(now - when, sep=sep)} ago"
+    """'in 3m 05s', 'now' or '3m 05s ago'."""
+    if when == now:
+        return "now"
+    return f"in {span(when - now, sep=sep)}" if when > now else f"{span(now - when, sep=sep)} ago"
 
 
 def clock_text(at: int | None, now: int, zone: tzinfo | None = None) -> str:

@@ -36,3 +36,8 @@ def test_the_users_zone_wins_over_the_machines() -> None:
     tokyo = ZoneInfo("Asia/Tokyo")  # UTC+9: noon UTC is nine in the evening there
     assert clock_text(NOON - 20, NOON, tokyo) == "20:59:40 (20s ago)"
     assert clock_text(NOON + 3 * 3600, NOON, tokyo) == "2026-12-01 00:00 (in 3h00m)"  # tomorrow, in Tokyo
+
+
+def test_the_moment_itself_is_now_not_in_no_time() -> None:
+    # A settled approval's screen read "expired 22:21:41 (in 0s)" when the expiry was this very second.
+    assert clock_text(NOON, NOON) == "12:00:00 (now)"
