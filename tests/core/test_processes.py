@@ -67,8 +67,10 @@ def test_two_processes_racing_for_the_lease_never_overlap(tmp_path: Path, inbox_
             elif record["kind"] == "release" and record["ok"]:
                 live_until[gen] = min(live_until[gen], record["tick"] - 1)
             elif record["kind"] == "release":
-                # Refused: the holder stalled past its lease and the other process took over meanwhile.
-                assert _taken_later(logs, holder, gen)
+                # Refused: the lease was no longer this holder's. Either the other process took over meanwhile,
+                # or it lapsed before the release's tick (a loaded machine can keep this process off the CPU
+                # while the other moves the shared clock past its TTL, then finish racing). Nothing else.
+                assert _taken_later(logs, holder, gen) or record["tick"] > live_until[gen], record
 
     gens = sorted(holder_of)
     assert gens == list(range(1, len(gens) + 1))  # no generation skipped or repeated
