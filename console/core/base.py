@@ -231,9 +231,10 @@ class StoreBase:
         """Insert an event, or count a refused copy of it (the duplicate ledger). True when it is new.
 
         Every way into the inbox (ingest, timers, approval answers and expiries) goes through here."""
-        for (duplicates,) in self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now)):
-            return bool(duplicates == 0)
-        raise AssertionError("INSERT ... RETURNING returned no row")
+        # Read to its end, not returned from inside the loop: the statement must be finished before COMMIT,
+        # whoever else still holds its cursor (tests/core/test_cursor_lifetime.py).
+        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now))
+        return bool(duplicates == 0)
 
     def _log_attempt(
         self, event_id: int, at: int, kind: str, holder: str | None, gen: int | None, detail: str | None = None

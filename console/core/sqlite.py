@@ -147,9 +147,10 @@ class SqliteBackend:
         return [self._insert_event(source, source_id, text, now) for source, source_id, text in encoded]
 
     def _insert_event(self, source: str, source_id: str, text: str, now: int) -> bool:
-        for (duplicates,) in self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now)):
-            return bool(duplicates == 0)
-        raise AssertionError("INSERT ... RETURNING returned no row")
+        # Read to its end, not returned from inside the loop: the statement must be finished before COMMIT,
+        # whoever else still holds its cursor (tests/core/test_cursor_lifetime.py).
+        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now))
+        return bool(duplicates == 0)
 
     def claim_fresh(self, gen: int, now: int, cap: int) -> list[Any]:
         # Fresh events are picked from their partial index, then claimed one UPDATE by primary key each: on
