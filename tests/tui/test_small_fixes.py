@@ -7,12 +7,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from textual.widgets import TextArea
+from textual.worker import WorkerState
 
 from console.clock import ManualClock
 from console.core.models import Timer
 from console.tui.screens.detail import DetailScreen, took_words
 from console.tui.screens.inject import InjectScreen
 from console.tui.screens.timers import timer_cells
+from console.tui.widgets.console_header import ConsoleHeader
 from console.tui.widgets.events_pane import EventsPane
 from tests.support import pilot_until
 from tests.tui.conftest import reopen
@@ -92,3 +94,22 @@ async def test_the_screenshot_toast_is_plain_words(filled: Path, clock: ManualCl
         await pilot_until(pilot, lambda: any(n.title == "Screenshot" for n in app._notifications), what="toast")
         toast = next(n for n in app._notifications if n.title == "Screenshot")
         assert toast.message == "Saved screenshot to '/tmp/shot.svg'"
+
+
+async def test_an_activity_read_that_lands_as_the_header_closes_is_harmless(filled: Path,
+                                                                            clock: ManualClock) -> None:
+    """Textual removes a widget's children before the widget itself: while the console closes, the header is
+    still attached with its title line gone, and a sparkline read finishing then met NoMatches('#header-title')
+    (a traceback at shutdown)."""
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        header = app.query_one(ConsoleHeader)
+        with reopen(filled) as store:
+            store.ingest("chat", "late-1", {"text": "one more"}, now=clock.now())  # the sparkline moves
+        await header.query_one("#header-line").remove()  # where the close has got to: the header's lines gone
+        assert header.is_attached
+        worker = header.refresh_activity()
+        await worker.wait()
+        assert worker.state is WorkerState.SUCCESS
+        assert app._exception is None

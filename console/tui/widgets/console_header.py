@@ -4,6 +4,7 @@ holds a live lease on the inbox or a tool server is down."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, replace
 
@@ -11,6 +12,7 @@ from textual import work
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.content import Content
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.widgets import Sparkline, Static
 
@@ -200,7 +202,11 @@ class ConsoleHeader(Vertical):
         except StoreError as exc:
             log.warning("reading the activity failed: %s", exc)
             return
-        if self.view is not None and self.is_attached:  # the console may be closing: the header has gone
+        if self.view is None:
+            return
+        # The console may be closing while the read ran: Textual removes the header's lines before the header,
+        # so a header still attached can have nothing left to draw on (the app's own reloads and ticks do the same).
+        with contextlib.suppress(NoMatches):
             self.view = replace(self.view, activity=self.activity)
 
     async def read_activity(self) -> None:
