@@ -100,7 +100,32 @@ def settings_for(db: Path) -> Settings:
     return Settings(db=db, theme="agent-dark", lease_ttl=30, batch_cap=100)
 
 
-async def child_console(db: Path, drain_rate: int) -> dict[str, Any]:
+def feed_events(db: Path, drain_rate: int, stop: threading.Event, first: Any = None) -> int:
+    """Ingest drain_rate events a second (20 commits a second) until stop is set; how many were committed."""
+    serial = 0
+    with Store.open(db, check=False) as store:
+        step = max(1, drain_rate // 20)
+        next_at = time.perf_counter()
+        while not stop.is_set():
+            store.ingest_many([("chat", f"live-{serial + i}", {"text": "hi"}) for i in range(step)],
+                              now=WallClock().now())
+            serial += step
+            if first is not None and serial == step:
+                first()
+            next_at += 0.05
+            time.sleep(max(0.0, next_at - time.perf_counter()))  # pacing the feeder, not waiting on a result
+    return serial
+
+
+def child_feed(db: Path, drain_rate: int) -> int:
+    """The feeder process: feeds until a line (or the end) arrives on stdin."""
+    stop = threading.Event()
+    waiter = threading.Thread(target=lambda: (sys.stdin.readline(), stop.set()), daemon=True)
+    waiter.start()
+    return feed_events(db, drain_rate, stop, first=lambda: print("fed", flush=True))
+
+
+async def child_console(db: Path, drain_rate: int, feeder: str = "process") -> dict[str, Any]:
     from console.tui.app import ConsoleApp
     from console.tui.widgets.approvals_pane import ApprovalsPane
     from console.tui.widgets.console_header import ConsoleHeader
@@ -159,26 +184,26 @@ async def child_console(db: Path, drain_rate: int) -> dict[str, Any]:
         result["page_down_ms"] = summary(pages)
         await pilot.press("home")
         await wait_for(pilot, lambda: pane.top is None)
-        result["peak_rss_before_drain_mb"] = peak_rss_mb()  # the feeder below is the bench's, in this process
+        result["peak_rss_before_drain_mb"] = peak_rss_mb()
 
+        # The events come from another process, as a real console's do (the webhook receiver, `ingest`), so the
+        # peak RSS is the console's own; feeder="thread" feeds from a thread of this process (its connection and
+        # its batches counted in the console's peak), as this bench did before 2026-12-01.
         stop = threading.Event()
         fed = [0]
+        feeder_process: subprocess.Popen[str] | None = None
 
         def feed() -> None:
-            with Store.open(db, check=False) as store:
-                serial = 0
-                step = max(1, drain_rate // 20)  # 20 commits a second
-                next_at = time.perf_counter()
-                while not stop.is_set():
-                    store.ingest_many([("chat", f"live-{serial + i}", {"text": "hi"}) for i in range(step)],
-                                      now=WallClock().now())
-                    serial += step
-                    fed[0] = serial
-                    next_at += 0.05
-                    time.sleep(max(0.0, next_at - time.perf_counter()))  # pacing the feeder, not waiting on a result
+            fed[0] = feed_events(db, drain_rate, stop)
 
-        feeder = threading.Thread(target=feed, daemon=True)
-        feeder.start()
+        if feeder == "thread":
+            feeder_thread = threading.Thread(target=feed, daemon=True)
+            feeder_thread.start()
+        else:
+            feeder_process = subprocess.Popen([sys.executable, __file__, "--child", "feed", str(db), str(drain_rate)],
+                                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+            assert feeder_process.stdout is not None
+            await asyncio.to_thread(feeder_process.stdout.readline)  # its first batch is in: it is feeding
         await wait_for(pilot, lambda: app.engine.mode == "active")
         keystrokes = []
         for _ in range(20):
@@ -187,11 +212,15 @@ async def child_console(db: Path, drain_rate: int) -> dict[str, Any]:
             await wait_for(pilot, lambda title=title: pane.border_title != title)
             keystrokes.append(filter_latency[-1])
             await pilot.pause(0.1)
-        stop.set()
-        feeder.join()
+        if feeder_process is not None:
+            fed[0] = int(feeder_process.communicate("stop\n", timeout=60)[0].strip())
+        else:
+            stop.set()
+            feeder_thread.join()
         done = await app.read(lambda store: store.counts())
         result["keystroke_while_draining_ms"] = summary(keystrokes)
         result["fed_events"] = fed[0]
+        result["feeder"] = feeder
         result["drained_done_total"] = done["done"]
         await app.shutdown_engine()
     result["peak_rss_mb"] = peak_rss_mb()
@@ -535,7 +564,10 @@ def main() -> None:
         elif kind == "start-peer":
             result = asyncio.run(child_start_peer())
         elif kind == "console":
-            result = asyncio.run(child_console(Path(rest[0]), int(rest[1])))
+            result = asyncio.run(child_console(Path(rest[0]), int(rest[1]), *rest[2:3]))
+        elif kind == "feed":
+            print(child_feed(Path(rest[0]), int(rest[1])))
+            return
         else:
             result = asyncio.run(child_peer(int(rest[0])))
         print(json.dumps(result))

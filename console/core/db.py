@@ -324,6 +324,10 @@ INGEST_CHECK_SECONDS = 0.2
 # step can be a page's whole walk (a long overflow chain): every 100 steps overshot a 0.1 s bound by ~0.1 s on
 # ~900 KB payloads, every 10 by under 10 ms, at no measurable cost to a whole check.
 _CHECK_STEPS = 10
+# The page cache a check runs with (KiB). A check reads every page once and never again, so a larger cache only
+# holds pages nobody asks for; with the default (2,000 KiB) the engine's writer kept them after its start-up
+# check for as long as the process ran (docs/performance.md, "1,000,000 events": peak RSS).
+QUICK_CHECK_CACHE_KIB = 128
 
 
 @dataclass(frozen=True)
@@ -344,7 +348,8 @@ def bounded_quick_check(conn: apsw.Connection, *, seconds: float) -> QuickCheck:
     deadline = started + max(0.0, seconds)
     conn.set_progress_handler(lambda: time.monotonic() > deadline, _CHECK_STEPS)
     try:
-        rows = conn.execute("PRAGMA quick_check").fetchall()
+        with small_page_cache(conn):
+            rows = conn.execute("PRAGMA quick_check").fetchall()
     except apsw.InterruptError:
         return QuickCheck([], False, time.monotonic() - started)
     except (apsw.CorruptError, apsw.NotADBError) as exc:  # too damaged for the check to walk it
@@ -352,6 +357,19 @@ def bounded_quick_check(conn: apsw.Connection, *, seconds: float) -> QuickCheck:
     finally:
         conn.set_progress_handler(None)
     return QuickCheck(_problem_lines(rows), True, time.monotonic() - started)
+
+
+@contextmanager
+def small_page_cache(conn: apsw.Connection) -> Iterator[None]:
+    """The connection's page cache cut to QUICK_CHECK_CACHE_KIB while a check reads the whole file, then its own
+    size again. Setting a smaller size lets SQLite free the pages over it, so the check leaves no full cache
+    behind."""
+    size = int(conn.execute("PRAGMA cache_size").fetchall()[0][0])
+    conn.execute(f"PRAGMA cache_size = -{QUICK_CHECK_CACHE_KIB}")
+    try:
+        yield
+    finally:
+        conn.execute(f"PRAGMA cache_size = {size}")
 
 
 def is_damage(exc: BaseException) -> bool:

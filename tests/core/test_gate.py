@@ -6,11 +6,12 @@ from __future__ import annotations
 import random
 from pathlib import Path
 
+import apsw
 import pytest
 
 from console.core import Store, StoreError
 from console.core.copy import move_inbox
-from console.core.db import START_CHECK_SECONDS, InboxDamaged, bounded_quick_check
+from console.core.db import QUICK_CHECK_CACHE_KIB, START_CHECK_SECONDS, InboxDamaged, bounded_quick_check
 from console.core.gate import check_before_intake
 from console.core.pg import SCHEMA_VERSION as PG_SCHEMA_VERSION
 
@@ -30,6 +31,22 @@ def test_the_quick_check_stops_at_its_bound_and_says_it_did_not_finish(sqlite_st
     assert whole.problems == [] and whole.finished
     # The handler is gone afterwards: a long read on the same connection is not cut short.
     assert len(sqlite_store.events(limit=300)) == 300
+
+
+def test_the_quick_check_leaves_the_page_cache_small(db_path: Path) -> None:
+    # It reads every page once: with SQLite's default 2,000 KiB cache it filled the writer's cache with the
+    # whole file's first pages, which the writer then kept for ever (a third of the console's growth after its
+    # first frame on a 1,000,000-event inbox; docs/performance.md).
+    with Store.open(db_path) as store:
+        store.ingest_many([("bulk", f"b-{n}", {"text": "x" * 300}) for n in range(12_000)], now=1_000)
+    with Store.open(db_path) as store:
+        conn = store.connection
+        default = conn.execute("PRAGMA cache_size").fetchall()[0][0]
+        assert bounded_quick_check(conn, seconds=60).finished
+        cached = conn.status(apsw.SQLITE_DBSTATUS_CACHE_USED)[0]
+        assert cached < QUICK_CHECK_CACHE_KIB * 1024 * 2, cached  # pages plus SQLite's bookkeeping for them
+        assert conn.execute("PRAGMA cache_size").fetchall()[0][0] == default  # the connection's own size again
+        assert len(store.events(limit=100)) == 100
 
 
 def test_damaged_pages_are_refused_in_the_line_check_gives(db_path: Path) -> None:
