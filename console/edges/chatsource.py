@@ -27,7 +27,7 @@ from console.core.chats import PAIR_CODE_SECONDS, code_hash, pair_code
 __all__ = ["COMMANDS", "PAIR_CODE_SECONDS", "PRIVATE_REPLY", "ChatSource", "code_hash", "pair_code", "split_text"]
 COMMANDS = {
     "status": "the agent's state, pending approvals, dead events, today's spend",
-    "pending": "each pending approval, with Yes / No buttons",
+    "pending": "the soonest pending approvals, with Yes / No buttons",
     "pause": "pause the agent: your messages are kept, nothing runs until /resume",
     "resume": "let the agent run again",
     "help": "what the bot understands",

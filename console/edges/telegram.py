@@ -34,7 +34,8 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from console.callview import announcement, request_view
-from console.core import Approval, PhoneCard, SendError
+from console.core import Approval, PhoneCard, SendError, Store
+from console.core.models import BudgetDefaults
 from console.edges.chatsource import COMMANDS, PRIVATE_REPLY, code_hash, split_text
 from console.edges.phone import PhoneChannel, PhoneHost, describe, read_json, shorten, tap_reply
 from console.edges.secretfile import Secret
@@ -45,6 +46,7 @@ log = logging.getLogger("agent_console.telegram")
 SOURCE = "telegram"
 DEFAULT_API_BASE = "https://api.telegram.org"
 TEXT_LIMIT = 4096          # characters of a message's text (Bot API: sendMessage)
+PENDING_SHOWN = 10         # approvals /pending lists, soonest first: one message each, and a count of the rest
 CALLBACK_LIMIT = 64        # bytes of callback_data
 DEFAULT_POLL = 30          # seconds a getUpdates call waits for an update
 DEFAULT_BATCH_WINDOW = 2.0  # seconds a burst of messages is gathered into one run
@@ -482,14 +484,15 @@ class TelegramChannel(PhoneChannel):
             await self._say(chat_id, HELP)
         elif command == "status":
             now = self.host.clock.now()
-            status = await self.host.read(lambda s: s.status(now=now))
-            agent = status["agent"]
-            spend = status["spend"]
+            # What the answer says, read alone: Store.status would read every waiting approval to count them.
+            agent, waiting, counts, spend = await self.host.read(lambda s: (
+                s.agent_state().public(now), s.pending_approval_count(), s.counts(),
+                s.spend_summary(BudgetDefaults(), now=now)))  # no budgets from the settings, as Store.status
             today = spend.get("today_usd")
             await self._say(chat_id, "\n".join([
                 f"Agent: {agent['state']}" + (f" ({agent['reason']})" if agent.get("reason") else ""),
-                f"Pending approvals: {len(status['approvals_pending'])}",
-                f"Dead events: {status['events'].get('dead', 0)}",
+                f"Pending approvals: {waiting}",
+                f"Dead events: {counts.get('dead', 0)}",
                 f"Spent today: {'unknown' if today is None else f'${today:.2f}'}",
             ]))
         elif command == "pending":
@@ -510,7 +513,13 @@ class TelegramChannel(PhoneChannel):
             await self._say(chat_id, said)
 
     async def _show_pending(self, chat_id: int) -> None:
-        approvals = await self.host.read(lambda s: s.pending_approvals())
+        # The soonest few and a count (as the approvals pane reads them): a burst past the tool-call cap can
+        # leave thousands waiting, and neither the engine nor the phone should carry them all.
+        def window(store: Store) -> tuple[list[Approval], int]:
+            shown = store.pending_approvals(limit=PENDING_SHOWN)
+            return shown, len(shown) if len(shown) < PENDING_SHOWN else store.pending_approval_count()
+
+        approvals, waiting = await self.host.read(window)
         if not approvals:
             await self._say(chat_id, "Nothing is waiting for your answer.")
             return
@@ -528,6 +537,9 @@ class TelegramChannel(PhoneChannel):
                 await self.call("sendMessage", payload)
             except SendError as exc:
                 self.host.note_error(f"{self.name}: could not show approval {approval.request_id}: {exc}")
+        if waiting > len(approvals):
+            await self._say(chat_id, f"{waiting - len(approvals)} more waiting; the {len(approvals)} soonest are "
+                                     "above. /pending again once they are answered, or see them all in the console.")
 
     async def _pass(self, cursor: str) -> None:
         """Move past an update taken care of without storing anything (a command answered)."""

@@ -19,7 +19,7 @@ from console.core import Store
 from console.edges.channels import build_channels
 from console.edges.chatsource import PRIVATE_REPLY, code_hash, split_text
 from console.edges.phone import PhoneChannel
-from console.edges.telegram import TelegramChannel
+from console.edges.telegram import PENDING_SHOWN, TelegramChannel
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInBotApi
 from tests.edges.telegram_harness import ENV, OWNER, TOKEN
@@ -214,6 +214,28 @@ async def test_commands_are_answered_by_the_engine(tmp_path: Path, clock: Manual
         await bot.write(OWNER, "/pending")
         await until(lambda: any("Nothing is waiting" in m["text"] for m in bot.sent_to(OWNER)), "/pending")
         assert await engine.read(lambda s: s.events(source="telegram")) == []  # none of them reached the model
+
+
+async def test_pending_lists_the_soonest_and_says_how_many_more(tmp_path: Path, clock: ManualClock,
+                                                                 bot: StandInBotApi) -> None:
+    """A burst past the tool-call cap can leave thousands waiting: /pending reads a window (the soonest
+    PENDING_SHOWN) and a count, not every waiting approval, and says how many it left out."""
+    waiting = PENDING_SHOWN + 3
+    async with running(phone_settings(tmp_path, table(bot, chat_id=OWNER)), clock, ENV, tune=quick) as engine:
+        def ask(store: Store) -> None:
+            for n in range(waiting):  # asked first, due last: the order shown is the deadline's, not the asking's
+                store.request_approval(f"apr-{n:02d}", f"refund order {n}", now=clock.now(),
+                                       expires_in=3600 - 60 * n)
+        await engine.write(ask)
+        await bot.write(OWNER, "/status")
+        await until(lambda: any(f"Pending approvals: {waiting}" in m["text"] for m in bot.sent_to(OWNER)), "/status")
+        await bot.write(OWNER, "/pending")
+        more = await until(lambda: [m for m in bot.sent_to(OWNER) if m["text"].startswith("3 more waiting")],
+                           "/pending's last word")
+        cards = [m["text"].split("[")[1].split("]")[0] for m in bot.sent_to(OWNER) if m["reply_markup"]]
+        soonest = [f"apr-{n:02d}" for n in range(waiting - 1, 2, -1)]
+        assert cards == soonest  # the soonest, soonest first, and only they
+        assert f"the {PENDING_SHOWN} soonest" in more[0]["text"]
 
 
 async def test_pause_and_resume_from_the_chat(tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
