@@ -388,6 +388,9 @@ def _migrate(conn: PgConnection) -> None:
 class ChangeFeed:
     """Wakes a waiter when any connection, on any host, commits to this inbox (LISTEN/NOTIFY)."""
 
+    # close() waits for a wait under way to end (they share the connection), so waits stay short.
+    longest_wait = 0.5
+
     def __init__(self, target: PgTarget) -> None:
         self._target = target
         self._lock = threading.Lock()

@@ -11,12 +11,17 @@ while nothing writes, it sleeps in poll() and costs nothing, where looking every
 Where inotify is missing (not Linux) or refuses (no watches left), the feed looks every POLL_SECONDS, as before.
 Every wait also ends with a look, so a write the kernel did not report (a writer on another machine over a
 network file system, where SQLite's WAL does not work anyway) is still seen within the caller's timeout.
+
+close() ends a wait under way at once, from any thread (an eventfd in the same poll() as the inotify watch), so
+a caller may wait for many seconds at a time (LONGEST_WAIT) and still stop promptly: the engine's watcher waited
+half a second at a time only to notice that it was stopping, two wake-ups a second of an idle console.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import select
 import threading
 import time
 from pathlib import Path
@@ -30,6 +35,9 @@ POLL_SECONDS = 0.05  # without inotify: how often data_version is looked at
 SETTLE_SECONDS = 1.0
 SETTLE_FIRST_STEP = 0.001
 SETTLE_LONGEST_STEP = 0.05
+# How long a caller's one wait may last: close() ends it at once, so only a write the kernel did not report
+# (see above) waits this long to be seen.
+LONGEST_WAIT = 30.0
 
 
 class VersionedFile(Protocol):
@@ -62,10 +70,14 @@ class WalFeed:
     """Waits until another connection commits to the inbox file (see the module's docstring). wait() may run
     in one thread while close() is called from another: close() then takes effect when that wait next looks."""
 
+    longest_wait = LONGEST_WAIT
+
     def __init__(self, store: VersionedFile) -> None:
         self._store = store
         self._lock = threading.Lock()
         self._closed = False
+        self._waiting = False  # a wait is in poll(): it, not close(), then closes the descriptors
+        self._closer: int | None = None  # the eventfd close() writes to, to end a wait under way
         # The first look (a read) makes the WAL if the file had none, and the feed's connection keeps it: SQLite
         # deletes it only when the last connection closes. Its name is beside the file any links lead to.
         self._seen = store.data_version()
@@ -74,6 +86,8 @@ class WalFeed:
             self._inotify = _kernel_watch(Path(os.path.realpath(store.path) + "-wal"))
         except OSError as exc:  # e.g. fs.inotify.max_user_watches spent: look every POLL_SECONDS instead
             log.info("the inbox's change feed looks every %.0f ms (inotify refused: %s)", POLL_SECONDS * 1000, exc)
+        if self._inotify is not None:
+            self._closer = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)  # Linux, as inotify is
         # A commit between the first look and the watch is seen by the first wait's first look.
 
     @property
@@ -92,21 +106,45 @@ class WalFeed:
         return False
 
     def _written(self, timeout: float) -> bool:
-        """Block until the WAL is written (True) or timeout seconds pass (False)."""
-        try:
-            events = self._inotify.read(timeout=max(0, round(timeout * 1000)))
-        except (OSError, ValueError):
-            if self._closed:  # closed by another thread while this one waited
+        """Block until the WAL is written (True), or timeout seconds pass or the feed is closed (False)."""
+        with self._lock:
+            if self._closed or self._inotify is None or self._closer is None:
                 return False
-            raise
+            self._waiting = True
+            inotify, closer = self._inotify, self._closer
+        try:
+            poller = select.poll()
+            poller.register(inotify.fileno(), select.POLLIN)
+            poller.register(closer, select.POLLIN)
+            ready = {fd for fd, _ in poller.poll(max(0, round(timeout * 1000)))}
+            events = inotify.read(timeout=0) if inotify.fileno() in ready and not self._closed else []
+        finally:
+            with self._lock:
+                self._waiting = False
+                closed = self._closed
+                if closed:  # close() came while this wait polled: it left the descriptors to it
+                    self._release()
+        if closed:
+            return False
         from inotify_simple import flags
 
         with self._lock:
-            if not self._closed and any(event.mask & flags.IGNORED for event in events):
+            if any(event.mask & flags.IGNORED for event in events):
                 # The WAL was deleted under the feed's connection (by hand): look every POLL_SECONDS from now on.
-                self._inotify.close()
-                self._inotify = None
+                self._close_watch()
         return any(event.mask & flags.MODIFY for event in events)
+
+    def _close_watch(self) -> None:
+        if self._inotify is not None:
+            self._inotify.close()
+            self._inotify = None
+        if self._closer is not None:
+            os.close(self._closer)
+            self._closer = None
+
+    def _release(self) -> None:
+        self._close_watch()
+        self._store.close()
 
     def wait(self, timeout: float) -> bool:
         """True once another connection has committed since the last True (or since the feed was made); False
@@ -130,10 +168,12 @@ class WalFeed:
                 settle_until, step = time.monotonic() + SETTLE_SECONDS, SETTLE_FIRST_STEP
 
     def close(self) -> None:
+        """Close the feed; a wait under way in another thread ends at once (returning False)."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
-            if self._inotify is not None:
-                self._inotify.close()
-            self._store.close()
+            if self._waiting and self._closer is not None:
+                os.eventfd_write(self._closer, 1)  # the wait wakes, and closes what it polled on its way out
+            else:
+                self._release()

@@ -36,8 +36,6 @@ from console.runtime.scheduler import Scheduler
 from console.runtime.worker import Worker
 
 T = TypeVar("T")
-# How long one wait on the inbox's change feed lasts before the watcher looks at _stopping again.
-LISTEN_SECONDS = 0.5
 log = logging.getLogger("agent_console.engine")
 
 
@@ -372,7 +370,9 @@ class Engine:
                 try:
                     if feed is None:
                         feed = await self.read(lambda store: store.change_feed())
-                    changed = await asyncio.to_thread(feed.wait, LISTEN_SECONDS)
+                    # As long as the feed allows: stopping closes it, and its close ends the wait (SQLite's) or
+                    # the wait is short (PostgreSQL's). Each wait that runs out is a wake-up of an idle engine.
+                    changed = await asyncio.to_thread(feed.wait, feed.longest_wait)
                     retry_in = self.watch_interval
                 except Exception as exc:
                     self.note_error(f"watcher: {exc}")
@@ -387,8 +387,8 @@ class Engine:
                     await asyncio.sleep(self.watch_interval)
         finally:
             if feed is not None:
-                # Stopping cancels this task while a thread may still be in feed.wait, holding the feed for up
-                # to LISTEN_SECONDS: the feed is closed in a thread, so stop() never blocks the event loop on it.
+                # Stopping cancels this task while a thread may still be in feed.wait: the feed is closed in a
+                # thread, so stop() never blocks the event loop on it (PostgreSQL's close waits for the wait).
                 asyncio.get_running_loop().run_in_executor(None, feed.close)
 
     def note_run_error(self, message: str) -> None:

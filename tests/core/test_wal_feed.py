@@ -120,19 +120,33 @@ def test_without_inotify_the_feed_looks_every_50_ms(inbox: Path, monkeypatch: py
         feed.close()
 
 
-def test_closing_the_feed_from_another_thread_ends_a_wait_without_an_error(inbox: Path) -> None:
+def test_closing_the_feed_from_another_thread_ends_a_long_wait_at_once_without_an_error(inbox: Path) -> None:
     feed = Store.open(inbox).change_feed()
+    assert isinstance(feed, WalFeed) and feed.kernel_told
     outcome: list[object] = []
 
     def wait() -> None:
         try:
-            outcome.append(feed.wait(2))
+            outcome.append(feed.wait(feed.longest_wait))
         except Exception as exc:
             outcome.append(exc)
 
     waiter = threading.Thread(target=wait)
     waiter.start()
     time.sleep(0.1)  # let the waiter block in poll(): the close below must reach a wait already under way
+    closed = time.monotonic()
     feed.close()
-    waiter.join(10)
+    waiter.join(feed.longest_wait)
+    # Ended by the close, not by its 30 s running out (bounded generously for a loaded machine).
     assert not waiter.is_alive() and outcome == [False]
+    assert time.monotonic() - closed < 5
+    assert feed.wait(1) is False  # a closed feed waits no more
+
+
+def test_closing_the_feed_before_a_wait_leaves_nothing_open(inbox: Path) -> None:
+    counted = CountedLooks(Store.open(inbox))
+    feed = WalFeed(counted)
+    feed.close()
+    started = time.monotonic()
+    assert feed.wait(feed.longest_wait) is False
+    assert time.monotonic() - started < 1
