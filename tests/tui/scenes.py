@@ -8,6 +8,7 @@ from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
 from console.tui.app import ConsoleApp
+from console.tui.screens.search import SearchScreen
 from console.tui.widgets.events_pane import EventsPane
 from tests.support import pilot_until
 
@@ -78,6 +79,15 @@ def shown_ids(app: ConsoleApp) -> list[int]:
 
 def text_of(app: ConsoleApp, selector: str) -> str:
     return str(app.screen.query_one(selector).render()).replace("\u00a0", " ")  # panes keep "label n" together
+
+
+async def open_search(app: ConsoleApp, pilot: object) -> SearchScreen:
+    """Press / and wait for the search screen."""
+    await pilot.press("slash")  # type: ignore[attr-defined]
+    await pilot_until(pilot, lambda: isinstance(app.screen, SearchScreen), what="the search screen")  # type: ignore[arg-type]
+    screen = app.screen
+    assert isinstance(screen, SearchScreen)
+    return screen
 
 
 async def started(app: ConsoleApp, pilot: object) -> None:

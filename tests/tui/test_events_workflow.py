@@ -17,7 +17,7 @@ from console.tui.screens.search import SearchScreen
 from console.tui.widgets.events_pane import EventsPane
 from tests.support import pilot_until
 from tests.tui.conftest import reopen
-from tests.tui.scenes import make_app, shown_ids, started, text_of
+from tests.tui.scenes import make_app, open_search, shown_ids, started, text_of
 
 SIZE = (80, 24)
 DEAD = 3  # manual/poison-1 in the filled scene: dead after two failed attempts
@@ -35,10 +35,7 @@ async def test_slash_finds_events_and_messages_and_opens_each(filled: Path, cloc
     app = make_app(filled, clock)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        await pilot.press("slash")
-        await pilot_until(pilot, lambda: isinstance(app.screen, SearchScreen), what="the search screen")
-        screen = app.screen
-        assert isinstance(screen, SearchScreen)
+        screen = await open_search(app, pilot)
         await pilot.press(*"PLANTS", "enter")
         await pilot_until(pilot, lambda: list(screen.events_table.rows) == ["5"]  # chat c-2 "water the plants"
                          and screen.outbox_table.row_count == 1, what="one event and one message")
@@ -62,10 +59,7 @@ async def test_a_search_reads_on_past_a_page_and_keeps_to_the_filter(filled: Pat
     app = make_app(filled, clock)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        await pilot.press("slash")
-        await pilot_until(pilot, lambda: isinstance(app.screen, SearchScreen), what="the search screen")
-        screen = app.screen
-        assert isinstance(screen, SearchScreen)
+        screen = await open_search(app, pilot)
         screen.query_one(Input).value = "needle"
         await pilot.press("enter")
         await pilot_until(pilot, lambda: screen.events_table.row_count == 50, what="the first page of matches")

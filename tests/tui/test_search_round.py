@@ -11,9 +11,8 @@ import pytest
 from console.clock import ManualClock
 from console.core import Store
 from console.tui.screens import search as search_module
-from console.tui.screens.search import SearchScreen
 from tests.support import pilot_until
-from tests.tui.scenes import make_app, started, text_of
+from tests.tui.scenes import make_app, open_search, started, text_of
 
 SIZE = (80, 24)
 COUNT = 25_000  # more than one search window (20,000 ids)
@@ -31,10 +30,7 @@ async def test_an_id_is_looked_up_directly(db_path: Path, clock: ManualClock, ty
     app = make_app(db_path, clock)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        await pilot.press("slash")
-        await pilot_until(pilot, lambda: isinstance(app.screen, SearchScreen), what="the search screen")
-        screen = app.screen
-        assert isinstance(screen, SearchScreen)
+        screen = await open_search(app, pilot)
         await pilot.press(*typed, "enter")
         await pilot_until(pilot, lambda: screen.events_table.row_count > 0, what="the event", limit=20)
         assert next(iter(screen.events_table.rows)).value == "3"
@@ -48,10 +44,7 @@ async def test_no_hits_offers_searching_older_on_enter(db_path: Path, clock: Man
     app = make_app(db_path, clock)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        await pilot.press("slash")
-        await pilot_until(pilot, lambda: isinstance(app.screen, SearchScreen), what="the search screen")
-        screen = app.screen
-        assert isinstance(screen, SearchScreen)
+        screen = await open_search(app, pilot)
         await pilot.press(*"nowhere", "enter")
         await pilot_until(pilot, lambda: "none found back to #" in text_of(app, "#search-events-title"),
                           what="no hits yet", limit=20)

@@ -8,9 +8,8 @@ from pathlib import Path
 
 from console.clock import ManualClock
 from console.core import Store
-from console.tui.screens.search import SearchScreen
 from tests.support import pilot_until
-from tests.tui.scenes import make_app, started
+from tests.tui.scenes import make_app, open_search, started
 
 SIZE = (120, 40)
 LONG = "wide " * 60
@@ -24,10 +23,7 @@ async def test_the_search_results_shrink_to_what_they_show(db_path: Path, clock:
     app = make_app(db_path, clock)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        await pilot.press("slash")
-        await pilot_until(pilot, lambda: isinstance(app.screen, SearchScreen), what="the search screen")
-        screen = app.screen
-        assert isinstance(screen, SearchScreen)
+        screen = await open_search(app, pilot)
         table = screen.events_table
         last = list(table.columns.values())[-1]
         await pilot.press(*"wide")
