@@ -57,9 +57,15 @@ def rows(db_path: Path) -> list[tuple[str, str]]:
 
 
 @pytest.fixture
-async def bot() -> AsyncIterator[StandInBotApi]:
-    """The stand-in Telegram Bot API on 127.0.0.1, taking the shared test token (a test module may serve its own)."""
-    server = StandInBotApi(token=TOKEN)
+def bot_token() -> str:
+    """The token the stand-in Bot API takes: the shared one (a test module may override this fixture)."""
+    return TOKEN
+
+
+@pytest.fixture
+async def bot(bot_token: str) -> AsyncIterator[StandInBotApi]:
+    """The stand-in Telegram Bot API on 127.0.0.1, taking `bot_token`."""
+    server = StandInBotApi(token=bot_token)
     await server.start()
     try:
         yield server

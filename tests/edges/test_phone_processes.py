@@ -9,7 +9,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,13 +24,8 @@ TOKEN = "123456:process-token-XYZ"
 
 
 @pytest.fixture
-async def bot() -> AsyncIterator[StandInBotApi]:
-    server = StandInBotApi(token=TOKEN)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+def bot_token() -> str:
+    return TOKEN  # this module's own: the stand-in Bot API in tests/edges/conftest.py takes it
 
 
 def start(tmp_path: Path, bot: StandInBotApi) -> subprocess.Popen[bytes]:

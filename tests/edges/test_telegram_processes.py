@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,13 +21,8 @@ TOKEN = "123456:process-token-XYZ"
 
 
 @pytest.fixture
-async def bot() -> AsyncIterator[StandInBotApi]:
-    server = StandInBotApi(token=TOKEN)
-    await server.start()
-    try:
-        yield server
-    finally:
-        await server.stop()
+def bot_token() -> str:
+    return TOKEN  # this module's own: the stand-in Bot API in tests/edges/conftest.py takes it
 
 
 def start(tmp_path: Path, bot: StandInBotApi, *, batch_window: float, name: str) -> subprocess.Popen[bytes]:
