@@ -123,6 +123,42 @@ def test_one_signal_handler_stops_every_shape() -> None:
     assert signal_handlers(planted) == 2
 
 
+def private_names(paths: list[Path]) -> set[str]:
+    """The _names the modules define: classes and functions, and what they assign (attributes and names)."""
+    names: set[str] = set()
+    for path in paths:
+        for node in ast.walk(parsed(path)):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                names.add(node.name)
+            elif isinstance(node, ast.Attribute | ast.Name) and isinstance(node.ctx, ast.Store):
+                names.add(node.attr if isinstance(node, ast.Attribute) else node.id)
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                names.add(node.target.id)
+    return {name for name in names if name.startswith("_") and not name.startswith("__")}
+
+
+def textual_privates_used(paths: list[Path], ours: set[str]) -> list[str]:
+    """Where these modules reach a private name of Textual's (one Textual defines and the console does not)."""
+    import textual
+
+    theirs = private_names(sorted(Path(textual.__file__).parent.rglob("*.py"))) - ours
+    return [f"{path.name}:{node.lineno} {node.attr}" for path in paths for node in ast.walk(parsed(path))
+            if isinstance(node, ast.Attribute) and node.attr in theirs]
+
+
+def test_the_panes_and_screens_use_no_private_textual_name(tmp_path: Path) -> None:
+    """A widget or screen that calls Textual's private methods (DataTable._clear_caches, say) breaks silently on
+    a Textual upgrade: they use its public API. (The app's toasts and key map still reach App._unnotify,
+    _notifications, _keymap, _bindings and _registered_themes, for which Textual 8 has no public way.)"""
+    tui = CONSOLE / "tui"
+    panes = sorted([*(tui / "widgets").rglob("*.py"), *(tui / "screens").rglob("*.py"), tui / "tables.py"])
+    ours = private_names(sorted(CONSOLE.rglob("*.py")))
+    assert textual_privates_used(panes, ours) == []
+    planted = tmp_path / "planted.py"
+    planted.write_text("class Table(DataTable):\n    def grow(self) -> None:\n        self._clear_caches()\n")
+    assert textual_privates_used([planted], ours) == ["planted.py:3 _clear_caches"]
+
+
 def test_the_rules_catch_what_they_look_for() -> None:
     """The checks above are not vacuous: they flag a planted offence."""
     tree = ast.parse('conn.execute("SELECT id FROM inbox")\nimport textual.app\n')

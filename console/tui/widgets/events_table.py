@@ -66,9 +66,11 @@ class EventsTable(DataTable[object], inherit_bindings=False):
     def watch_virtual_size(self, before: Size, after: Size) -> None:
         # A column grew (the last error's column is as wide as its longest error, measured once the rows are in):
         # DataTable keeps each row drawn at the widths it had when it was added, until something else redraws
-        # it (a layout of the whole screen once did, every second). Drawn again at the new widths.
+        # it (a layout of the whole screen once did, every second). Drawn again at the new widths: DataTable's
+        # public notify_style_update() drops the rows and cells it drew (as a change of its look does) and
+        # refreshes it, where the private _clear_caches() did the same and may change with any Textual release.
         if before.width != after.width:
-            self._clear_caches()
+            self.notify_style_update()
 
     def visible_rows(self) -> int:
         return max(1, self.scrollable_content_region.height - (self.header_height if self.show_header else 0))
