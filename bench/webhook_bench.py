@@ -1,6 +1,6 @@
 """Webhook receiver benchmark: durable acks per second, fsyncs per event, ack latency.
 
-N concurrent senders (aiohttp client, loopback) post signed GitHub-style deliveries to the real
+N concurrent senders (kept-alive connections, loopback) post signed GitHub-style deliveries to the real
 receiver, run in its own process on a fresh inbox file, first with group commit and then with one
 transaction per request (the same receiver with group_commit=False), in the same run.
 
@@ -15,6 +15,10 @@ once the WAL is reused). A receiver that commits one transaction per request can
 deliveries a second; group commit puts every delivery that queued during an fsync into the next one, so its
 figure is acks per fsync, and how close its own fsyncs per second come to the disk's ("disk use").
 
+The senders are one asyncio process (this one) writing requests built before the run on kept-alive connections
+and reading just the status and length of each answer: a few tens of microseconds of CPU a delivery, so they are
+not what limits the receiver. Each process's CPU per delivery is reported (the receiver's from /proc).
+
     python bench/webhook_bench.py [--senders 64] [--requests 4000] [--no-strace]
 """
 
@@ -22,17 +26,20 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import hashlib
 import hmac
 import json
 import os
 import shutil
 import signal
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -67,33 +74,92 @@ def signed(n: int) -> tuple[bytes, dict[str, str]]:
                   "X-GitHub-Event": "pull_request", "Content-Type": "application/json"}
 
 
-async def send_all(url: str, senders: int, requests: int) -> tuple[float, list[float], dict[int, int]]:
+class _Sender(asyncio.Protocol):
+    """One kept-alive connection posting prepared requests one after another: each is bytes built before the run,
+    each answer is read just far enough to take its status and find its end (Content-Length). Far cheaper per
+    request than aiohttp's client, so the senders' process is not what limits the receiver."""
+
+    def __init__(self, requests: list[bytes], queue: Iterator[int], latencies: list[float], statuses: dict[int, int],
+                 done: asyncio.Future[None]) -> None:
+        self._requests, self._queue, self._latencies, self._statuses = requests, queue, latencies, statuses
+        self._done = done
+        self._transport: asyncio.Transport | None = None
+        self._buffer = b""
+        self._sent_at = 0.0
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self._transport = transport
+        self._send_next()
+
+    def _send_next(self) -> None:
+        assert self._transport is not None
+        n = next(self._queue, None)
+        if n is None:
+            self._transport.close()
+            if not self._done.done():
+                self._done.set_result(None)
+            return
+        self._sent_at = time.perf_counter()
+        self._transport.write(self._requests[n])
+
+    def data_received(self, data: bytes) -> None:
+        self._buffer += data
+        while True:
+            head_end = self._buffer.find(b"\r\n\r\n")
+            if head_end < 0:
+                return
+            head = self._buffer[:head_end].lower() + b"\r\n"
+            length_at = head.find(b"\r\ncontent-length:")
+            length = int(head[length_at + 17:head.find(b"\r\n", length_at + 2)]) if length_at >= 0 else 0
+            end = head_end + 4 + length
+            if len(self._buffer) < end:
+                return
+            status = int(head[9:12])
+            self._buffer = self._buffer[end:]
+            self._latencies.append(time.perf_counter() - self._sent_at)
+            self._statuses[status] = self._statuses.get(status, 0) + 1
+            self._send_next()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self._done.done():
+            self._done.set_exception(exc or ConnectionError("the receiver closed a connection"))
+
+
+def request_bytes(url: str, n: int) -> bytes:
+    body, headers = signed(n)
+    host = url.removeprefix("http://")
+    lines = ["POST /hooks/github HTTP/1.1", f"Host: {host}", f"Content-Length: {len(body)}",
+             *(f"{name}: {value}" for name, value in headers.items())]
+    return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
+
+
+async def send_all(url: str, senders: int, requests: int) -> tuple[float, list[float], dict[int, int], float]:
+    """Every delivery posted by `senders` connections at once; (seconds, latencies, statuses, this process's CPU
+    seconds meanwhile)."""
     latencies: list[float] = []
     statuses: dict[int, int] = {}
-    counter = iter(range(requests))
-    prepared = [signed(n) for n in range(requests)]
+    prepared = [request_bytes(url, n) for n in range(requests)]
+    host, port = url.removeprefix("http://").rsplit(":", 1)
+    loop = asyncio.get_running_loop()
+    queue = iter(range(requests))
+    # The connections are open before the clock starts, so the figures measure acks, not TCP handshakes.
+    sockets = [socket.create_connection((host, int(port))) for _ in range(senders)]
+    for sock in sockets:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    dones = [loop.create_future() for _ in sockets]
+    cpu, started = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(loop.create_connection(functools.partial(_Sender, prepared, queue, latencies, statuses,
+                                                                    done), sock=sock)
+                           for sock, done in zip(sockets, dones, strict=True)))
+    await asyncio.gather(*dones)
+    return time.perf_counter() - started, latencies, statuses, time.process_time() - cpu
 
-    async def sender(session: aiohttp.ClientSession) -> None:
-        for n in counter:
-            body, headers = prepared[n]
-            started = time.perf_counter()
-            async with session.post(f"{url}/hooks/github", data=body, headers=headers) as response:
-                await response.read()
-                statuses[response.status] = statuses.get(response.status, 0) + 1
-            latencies.append(time.perf_counter() - started)
 
-    connector = aiohttp.TCPConnector(limit=senders)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        async def warm() -> None:
-            async with session.get(f"{url}/healthz") as response:
-                await response.read()
-
-        # Open the connections first so the figures measure acks, not TCP handshakes.
-        await asyncio.gather(*(warm() for _ in range(senders)))
-        started = time.perf_counter()
-        await asyncio.gather(*(sender(session) for _ in range(senders)))
-        elapsed = time.perf_counter() - started
-    return elapsed, latencies, statuses
+def cpu_seconds(pid: int) -> float:
+    """A process's user + system CPU time so far (all its threads), from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def health(url: str) -> dict[str, Any]:
@@ -159,7 +225,9 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
             raise SystemExit(f"the {mode} receiver did not start")
         ready = json.loads(line)
         url, receiver_pid = ready["url"], ready["pid"]
-        elapsed, latencies, statuses = asyncio.run(send_all(url, senders, requests))
+        receiver_cpu = cpu_seconds(receiver_pid)
+        elapsed, latencies, statuses, sender_cpu = asyncio.run(send_all(url, senders, requests))
+        receiver_cpu = cpu_seconds(receiver_pid) - receiver_cpu
         stats = asyncio.run(health(url))
     finally:
         # The receiver itself, not strace: strace blocks fatal signals while it traces a command.
@@ -187,6 +255,12 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
         "acks_per_fsync": statuses.get(200, 0) / max(1, writer["commits"]),
         "disk_use": commits_per_s / disk,
         "largest_group": writer["largest_group"],
+        # CPU per delivery in each process, and how many cores each kept busy (the receiver's event loop and its
+        # writer share one GIL: near 1.0 it is bound by its own CPU, not by the disk).
+        "receiver_cpu_us": receiver_cpu / requests * 1e6,
+        "sender_cpu_us": sender_cpu / requests * 1e6,
+        "receiver_cores": receiver_cpu / elapsed,
+        "sender_cores": sender_cpu / elapsed,
         "p50_ms": statistics.median(latencies) * 1000,
         "p99_ms": latencies[int(len(latencies) * 0.99) - 1] * 1000,
     }
@@ -227,6 +301,11 @@ def main() -> None:
         allowed = f"{r['fsyncs_strace'] / r['fsync_seconds']:.0f}" if traced and r["fsync_seconds"] else "-"
         print(f"{r['mode']:<12} {r['disk_fsyncs_per_s']:>13.0f} {r['commits_per_s']:>9.0f} {r['disk_use']:>8.0%} "
               f"{r['acks_per_fsync']:>10.1f} {allowed:>16} {busy:>8}")
+    print(f"\n{'mode':<12} {'receiver CPU us/ack':>19} {'receiver cores':>14} {'sender CPU us/ack':>17} "
+          f"{'sender cores':>12}")
+    for r in results:
+        print(f"{r['mode']:<12} {r['receiver_cpu_us']:>19.0f} {r['receiver_cores']:>14.2f} {r['sender_cpu_us']:>17.0f} "
+              f"{r['sender_cores']:>12.2f}")
     group, single = results
     print(f"group commit: {group['acks_per_s'] / single['acks_per_s']:.1f}x the acks/s of one transaction "
           f"per request, {single['commits_per_event'] / max(group['commits_per_event'], 1e-9):.0f}x fewer commits; "

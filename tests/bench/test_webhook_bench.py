@@ -25,5 +25,7 @@ def test_quick_run_acks_every_delivery_and_reports_acks_per_fsync() -> None:
         assert result["disk_fsyncs_per_s"] > 0 and result["commits_per_s"] > 0
         assert result["acks_per_fsync"] == 80 / result["commits"]
         assert result["disk_use"] == result["commits_per_s"] / result["disk_fsyncs_per_s"]
+        # What each process spent a delivery: the receiver's front and writer, and the senders beside it.
+        assert result["receiver_cpu_us"] > 0 and result["sender_cpu_us"] > 0
     assert single["acks_per_fsync"] == 1.0  # one transaction per request: one commit per ack
     assert group["acks_per_fsync"] >= 1.0
