@@ -116,9 +116,15 @@ class Worker:
         if hold is not None:
             self.holds += 1
             return hold
-        events = await host.on("writer", lambda store: store.claim_batch(holder, gen, now=now))
+        # Stalled on the way here (during the agent's gate, or while the claim waited behind other writes): no
+        # claim. Looked at on the writer's thread just before the claim, not before the await: the claim may
+        # wait there behind another write, and a stall pressed meanwhile must still stop it.
+        events = await host.on("writer", lambda store: [] if self.stalled else store.claim_batch(holder, gen, now=now))
         if host.stopping:
             return None  # no run may start now: shutdown's release returns these events to pending
+        if self.stalled and not events:  # it claims nothing (the lease it holds lapses)
+            host.set_mode("stalled")
+            return host.idle_cap
         if not events:
             retry_at = await host.read(lambda store: store.next_retry_at())
             return host.seconds_until(retry_at)

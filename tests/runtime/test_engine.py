@@ -293,3 +293,43 @@ async def test_a_stall_pressed_while_a_lease_pass_is_at_the_inbox_holds(tmp_path
         assert (await engine.read(lambda s: s.find_event("chat", "waiting"))).status == "pending"
     finally:
         await engine.stop()
+
+
+async def test_a_stall_pressed_after_the_pass_went_active_claims_nothing(tmp_path: Path, clock: ManualClock) -> None:
+    """The stall key lands after the pass holds the lease and said "active", while its claim waits for the writer
+    thread (busy with another write, a loaded machine): the claim is not made. A claim made then would start a
+    run on a worker the owner has just stalled to watch a takeover, and its events would wait out the lease."""
+    settings = make_settings(tmp_path)
+    with Store.open(settings.db) as store:
+        store.ingest("chat", "waiting", {"text": "hello"}, now=clock.now())
+    engine = build_engine(settings, clock=clock, holder="test-worker", idle_cap=0.1, install_defaults=False)
+    at_the_claim, go_on = asyncio.Event(), asyncio.Event()
+    modes: list[str] = []
+    real_on, real_set_mode = engine.on, engine.set_mode
+
+    async def slow_claim(role: Any, fn: Any) -> Any:  # the pass's first write after "active" is its claim
+        task = asyncio.current_task()
+        if (role == "writer" and task is not None and task.get_name() == "agent-console-worker"
+                and modes[-1:] == ["active"] and not go_on.is_set()):
+            at_the_claim.set()
+            await go_on.wait()
+        return await real_on(role, fn)
+
+    def seen(mode: Any) -> None:
+        modes.append(mode)
+        real_set_mode(mode)
+
+    engine.on, engine.set_mode = slow_claim, seen  # type: ignore[method-assign]
+    await engine.start()
+    try:
+        await asyncio.wait_for(at_the_claim.wait(), 10)
+        engine.stall()
+        del modes[:]
+        go_on.set()
+        await until(lambda: len(modes) >= 3 or engine.worker.runs > 0, "the passes after the stall")
+        assert engine.worker.runs == 0
+        assert set(modes) == {"stalled"} and engine.mode == "stalled", modes
+        event = await engine.read(lambda s: s.find_event("chat", "waiting"))
+        assert (event.status, event.attempts) == ("pending", 0)
+    finally:
+        await engine.stop()
