@@ -369,7 +369,7 @@ class Engine:
             while not self._stopping:
                 try:
                     if feed is None:
-                        feed = await self.read(lambda store: store.change_feed())
+                        feed = await self._open_feed()
                     # As long as the feed allows: stopping closes it, and its close ends the wait (SQLite's) or
                     # the wait is short (PostgreSQL's). Each wait that runs out is a wake-up of an idle engine.
                     changed = await asyncio.to_thread(feed.wait, feed.longest_wait)
@@ -390,6 +390,20 @@ class Engine:
                 # Stopping cancels this task while a thread may still be in feed.wait: the feed is closed in a
                 # thread, so stop() never blocks the event loop on it (PostgreSQL's close waits for the wait).
                 asyncio.get_running_loop().run_in_executor(None, feed.close)
+
+    async def _open_feed(self) -> ChangeFeed:
+        """The change feed, opened on the reader's thread. Stopping may cancel the watcher while the thread opens
+        it: the thread does not know, and would hand the open feed to nobody (a connection, and on SQLite an
+        inotify watch and an eventfd, left open per stop). Cancelled then, this waits for the feed and closes it
+        (as the watcher's own close does, in a thread) before the cancel goes on."""
+        opening = asyncio.ensure_future(self.read(lambda store: store.change_feed()))
+        try:
+            return await asyncio.shield(opening)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):  # a feed that failed to open has nothing to close
+                feed = await opening
+                asyncio.get_running_loop().run_in_executor(None, feed.close)
+            raise
 
     def note_run_error(self, message: str) -> None:
         """A run failed (its event keeps the error and is retried): kept as the last error, not announced."""

@@ -6,9 +6,13 @@ the engine at once."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +20,7 @@ from console.assembly import build_engine
 from console.clock import ManualClock
 from console.core import Store
 from tests.runtime.test_engine import START, make_settings
-from tests.support import read_until
+from tests.support import read_until, until
 
 ROOT = Path(__file__).resolve().parents[2]
 INGEST_ELSEWHERE = """
@@ -63,3 +67,46 @@ async def test_an_idle_engine_rarely_looks_at_the_file_and_a_commit_elsewhere_st
         await engine.stop()
         # The watcher's 30 s wait did not hold the stop up (bounded generously for a loaded machine).
         assert asyncio.get_running_loop().time() - stopping < 10
+
+
+async def test_a_change_feed_opened_while_the_watcher_is_cancelled_is_closed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """stop() cancels the watcher while the reader thread is still opening its change feed (a busy reader, a
+    loaded machine): the thread does not know, and the feed it opens is closed all the same. It was left open:
+    per stop, an inotify watch, an eventfd and a connection on SQLite, a connection on PostgreSQL."""
+    opening, go_on = threading.Event(), threading.Event()
+    original = Store.change_feed
+    opened: list[Any] = []  # kept here: a feed nobody closed stays open (not freed by the garbage collector)
+
+    def slow_open(self: Store) -> Any:
+        opening.set()
+        go_on.wait(30)
+        opened.append(original(self))
+        return opened[-1]
+
+    monkeypatch.setattr(Store, "change_feed", slow_open)
+    watches_before = inotify_watches()
+    engine = build_engine(make_settings(tmp_path), clock=ManualClock(START), holder="w", idle_cap=0.1,
+                          install_defaults=False)
+    await engine.start()
+    stopping: asyncio.Task[None] | None = None
+    try:
+        assert await asyncio.to_thread(opening.wait, 10)
+        watcher = next(task for task in asyncio.all_tasks() if task.get_name() == "agent-console-watcher")
+        stopping = asyncio.create_task(engine.stop())
+        await until(lambda: watcher.cancelling() > 0 or watcher.done(), "stop to cancel the watcher")
+    finally:
+        go_on.set()
+        await (stopping or engine.stop())
+    assert len(opened) == 1
+    await until(lambda: inotify_watches() == watches_before, "the feed's inotify watch to be closed", limit=5)
+
+
+def inotify_watches() -> int:
+    """This process's open inotify descriptors (a SQLite change feed holds one)."""
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # closed since it was listed
+            count += os.readlink(fd) == "anon_inode:inotify"
+    return count
