@@ -274,34 +274,6 @@ class PgConnection:
             self._abandon(raw)
             raise
 
-    def write_at_once(
-        self, statement: str, params: Sequence[Any] | Mapping[str, Any], *, relaxed: bool = False
-    ) -> list[tuple[Any, ...]]:
-        """One write transaction in one round trip: BEGIN, the writers' lock, statement, COMMIT, sent as one simple
-        query (the parameters bound on the client). statement is PostgreSQL's own spelling (%s), runs after the lock
-        is held (so it sees a move mark committed meanwhile, and every writer's commit before it: it must read the
-        mark itself and write nothing when there is one) and NOTIFYs itself when it writes. relaxed: the commit does
-        not wait for the WAL flush (as relaxed()). Returns its rows."""
-        raw = self._usable()
-        relax = "SET LOCAL synchronous_commit TO OFF; " if relaxed else ""
-        script = f"BEGIN; {relax}SELECT pg_advisory_xact_lock({int(self.target.lock_key)}); {statement}; COMMIT"
-        self.statements += 1
-        try:
-            with raw.cursor() as cursor:
-                cursor.execute(script, params if isinstance(params, Mapping) else tuple(params))
-                for _ in range(3 if relaxed else 2):  # past BEGIN's, SET's and the lock's results, to the statement's
-                    cursor.nextset()
-                rows = cursor.fetchall()
-                self._changes = cursor.rowcount
-        except psycopg.OperationalError as exc:
-            self._abandon(raw)
-            raise StoreUnavailable(f"the inbox database cannot be written: {_first_line(exc)}") from None
-        except BaseException:
-            self._abandon(raw)
-            raise
-        self.commits += 1
-        return rows
-
     def _abandon(self, raw: psycopg.Connection[Any]) -> None:
         if not raw.broken and not raw.closed and raw.info.transaction_status != TransactionStatus.IDLE:
             with suppress(psycopg.Error):
@@ -620,13 +592,14 @@ class PgBackend:
             # WITH ORDINALITY keeps the entries' order in the ids the rows get (history reads by id).
             self._conn.execute(_LOG_ATTEMPTS_SET, columns)
 
-    # --- the usual ingest, claim and finish in one round trip each (PgConnection.write_at_once) -----------------
+    # --- the usual ingest, claim and finish in one round trip each ------------------------------------------------
     # The shared path's are four, eight and five. One statement does the shared path's fenced work for the common
     # case (the lease held, no move mark, no lost, retried or hand-retried event to see to first; a finish that
     # succeeded and stages nothing) and writes nothing otherwise, saying so; the shared path then runs as before.
-    # ingest and ingest_many are one statement each, a PL/pgSQL function (pg_schema 0013) run as its own autocommit
-    # transaction (durable): the same steps as a simple query of several statements, but planned once a session
-    # (the simple query was planned on every call, which took as long as running it).
+    # Each is a PL/pgSQL function (pg_schema 0013: ingest and ingest_many, durable; 0014: claim and finish, relaxed)
+    # run as its own autocommit transaction: the same steps as a simple query of several statements, but planned once
+    # a session (the simple query was planned on every call, which took as long as running it). Their SQL is the
+    # shared path's written again (a change to how an event is stored, claimed or finished is a migration there too).
     def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
         rows = self._conn.execute(_INGEST_ONE, (int(self.target.lock_key), self.target.channel, source, source_id,
                                                 text, now)).fetchall()
@@ -651,15 +624,17 @@ class PgBackend:
         self._conn.execute(_COUNT_REFUSED_SET, [list(column) for column in zip(*held, strict=True)])
 
     def claim_at_once(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
-        rows = self._conn.write_at_once(_CLAIM_AT_ONCE.format(channel=self.target.channel), {
-            "holder": holder, "gen": gen, "now": now, "cap": cap}, relaxed=True)
+        rows = self._conn.execute(_CLAIM_ONE_GO, (int(self.target.lock_key), self.target.channel, holder, gen, now,
+                                                  cap)).fetchall()
+        self._conn.commits += 1  # the statement's own transaction
         if not rows[0][0]:
             return None
-        return [row[2:] for row in rows if row[2] is not None]
+        return [row[1:] for row in rows if row[1] is not None]
 
     def finish_at_once(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
-        rows = self._conn.write_at_once(_FINISH_AT_ONCE.format(channel=self.target.channel), {
-            "holder": holder, "gen": gen, "now": now, "ids": list(ids)}, relaxed=True)
+        rows = self._conn.execute(_FINISH_ONE_GO, (int(self.target.lock_key), self.target.channel, holder, gen,
+                                                   list(ids), now)).fetchall()
+        self._conn.commits += 1  # the statement's own transaction
         return bool(rows[0][0])  # not: not the lease holder, or a move mark (the shared path records and says so)
 
     def insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
@@ -775,42 +750,6 @@ _INGEST_SET = "SELECT * FROM inbox_ingest_set(?, ?, ?::text[], ?::text[], ?::tex
 _COUNT_REFUSED_SET = """UPDATE inbox SET duplicates = inbox.duplicates + held.copies, last_duplicate_at = held.last
     FROM unnest(?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS held(source, source_id, copies, last)
    WHERE inbox.source = held.source AND inbox.source_id = held.source_id"""
-# The shared claim's SET, with the parameters named.
-_CLAIM_SET_NAMED = _CLAIM_SET.replace("claim_gen = ?", "claim_gen = %(gen)s").replace("updated_at = ?",
-                                                                                    "updated_at = %(now)s")
-assert "?" not in _CLAIM_SET_NAMED, _CLAIM_SET_NAMED
-# The claim in one statement when nothing but fresh events waits: the shared path's probes (a lost run, a due or a
-# hand retry) and the lease's fence are conditions of the UPDATE; answers (whether it applied, NOTIFYs, the claimed
-# rows). When it did not apply it wrote nothing.
-_CLAIM_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
-     go AS (SELECT 1 FROM lease WHERE one = 1 AND holder = %(holder)s AND gen = %(gen)s AND until >= %(now)s
-               AND NOT EXISTS (SELECT 1 FROM mark)
-               AND NOT EXISTS (SELECT 1 FROM inbox WHERE status = 'running' AND claim_gen < %(gen)s)
-               AND NOT EXISTS (SELECT 1 FROM inbox WHERE status = 'pending' AND attempts > 0
-                                                     AND next_attempt_at <= %(now)s)
-               AND NOT EXISTS (SELECT 1 FROM inbox WHERE status = 'pending' AND claim_alone = 1)),
-     claimed AS ({_CLAIM_SET_NAMED}
-                  WHERE id IN (SELECT id FROM inbox WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0
-                                ORDER BY id LIMIT %(cap)s)
-                    AND EXISTS (SELECT 1 FROM go)
-                  RETURNING {_EVENT_COLUMNS}),
-     logged AS (INSERT INTO attempts (event_id, at, kind, holder, gen, detail)
-                SELECT id, %(now)s, 'claim', %(holder)s, %(gen)s, 'attempt ' || attempts FROM claimed ORDER BY id),
-     told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM claimed))
-SELECT (SELECT count(*) FROM go), (SELECT count(*) FROM told), claimed.*
-  FROM (VALUES (1)) AS one LEFT JOIN claimed ON true"""
-# The finish of a run that succeeded and staged nothing, in one statement: fenced by the lease in its condition;
-# answers (whether it applied, events moved, NOTIFYs). History lines in the order of the ids given, as one by one.
-_FINISH_AT_ONCE = f"""WITH mark AS ({MOVE_MARK}),
-     go AS (SELECT 1 FROM lease WHERE one = 1 AND holder = %(holder)s AND gen = %(gen)s AND until >= %(now)s
-               AND NOT EXISTS (SELECT 1 FROM mark)),
-     done AS (UPDATE inbox SET status = 'done', error = NULL, updated_at = %(now)s
-               WHERE id = ANY(%(ids)s::bigint[]) AND status = 'running' AND claim_gen = %(gen)s
-                 AND EXISTS (SELECT 1 FROM go)
-               RETURNING id),
-     logged AS (INSERT INTO attempts (event_id, at, kind, holder, gen, detail)
-                SELECT done.id, %(now)s, 'finish', %(holder)s, %(gen)s, NULL
-                  FROM done JOIN unnest(%(ids)s::bigint[]) WITH ORDINALITY AS given(id, n) ON given.id = done.id
-                 ORDER BY given.n),
-     told AS (SELECT pg_notify('{{channel}}', '') WHERE EXISTS (SELECT 1 FROM done))
-SELECT (SELECT count(*) FROM go), (SELECT count(*) FROM done), (SELECT count(*) FROM told)"""
+# The usual claim and finish, one statement each (pg_schema 0014), relaxed commits: see claim_at_once/finish_at_once.
+_CLAIM_ONE_GO = "SELECT * FROM inbox_claim_fresh(?, ?, ?, ?, ?, ?)"
+_FINISH_ONE_GO = "SELECT * FROM inbox_finish_done(?, ?, ?, ?, ?::bigint[], ?)"

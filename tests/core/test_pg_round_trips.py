@@ -72,3 +72,60 @@ def test_a_group_of_new_events_is_one_round_trip_and_a_repeated_key_still_counts
     assert b is not None and (b.duplicates, b.payload) == (1, {"n": 2})
     assert d is not None and d.duplicates == 1
     assert [e.source_id for e in store.events()] == ["d", "c", "b", "a"]
+
+
+def test_an_idle_claim_does_not_queue_for_the_writers_lock(pg_store: Store, postgres_url: str) -> None:
+    # A consumer polling an empty inbox used to take the writers' lock on every poll, queueing behind the producers'
+    # ingests (each holds it through its WAL flush) and they behind it. It now looks first, without the lock.
+    store = pg_store
+    gen = store.acquire("A", now=T)
+    assert gen is not None
+    store.ingest("github", "e-1", {}, now=T)
+    [event] = store.claim_batch("A", gen, now=T)
+    assert store.finish("A", gen, [event.id], now=T)
+    writer = Store.open(postgres_url)
+    try:
+        writer.connection.raw.execute(f"BEGIN; SELECT pg_advisory_xact_lock({int(store.connection.target.lock_key)})")
+        trips, idle = round_trips(store, lambda: store.claim_batch("A", gen, now=T + 1))  # waited, then failed, before
+        assert (trips, idle) == (1, [])
+        writer.connection.raw.execute("ROLLBACK")
+    finally:
+        writer.close()
+    store.ingest("github", "e-2", {}, now=T + 2)
+    assert [e.source_id for e in store.claim_batch("A", gen, now=T + 2)] == ["e-2"]
+
+
+def test_a_batch_moves_the_counts_once_a_status_not_once_an_event(pg_store: Store) -> None:
+    # The counts follow an UPDATE once a statement (pg_schema 0014): a claim or finish of 100 events used to update
+    # the counts rows 200 times in one transaction, each version found by walking the ones before it.
+    store = pg_store
+    store.ingest_many([("github", f"e-{n}", {"n": n}) for n in range(100)], now=T)
+    raw = store.connection.raw
+
+    def counts_rows_written(statement: str) -> int:
+        # The transaction's own statistics may still hold earlier transactions' counts not yet flushed: a difference.
+        read = ("SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE schemaname = current_schema() "
+                "AND relname = 'inbox_counts'")
+        raw.execute("BEGIN")
+        try:
+            before = raw.execute(read).fetchone()
+            raw.execute(statement)
+            after = raw.execute(read).fetchone()
+            assert before is not None and after is not None
+            return int(after[0]) - int(before[0])
+        finally:
+            raw.execute("ROLLBACK")
+
+    assert counts_rows_written("UPDATE inbox SET status = 'running' WHERE status = 'pending'") == 2
+    assert counts_rows_written("UPDATE inbox SET duplicates = duplicates + 1") == 0  # no status moved
+    assert counts_rows_written(
+        "UPDATE inbox SET status = CASE WHEN id % 3 = 0 THEN 'done' WHEN id % 3 = 1 THEN 'dead' ELSE status END") == 3
+    gen = store.acquire("A", now=T)
+    assert gen is not None
+    batch = store.claim_batch("A", gen, now=T)
+    assert len(batch) == 100
+    assert store.finish("A", gen, [e.id for e in batch[:60]], now=T + 1)
+    store.finish("A", gen, [batch[60].id], now=T + 1, error="boom")  # back to pending, to be tried again
+    actual = dict(store.connection.execute("SELECT status, count(*) FROM inbox GROUP BY status").fetchall())
+    assert {status: n for status, n in store.counts().items() if n} == actual
+    assert actual == {"done": 60, "running": 39, "pending": 1}
