@@ -144,14 +144,16 @@ class CapsMixin(StoreBase):
         left out)."""
         with self.write_transaction():
             rows = self._conn.execute(
-                """SELECT id, body, urgent, event_id FROM held_messages INDEXED BY held_messages_waiting
+                """SELECT id, body, urgent, event_id, reply_to FROM held_messages INDEXED BY held_messages_waiting
                    WHERE released_at IS NULL ORDER BY id""").fetchall()
             wanted = None if ids is None else set(ids)
             released: list[int] = []
-            for held_id, body, urgent, event_id in rows:
+            for held_id, body, urgent, event_id, reply_to in rows:
                 if wanted is not None and held_id not in wanted:
                     continue
-                outbox_id = self._write_outbox(body, urgent=bool(urgent), now=now, event_id=event_id)
+                # A reply to a chat goes back to that conversation, as it would have had it not been held.
+                outbox_id = self._write_outbox(body, urgent=bool(urgent), now=now, event_id=event_id,
+                                               reply_to=reply_to)
                 self._conn.execute("UPDATE held_messages SET released_at = ?, outbox_id = ? WHERE id = ?",
                                    (now, outbox_id, held_id))
                 released.append(int(held_id))
@@ -175,8 +177,8 @@ def queue_run_messages(
     for draft in outgoing:
         if cap and used >= cap and draft.announces is None:
             store._conn.execute(
-                "INSERT INTO held_messages (body, urgent, created_at, event_id) VALUES (?, ?, ?, ?)",
-                (draft.body, int(draft.urgent), now, event_id),
+                "INSERT INTO held_messages (body, urgent, created_at, event_id, reply_to) VALUES (?, ?, ?, ?, ?)",
+                (draft.body, int(draft.urgent), now, event_id, reply_to),
             )
             held += 1
             continue

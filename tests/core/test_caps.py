@@ -116,6 +116,23 @@ def test_messages_past_the_cap_are_held_the_owner_is_told_once_and_can_release_t
     assert [m.body for m in capped.outbox_messages()[:2]] == ["one more", "message 5"]
 
 
+def test_a_held_reply_to_a_chat_still_answers_that_chat_once_released(capped: Store) -> None:
+    """A run answering a Telegram message, past the message cap: its replies are held, and once the owner releases
+    them they go back to that chat as replies to that message (the outbox's reply_to), not to the owner's default
+    chat as if nobody had asked. The held row lost reply_to before."""
+    capped.take_chat_updates("telegram", "telegram", now=T, cursor="3", events=[("5:2", {"text": "status?"})])
+    ctx = run_context(capped, "A", T)
+    for n in range(5):
+        ctx.say(f"reply {n}")
+    assert ctx.finish()
+    [held] = capped.held_messages()
+    assert held.body == "reply 4"
+    assert capped.release_held(now=T + 60) == [held.id]
+    released = capped.outbox_messages()[0]
+    assert released.body == "reply 4"
+    assert capped.outbox_reply_to(released.id) == "telegram:5:2"
+
+
 def test_an_approvals_announcement_is_never_held(capped: Store) -> None:
     capped.ingest("chat", "m1", {}, now=T)
     ctx = run_context(capped, "A", T)
