@@ -225,6 +225,7 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
             raise SystemExit(f"the {mode} receiver did not start")
         ready = json.loads(line)
         url, receiver_pid = ready["url"], ready["pid"]
+        idle_before = asyncio.run(health(url))["writer"]["idle_ms"] / 1000
         receiver_cpu = cpu_seconds(receiver_pid)
         elapsed, latencies, statuses, sender_cpu = asyncio.run(send_all(url, senders, requests))
         receiver_cpu = cpu_seconds(receiver_pid) - receiver_cpu
@@ -255,6 +256,8 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
         "acks_per_fsync": statuses.get(200, 0) / max(1, writer["commits"]),
         "disk_use": commits_per_s / disk,
         "largest_group": writer["largest_group"],
+        # The share of the run the writer had work (it waited for the rest): near 1, the requests kept it busy.
+        "writer_busy": 1 - (writer["idle_ms"] / 1000 - idle_before) / elapsed,
         # CPU per delivery in each process, and how many cores each kept busy (the receiver's event loop and its
         # writer share one GIL: near 1.0 it is bound by its own CPU, not by the disk).
         "receiver_cpu_us": receiver_cpu / requests * 1e6,
@@ -294,13 +297,13 @@ def main() -> None:
     # The probe is a second on each side of the run; strace times the receiver's own fsyncs during it (their mean
     # gives the rate the disk allowed meanwhile, and their share of the run how busy the writer kept the disk).
     print(f"\n{'mode':<12} {'disk fsyncs/s':>13} {'commits/s':>9} {'disk use':>8} {'acks/fsync':>10} "
-          f"{'fsyncs/s allowed':>16} {'in fsync':>8}")
+          f"{'fsyncs/s allowed':>16} {'in fsync':>8} {'writer busy':>11}")
     for r in results:
         traced = r["fsync_seconds"] is not None and r["fsyncs_strace"]
         busy = f"{r['fsync_seconds'] / r['elapsed_s']:.0%}" if traced else "-"
         allowed = f"{r['fsyncs_strace'] / r['fsync_seconds']:.0f}" if traced and r["fsync_seconds"] else "-"
         print(f"{r['mode']:<12} {r['disk_fsyncs_per_s']:>13.0f} {r['commits_per_s']:>9.0f} {r['disk_use']:>8.0%} "
-              f"{r['acks_per_fsync']:>10.1f} {allowed:>16} {busy:>8}")
+              f"{r['acks_per_fsync']:>10.1f} {allowed:>16} {busy:>8} {r['writer_busy']:>11.0%}")
     print(f"\n{'mode':<12} {'receiver CPU us/ack':>19} {'receiver cores':>14} {'sender CPU us/ack':>17} "
           f"{'sender cores':>12}")
     for r in results:

@@ -10,7 +10,7 @@ ledger holds about one window's worth of bodies and no more.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from console.core.base import StoreBase
@@ -29,6 +29,7 @@ _SIGHTED = """INSERT INTO replay_ledger (source, digest, source_id, seen_at, exp
 _RESIGHTED = "UPDATE replay_ledger SET seen_at = ?, expires_at = ? WHERE source = ? AND digest = ?"
 
 Delivery = tuple[str, str, Any, ReplayGuard | None]
+EncodedDelivery = tuple[str, str, str, ReplayGuard | None]  # (source, source_id, encode_event's text, guard)
 
 
 class ReplayMixin(StoreBase):
@@ -41,8 +42,13 @@ class ReplayMixin(StoreBase):
         the body was stored as counts one more duplicate). All are validated before any is written.
         `traces`: the traceparent to keep with a stored event, by (source, source_id).
         """
-        encoded = [(source, source_id, self.encode_event(source, source_id, payload), guard)
-                   for source, source_id, payload, guard in items]
+        return self.ingest_encoded_deliveries([(source, source_id, self.encode_event(source, source_id, payload), guard)
+                                               for source, source_id, payload, guard in items], now=now, traces=traces)
+
+    def ingest_encoded_deliveries(self, encoded: Sequence[EncodedDelivery], *, now: int,
+                                  traces: Mapping[tuple[str, str], str] | None = None) -> list[str]:
+        """ingest_deliveries for deliveries whose payload is already the text encode_event returned for it (the
+        webhook receiver validates each delivery as it arrives, and so encodes it once)."""
         if not encoded:
             return []
         with self.write_transaction():

@@ -14,15 +14,19 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
+import json
 import logging
 import os
+import re
 import socket
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from multidict import CIMultiDict
 
 from console import telemetry
 from console.clock import Clock, WallClock
@@ -37,11 +41,15 @@ from console.edges.verifiers import BadDelivery, Rejected, Verifier
 from console.edges.writer import IngestWriter
 
 log = logging.getLogger("agent_console.webhooks")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 VERDICTS = ("stored", "duplicate", "replay", "challenge", "unauthorized", "not_found", "too_large", "bad_request",
             "timeout", "hung_up", "unavailable")
 _READ_CHUNK = 64 * 1024
+_PLAIN_SOURCE = re.compile(r"[a-z0-9._-]+")  # what config allows a source name: nothing in it needs quoting
+# The answers to a delivery taken, made once: json_response's bytes and header, without its work each request.
+_STORED = json.dumps({"stored": True}).encode()
+_NOT_STORED = json.dumps({"stored": False}).encode()
+_JSON_HEADERS = CIMultiDict({hdrs.CONTENT_TYPE: "application/json; charset=utf-8"})
 RETRY_AFTER_SECONDS = 30  # a 503's Retry-After: an inbox being moved takes a while to copy
 
 
@@ -87,7 +95,14 @@ class WebhookReceiver:
 
     # --- life cycle ---------------------------------------------------------------------------
     def app(self) -> web.Application:
-        app = web.Application(client_max_size=self.config.max_body_bytes, middlewares=[self._head_arrived])
+        # No middleware: aiohttp wraps every request's handler in each one. (The gate meets a connection's head
+        # deadline as the head's blank line arrives: edges/connections.py.)
+        app = web.Application(client_max_size=self.config.max_body_bytes)
+        # Each configured source at its own plain path (aiohttp finds it with a dict lookup, where the pattern
+        # below costs a regular expression a request); the pattern answers every other source 404.
+        for source in self._verifiers:
+            if _PLAIN_SOURCE.fullmatch(source):
+                app.router.add_post(f"/hooks/{source}", functools.partial(self._hook, source=source))
         app.router.add_post("/hooks/{source}", self._hook)
         app.router.add_get("/healthz", self._health)
         if self.telegram is not None:
@@ -142,21 +157,16 @@ class WebhookReceiver:
                 "connections": connections, "writer": self.writer.stats.as_dict()}
 
     # --- requests -----------------------------------------------------------------------------
-    @web.middleware
-    async def _head_arrived(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        if self.gate is not None:
-            self.gate.head_received(request.transport)
-        return await handler(request)
-
     async def _health(self, request: web.Request) -> web.Response:
         refused = self.writer.refusal()
         if refused is not None:  # a damaged inbox: a load balancer should send nothing here
             return web.json_response({"ok": False, "error": refused, **self.snapshot()}, status=503)
         return web.json_response({"ok": True, **self.snapshot()})
 
-    async def _hook(self, request: web.Request) -> web.StreamResponse:
+    async def _hook(self, request: web.Request, source: str | None = None) -> web.StreamResponse:
         started = time.perf_counter()
-        source = request.match_info["source"]
+        if source is None:
+            source = request.match_info["source"]
         verifier = self._verifiers.get(source)
         if verifier is None:
             return self._answer(404, "not_found", source, None, started, "unknown source")
@@ -164,16 +174,21 @@ class WebhookReceiver:
         if request.content_length is not None and request.content_length > limit:
             return self._answer(413, "too_large", source, None, started,
                                 f"Content-Length {request.content_length} is over {limit} bytes")
-        try:
-            async with asyncio.timeout(self.config.read_timeout):
-                body = await self._read_capped(request, limit)
-        except TimeoutError:
-            return await self._cut_off(request, source, started)
-        except (ConnectionError, web.RequestPayloadError) as exc:
-            # Nobody is left to answer; the one line says so (aiohttp would log a traceback).
-            self._log(0, "hung_up", source, None, started,
-                      f"the client closed the connection before its body was whole ({exc or type(exc).__name__})")
-            return web.Response(status=400)
+        content = request.content
+        if content.is_eof() and content.exception() is None:  # the usual delivery: its body came with its head
+            whole = content.read_nowait()
+            body: bytes | None = whole if len(whole) <= limit else None
+        else:
+            try:
+                async with asyncio.timeout(self.config.read_timeout):
+                    body = await self._read_capped(request, limit)
+            except TimeoutError:
+                return await self._cut_off(request, source, started)
+            except (ConnectionError, web.RequestPayloadError) as exc:
+                # Nobody is left to answer; the one line says so (aiohttp would log a traceback).
+                self._log(0, "hung_up", source, None, started,
+                          f"the client closed the connection before its body was whole ({exc or type(exc).__name__})")
+                return web.Response(status=400)
         if body is None:
             return self._answer(413, "too_large", source, None, started, f"body is over {limit} bytes")
         try:
@@ -186,7 +201,7 @@ class WebhookReceiver:
             return self._answer(200, "challenge", source, None, started, "url_verification",
                                 {"challenge": delivery.challenge})
         try:
-            self.writer.validate(source, delivery.source_id, delivery.payload)
+            text = self.writer.encode(source, delivery.source_id, delivery.payload)
         except ValueError as exc:
             return self._answer(400, "bad_request", source, delivery.source_id, started, str(exc))
         try:
@@ -197,12 +212,10 @@ class WebhookReceiver:
             }, parent=sender, kind="SERVER") as span:
                 # Kept with the event: the run that takes it joins the sender's trace when the sender traces,
                 # else links to this span.
-                verdict = await self.writer.ingest(source, delivery.source_id, delivery.payload,
+                verdict = await self.writer.ingest(source, delivery.source_id, text,
                                                    verifier.replay_guard(body),
                                                    trace=telemetry.context_to_keep(parent=bool(sender)))
                 span.set("agent_console.ingest.verdict", verdict)
-            telemetry.count("agent_console.events.ingested", "{event}", "Webhook deliveries by source and verdict",
-                            {"agent_console.event.source": source, "agent_console.ingest.verdict": verdict})
         except InboxDamaged as exc:  # never a 200 into a file that cannot be read again: the sender redelivers
             if self._on_damage is not None:
                 self._on_damage(exc)
@@ -217,7 +230,8 @@ class WebhookReceiver:
             self._on_stored(source, delivery.source_id)
         # A replay is answered as a duplicate: the sender (or the replayer) learns nothing more.
         detail = "the same signed body was seen within the replay window" if verdict == "replay" else None
-        return self._answer(200, verdict, source, delivery.source_id, started, detail, {"stored": stored})
+        return self._answer(200, verdict, source, delivery.source_id, started, detail,
+                            _STORED if stored else _NOT_STORED)
 
     async def _telegram_update(self, request: web.Request) -> web.StreamResponse:
         """A Telegram update: the secret header (constant time), then kept under its update id before the 200."""
@@ -293,9 +307,11 @@ class WebhookReceiver:
 
     def _answer(
         self, status: int, verdict: str, source: str, source_id: str | None, started: float, detail: str | None,
-        body: dict[str, Any] | None = None,
+        body: dict[str, Any] | bytes | None = None,
     ) -> web.Response:
         self._log(status, verdict, source, source_id, started, detail)
+        if isinstance(body, bytes):  # an answer made once, as json_response would have made it
+            return web.Response(body=body, status=status, headers=_JSON_HEADERS)
         if body is None:
             body = {"error": detail or verdict} if status != 401 else {"error": "unauthorized"}
         # A 503 is the inbox saying "not now" (busy, full, being moved): the sender is told when to deliver again.

@@ -18,12 +18,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from multidict import CIMultiDict
+from multidict import CIMultiDict, CIMultiDictProxy
 
 from console.core import MAX_PAYLOAD_DEPTH, ReplayGuard
 from console.edges.secretfile import Secret
 
 DEFAULT_TOLERANCE = 300
+# Headers looked up case-insensitively: aiohttp's request headers (a read-only view) or a dict folded once.
+Folded = CIMultiDict[str] | CIMultiDictProxy[str]
 
 
 class Rejected(Exception):
@@ -106,16 +108,17 @@ class Verifier(ABC):
 
     def check(self, body: bytes, headers: Mapping[str, str], *, now: int) -> Delivery:
         """Verify the signature on the raw bytes, then parse and identify the delivery."""
-        folded = headers if isinstance(headers, CIMultiDict) else CIMultiDict(headers)
+        # aiohttp's request headers are a read-only view of a CIMultiDict: taken as they are, not copied.
+        folded = headers if isinstance(headers, CIMultiDict | CIMultiDictProxy) else CIMultiDict(headers)
         self.verify(body, folded, now=now)
         return self.identify(body, parse_json(body), folded)
 
     @abstractmethod
-    def verify(self, body: bytes, headers: CIMultiDict[str], *, now: int) -> None:
+    def verify(self, body: bytes, headers: Folded, *, now: int) -> None:
         """Raise Rejected unless the signature is right (and fresh, where the scheme has a timestamp)."""
 
     @abstractmethod
-    def identify(self, body: bytes, parsed: Any, headers: CIMultiDict[str]) -> Delivery: ...
+    def identify(self, body: bytes, parsed: Any, headers: Folded) -> Delivery: ...
 
     def _fresh(self, stamp: str, now: int) -> None:
         try:
@@ -139,7 +142,7 @@ def parse_json(body: bytes) -> Any:
         raise BadDelivery(f"the body is nested deeper than {MAX_PAYLOAD_DEPTH} levels") from None
 
 
-def _required(headers: CIMultiDict[str], name: str) -> str:
+def _required(headers: Folded, name: str) -> str:
     value = headers.get(name, "").strip()
     if not value:
         raise Rejected(f"missing {name} header")
@@ -153,13 +156,13 @@ class GitHubVerifier(Verifier):
     kind = "github"
     body_only = True
 
-    def verify(self, body: bytes, headers: CIMultiDict[str], *, now: int) -> None:
+    def verify(self, body: bytes, headers: Folded, *, now: int) -> None:
         signature = _required(headers, "X-Hub-Signature-256")
         scheme, _, digest = signature.partition("=")
         if scheme != "sha256" or not matches(hmac_sha256(self._key, body), [from_hex(digest)]):
             raise Rejected("X-Hub-Signature-256 does not match the body")
 
-    def identify(self, body: bytes, parsed: Any, headers: CIMultiDict[str]) -> Delivery:
+    def identify(self, body: bytes, parsed: Any, headers: Folded) -> Delivery:
         delivery = headers.get("X-GitHub-Delivery", "").strip()
         if not delivery:
             raise BadDelivery("missing X-GitHub-Delivery header")
@@ -171,7 +174,7 @@ class StripeVerifier(Verifier):
 
     kind = "stripe"
 
-    def verify(self, body: bytes, headers: CIMultiDict[str], *, now: int) -> None:
+    def verify(self, body: bytes, headers: Folded, *, now: int) -> None:
         stamp: str | None = None
         signatures: list[bytes | None] = []
         for item in _required(headers, "Stripe-Signature").split(","):
@@ -186,7 +189,7 @@ class StripeVerifier(Verifier):
         if not matches(hmac_sha256(self._key, stamp.encode("ascii", "replace") + b"." + body), signatures):
             raise Rejected("no v1 signature in Stripe-Signature matches the body")
 
-    def identify(self, body: bytes, parsed: Any, headers: CIMultiDict[str]) -> Delivery:
+    def identify(self, body: bytes, parsed: Any, headers: Folded) -> Delivery:
         event_id = parsed.get("id") if isinstance(parsed, dict) else None
         if not isinstance(event_id, str) or not event_id.strip():
             raise BadDelivery("a Stripe event needs a string id")
@@ -208,7 +211,7 @@ class StandardVerifier(Verifier):
             raise ValueError(f"a Standard Webhooks secret is base64 after {self.PREFIX}")
         return key
 
-    def verify(self, body: bytes, headers: CIMultiDict[str], *, now: int) -> None:
+    def verify(self, body: bytes, headers: Folded, *, now: int) -> None:
         message_id = _required(headers, "webhook-id")
         stamp = _required(headers, "webhook-timestamp")
         signature = _required(headers, "webhook-signature")
@@ -222,7 +225,7 @@ class StandardVerifier(Verifier):
         if not matches(hmac_sha256(self._key, signed), candidates):
             raise Rejected("no v1 signature in webhook-signature matches the body")
 
-    def identify(self, body: bytes, parsed: Any, headers: CIMultiDict[str]) -> Delivery:
+    def identify(self, body: bytes, parsed: Any, headers: Folded) -> Delivery:
         return Delivery(headers["webhook-id"].strip(), _kind(parsed), parsed)
 
 
@@ -237,7 +240,7 @@ class SlackVerifier(Verifier):
 
     kind = "slack"
 
-    def verify(self, body: bytes, headers: CIMultiDict[str], *, now: int) -> None:
+    def verify(self, body: bytes, headers: Folded, *, now: int) -> None:
         stamp = _required(headers, "X-Slack-Request-Timestamp")
         signature = _required(headers, "X-Slack-Signature")
         self._fresh(stamp, now)
@@ -246,7 +249,7 @@ class SlackVerifier(Verifier):
         if version != "v0" or not matches(hmac_sha256(self._key, signed), [from_hex(digest)]):
             raise Rejected("X-Slack-Signature does not match the body")
 
-    def identify(self, body: bytes, parsed: Any, headers: CIMultiDict[str]) -> Delivery:
+    def identify(self, body: bytes, parsed: Any, headers: Folded) -> Delivery:
         if not isinstance(parsed, dict):
             raise BadDelivery("a Slack event is a JSON object")
         kind = _kind(parsed)
@@ -279,13 +282,13 @@ class HmacVerifier(Verifier):
         self.header = header
         self.id_header = id_header
 
-    def verify(self, body: bytes, headers: CIMultiDict[str], *, now: int) -> None:
+    def verify(self, body: bytes, headers: Folded, *, now: int) -> None:
         signature = _required(headers, self.header)
         digest = signature[len("sha256="):] if signature.lower().startswith("sha256=") else signature
         if not matches(hmac_sha256(self._key, body), [from_hex(digest)]):
             raise Rejected(f"{self.header} does not match the body")
 
-    def identify(self, body: bytes, parsed: Any, headers: CIMultiDict[str]) -> Delivery:
+    def identify(self, body: bytes, parsed: Any, headers: Folded) -> Delivery:
         delivery = headers.get(self.id_header, "").strip()
         if not delivery:
             raise BadDelivery(f"missing {self.id_header} header")

@@ -14,12 +14,15 @@ import contextlib
 import logging
 import queue
 import threading
+import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import apsw
 
+from console import telemetry
 from console.clock import Clock, WallClock
 from console.config import Settings, open_inbox
 from console.core import MoveRefusal, ReplayGuard, Store, StoreError, StoreUnavailable
@@ -36,7 +39,7 @@ DEFAULT_MAX_GROUP = 1000
 class _Ingest:
     source: str
     source_id: str
-    payload: Any
+    text: str  # the payload as encode_event returned it
     guard: ReplayGuard | None
     future: asyncio.Future[str]
     trace: str | None = None  # the traceparent to keep with the event (a sender that traces)
@@ -55,10 +58,16 @@ class WriterStats:
     failed: int = 0             # rolled back because the database could not take them
     events: int = 0             # deliveries committed (new, duplicate or replay)
     largest_group: int = 0
+    # Seconds the writer waited for work (a wait under way counted so far): against the time it ran, how much of it
+    # the requests kept it busy (near none: the disk and the store are the limit; much: the HTTP front is).
+    waited: float = 0.0
+    waiting_since: float | None = None
 
     def as_dict(self) -> dict[str, int]:
+        since = self.waiting_since
+        idle = self.waited + (time.perf_counter() - since if since is not None else 0.0)
         return {"transactions": self.transactions, "commits": self.commits, "failed": self.failed,
-                "events": self.events, "largest_group": self.largest_group}
+                "events": self.events, "largest_group": self.largest_group, "idle_ms": round(idle * 1000)}
 
 
 _STOP = object()
@@ -129,10 +138,11 @@ class IngestWriter:
         self._thread = None
 
     # --- used from the event loop -------------------------------------------------------------
-    def validate(self, source: str, source_id: str, payload: Any) -> None:
-        """Raise ValueError for an event the Store would refuse, so it never joins (and fails) a group."""
+    def encode(self, source: str, source_id: str, payload: Any) -> str:
+        """The payload's text for ingest; ValueError for an event the Store would refuse, so that it never joins
+        (and fails) a group. The one encoding of a delivery: the writer stores this text."""
         assert self._store is not None, "the writer is not started"
-        self._store.encode_event(source, source_id, payload)
+        return self._store.encode_event(source, source_id, payload)
 
     def refusal(self) -> str | None:
         """Why no delivery may be stored now (a damaged inbox), or None."""
@@ -140,15 +150,15 @@ class IngestWriter:
             return self.damaged
         return self._refusal() if self._refusal is not None else None
 
-    async def ingest(self, source: str, source_id: str, payload: Any, guard: ReplayGuard | None = None, *,
+    async def ingest(self, source: str, source_id: str, text: str, guard: ReplayGuard | None = None, *,
                      trace: str | None = None) -> str:
-        """"stored", "duplicate" or "replay" (Store.ingest_deliveries); StoreUnavailable when not durable,
-        InboxDamaged when the inbox takes no work (nothing is written)."""
+        """"stored", "duplicate" or "replay" (Store.ingest_deliveries) for a payload's text from encode();
+        StoreUnavailable when not durable, InboxDamaged when the inbox takes no work (nothing is written)."""
         refused = self.refusal()
         if refused is not None:
             raise InboxDamaged(refused)
         future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
-        self._queue.put(_Ingest(source, source_id, payload, guard, future, trace))
+        self._queue.put(_Ingest(source, source_id, text, guard, future, trace))
         return await future
 
     async def call(self, fn: Callable[[Store], T]) -> T:
@@ -180,7 +190,10 @@ class IngestWriter:
         try:
             stopping = False
             while not stopping:
+                self.stats.waiting_since = waiting = time.perf_counter()
                 items = [self._queue.get()]
+                self.stats.waited += time.perf_counter() - waiting
+                self.stats.waiting_since = None
                 while len(items) < self.max_group:
                     try:
                         items.append(self._queue.get_nowait())
@@ -217,9 +230,9 @@ class IngestWriter:
     def _commit(self, store: Store, group: list[_Ingest]) -> None:
         results: list[tuple[asyncio.Future[Any], Any, BaseException | None]]
         try:
-            outcomes = store.ingest_deliveries([(i.source, i.source_id, i.payload, i.guard) for i in group],
-                                               now=self._clock.now(),
-                                               traces={(i.source, i.source_id): i.trace for i in group if i.trace})
+            outcomes = store.ingest_encoded_deliveries(
+                [(i.source, i.source_id, i.text, i.guard) for i in group], now=self._clock.now(),
+                traces={(i.source, i.source_id): i.trace for i in group if i.trace})
         except ValueError:
             # Each event was validated before it queued; should one slip through anyway it must not
             # take the rest of its group down with it.
@@ -240,7 +253,16 @@ class IngestWriter:
             self.stats.events += len(group)
             self.stats.largest_group = max(self.stats.largest_group, len(group))
             results = [(item.future, outcome, None) for item, outcome in zip(group, outcomes, strict=True)]
+            self._count(group, outcomes)
         self._deliver_all(results)
+
+    @staticmethod
+    def _count(group: list[_Ingest], outcomes: list[str]) -> None:
+        """The deliveries' verdicts in telemetry's counter: one addition per source and verdict a commit."""
+        verdicts = Counter((item.source, outcome) for item, outcome in zip(group, outcomes, strict=True))
+        for (source, verdict), amount in verdicts.items():
+            telemetry.count("agent_console.events.ingested", "{event}", "Webhook deliveries by source and verdict",
+                            {"agent_console.event.source": source, "agent_console.ingest.verdict": verdict}, amount)
 
     def _met_damage(self, exc: BaseException) -> InboxDamaged:
         """A write met a damaged page: this delivery and every later one are refused (503)."""

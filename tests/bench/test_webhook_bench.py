@@ -27,5 +27,6 @@ def test_quick_run_acks_every_delivery_and_reports_acks_per_fsync() -> None:
         assert result["disk_use"] == result["commits_per_s"] / result["disk_fsyncs_per_s"]
         # What each process spent a delivery: the receiver's front and writer, and the senders beside it.
         assert result["receiver_cpu_us"] > 0 and result["sender_cpu_us"] > 0
+        assert 0 < result["writer_busy"] <= 1  # the writer's own count of the time it waited for work
     assert single["acks_per_fsync"] == 1.0  # one transaction per request: one commit per ack
     assert group["acks_per_fsync"] >= 1.0

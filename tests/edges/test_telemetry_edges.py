@@ -5,6 +5,7 @@ timers that fired. A real engine, the receiver beside it and an HTTP endpoint on
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -21,7 +22,8 @@ from console.cli import main
 from console.clock import ManualClock
 from console.core import Store
 from console.edges.channels import HttpChannel
-from tests.edges.conftest import NOW, webhook_settings
+from console.edges.receiver import build_receiver
+from tests.edges.conftest import NOW, SOURCES, secrets_env, webhook_settings
 from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign
 from tests.support import read_until
 
@@ -154,3 +156,44 @@ async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_trave
     assert telemetry.attributes_of(fired)["agent_console.timers.fired"] >= 1
     # The run that took the timer's event links to the firing that stored it.
     assert (fired["traceId"], fired["spanId"]) in linked(run_of(timer_event.id))
+
+
+def ingested_counts(folder: Path) -> dict[tuple[str, str], int]:
+    """The agent_console.events.ingested counter's last value per (source, verdict) in the local file."""
+    counts: dict[tuple[str, str], int] = {}
+    for line in telemetry.file_path(folder).read_text().splitlines():
+        request = json.loads(line)
+        for resource in request.get("resourceMetrics", []):
+            for scope in resource.get("scopeMetrics", []):
+                for metric in scope.get("metrics", []):
+                    if metric["name"] != "agent_console.events.ingested":
+                        continue
+                    for point in metric["sum"]["dataPoints"]:
+                        attrs = telemetry.attributes_of(point)
+                        key = (attrs["agent_console.event.source"], attrs["agent_console.ingest.verdict"])
+                        counts[key] = int(point["asInt"])
+    return counts
+
+
+async def test_each_delivery_is_counted_once_by_source_and_verdict(tmp_path: Path) -> None:
+    # The writer adds a group's verdicts to the counter once per source and verdict: the sum is still one a delivery.
+    telemetry.configure(tmp_path)
+    receiver = build_receiver(webhook_settings(tmp_path / "inbox.db"), clock=ManualClock(NOW), environ=secrets_env())
+    await receiver.start()
+    try:
+        async with aiohttp.ClientSession() as http:
+            async def deliver(source: str, key: str) -> int:
+                kind = SOURCES[source]
+                body = body_for(kind, key)
+                async with http.post(f"{receiver.url}/hooks/{source}", data=body,
+                                     headers=sign(kind, body, now=NOW, delivery_id=key)) as response:
+                    return response.status
+
+            first = await asyncio.gather(*(deliver("home", f"h-{n}") for n in range(5)), deliver("github", "g-1"))
+            again = await asyncio.gather(deliver("home", "h-0"), deliver("home", "h-1"))
+        assert first == [200] * 6 and again == [200, 200]
+    finally:
+        await receiver.stop()
+        telemetry.flush()
+        telemetry.configure(None, enabled=False)
+    assert ingested_counts(tmp_path) == {("home", "stored"): 5, ("github", "stored"): 1, ("home", "duplicate"): 2}
