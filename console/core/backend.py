@@ -11,7 +11,7 @@ PostgreSQL, where a statement is a round trip: one statement for the whole set).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
@@ -142,6 +142,16 @@ class Backend(Protocol):
     ) -> tuple[list[bool], MoveMark | None]:
         """Store many events (each key once in the call) in one write transaction unless the inbox carries a move
         mark: (for each, whether it was new; a copy is counted on its stored row, as insert_events), the mark."""
+        ...
+
+    def ingest_in_snapshot(
+        self, source: str, source_id: str, encode: Callable[[], str], now: int
+    ) -> tuple[bool, MoveMark | None] | None:
+        """Look for the key and the move mark in one read, then store the event (its payload text from encode) in
+        the same transaction unless either was there: (whether it was stored, the mark). A refused copy takes no
+        write lock and is not counted (the Store holds its count). None when another writer wrote or was writing
+        between the read and the write: nothing was written, the shared path runs (SQLite: a deferred transaction,
+        whose upgrade to a write succeeds only on the newest snapshot)."""
         ...
 
     def claim_at_once(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:

@@ -108,7 +108,10 @@ def payload_depth(value: Any, *, stop_past: int | None = None) -> int:
 def check_payload_shape(value: Any, what: str = "payload") -> None:
     """ValueError for a payload the inbox would not give back as it went in, or that its readers could
     not walk: nested deeper than MAX_PAYLOAD_DEPTH, or an object key that is not a string (json.dumps
-    would turn 1 into "1", and let {1: a, "1": b} collide). One walk, without recursion."""
+    would turn 1 into "1", and let {1: a, "1": b} collide). One walk, without recursion; only containers go on
+    its stack (a plain loop, not a generator per container: this runs on every ingest)."""
+    if not isinstance(value, dict | list | tuple):
+        return
     stack: list[tuple[Any, int]] = [(value, 1)]
     while stack:
         item, depth = stack.pop()
@@ -117,13 +120,13 @@ def check_payload_shape(value: Any, what: str = "payload") -> None:
                 if not isinstance(key, str):
                     raise ValueError(f"{what} is not JSON-serialisable: object key {key!r} is not a string")
             children: Iterable[Any] = item.values()
-        elif isinstance(item, list | tuple):
-            children = item
         else:
-            continue
+            children = item
         if depth > MAX_PAYLOAD_DEPTH:
             raise ValueError(f"{what} is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
-        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list | tuple))
+        for child in children:
+            if isinstance(child, dict | list | tuple):
+                stack.append((child, depth + 1))
 
 
 def _event(row: Sequence[Any]) -> Event:
@@ -216,10 +219,21 @@ class InboxMixin(StoreBase):
 
     def _ingest_one(self, source: str, source_id: str, payload: Any, now: int) -> bool:
         """ingest's work once the key is checked: a plain read refuses a stored key (held, _hold_refusal), else one
-        durable transaction stores the event and writes the held refusals (PostgreSQL with no copies held to write:
-        all in one round trip, _ingest_at_once)."""
+        durable transaction stores the event and writes the held refusals. With no copies held to write, the read
+        and the write are one transaction (SQLite: Backend.ingest_in_snapshot) or one round trip (PostgreSQL:
+        _ingest_at_once)."""
         if self._backend.writes_at_once and not self._refused:
             return self._ingest_at_once(source, source_id, payload, now)
+        if not self._refused:
+            # The key's read and the insert in one snapshot (SQLite); the long way below when a writer came between.
+            done = self._backend.ingest_in_snapshot(source, source_id, lambda: self.encode_payload(payload), now)
+            if done is not None:
+                stored, mark = done
+                if mark is not None:
+                    raise move_refusal(*mark)
+                if not stored:
+                    self._hold_refusal(source, source_id, now)
+                return stored
         if self._scalar(_IS_STORED, (source, source_id)):
             self._hold_refusal(source, source_id, now)
             return False

@@ -21,7 +21,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager, suppress
 from decimal import Decimal
 from typing import Any
@@ -606,6 +606,11 @@ class PgBackend:
         self._conn.commits += 1  # the statement's own transaction
         stored, mark = rows[0][0], rows[0][1:]
         return bool(stored), None if mark[0] is None else (str(mark[0]), str(mark[1]), int(mark[2]))
+
+    def ingest_in_snapshot(
+        self, source: str, source_id: str, encode: Callable[[], str], now: int
+    ) -> tuple[bool, MoveMark | None] | None:
+        raise NotImplementedError("PostgreSQL ingests in one statement (writes_at_once)")
 
     def ingest_many_at_once(
         self, encoded: Sequence[tuple[str, str, str]], now: int

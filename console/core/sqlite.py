@@ -8,7 +8,7 @@ over them (core/backend.py), including how a batch is written: one cheap stateme
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,10 @@ from console.core.db import (
 )
 from console.core.inbox import _CLAIM_ONE, _COUNT_REFUSED, _FINISH_ONE, _SELECT_FRESH
 from console.core.walfeed import WalFeed
+
+# An ingest's one read (ingest_in_snapshot): is the key stored, and does the inbox carry a move mark.
+_STORED_OR_MARKED = """SELECT EXISTS (SELECT 1 FROM inbox WHERE source = ? AND source_id = ?),
+                              EXISTS (SELECT 1 FROM move_mark)"""
 
 
 class SqliteBackend:
@@ -127,6 +131,34 @@ class SqliteBackend:
         rows = {name: str(self._conn.execute(f"PRAGMA {name}").fetchall()[0][0])
                 for name in ("journal_mode", "synchronous", "page_size")}
         return {"sqlite_version": apsw.sqlite_lib_version(), **rows}
+
+    def ingest_in_snapshot(
+        self, source: str, source_id: str, encode: Callable[[], str], now: int
+    ) -> tuple[bool, MoveMark | None] | None:
+        # BEGIN (deferred) takes no lock; the read takes the snapshot, and the INSERT upgrades it to the write lock
+        # only if no other connection has committed since (else SQLITE_BUSY_SNAPSHOT, at once; a writer holding the
+        # lock: SQLITE_BUSY, at once too, the busy handler is not called for an upgrade). So what the read saw (no
+        # such key, no move mark) still holds when the row is written, as if it had been read under the lock; and
+        # the read and the write share one snapshot's locks, where a read and then BEGIN IMMEDIATE took two.
+        conn = self._conn
+        conn.execute("BEGIN")
+        try:
+            ((stored, marked),) = conn.execute(_STORED_OR_MARKED, (source, source_id)).fetchall()
+            if stored:
+                return False, None
+            if marked:
+                ((state, other, at),) = conn.execute(MOVE_MARK).fetchall()
+                return False, (str(state), str(other), int(at))
+            text = encode()
+            try:
+                ((duplicates,),) = conn.execute(INSERT_EVENT, (source, source_id, text, now, now)).fetchall()
+            except apsw.BusyError:
+                return None  # another writer came between the read and the write: nothing was written
+            conn.execute("COMMIT")
+            return duplicates == 0, None
+        finally:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
 
     def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
         raise NotImplementedError("SQLite has no one-statement ingest (writes_at_once is False)")
