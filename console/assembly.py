@@ -20,15 +20,13 @@ from typing import TYPE_CHECKING
 
 from console import telemetry
 from console.agents.base import Agent
-from console.agents.offline import DIGEST_TIMER_ID
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import Store, StoreError
 from console.core.outbox import OutboxChannel
 from console.edges.channels import build_channels
-from console.edges.mailsource import MailChannel
-from console.edges.phone import PhoneChannel
 from console.runtime.engine import Engine, SetUp
+from console.runtime.host import ServiceChannel
 
 if TYPE_CHECKING:
     from console.agents.base import RunContext
@@ -41,6 +39,8 @@ def default_timers(settings: Settings, clock: Clock) -> SetUp:
     """The timers a new inbox gets: the daily digest on `digest_cron`. One the owner changed is kept."""
 
     def install(store: Store) -> None:
+        from console.agents.offline import DIGEST_TIMER_ID  # the offline agent's module, not needed before this
+
         if store.timer(DIGEST_TIMER_ID) is None:
             now = clock.now()
             store.add_timer(DIGEST_TIMER_ID, now, {"task": "digest"}, cron=settings.digest_cron,
@@ -118,7 +118,8 @@ def build_engine(
         settings,
         agent=agent,
         channels=chosen_channels,
-        service_channels=[channel for channel in chosen_channels if isinstance(channel, PhoneChannel | MailChannel)],
+        # the phone and mail channels (checked by what they do, so that their modules load only when configured)
+        service_channels=[channel for channel in chosen_channels if isinstance(channel, ServiceChannel)],
         set_up=[default_timers(settings, clock)] if install_defaults else [],
         clock=clock,
         holder=holder,

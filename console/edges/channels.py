@@ -35,9 +35,7 @@ import json
 import os
 import re
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -48,10 +46,19 @@ from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import Batch, SendError
 from console.core.outbox import OutboxChannel
-from console.edges.phone_config import PHONE_KEYS, build_phone_channel
 
 if TYPE_CHECKING:
+    import urllib.request
+
     import apprise
+
+# The settings each phone channel takes (console/edges/phone_config.py checks them). The phone channels' modules
+# and urllib.request (with http.client and the email package) are imported when such a channel is configured:
+# the console's first frame builds its engine, and so its channels, and usually needs none of them.
+PHONE_KEYS = {
+    "ntfy": {"server", "topic", "answer_topic", "token_env", "priority", "timeout"},
+    "telegram": {"token_env", "chat_id", "api_base", "timeout", "batch_window", "webhook_secret_env"},
+}
 
 DEFAULT_HTTP_TIMEOUT = 10.0
 # Statuses that say "not now" rather than "never": retried like a 5xx.
@@ -177,11 +184,16 @@ def _fsync_folder(folder: Path) -> None:
         os.close(descriptor)
 
 
-class _NoRedirects(urllib.request.HTTPRedirectHandler):
-    """A redirect would turn the POST into a GET without its body: report it instead of following it."""
+def _opener_without_redirects() -> urllib.request.OpenerDirector:
+    """An opener that reports a redirect instead of following it: it would turn the POST into a GET without its
+    body."""
+    import urllib.request
 
-    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
-        return None
+    class NoRedirects(urllib.request.HTTPRedirectHandler):
+        def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+            return None
+
+    return urllib.request.build_opener(NoRedirects())
 
 
 def safe_url(url: str) -> str:
@@ -206,7 +218,7 @@ class HttpChannel:
         self.name = name
         self.at_most_once = at_most_once
         self.timeout = timeout
-        self._opener = urllib.request.build_opener(_NoRedirects())
+        self._opener = _opener_without_redirects()
         self._headers = {"Content-Type": "application/json; charset=utf-8", "User-Agent": "agent-console"}
         parts = urllib.parse.urlsplit(url)
         if parts.username is not None:  # user:password@ in the URL becomes HTTP basic auth
@@ -217,6 +229,9 @@ class HttpChannel:
         self.url = url
 
     def send(self, batch: Batch) -> None:
+        import urllib.error
+        import urllib.request
+
         data = json.dumps({"key": batch.key, "messages": batch.bodies, "urgent": batch.urgent},
                           ensure_ascii=False).encode("utf-8")
         request = urllib.request.Request(self.url, data=data, method="POST",
@@ -310,6 +325,8 @@ def _channel(index: int, raw: Any, clock: Clock, settings: Settings, environ: Ma
     if kind == "console":
         return ConsoleChannel(name)
     if kind in PHONE_KEYS:
+        from console.edges.phone_config import build_phone_channel
+
         return build_phone_channel(str(kind), where, raw, name=name, at_most_once=at_most_once, settings=settings,
                                    environ=environ)
     if kind == "file":

@@ -19,10 +19,6 @@ from console.edges.secretfile import Secret, load_secrets_file, resolve_secret
 from console.edges.telegram import DEFAULT_API_BASE, DEFAULT_BATCH_WINDOW, TelegramChannel
 from console.edges.telegram_webhook import SECRET_PATTERN, TelegramWebhook
 
-PHONE_KEYS = {
-    "ntfy": {"server", "topic", "answer_topic", "token_env", "priority", "timeout"},
-    "telegram": {"token_env", "chat_id", "api_base", "timeout", "batch_window", "webhook_secret_env"},
-}
 DEFAULT_TIMEOUT = 10.0
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 

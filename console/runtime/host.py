@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from console.clock import Clock
 from console.config import Settings
@@ -78,6 +78,7 @@ class ServiceHost(Protocol):
     def note_run_error(self, message: str) -> None: ...
 
 
+@runtime_checkable
 class ServiceChannel(Protocol):
     """An outbox channel that also runs services of its own inside the engine (the phone channels: a
     listener for answers, a keeper of cards). start() returns them; ConfigError if it cannot start."""

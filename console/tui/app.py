@@ -45,20 +45,12 @@ from console.notices import Notice, NoticeKind
 from console.textsafe import terminal_safe, terminal_safe_lines
 from console.timefmt import plural
 from console.tui.backend import ConsoleEngine
-from console.tui.commands import ConsoleCommands
 from console.tui.demo import DEMO_ACTIONS, InjectControls, start_demo_traffic
-from console.tui.detail import DetailView, read_detail, read_neighbour
+from console.tui.detail import read_detail, read_neighbour
 from console.tui.finding import read_message
 from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
 from console.tui.panes import PANES, LivePane
 from console.tui.read_only import MAIN_SCREEN_WRITES
-from console.tui.screens.confirm import ConfirmScreen
-from console.tui.screens.detail import DetailHost, DetailScreen
-from console.tui.screens.keys import KeysScreen, plain_help
-from console.tui.screens.message import MessageScreen
-from console.tui.screens.notes import NotesScreen
-from console.tui.screens.search import SearchScreen
-from console.tui.screens.timers import TimersScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, load_themes, status_variables
 from console.tui.widgets.approvals_pane import ApprovalsPane
@@ -69,8 +61,16 @@ from console.tui.widgets.lease_pane import MODES, LeasePane
 from console.tui.widgets.outbox_pane import OutboxPane
 
 if TYPE_CHECKING:
+    from textual.command import Provider
+
     from console.assembly import System
     from console.edges.receiver import WebhookReceiver
+    from console.tui.detail import DetailView
+    from console.tui.screens.detail import DetailScreen
+
+# The modal screens (detail, search, keys, message, timers, notes, confirm, inject) and the palette's commands are
+# imported when first opened: the first frame shows none of them, and their widgets (TextArea and its syntax
+# highlighting among them) are a good part of the console's own import time (tests/tui/test_start_imports.py).
 
 T = TypeVar("T")
 log = logging.getLogger("agent_console.tui")
@@ -109,10 +109,17 @@ class EngineNotice(Message):
         self.notice = notice
 
 
+def console_commands() -> type[Provider]:
+    """The palette's console commands, imported when the palette first opens."""
+    from console.tui.commands import ConsoleCommands
+
+    return ConsoleCommands
+
+
 class ConsoleApp(App[None]):
     CSS_PATH = "app.tcss"
     TITLE = "agent-console"
-    COMMANDS = App.COMMANDS | {ConsoleCommands}
+    COMMANDS = App.COMMANDS | {console_commands}
     BINDING_GROUP_TITLE = "Console"
     # Screen.-narrow in app.tcss; App types it as an instance attribute, so it cannot be a ClassVar here
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # noqa: RUF012
@@ -396,6 +403,8 @@ class ConsoleApp(App[None]):
         if not running:
             await self.action_quit()
             return
+        from console.tui.screens.confirm import ConfirmScreen
+
         self.push_screen(ConfirmScreen(
             f"A run is in progress ({plural(running, 'event')}). Quit anyway? The run gets a few seconds to "
             "finish; what it does not finish goes back to pending for the next worker.", yes_label="Quit",
@@ -427,6 +436,8 @@ class ConsoleApp(App[None]):
 
     def action_toggle_help(self) -> None:
         """f1 / ?: every key on a full screen, filterable (the focused pane's few lines of help above them)."""
+        from console.tui.screens.keys import KeysScreen, plain_help
+
         if isinstance(self.screen, KeysScreen):
             self.screen.dismiss(None)
             return
@@ -469,10 +480,19 @@ class ConsoleApp(App[None]):
             self._lease.role_told(notice.detail)
         self.mark(*NOTICE_PANES.get(notice.kind, PANES))
         # A notice can come before the first screen is pushed, or after the screens have gone (on_unmount).
-        if notice.kind != "log" and self.screen_stack and isinstance(self.screen, DetailScreen):
-            self.screen.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
+        if notice.kind != "log" and self.screen_stack and (detail := self._open_detail_screen()) is not None:
+            detail.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
+
+    def _open_detail_screen(self) -> DetailScreen | None:
+        """The event detail screen when it is the one showing (its module is loaded only once one was opened)."""
+        if "console.tui.screens.detail" not in sys.modules:
+            return None
+        from console.tui.screens.detail import DetailScreen
+
+        screen = self.screen
+        return screen if isinstance(screen, DetailScreen) else None
 
     def mark(self, *panes: str) -> None:
         self._dirty.update(panes)
@@ -559,6 +579,8 @@ class ConsoleApp(App[None]):
         async def neighbour(event_id: int, older: bool) -> int | None:
             return await self.read(read_neighbour(event_id, events.filter, older=older))
 
+        from console.tui.screens.detail import DetailHost, DetailScreen
+
         host = DetailHost(load, neighbour, events.retry_event, self.query_one(ApprovalsPane).answer,
                           events.restore_event)
         await self.push_screen(DetailScreen(await load(event_id), host, zone))
@@ -570,10 +592,14 @@ class ConsoleApp(App[None]):
             return
         now = self.clock.now()
         goes_out_at = await self.read(lambda store: store.next_send_at(now=now))
+        from console.tui.screens.message import MessageScreen
+
         await self.push_screen(MessageScreen(message, now, ZoneInfo(self.settings.timezone), goes_out_at,
                                              send_now=self.query_one(OutboxPane).send_now))
 
     async def action_search(self, start_in_outbox: bool = False) -> None:
+        from console.tui.screens.search import SearchScreen
+
         await self.push_screen(SearchScreen(self.read, self.query_one(EventsPane).filter, self.open_detail,
                                             self.open_message, now=self.clock.now(), start_in_outbox=start_in_outbox))
 
@@ -623,9 +649,13 @@ class ConsoleApp(App[None]):
         await self.query_one(ConsoleHeader).edit_budgets()
 
     async def action_timers(self) -> None:
+        from console.tui.screens.timers import TimersScreen
+
         await self.push_screen(TimersScreen(self.read, self.engine.write, self.clock, ZoneInfo(self.settings.timezone)))
 
     async def action_notes(self) -> None:
+        from console.tui.screens.notes import NotesScreen
+
         await self.push_screen(NotesScreen(self.read, self.engine.write))
 
     def action_stall(self) -> None:

@@ -7,14 +7,16 @@ Every event the console itself stores comes through InjectControls.
 from __future__ import annotations
 
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from textual.app import App
 
 from console.core import Store, StoreError
 from console.demo import DemoEngine, run_demo
 from console.tui.panes import PaneHost
-from console.tui.screens.inject import InjectScreen
+
+if TYPE_CHECKING:
+    from console.tui.screens.inject import InjectScreen
 
 APPROVAL_TEXT = "refund order 881"
 # The test keys' actions: the console offers them (keys, footer, help, palette) only in `--demo`.
@@ -32,7 +34,10 @@ class InjectControls:
         self._serial = 0
 
     async def form(self, *, blink: bool) -> InjectScreen:
-        """The inject form, with a source id no event uses yet filled in."""
+        """The inject form, with a source id no event uses yet filled in (imported when first opened: its
+        TextArea is not on the first frame)."""
+        from console.tui.screens.inject import InjectScreen
+
         return InjectScreen(self.submit, sources=self.host.known_sources, source_id=await self.unique_source_id(),
                             blink=blink)
 

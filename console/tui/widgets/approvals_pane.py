@@ -30,8 +30,6 @@ from console.timefmt import VIA_SHORT, coarse_span, span
 from console.tui.panes import PaneHost
 from console.tui.reads import ApprovalsView, read_approval, read_approvals
 from console.tui.render import show
-from console.tui.screens.approval import ApprovalScreen
-from console.tui.screens.confirm import ConfirmScreen
 from console.tui.tables import clear_rows
 from console.tui.widgets.countdown_bar import bar_text, quantized
 
@@ -311,6 +309,8 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
         if view is None:
             return
         request_id = approval.request_id
+        from console.tui.screens.approval import ApprovalScreen  # the modal screens load when first opened
+
         answer = await self.app.push_screen_wait(ApprovalScreen(
             view, host.clock.now(), ZoneInfo(host.settings.timezone), clock=host.clock,
             reread=lambda: host.read(lambda store: store.approval(request_id))))
@@ -335,6 +335,8 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
 
             question = (f"Approve {request_view(approval).compact()} ({approval.request_id})? "
                         f"It has {span(left)} left to answer.")
+            from console.tui.screens.confirm import ConfirmScreen
+
             self.app.push_screen(ConfirmScreen(question, yes_label="Approve", destructive=True), confirmed)
             return
         await self._settle_answer(approval, answer)

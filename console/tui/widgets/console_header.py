@@ -24,7 +24,6 @@ from console.tui.detail import human_span
 from console.tui.panes import PaneHost
 from console.tui.reads import Activity, HeaderFacts, SpendView, read_activity, read_header, read_spend
 from console.tui.render import show
-from console.tui.screens.budget import BudgetScreen
 from console.tui.widgets.lease_pane import tools_down_words
 
 log = logging.getLogger("agent_console.tui")
@@ -168,6 +167,8 @@ class ConsoleHeader(Vertical):
         spend = await host.read(read_spend(host.clock.now(), host.settings.budget_defaults()))
         budgets = {"daily": spend.daily_budget_usd, "monthly": spend.monthly_budget_usd}
         sources = {"daily": spend.daily_from, "monthly": spend.monthly_from}
+        from console.tui.screens.budget import BudgetScreen  # the modal screens load when first opened
+
         await self.app.push_screen(BudgetScreen(self._save_budgets, budgets, sources))
 
     async def _save_budgets(self, changed: dict[str, float] | None) -> str | None:

@@ -40,8 +40,6 @@ from console.tui.reads import (
     read_oldest_top,
     read_page,
 )
-from console.tui.screens.confirm import ConfirmScreen
-from console.tui.screens.filter_picker import FilterScreen
 from console.tui.tables import clear_rows
 from console.tui.widgets.event_error import EventError, moves_with_clock
 from console.tui.widgets.events_table import EventsTable
@@ -442,6 +440,8 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     async def pick_filter(self) -> None:
         counts = await self.host.read(lambda store: store.counts())
+        from console.tui.screens.filter_picker import FilterScreen  # the modal screens load when first opened
+
         self.app.push_screen(FilterScreen(self.filter, counts, self.host.known_sources), self._filter_picked)
 
     async def _filter_picked(self, picked: EventFilter | None) -> None:
@@ -508,6 +508,8 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
                         severity="warning")
             return
         what = f"#{ids[0]}" if len(ids) == 1 else f"{len(ids)} marked events"
+        from console.tui.screens.confirm import ConfirmScreen
+
         self.app.push_screen(ConfirmScreen(f"Discard {what}? Kept for the record and never run again "
                                            "(u restores one to dead; r runs it again).", yes_label="Discard",
                                            destructive=True),
@@ -537,6 +539,8 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             self.notify("No dead events match the filter", severity="warning")
             return
         where = "" if flt.source is None else f" from source {flt.source}"
+        from console.tui.screens.confirm import ConfirmScreen
+
         self.app.push_screen(ConfirmScreen(f"Retry {count} dead event{'s' if count != 1 else ''}{where}?",
                                            yes_label=f"Retry {count}", destructive=True),
                              self._retry_all_confirmed)
