@@ -59,6 +59,13 @@ def table_age(seconds: int) -> str:
     return coarse_span(seconds, seconds_below=60)
 
 
+def looks(cell: object) -> object:
+    """What a cell shows: its text, styles and alignment (rich's Text compares its text and spans only)."""
+    if isinstance(cell, Text):
+        return cell.plain, str(cell.style), cell.justify, cell.spans
+    return cell
+
+
 def status_colour(variables: dict[str, str], status: str) -> str:
     # discarded has no colour of its own in the themes: it reads as muted, done with
     return variables.get(f"status-{status}", "" if status != "discarded" else "dim")
@@ -136,7 +143,9 @@ run). The selected event's full error
 is under the table. The keys below work here; **ctrl+p** finds every action by name.
 """
 
-    view: reactive[EventsView | None] = reactive(None, init=False)
+    # The watcher draws what changed (cells, titles, the error line): a repaint of the whole pane would redraw
+    # every row of the table on each read
+    view: reactive[EventsView | None] = reactive(None, init=False, repaint=False)
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("u", "restore", "Restore", id="events.restore", show=False,
                 tooltip="undo a discard: the marked (or the selected) discarded events are dead again, not run"),
@@ -151,6 +160,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         self.selected_id: int | None = None
         self.marked: set[int] = set()
         self.border_title = "Events"
+        self._titles: tuple[str, str] | None = None  # the border's title and subtitle as last set
 
     def compose(self) -> ComposeResult:
         table = EventsTable(cursor_type="row", zebra_stripes=False, id="events-table")
@@ -205,8 +215,13 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         counts = " ".join(f"{s} {page.counts.get(s, 0):,}" for s in STATUSES if s != "discarded"
                           or page.counts.get(s, 0))
         marked = f" · {len(view.marked)} marked" if view.marked else ""
-        self.border_title = Content(f"Events · {terminal_safe(view.filter.describe())}{marked}")  # plain: no markup
-        self.border_subtitle = f"{'live' if view.live else 'paused'} · {total:,} · {counts}"
+        # Textual repaints the whole pane whenever a border title is set, to the same words too.
+        titles = (f"Events · {terminal_safe(view.filter.describe())}{marked}",
+                  f"{'live' if view.live else 'paused'} · {total:,} · {counts}")
+        if titles != self._titles:
+            self._titles = titles
+            self.border_title = Content(titles[0])  # plain: no markup
+            self.border_subtitle = titles[1]
         hint = self.query_one("#events-empty", Static)
         hint.display = not page.events
         if not page.events:
@@ -229,8 +244,12 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         if keys == [str(row_key.value) for row_key in table.rows]:
             for key, cells in rows:
                 for (label, width), cell in zip(COLUMNS, cells, strict=True):
-                    # the error column is as wide as its longest error: it is measured again
-                    table.update_cell(key, label, cell, update_width=width is None)
+                    # A re-read finds the same events much more often than changed ones (any commit to the file,
+                    # the lease's renewal among them, reads every pane again): a cell is written, and the table
+                    # redrawn, only when what it shows changed.
+                    if looks(table.get_cell(key, label)) != looks(cell):
+                        # the error column is as wide as its longest error: it is measured again
+                        table.update_cell(key, label, cell, update_width=width is None)
             return
         scroll_x = table.scroll_x
         clear_rows(table)
