@@ -9,10 +9,11 @@ import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
+import apsw
 import pytest
 
 from console.core import Store
-from console.core.db import WAL_SIZE_LIMIT
+from console.core.db import WAL_CHECKPOINT_BYTES, WAL_SIZE_LIMIT
 from tests.core.workers import spawn
 
 PAYLOAD = {"text": "x" * 2_000}
@@ -89,3 +90,35 @@ def test_a_checkpoint_never_waits_for_a_reader_that_holds_on(tmp_path: Path) -> 
                 reader.wait(timeout=30)
         assert store.shrink_wal() is True and wal_bytes(path) == 0
     assert not os.path.exists(f"{path}-wal") or wal_bytes(path) == 0
+
+
+@pytest.mark.parametrize("page_size", [1024, 4096])
+def test_single_ingests_checkpoint_by_bytes_and_the_wal_starts_over_without_being_cut(
+    tmp_path: Path, page_size: int
+) -> None:
+    """SQLite's default checkpoints every 1000 pages whatever their size: every ~125 single ingests with 1 KiB pages
+    (an older file keeps 4 KiB ones). The WAL takes WAL_CHECKPOINT_BYTES either way, then starts over from its
+    beginning at the same size, under WAL_SIZE_LIMIT: never cut and grown again (a size change costs an fsync
+    more than an overwrite)."""
+    path = tmp_path / "inbox.db"
+    made = apsw.Connection(str(path))
+    made.execute(f"PRAGMA page_size={page_size}; PRAGMA journal_mode=WAL; CREATE TABLE made_by_hand (x)")
+    made.close()
+    with Store.open(path) as store:
+        assert store.durability_settings()["page_size"] == str(page_size)
+        pages = store.connection.execute("PRAGMA wal_autocheckpoint").fetchall()[0][0]
+        assert pages * page_size == WAL_CHECKPOINT_BYTES
+        frame = page_size + 24
+        sizes = []
+        n = 0
+        while len(sizes) < 3 or sizes[-1] > sizes[-3]:  # until the WAL has started over at least once
+            n += 1
+            assert store.ingest("chat", f"c-{n}", {"text": "hello"}, now=1), n
+            sizes.append(wal_bytes(path))
+            assert n < 3 * WAL_CHECKPOINT_BYTES // frame, "the WAL never started over"
+        grown_to = max(sizes)
+        assert WAL_CHECKPOINT_BYTES <= grown_to < WAL_SIZE_LIMIT  # SQLite's default: 1000 pages, 1 MB here
+        for _ in range(50):
+            n += 1
+            store.ingest("chat", f"c-{n}", {"text": "hello"}, now=1)
+            assert wal_bytes(path) == grown_to  # overwritten from the start, the file's size unchanged
