@@ -63,6 +63,12 @@ def serve_main(db: str, group_commit: bool) -> None:
         assert system.receiver is not None
         print(json.dumps({"url": system.receiver.url, "pid": os.getpid()}), flush=True)
 
+    if os.environ.get("UVLOOP"):
+        import uvloop
+        uvloop.run(assemble_serve(settings, group_commit=group_commit).run_until_signalled(on_ready=ready))
+        return
+    if os.environ.get("SWITCH"):
+        sys.setswitchinterval(float(os.environ["SWITCH"]))
     asyncio.run(assemble_serve(settings, group_commit=group_commit).run_until_signalled(on_ready=ready))
 
 

@@ -206,15 +206,13 @@ class WebhookReceiver:
             return self._answer(400, "bad_request", source, delivery.source_id, started, str(exc))
         try:
             # The delivery's own span, under the sender's trace when it sent a traceparent.
-            sender = request.headers.get("traceparent")
-            with telemetry.service_span(f"ingest {source}", {
+            with telemetry.request_span(f"ingest {source}", {
                 "agent_console.event.source": source, "agent_console.event.source_id": delivery.source_id,
-            }, parent=sender, kind="SERVER") as span:
+            }, sender=request.headers.get("traceparent")) as span:
                 # Kept with the event: the run that takes it joins the sender's trace when the sender traces,
                 # else links to this span.
-                verdict = await self.writer.ingest(source, delivery.source_id, text,
-                                                   verifier.replay_guard(body),
-                                                   trace=telemetry.context_to_keep(parent=bool(sender)))
+                verdict = await self.writer.ingest(source, delivery.source_id, text, verifier.replay_guard(body),
+                                                   trace=span.keep)
                 span.set("agent_console.ingest.verdict", verdict)
         except InboxDamaged as exc:  # never a 200 into a file that cannot be read again: the sender redelivers
             if self._on_damage is not None:

@@ -197,3 +197,44 @@ async def test_each_delivery_is_counted_once_by_source_and_verdict(tmp_path: Pat
         telemetry.flush()
         telemetry.configure(None, enabled=False)
     assert ingested_counts(tmp_path) == {("home", "stored"): 5, ("github", "stored"): 1, ("home", "duplicate"): 2}
+
+
+def test_a_request_span_is_the_service_span_it_replaces_and_keeps_its_context(tmp_path: Path) -> None:
+    # The receiver's span of a delivery is started without becoming the current span: the same span as
+    # service_span(..., kind="SERVER") gave, and the same context kept as context_to_keep gave inside it.
+    telemetry.configure(tmp_path)
+    try:
+        sender = f"00-{SENDER_TRACE}-{SENDER_SPAN}-01"
+        with telemetry.request_span("ingest home", {"agent_console.event.source_id": "traced"}, sender=sender) as span:
+            span.set("agent_console.ingest.verdict", "stored")
+            traced_keep = span.keep
+        with telemetry.request_span("ingest home", {"agent_console.event.source_id": "own"}, sender=None) as span:
+            own_keep = span.keep
+        with pytest.raises(RuntimeError), telemetry.request_span("ingest home", {}, sender=None):
+            raise RuntimeError("the inbox went away")
+        with telemetry.service_span("ingest home", {"agent_console.event.source_id": "old"}, parent=sender,
+                                    kind="SERVER"):
+            old_keep = telemetry.context_to_keep(parent=True)
+        assert telemetry.traceparent() is None  # none of them is left as the current span
+        telemetry.flush()
+    finally:
+        telemetry.configure(None, enabled=False)
+    spans = {telemetry.attributes_of(s).get("agent_console.event.source_id"): s for s in telemetry.read_spans(tmp_path)}
+    traced, own, failed, old = spans["traced"], spans["own"], spans[None], spans["old"]
+    for span in (traced, own, failed):
+        assert (span["name"], span["kind"]) == (old["name"], old["kind"]) == ("ingest home", 2)
+    assert (traced["traceId"], traced["parentSpanId"]) == (old["traceId"], old["parentSpanId"]) == (SENDER_TRACE,
+                                                                                                     SENDER_SPAN)
+    assert telemetry.attributes_of(traced)["agent_console.ingest.verdict"] == "stored"
+    assert traced_keep == f"00-{SENDER_TRACE}-{traced['spanId']}-01"
+    assert old_keep == f"00-{SENDER_TRACE}-{old['spanId']}-01"
+    assert not own.get("parentSpanId") and own["traceId"] != SENDER_TRACE
+    assert own_keep is not None and own_keep.startswith(f"link 00-{own['traceId']}-{own['spanId']}-")  # a link only
+    assert telemetry.attributes_of(failed)["error.type"] == "RuntimeError" and failed["status"]["code"] == 2
+
+
+def test_a_request_span_with_telemetry_off_keeps_nothing(tmp_path: Path) -> None:
+    telemetry.configure(tmp_path, enabled=False)
+    with telemetry.request_span("ingest home", {}, sender=f"00-{SENDER_TRACE}-{SENDER_SPAN}-01") as span:
+        span.set("agent_console.ingest.verdict", "stored")
+    assert span.keep is None and not telemetry.file_path(tmp_path).exists()
