@@ -168,6 +168,12 @@ def shutdown() -> None:
         live.meter_provider.shutdown()
 
 
+def preload() -> None:
+    """Load the SDK now, if telemetry is on: for a caller that knows a span is coming and can wait for the import
+    off its event loop (the webhook receiver alone, before it listens), instead of its first span waiting for it."""
+    _ensure()
+
+
 def file_path(folder: Path) -> Path:
     return folder / FILE_NAME
 
