@@ -50,6 +50,12 @@ __all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgBackend", "PgConnection", "PgTarge
            "parse_target"]
 CONNECT_TIMEOUT = 10  # seconds; a server that is down is one clear line, not a hang
 IDLE_IN_WRITE_MS = 5_000
+# A transaction's commit record is on disk once the WAL is flushed past the insert position read after it. When it is
+# not, a transaction that writes a record (a logical message: no table, no lock, nothing anybody reads; a transaction
+# with an id that wrote no WAL would commit without a flush) commits durably, flushing the WAL up to its own commit and
+# so past the earlier one. Nothing to flush when nothing was written: a refused ingest waits for no disk.
+FLUSHED = ("SELECT CASE WHEN pg_current_wal_insert_lsn() > pg_current_wal_flush_lsn() "
+           "THEN pg_logical_emit_message(true, 'agent-console', '') END")
 LOCK_WAIT_MS = 10_000  # longer than IDLE_IN_WRITE_MS: a waiter outlasts a frozen holder's transaction
 
 
@@ -273,6 +279,26 @@ class PgConnection:
         except psycopg.Error:
             self._abandon(raw)
             raise
+
+    def locked_then_flushed(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
+        """statement (a call of a function that takes the writers' lock and writes) as its own transaction whose commit
+        does not wait for the WAL flush, then, in the same round trip and with the lock released, a wait until the WAL
+        holds that commit (FLUSHED): a durable commit whose flush other writers need not queue behind. Durable writers
+        holding the lock through their flush were served one flush at a time; now their flushes are shared (the
+        server's group commit), and nothing is acknowledged before it is on disk. Returns the statement's rows."""
+        raw = self._usable()
+        self.statements += 1
+        try:
+            with raw.cursor() as cursor:
+                cursor.execute(f"BEGIN; SET LOCAL synchronous_commit TO OFF; {translate(statement)}; COMMIT; {FLUSHED}",
+                               tuple(params))
+                cursor.nextset()  # past BEGIN's and SET's results, to the statement's
+                cursor.nextset()
+                rows = cursor.fetchall()
+        except BaseException:
+            self._abandon(raw)
+            raise
+        return rows
 
     def _abandon(self, raw: psycopg.Connection[Any]) -> None:
         if not raw.broken and not raw.closed and raw.info.transaction_status != TransactionStatus.IDLE:
@@ -597,12 +623,14 @@ class PgBackend:
     # case (the lease held, no move mark, no lost, retried or hand-retried event to see to first; a finish that
     # succeeded and stages nothing) and writes nothing otherwise, saying so; the shared path then runs as before.
     # Each is a PL/pgSQL function (pg_schema 0013: ingest and ingest_many, durable; 0014: claim and finish, relaxed)
-    # run as its own autocommit transaction: the same steps as a simple query of several statements, but planned once
-    # a session (the simple query was planned on every call, which took as long as running it). Their SQL is the
-    # shared path's written again (a change to how an event is stored, claimed or finished is a migration there too).
+    # run as its own transaction: the same steps as a simple query of several statements, but planned once a session
+    # (the simple query was planned on every call, which took as long as running it). Their SQL is the shared path's
+    # written again (a change to how an event is stored, claimed or finished is a migration there too). A single
+    # ingest waits for its flush after the writers' lock is released (PgConnection.locked_then_flushed): producers
+    # ingesting at once share their flushes instead of taking turns through them.
     def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
-        rows = self._conn.execute(_INGEST_ONE, (int(self.target.lock_key), self.target.channel, source, source_id,
-                                                text, now)).fetchall()
+        rows = self._conn.locked_then_flushed(_INGEST_ONE, (int(self.target.lock_key), self.target.channel, source,
+                                                            source_id, text, now))
         self._conn.commits += 1  # the statement's own transaction
         stored, mark = rows[0][0], rows[0][1:]
         return bool(stored), None if mark[0] is None else (str(mark[0]), str(mark[1]), int(mark[2]))

@@ -129,3 +129,18 @@ def test_a_batch_moves_the_counts_once_a_status_not_once_an_event(pg_store: Stor
     actual = dict(store.connection.execute("SELECT status, count(*) FROM inbox GROUP BY status").fetchall())
     assert {status: n for status, n in store.counts().items() if n} == actual
     assert actual == {"done": 60, "running": 39, "pending": 1}
+
+
+def test_an_acknowledged_ingest_is_on_disk_though_its_flush_is_not_waited_for_under_the_lock(pg_store: Store) -> None:
+    # The ingest commits without waiting for the WAL flush (the writers' lock is not held through a flush, so
+    # producers share their flushes), then waits for the flush in the same round trip: when ingest answers, the WAL
+    # is on disk past its commit. Nobody else writes this server meanwhile, so the position read next is at or past it.
+    store = pg_store
+    raw = store.connection.raw
+    for n in range(20):
+        trips, stored = round_trips(store, lambda n=n: store.ingest("github", f"e-{n}", {"n": n}, now=T))
+        assert (trips, stored) == (1, True)
+        row = raw.execute("SELECT pg_current_wal_insert_lsn() <= pg_current_wal_flush_lsn()").fetchone()
+        assert row == (True,), f"ingest {n} answered before the WAL holding it was flushed"
+    assert store.ingest("github", "e-0", {"n": 0}, now=T) is False
+    assert store.counts()["pending"] == 20
