@@ -67,16 +67,18 @@ class ReplayMixin(StoreBase):
         if guard is None or guard.window <= 0:
             return "stored" if self._insert_event(source, source_id, text, now) else "duplicate"
         expires_at = now + guard.window
-        if not self._scalar("SELECT 1 FROM inbox WHERE source = ? AND source_id = ?", (source, source_id)):
-            earlier = self._scalar(_EARLIER, (source, guard.digest, now))
-            if earlier is not None:
-                self._conn.execute(_RESIGHTED, (now, expires_at, source, guard.digest))
-                self._conn.execute(
-                    """UPDATE inbox SET duplicates = duplicates + 1, last_duplicate_at = ?
-                       WHERE source = ? AND source_id = ?""",
-                    (now, source, earlier),
-                )
-                return "replay"
+        # A body seen within its window is a replay unless this key is stored already (then it is that event's
+        # redelivery: a duplicate). The ledger is read first: a new body, the usual case, needs no read of the key.
+        earlier = self._scalar(_EARLIER, (source, guard.digest, now))
+        if earlier is not None and not self._scalar("SELECT 1 FROM inbox WHERE source = ? AND source_id = ?",
+                                                    (source, source_id)):
+            self._conn.execute(_RESIGHTED, (now, expires_at, source, guard.digest))
+            self._conn.execute(
+                """UPDATE inbox SET duplicates = duplicates + 1, last_duplicate_at = ?
+                   WHERE source = ? AND source_id = ?""",
+                (now, source, earlier),
+            )
+            return "replay"
         new = self._insert_event(source, source_id, text, now)
         self._conn.execute(_SIGHTED, (source, guard.digest, source_id, now, expires_at))
         return "stored" if new else "duplicate"

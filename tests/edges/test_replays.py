@@ -144,3 +144,27 @@ def test_the_ledger_stays_bounded(store: Store) -> None:
         store.ingest_deliveries([("hook", f"late-{n}", {}, guard(f"late {n}".encode()))], now=1101 + n)
     assert store.replay_ledger_size() == 3
     assert store.ingest_deliveries([("hook", "again", {}, guard(b"body 7"))], now=1200) == ["stored"]
+
+
+def test_a_new_body_reads_the_ledger_but_not_the_inbox_key(store: Store) -> None:
+    # The writer's statements a delivery (issue 22): a body the ledger has not seen is new whatever its key says,
+    # so its key is not read first; the INSERT tells a redelivery. A known body still reads the key (replay or copy).
+    seen: list[str] = []
+
+    def trace(_cursor: object, sql: str, _bindings: object) -> bool:
+        seen.append(" ".join(sql.split()))
+        return True
+
+    store.connection.exec_trace = trace
+    try:
+        assert store.ingest_deliveries([("hook", f"n-{n}", {"n": n}, guard(f"new {n}".encode())) for n in range(3)],
+                                       now=1000) == ["stored"] * 3
+        new = [sql for sql in seen if sql.startswith("SELECT 1 FROM inbox")]
+        seen.clear()
+        assert store.ingest_deliveries([("hook", "n-0", {"n": 0}, guard(b"new 0")),
+                                        ("hook", "other", {"n": 0}, guard(b"new 1"))], now=1010) == ["duplicate",
+                                                                                                     "replay"]
+        known = [sql for sql in seen if sql.startswith("SELECT 1 FROM inbox")]
+    finally:
+        store.connection.exec_trace = None
+    assert new == [] and len(known) == 2
