@@ -215,8 +215,9 @@ def mail(subject: str, text: str, *, sender: str = MAIL_USER, authenticated: boo
 
 
 class HoldingProxy:
-    """A TLS proxy between the engine and Dovecot that holds back the first command matching `hold` (never
-    forwarded while holding): the test sees the engine reach that step and can kill it there, for real."""
+    """A TLS proxy between the engine and Dovecot that holds back the first command matching `hold` (not forwarded
+    unless released): the test sees the engine reach that step and can kill it there, for real, or change the
+    world around it and then let it go on (release())."""
 
     def __init__(self, server: Dovecot, hold: bytes) -> None:
         self.server = server
@@ -224,13 +225,21 @@ class HoldingProxy:
         self.port = free_port()
         self.holding = True
         self.held: asyncio.Event | None = None
+        self._released: asyncio.Event | None = None
+        self.commands: list[bytes] = []  # every command line the engine sent, in order
         self._server: asyncio.AbstractServer | None = None
 
     async def start(self) -> None:
         self.held = asyncio.Event()
+        self._released = asyncio.Event()
         context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         context.load_cert_chain(str(self.server.cert), str(self.server.key))
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", self.port, ssl=context)
+
+    def release(self) -> None:
+        """Forward the held command now, and hold nothing more."""
+        assert self._released is not None
+        self._released.set()
 
     async def stop(self) -> None:
         if self._server is not None:
@@ -244,10 +253,12 @@ class HoldingProxy:
 
         async def client_to_server() -> None:
             while line := await reader.readline():
+                self.commands.append(line)
                 if self.holding and self.hold in line.upper():
-                    assert self.held is not None
+                    assert self.held is not None and self._released is not None
                     self.held.set()
-                    await asyncio.Event().wait()  # held: never forwarded
+                    await self._released.wait()  # held until released (never, unless the test says)
+                    self.holding = False
                 upstream_writer.write(line)
                 await upstream_writer.drain()
 

@@ -115,6 +115,15 @@ class StoreBase:
             self._log_attempt(event_id, now, "refused", holder, gen, said)
         return reason
 
+    def _listener_refused(self, holder: str | None, gen: int | None, now: int, channel: str) -> str | None:
+        """Inside a listener's write transaction (a chat source's or the mail listener's): why the write is refused,
+        recorded as a refused write of kind 'listen', or None when (holder, gen) holds a live lease. Only the lease
+        holder listens; one whose engine lost the lease while its read was under way writes nothing. holder None
+        (a test, a tool writing by hand) is not fenced."""
+        if holder is None or gen is None or self._holds(holder, gen, now):
+            return None
+        return self._record_fenced("listen", holder, gen, now, [], channel)
+
     def conversation_of(self, ids: Sequence[int]) -> str | None:
         """The chat a batch's events came from, if any: where a run's reply goes (InboxMixin)."""
         raise NotImplementedError

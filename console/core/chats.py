@@ -16,7 +16,7 @@ import secrets
 from collections.abc import Sequence
 from typing import Any
 
-from console.core.base import StoreBase, dumps, loads
+from console.core.base import StaleGeneration, StoreBase, dumps, loads
 from console.core.models import ChatPairing, ChatTake
 
 PAIR_CODE_SECONDS = 600  # a pairing code is good for ten minutes
@@ -49,28 +49,36 @@ class ChatMixin(StoreBase):
 
     def pair_chat(
         self, source: str, code_hash: str, *, chat_id: str, owner_id: str, kind: str, title: str | None, now: int,
-        channel: str | None = None, cursor: str | None = None,
+        channel: str | None = None, cursor: str | None = None, holder: str | None = None, gen: int | None = None,
     ) -> bool:
         """Pair the chat whose user sent the code (its hash here) if the code is the open one and has not
         expired; the code is then used up. The listener's cursor moves past the message in the same
-        transaction (a crash repeats nothing). False: no such code, or too late (nothing paired)."""
+        transaction (a crash repeats nothing). False: no such code, or too late (nothing paired). Fenced by the
+        listener's (holder, gen): once that generation lost the lease nothing changes (StaleGeneration)."""
         with self.write_transaction():
-            if channel is not None and cursor is not None:
-                self._move_cursor_forward(channel, cursor, now)
-            row = self._conn.execute("SELECT code_hash, expires_at FROM chat_pair_codes WHERE source = ?",
-                                     (source,)).fetchall()
-            if not row or int(row[0][1]) < now or not hmac.compare_digest(str(row[0][0]), code_hash):
-                return False
-            self._conn.execute("DELETE FROM chat_pair_codes WHERE source = ?", (source,))
-            self._conn.execute(
-                """INSERT INTO chat_pairings (source, chat_id, owner_id, kind, title, paired_at)
-                   VALUES (?, ?, ?, ?, ?, ?)
-                   ON CONFLICT (source, chat_id) DO UPDATE SET owner_id = excluded.owner_id,
-                       kind = excluded.kind, title = excluded.title, paired_at = excluded.paired_at""",
-                (source, chat_id, owner_id, kind, title, now),
-            )
-            self._conn.execute("DELETE FROM chat_strangers WHERE source = ? AND chat_id = ?", (source, chat_id))
-            return True
+            refused = self._listener_refused(holder, gen, now, channel or source)
+            if refused is None:
+                if channel is not None and cursor is not None:
+                    self._move_cursor_forward(channel, cursor, now)
+                return self._pair(source, code_hash, chat_id, owner_id, kind, title, now)
+        raise StaleGeneration(f"{channel or source}: a pairing refused: {refused}")
+
+    def _pair(self, source: str, code_hash: str, chat_id: str, owner_id: str, kind: str, title: str | None,
+              now: int) -> bool:
+        row = self._conn.execute("SELECT code_hash, expires_at FROM chat_pair_codes WHERE source = ?",
+                                 (source,)).fetchall()
+        if not row or int(row[0][1]) < now or not hmac.compare_digest(str(row[0][0]), code_hash):
+            return False
+        self._conn.execute("DELETE FROM chat_pair_codes WHERE source = ?", (source,))
+        self._conn.execute(
+            """INSERT INTO chat_pairings (source, chat_id, owner_id, kind, title, paired_at)
+               VALUES (?, ?, ?, ?, ?, ?)
+               ON CONFLICT (source, chat_id) DO UPDATE SET owner_id = excluded.owner_id,
+                   kind = excluded.kind, title = excluded.title, paired_at = excluded.paired_at""",
+            (source, chat_id, owner_id, kind, title, now),
+        )
+        self._conn.execute("DELETE FROM chat_strangers WHERE source = ? AND chat_id = ?", (source, chat_id))
+        return True
 
     def unpair_chat(self, source: str, chat_id: str | None = None) -> int:
         """Forget one paired chat (every one when chat_id is None) and any open code; how many were paired."""
@@ -94,11 +102,14 @@ class ChatMixin(StoreBase):
     def take_chat_updates(
         self, channel: str, source: str, *, now: int, cursor: str | None = None,
         events: Sequence[tuple[str, Any]] = (), strangers: Sequence[str] = (), skipped: int = 0,
+        holder: str | None = None, gen: int | None = None,
     ) -> ChatTake:
         """One read of the listener, in one transaction: the owner's messages stored as events (source id,
         payload; a copy is refused and counted), the messages of chats that are not paired counted (those not
         told within the hour are returned, to be told the bot is private), updates skipped as malformed or
-        unknown counted, and the cursor moved past all of it."""
+        unknown counted, and the cursor moved past all of it. Fenced by the listener's (holder, gen): once that
+        generation lost the lease nothing is stored and the cursor stays (StaleGeneration); the holder reads the
+        same updates again from the stored cursor."""
         encoded: list[tuple[str, str, str]] = []
         for source_id, payload in events:
             try:
@@ -106,27 +117,34 @@ class ChatMixin(StoreBase):
             except ValueError:  # over the payload limit, say: skipped and counted, never a loop stuck on it
                 skipped += 1
         with self.write_transaction():
-            if cursor is not None:
-                self._move_cursor_forward(channel, cursor, now)
-            stored = self._insert_events(encoded, now) if encoded else []
-            tell: list[str] = []
-            for chat_id in strangers:
-                told = self._conn.execute(
-                    """INSERT INTO chat_strangers (source, chat_id, messages, first_at, last_at, told_at)
-                       VALUES (?, ?, 1, ?, ?, NULL)
-                       ON CONFLICT (source, chat_id) DO UPDATE SET messages = chat_strangers.messages + 1,
-                                                                   last_at = excluded.last_at
-                       RETURNING told_at""",
-                    (source, chat_id, now, now),
-                ).fetchall()
-                if (told[0][0] is None or int(told[0][0]) <= now - PRIVATE_NOTICE_EVERY) and chat_id not in tell:
-                    self._conn.execute("UPDATE chat_strangers SET told_at = ? WHERE source = ? AND chat_id = ?",
-                                       (now, source, chat_id))
-                    tell.append(chat_id)
-            if skipped:
-                self._health_row(source, now)
-                self._conn.execute("UPDATE chat_health SET skipped = skipped + ? WHERE source = ?", (skipped, source))
-            return ChatTake(stored, tell)
+            refused = self._listener_refused(holder, gen, now, channel)
+            if refused is None:
+                return self._take(channel, source, now, cursor, encoded, strangers, skipped)
+        raise StaleGeneration(f"{channel}: a read of the listener refused: {refused}")
+
+    def _take(self, channel: str, source: str, now: int, cursor: str | None, encoded: list[tuple[str, str, str]],
+              strangers: Sequence[str], skipped: int) -> ChatTake:
+        if cursor is not None:
+            self._move_cursor_forward(channel, cursor, now)
+        stored = self._insert_events(encoded, now) if encoded else []
+        tell: list[str] = []
+        for chat_id in strangers:
+            told = self._conn.execute(
+                """INSERT INTO chat_strangers (source, chat_id, messages, first_at, last_at, told_at)
+                   VALUES (?, ?, 1, ?, ?, NULL)
+                   ON CONFLICT (source, chat_id) DO UPDATE SET messages = chat_strangers.messages + 1,
+                                                               last_at = excluded.last_at
+                   RETURNING told_at""",
+                (source, chat_id, now, now),
+            ).fetchall()
+            if (told[0][0] is None or int(told[0][0]) <= now - PRIVATE_NOTICE_EVERY) and chat_id not in tell:
+                self._conn.execute("UPDATE chat_strangers SET told_at = ? WHERE source = ? AND chat_id = ?",
+                                   (now, source, chat_id))
+                tell.append(chat_id)
+        if skipped:
+            self._health_row(source, now)
+            self._conn.execute("UPDATE chat_health SET skipped = skipped + ? WHERE source = ?", (skipped, source))
+        return ChatTake(stored, tell)
 
     def _move_cursor_forward(self, channel: str, cursor: str, now: int) -> None:
         current = self._scalar("SELECT cursor FROM phone_cursors WHERE channel = ?", (channel,))
@@ -163,29 +181,43 @@ class ChatMixin(StoreBase):
             "SELECT body FROM chat_updates WHERE source = ? AND update_id >= ? ORDER BY update_id LIMIT ?",
             (source, from_id, limit))]
 
-    def forget_chat_updates(self, source: str, *, below: int) -> int:
-        """Drop the kept updates the listener's cursor has passed."""
+    def forget_chat_updates(self, source: str, *, below: int, now: int = 0, holder: str | None = None,
+                            gen: int | None = None) -> int:
+        """Drop the kept updates the listener's cursor has passed. Fenced by the listener's (holder, gen)."""
         with self.write_transaction():
-            return len(self._conn.execute("DELETE FROM chat_updates WHERE source = ? AND update_id < ? RETURNING 1",
-                                          (source, below)).fetchall())
+            refused = self._listener_refused(holder, gen, now, source)
+            if refused is None:
+                return len(self._conn.execute(
+                    "DELETE FROM chat_updates WHERE source = ? AND update_id < ? RETURNING 1", (source, below)
+                ).fetchall())
+        raise StaleGeneration(f"{source}: forgetting kept updates refused: {refused}")
 
     # --- health -----------------------------------------------------------------------------------
     def _health_row(self, source: str, now: int) -> None:
         self._conn.execute("""INSERT INTO chat_health (source, state, reason, since) VALUES (?, 'ok', NULL, ?)
                               ON CONFLICT (source) DO NOTHING""", (source, now))
 
-    def set_chat_health(self, source: str, state: str, reason: str | None, *, now: int) -> bool:
-        """Record how the source's listener is doing; True when this changed the state (say it once)."""
+    def set_chat_health(self, source: str, state: str, reason: str | None, *, now: int, holder: str | None = None,
+                        gen: int | None = None) -> bool:
+        """Record how the source's listener is doing; True when this changed the state (say it once). Fenced by
+        the listener's (holder, gen): one whose engine lost the lease (and now meets its successor's 409, say)
+        does not overwrite what the holder's listener said."""
         if state not in HEALTH_STATES:
             raise ValueError(f"state must be one of {', '.join(HEALTH_STATES)}, not {state!r}")
         with self.write_transaction():
-            before = self._conn.execute("SELECT state, reason FROM chat_health WHERE source = ?", (source,)).fetchall()
-            if before and (before[0][0], before[0][1]) == (state, reason):
-                return False
-            self._health_row(source, now)
-            self._conn.execute("UPDATE chat_health SET state = ?, reason = ?, since = ? WHERE source = ?",
-                               (state, reason, now, source))
-            return not before or before[0][0] != state
+            refused = self._listener_refused(holder, gen, now, source)
+            if refused is None:
+                return self._set_health(source, state, reason, now)
+        raise StaleGeneration(f"{source}: its health refused: {refused}")
+
+    def _set_health(self, source: str, state: str, reason: str | None, now: int) -> bool:
+        before = self._conn.execute("SELECT state, reason FROM chat_health WHERE source = ?", (source,)).fetchall()
+        if before and (before[0][0], before[0][1]) == (state, reason):
+            return False
+        self._health_row(source, now)
+        self._conn.execute("UPDATE chat_health SET state = ?, reason = ?, since = ? WHERE source = ?",
+                           (state, reason, now, source))
+        return not before or before[0][0] != state
 
     def chat_health(self, source: str) -> tuple[str, str | None]:
         row = self._conn.execute("SELECT state, reason FROM chat_health WHERE source = ?", (source,)).fetchall()

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from console.core.base import StoreBase
+from console.core.base import StaleGeneration, StoreBase
 
 SOURCE = "email"
 KEPT_WHEN_TOO_LARGE = ("kind", "from", "subject", "date", "message_id", "in_reply_to", "reply_to", "auto", "trusted",
@@ -44,22 +44,32 @@ class MailMixin(StoreBase):
 
     def take_mail(
         self, channel: str, cursor: MailCursor, *, now: int, events: Sequence[tuple[str, Any]] = (),
+        holder: str | None = None, gen: int | None = None,
     ) -> list[bool]:
         """Store these messages (source id, payload) and move the listener's cursor to `cursor`, in one
         transaction. Returns, for each, whether it was stored (False: the inbox already had it). A cursor behind
-        the stored one in the same UIDVALIDITY (a late commit) stores what is new and leaves the cursor."""
+        the stored one in the same UIDVALIDITY (a late commit) stores what is new and leaves the cursor. Fenced by
+        the listener's (holder, gen): once that generation lost the lease nothing is stored (StaleGeneration), and
+        the listener must not mark or move the messages (the holder's listener reads them from the cursor)."""
         encoded = [(SOURCE, source_id, self._encode_mail(source_id, payload)) for source_id, payload in events]
         with self.write_transaction():
-            current = self.mail_cursor(channel)
-            if current is None or current.uidvalidity != cursor.uidvalidity or cursor.uid > current.uid:
-                date = max(cursor.date, current.date if current is not None else 0)
-                self._conn.execute(
-                    """INSERT INTO phone_cursors (channel, cursor, updated_at) VALUES (?, ?, ?)
-                       ON CONFLICT (channel) DO UPDATE
-                       SET cursor = excluded.cursor, updated_at = excluded.updated_at""",
-                    (channel, MailCursor(cursor.uidvalidity, cursor.uid, date).text(), now),
-                )
-            return self._insert_events(encoded, now) if encoded else []
+            refused = self._listener_refused(holder, gen, now, channel)
+            if refused is None:
+                return self._take_mail(channel, cursor, encoded, now)
+        raise StaleGeneration(f"{channel}: a read of the mailbox refused: {refused}")
+
+    def _take_mail(self, channel: str, cursor: MailCursor, encoded: list[tuple[str, str, str]], now: int
+                   ) -> list[bool]:
+        current = self.mail_cursor(channel)
+        if current is None or current.uidvalidity != cursor.uidvalidity or cursor.uid > current.uid:
+            date = max(cursor.date, current.date if current is not None else 0)
+            self._conn.execute(
+                """INSERT INTO phone_cursors (channel, cursor, updated_at) VALUES (?, ?, ?)
+                   ON CONFLICT (channel) DO UPDATE
+                   SET cursor = excluded.cursor, updated_at = excluded.updated_at""",
+                (channel, MailCursor(cursor.uidvalidity, cursor.uid, date).text(), now),
+            )
+        return self._insert_events(encoded, now) if encoded else []
 
     def _encode_mail(self, source_id: str, payload: Any) -> str:
         """The payload as the inbox keeps it. One the inbox refuses (over max_payload_bytes, say) keeps its headers

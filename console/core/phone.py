@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from console.core.base import StoreBase
+from console.core.base import StaleGeneration, StoreBase
 from console.core.models import PHONE_IGNORED, PHONE_VERDICTS, PhoneAnswer, PhoneCard
 
 ASKING = "ask"  # the state of a card whose question is open
@@ -134,11 +134,16 @@ class PhoneMixin(StoreBase):
             )
             return str(self._scalar("SELECT cursor FROM phone_cursors WHERE channel = ?", (channel,)))
 
-    def move_phone_cursor(self, channel: str, cursor: str, *, now: int) -> None:
+    def move_phone_cursor(self, channel: str, cursor: str, *, now: int, holder: str | None = None,
+                          gen: int | None = None) -> None:
         """Past something that is not an answer (a message of another kind on the topic, an update the bot
-        does not act on)."""
+        does not act on). Fenced by the listener's (holder, gen): StaleGeneration once it lost the lease."""
         with self.write_transaction():
-            self._set_cursor(channel, cursor, now)
+            refused = self._listener_refused(holder, gen, now, channel)
+            if refused is None:
+                self._set_cursor(channel, cursor, now)
+                return
+        raise StaleGeneration(f"{channel}: moving its cursor refused: {refused}")
 
     def _set_cursor(self, channel: str, cursor: str, now: int) -> None:
         self._conn.execute(
@@ -161,6 +166,8 @@ class PhoneMixin(StoreBase):
         cursor: str | None = None,
         tapped: str | None = None,
         ref_prefix: str | None = None,
+        holder: str | None = None,
+        gen: int | None = None,
     ) -> PhoneAnswer:
         """Take one answer from a phone, under the service's own id (answer_key), in one transaction.
 
@@ -169,46 +176,57 @@ class PhoneMixin(StoreBase):
         `via`; when an outcome already stood, this channel's card of the request is set to say so
         ("Already answered: yes"). cursor, if given, is where the listener resumes after this answer.
         tapped is the service's handle of the message tapped (Telegram's chat:message), and ref_prefix what a
-        handle is made of with the outbox id (ntfy's sequence ids; None where it is not): see _adopt_card."""
+        handle is made of with the outbox id (ntfy's sequence ids; None where it is not): see _adopt_card.
+        Fenced by the listener's (holder, gen): once that generation lost the lease the answer is not taken and
+        nothing changes (StaleGeneration); the holder's listener reads it again from the stored cursor."""
         if refused is not None and refused not in PHONE_IGNORED:
             raise ValueError(f"refused must be one of {', '.join(PHONE_IGNORED)}, not {refused!r}")
         with self.write_transaction():
-            if cursor is not None:
-                self._set_cursor(channel, cursor, now)
-            seen = self._conn.execute(
-                """UPDATE phone_answers SET repeats = repeats + 1 WHERE channel = ? AND answer_key = ?
-                   RETURNING verdict""",
-                (channel, answer_key),
-            ).fetchall()
-            if seen:
-                return PhoneAnswer("duplicate", None)
-            outcome: str | None = None
-            if refused is not None:
-                verdict = refused
-            elif request_id is None or answer is None:
-                verdict = "forged"
+            fenced = self._listener_refused(holder, gen, now, channel)
+            if fenced is None:
+                return self._take_answer(channel, answer_key, via, now, request_id, answer, refused, cursor, tapped,
+                                         ref_prefix)
+        raise StaleGeneration(f"{channel}: an answer refused: {fenced}")
+
+    def _take_answer(self, channel: str, answer_key: str, via: str, now: int, request_id: str | None,
+                     answer: str | None, refused: str | None, cursor: str | None, tapped: str | None,
+                     ref_prefix: str | None) -> PhoneAnswer:
+        if cursor is not None:
+            self._set_cursor(channel, cursor, now)
+        seen = self._conn.execute(
+            """UPDATE phone_answers SET repeats = repeats + 1 WHERE channel = ? AND answer_key = ?
+               RETURNING verdict""",
+            (channel, answer_key),
+        ).fetchall()
+        if seen:
+            return PhoneAnswer("duplicate", None)
+        outcome: str | None = None
+        if refused is not None:
+            verdict = refused
+        elif request_id is None or answer is None:
+            verdict = "forged"
+        else:
+            outcome, settled = self._answer(request_id, answer, now, via)
+            if outcome != "unknown":
+                self._adopt_card(channel, request_id, tapped, ref_prefix, now)
+            if outcome == "unknown":
+                verdict, outcome = "unknown", None
+            elif settled:
+                verdict = "late" if outcome == "expired" else "settled"
             else:
-                outcome, settled = self._answer(request_id, answer, now, via)
-                if outcome != "unknown":
-                    self._adopt_card(channel, request_id, tapped, ref_prefix, now)
-                if outcome == "unknown":
-                    verdict, outcome = "unknown", None
-                elif settled:
-                    verdict = "late" if outcome == "expired" else "settled"
-                else:
-                    verdict = "already_answered"
-                    if outcome != "expired":  # a card that says "Expired" already says all there is
-                        self._conn.execute(
-                            """UPDATE phone_messages SET wanted = ?, tries = 0, next_try_at = NULL, updated_at = ?
-                               WHERE channel = ? AND request_id = ?""",
-                            (AGAIN + outcome, now, channel, request_id),
-                        )
-            self._conn.execute(
-                """INSERT INTO phone_answers (channel, answer_key, request_id, answer, verdict, at)
-                   VALUES (?, ?, ?, ?, ?, ?)""",
-                (channel, answer_key, request_id, answer, verdict, now),
-            )
-            return PhoneAnswer(verdict, outcome)
+                verdict = "already_answered"
+                if outcome != "expired":  # a card that says "Expired" already says all there is
+                    self._conn.execute(
+                        """UPDATE phone_messages SET wanted = ?, tries = 0, next_try_at = NULL, updated_at = ?
+                           WHERE channel = ? AND request_id = ?""",
+                        (AGAIN + outcome, now, channel, request_id),
+                    )
+        self._conn.execute(
+            """INSERT INTO phone_answers (channel, answer_key, request_id, answer, verdict, at)
+               VALUES (?, ?, ?, ?, ?, ?)""",
+            (channel, answer_key, request_id, answer, verdict, now),
+        )
+        return PhoneAnswer(verdict, outcome)
 
     def phone_answer_counts(self) -> dict[str, int]:
         """How many answers from phones ended each way (every verdict, zeros included)."""

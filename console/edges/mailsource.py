@@ -32,11 +32,11 @@ from collections.abc import Callable, Coroutine
 from email.message import EmailMessage
 from typing import TYPE_CHECKING, Any
 
-from console.core import Batch, SendError
+from console.core import Batch, SendError, StaleGeneration
 from console.core.mail import SOURCE, MailCursor
 from console.edges.mail_config import MailSettings
 from console.edges.mailmsg import read_message
-from console.edges.phone import PhoneHost
+from console.edges.phone import ListenerFence, PhoneHost
 
 if TYPE_CHECKING:  # imapclient is imported when the source connects (the console's start does not load it)
     import imapclient
@@ -69,6 +69,7 @@ class MailChannel:
         self._tag = ""
         self._health: tuple[str, str | None] | None = None
         self._stop = threading.Event()
+        self.fence = ListenerFence(self.name)
 
     # --- lifecycle ------------------------------------------------------------------------------
     async def start(self, host: PhoneHost) -> list[tuple[str, Coroutine[Any, Any, None]]]:
@@ -90,14 +91,19 @@ class MailChannel:
 
     def _should_stop(self) -> bool:
         host = self._host
-        return self._stop.is_set() or host is None or host.stopping or host.mode != "active"
+        return (self._stop.is_set() or host is None or host.stopping or host.mode != "active"
+                or self.fence.lost(host))
 
     async def _health_is(self, state: str, reason: str | None) -> None:
         if self._health == (state, reason):
             return
-        self._health = (state, reason)
         now = self.host.clock.now()
-        changed = await self.host.write(lambda s: s.set_chat_health(SOURCE, state, reason, now=now))
+        try:
+            changed = await self.fence.write(self.host, lambda s, holder, gen: s.set_chat_health(
+                SOURCE, state, reason, now=now, holder=holder, gen=gen))
+        except StaleGeneration:  # the engine lost the lease: its listener's word is not the source's health
+            return
+        self._health = (state, reason)  # as recorded
         if changed and state != "ok":  # said once, when the state changes (note_error logs it)
             self.host.note_error(f"{self.name}: {reason}")
 
@@ -107,7 +113,7 @@ class MailChannel:
         wake = host.wake_event()
         failures = 0
         while not host.stopping and not self._stop.is_set():
-            if host.mode != "active":  # only the lease holder reads the mailbox
+            if host.mode != "active" or self.fence.lost(host):  # only the lease holder reads the mailbox
                 await host.sleep(wake, 1.0)
                 continue
             try:
@@ -116,6 +122,9 @@ class MailChannel:
                 continue
             except asyncio.CancelledError:
                 raise
+            except StaleGeneration as exc:  # the lease went mid-read: nothing stored, no message marked or moved
+                log.info("%s: stopped reading the mailbox: %s", self.name, exc)
+                continue
             except MailLoginRefused as exc:
                 await self._health_is("paused", f"the server refused the login of {self.settings.user} ({exc}); "
                                                 "fix the user or password, then restart")
@@ -287,8 +296,9 @@ class MailChannel:
 
     def _commit(self, client: imapclient.IMAPClient, cursor: MailCursor, events: list[tuple[str, Any]]) -> None:
         now = self.host.clock.now()
-        stored: list[bool] = self._call(lambda: self.host.write(
-            lambda st: st.take_mail(self.name, cursor, now=now, events=events)))
+        # Fenced: a refusal (StaleGeneration) ends the session before _after_store marks or moves anything.
+        stored: list[bool] = self._call(lambda: self.fence.write(self.host, lambda st, holder, gen: st.take_mail(
+            self.name, cursor, now=now, events=events, holder=holder, gen=gen)))
         new = sum(stored)
         if new:
             log.info("%s: %s new message(s) stored (UID up to %s)", self.name, new, cursor.uid)

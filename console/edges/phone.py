@@ -14,7 +14,10 @@ A phone channel runs inside the engine, on its event loop, through a narrow host
   retrying a failed update with backoff. A channel that is down holds back only itself.
 
 Only the engine holding the lease listens and keeps cards: a standby console would otherwise compete for the
-same updates.
+same updates. Every write a listener makes (its cursor with what it read, an answer, a pairing, its health) is
+fenced like a run's (ListenerFence): checked against the engine's lease holder and generation in its own
+transaction, so a listener whose engine lost the lease while a read was under way writes nothing, and its
+successor reads the same updates from the stored cursor.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from console.clock import Clock
-from console.core import Approval, Batch, PhoneAnswer, PhoneCard, SendError, Store
+from console.core import Approval, Batch, PhoneAnswer, PhoneCard, SendError, StaleGeneration, Store
 from console.core.phone import AGAIN
 from console.edges.answerkey import answer_key, answer_mac, mac_matches
 from console.edges.secretfile import Secret
@@ -62,6 +65,14 @@ class PhoneHost(Protocol):
     @property
     def mode(self) -> str: ...
 
+    @property
+    def holder(self) -> str: ...
+
+    @property
+    def gen(self) -> int | None:
+        """The lease generation the engine holds (None: none)."""
+        ...
+
     async def read(self, fn: Callable[[Store], T]) -> T: ...
 
     async def write(self, fn: Callable[[Store], T]) -> T: ...
@@ -75,6 +86,31 @@ class PhoneHost(Protocol):
     def note_error(self, message: str) -> None: ...
 
     def publish(self, kind: NoticeKind, detail: str = "") -> None: ...
+
+
+class ListenerFence:
+    """The lease a listener writes under. Each write carries the engine's holder and generation, and the inbox
+    checks them in the write's own transaction (refused: StaleGeneration, recorded); the generation refused is
+    remembered, so the listener stops reading (lost() is True) until its engine holds the lease again under
+    another generation, rather than reading updates it may not store (and, on Telegram, polling against its
+    successor's getUpdates)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lost_gen: int | None = None
+
+    def lost(self, host: PhoneHost) -> bool:
+        return host.gen is None or host.gen == self.lost_gen
+
+    async def write(self, host: PhoneHost, fn: Callable[[Store, str, int], T]) -> T:
+        gen, holder = host.gen, host.holder
+        if gen is None or gen == self.lost_gen:
+            raise StaleGeneration(f"{self.name}: the engine holds no lease to listen under")
+        try:
+            return await host.write(lambda store: fn(store, holder, gen))
+        except StaleGeneration:
+            self.lost_gen = gen
+            raise
 
 
 def card_state_words(state: str) -> str:
@@ -145,6 +181,7 @@ class PhoneChannel:
         self._key: Secret | None = None
         self._tag = ""
         self._reached = False       # the listener got through to the service since its last failure
+        self.fence = ListenerFence(name)
 
     # --- lifecycle --------------------------------------------------------------------------------
     async def start(self, host: PhoneHost) -> list[tuple[str, Coroutine[Any, Any, None]]]:
@@ -277,10 +314,10 @@ class PhoneChannel:
         tapped: the service's handle of the message tapped, when the service says it."""
         host = self.host
         now = host.clock.now()
-        taken = await host.write(lambda s: s.take_phone_answer(
+        taken = await self.fence.write(host, lambda s, holder, gen: s.take_phone_answer(
             self.name, answer_key_, via=self.kind, now=now, request_id=request_id, answer=answer,
             refused=refused, cursor=cursor, tapped=tapped,
-            ref_prefix=self.slot_prefix if self.refs_from_slots else None))
+            ref_prefix=self.slot_prefix if self.refs_from_slots else None, holder=holder, gen=gen))
         level = logging.INFO if taken.verdict in ("settled", "late", "already_answered") else logging.WARNING
         log.log(level, "%s: answer %s for %s: %s%s", self.name, answer or "?", request_id or "?", taken.verdict,
                 f" ({taken.outcome} stands)" if taken.outcome else "")
@@ -292,7 +329,7 @@ class PhoneChannel:
         wake = host.wake_event()
         failures = 0
         while not host.stopping:
-            if host.mode != "active":  # only the lease holder listens
+            if host.mode != "active" or self.fence.lost(host):  # only the lease holder listens
                 await host.sleep(wake, 1.0)
                 continue
             self._reached = False
@@ -302,6 +339,9 @@ class PhoneChannel:
                 continue
             except asyncio.CancelledError:
                 raise
+            except StaleGeneration as exc:  # the lease went while a read was under way: nothing of it was stored
+                log.info("%s: stopped listening: %s", self.name, exc)
+                continue
             except Exception as exc:  # a service or network failure: reconnect after a backoff
                 failures = 1 if self._reached else failures + 1
                 delay = min(self.reconnect_max, self.reconnect_base * 2 ** (failures - 1)) * random.uniform(0.5, 1)

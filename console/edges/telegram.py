@@ -290,9 +290,10 @@ class TelegramChannel(PhoneChannel):
     async def _health_is(self, state: str, reason: str | None) -> None:
         if self._health == (state, reason):
             return
-        self._health = (state, reason)
         now = self.host.clock.now()
-        changed = await self.host.write(lambda s: s.set_chat_health(SOURCE, state, reason, now=now))
+        changed = await self.fence.write(self.host, lambda s, holder, gen: s.set_chat_health(
+            SOURCE, state, reason, now=now, holder=holder, gen=gen))
+        self._health = (state, reason)  # as recorded: a write refused (the lease gone) is tried again later
         if changed and state != "ok":
             log.warning("%s: %s (%s)", self.name, state, reason)
             self.host.note_error(f"{self.name}: {reason}")
@@ -369,7 +370,9 @@ class TelegramChannel(PhoneChannel):
         await self.receive(updates)
         last = max((u["update_id"] for u in updates if isinstance(u, dict) and isinstance(u.get("update_id"), int)),
                    default=start - 1)
-        await host.write(lambda s: s.forget_chat_updates(SOURCE, below=last + 1))
+        now = host.clock.now()
+        await self.fence.write(host, lambda s, holder, gen: s.forget_chat_updates(SOURCE, below=last + 1, now=now,
+                                                                                 holder=holder, gen=gen))
 
     async def _gather_burst(self, payload: dict[str, Any], updates: list[Any]) -> list[Any]:
         """While messages keep coming within the batch window, read again from the same offset (nothing is
@@ -398,8 +401,9 @@ class TelegramChannel(PhoneChannel):
                 return
             now = self.host.clock.now()
             batch, refused, lost = events, strangers, skipped
-            take = await self.host.write(lambda s: s.take_chat_updates(
-                self.name, SOURCE, now=now, cursor=cursor, events=batch, strangers=refused, skipped=lost))
+            take = await self.fence.write(self.host, lambda s, holder, gen: s.take_chat_updates(
+                self.name, SOURCE, now=now, cursor=cursor, events=batch, strangers=refused, skipped=lost,
+                holder=holder, gen=gen))
             new = sum(take.stored)
             if new:
                 log.info("%s: %s message(s) stored", self.name, new)
@@ -460,15 +464,18 @@ class TelegramChannel(PhoneChannel):
         chat_id, from_id = _dig(message, "chat", "id"), _dig(message, "from", "id")
         kind, title = _dig(message, "chat", "type") or "private", _dig(message, "chat", "title")
         now = self.host.clock.now()
-        paired = isinstance(from_id, int) and bool(code) and await self.host.write(lambda s: s.pair_chat(
-            SOURCE, code_hash(code), chat_id=str(chat_id), owner_id=str(from_id), kind=str(kind),
-            title=title if isinstance(title, str) else None, now=now, channel=self.name, cursor=cursor))
+        paired = isinstance(from_id, int) and bool(code) and await self.fence.write(
+            self.host, lambda s, holder, gen: s.pair_chat(
+                SOURCE, code_hash(code), chat_id=str(chat_id), owner_id=str(from_id), kind=str(kind),
+                title=title if isinstance(title, str) else None, now=now, channel=self.name, cursor=cursor,
+                holder=holder, gen=gen))
         if not paired:
             # A chat already paired is always told; any other is counted and told at most once an hour, like
             # every message from a chat that is not paired (no stranger makes the bot talk more by trying codes).
             known = chat_id in await self.owner_chats()
-            take = await self.host.write(lambda s: s.take_chat_updates(
-                self.name, SOURCE, now=now, cursor=cursor, strangers=[] if known else [str(chat_id)]))
+            take = await self.fence.write(self.host, lambda s, holder, gen: s.take_chat_updates(
+                self.name, SOURCE, now=now, cursor=cursor, strangers=[] if known else [str(chat_id)], holder=holder,
+                gen=gen))
             if known or take.tell:
                 await self._say(chat_id, "That code is not valid (wrong, used or expired). Run `agent-console "
                                          "telegram pair` for a new one.")
@@ -544,7 +551,8 @@ class TelegramChannel(PhoneChannel):
     async def _pass(self, cursor: str) -> None:
         """Move past an update taken care of without storing anything (a command answered)."""
         now = self.host.clock.now()
-        await self.host.write(lambda s: s.move_phone_cursor(self.name, cursor, now=now))
+        await self.fence.write(self.host, lambda s, holder, gen: s.move_phone_cursor(self.name, cursor, now=now,
+                                                                                    holder=holder, gen=gen))
 
     # --- the taps -------------------------------------------------------------------------------
     async def _take_tap(self, update_id: str, cursor: str, query: dict[str, Any], owners: dict[int, int | None]

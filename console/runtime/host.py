@@ -44,6 +44,11 @@ class ServiceHost(Protocol):
     def holder(self) -> str: ...
 
     @property
+    def gen(self) -> int | None:
+        """The lease generation held (None: none); a phone channel's listener writes under it."""
+        ...
+
+    @property
     def idle_cap(self) -> float: ...
 
     @property

@@ -4,7 +4,12 @@ hour, the health said once, and a run's replies addressed to the chat message th
 
 from __future__ import annotations
 
-from console.core import Store
+from collections.abc import Callable
+
+import pytest
+
+from console.core import StaleGeneration, Store
+from console.core.mail import MailCursor
 from console.edges.chatsource import code_hash
 
 NOW = 1_790_000_000
@@ -97,3 +102,46 @@ def test_a_kept_update_the_listener_already_passed_is_refused_not_kept_forever(s
     assert store.chat_updates("telegram", from_id=0) == [{"update_id": 902}]
     # Another channel's cursor says nothing about this one's updates.
     assert store.queue_chat_update("telegram", 903, {"update_id": 903}, now=NOW + 5, channel="telegram-2")
+
+
+def test_a_listener_whose_engine_lost_the_lease_writes_nothing(store: Store) -> None:
+    """Every write of a chat source's listener (its cursor with what it read, a pairing, a command passed, a tap, its
+    health, the kept updates it forgets) and of the mail listener is fenced like a run's: checked against the lease
+    holder and generation in its own transaction. One whose engine lost the lease (a takeover while its poll was
+    under way) changes nothing, gets StaleGeneration, and the refusal is recorded (fencing made visible)."""
+    first = store.acquire("a", now=NOW)
+    assert first is not None
+    store.take_chat_updates("telegram", "telegram", now=NOW, cursor="11", holder="a", gen=first)
+    store.queue_chat_update("telegram", 11, {"update_id": 11}, now=NOW, channel="telegram")
+    store.new_pair_code("telegram", code_hash("CODE"), expires_at=NOW + 600)
+    store.request_approval("r1", "deploy", now=NOW, expires_in=600)
+    later = NOW + store.options.lease_ttl + 1
+    second = store.acquire("b", now=later)
+    assert second == first + 1  # a takeover: "a" is fenced off
+    stale = {"holder": "a", "gen": first}
+    writes: list[Callable[[], object]] = [
+        lambda: store.take_chat_updates("telegram", "telegram", now=later, cursor="12",
+                                        events=[("5:1", {"kind": "chat", "text": "hi", "owner": True})], **stale),
+        lambda: store.pair_chat("telegram", code_hash("CODE"), chat_id="5", owner_id="5", kind="private", title=None,
+                                now=later, channel="telegram", cursor="12", **stale),
+        lambda: store.move_phone_cursor("telegram", "12", now=later, **stale),
+        lambda: store.take_phone_answer("telegram", "12", via="telegram", now=later, request_id="r1", answer="yes",
+                                        cursor="12", **stale),
+        lambda: store.set_chat_health("telegram", "conflict", "409", now=later, **stale),
+        lambda: store.forget_chat_updates("telegram", below=12, **stale),
+        lambda: store.take_mail("mail", MailCursor(1, 5, NOW), now=later, events=[("1:5", {"text": "hi"})], **stale),
+    ]
+    for write in writes:
+        with pytest.raises(StaleGeneration):
+            write()
+    assert store.phone_cursor("telegram") == "11" and store.mail_cursor("mail") is None
+    assert store.events() == [] and store.chat_pairings("telegram") == [] and store.phone_answers() == []
+    assert store.chat_health("telegram") == ("off", None) and store.approval("r1").outcome is None
+    assert [u["update_id"] for u in store.chat_updates("telegram", from_id=0)] == [11]
+    refused = store.refused_finishes()
+    assert len(refused) == len(writes) and {r.kind for r in refused} == {"listen"}
+    assert {(r.holder, r.gen, r.lease_holder, r.lease_gen) for r in refused} == {("a", first, "b", second)}
+    # The holder's own writes go through.
+    assert store.take_chat_updates("telegram", "telegram", now=later, cursor="12", holder="b", gen=second).stored == []
+    assert store.phone_cursor("telegram") == "12"
+

@@ -324,3 +324,32 @@ async def test_a_group_set_in_the_config_is_untrusted_until_paired(tmp_path: Pat
         _, message_id = await bot.write(GROUP, "from whoever", from_id=OWNER, chat_type="group")
         event = await stored(engine, lambda s: s.find_event("telegram", f"{GROUP}:{message_id}"), "the event")
         assert event.payload["owner"] is False and event_taint(event) is not None
+
+
+async def test_a_listener_whose_engine_lost_the_lease_mid_poll_stores_nothing(tmp_path: Path, clock: ManualClock,
+                                                                             bot: StandInBotApi) -> None:
+    """The engine's lease is taken over while its listener waits in getUpdates (it was stalled, its lease lapsed,
+    another engine took it): the update that poll returns is not stored by it, the cursor stays where the new
+    holder reads from, and the refused write is recorded. It was stored under the lost lease before."""
+    settings = phone_settings(tmp_path, table(bot, chat_id=OWNER))
+
+    def long_polls(channel: PhoneChannel) -> None:
+        quick(channel)
+        assert isinstance(channel, TelegramChannel)
+        channel.poll_seconds = 30  # the poll under way when the lease goes
+
+    async with running(settings, clock, ENV, tune=long_polls) as engine:
+        await until(lambda: engine.mode == "active" and bot._waiting == 1, "the listener waiting in getUpdates")
+        cursor = await engine.read(lambda s: s.phone_cursor("telegram"))
+        engine.stall()  # stops renewing: the lease lapses, and another engine takes it over
+        clock.advance(settings.lease_ttl + 1)
+        with Store.open(settings.db) as other:
+            taken = other.acquire("other-engine", now=clock.now())
+        assert taken is not None and taken > (engine.gen or 0)
+        _, message_id = await bot.write(OWNER, "written during the takeover")
+        await stored(engine, lambda s: s.refused_finish_count() or s.find_event("telegram", f"{OWNER}:{message_id}"),
+                     "the listener's write, refused or stored")
+        assert await engine.read(lambda s: s.find_event("telegram", f"{OWNER}:{message_id}")) is None
+        assert await engine.read(lambda s: s.phone_cursor("telegram")) == cursor
+        [refused] = await engine.read(lambda s: s.refused_finishes())
+        assert (refused.kind, refused.holder, refused.lease_holder) == ("listen", "phone", "other-engine")
