@@ -17,7 +17,8 @@ Start: from the moment a fresh interpreter is launched to the first frame with a
 events, lease, approvals, outbox; headless, 120x40) on an empty inbox, against a plain Textual app with four
 panes (a header, a 40-row DataTable, three Statics side by side and a Footer), each a fresh process, taking turns
 for `--rounds` rounds (medians). The launch is stamped by the parent just before it starts the child; the child
-stamps the frame with the same wall clock.
+stamps the frame with the same wall clock, and the CPU time its threads have used since the process started (on a
+loaded machine the wall time waits for a core; the CPU time is the work itself).
 
 Idle cost: the real `agent-console` in a pseudo-terminal (120x40) on an inbox of `--idle-events` done events, a
 pending approval counting down an hour, a message sent an hour ago (`--idle-scenario fresh-send`: one sent as it
@@ -264,9 +265,9 @@ async def child_start_console(db: Path) -> dict[str, Any]:
         drawn = asyncio.Event()
         app.call_after_refresh(drawn.set)
         await drawn.wait()
-        at = time.time()
+        at, cpu = time.time(), time.process_time()
         modules = len(sys.modules)
-    return {"first_frame_at": at, "modules": modules}
+    return {"first_frame_at": at, "cpu_s": cpu, "modules": modules}
 
 
 async def child_start_peer() -> dict[str, Any]:
@@ -295,13 +296,14 @@ async def child_start_peer() -> dict[str, Any]:
         drawn = asyncio.Event()
         app.call_after_refresh(drawn.set)
         await drawn.wait()
-        at = time.time()
+        at, cpu = time.time(), time.process_time()
         modules = len(sys.modules)
-    return {"first_frame_at": at, "modules": modules}
+    return {"first_frame_at": at, "cpu_s": cpu, "modules": modules}
 
 
-def start_seconds(kind: str, root: Path, *args: str) -> tuple[float, int]:
-    """Launch to first frame of one fresh child process (its interpreter's start and imports included)."""
+def start_seconds(kind: str, root: Path, *args: str) -> tuple[float, float, int]:
+    """Launch to first frame of one fresh child process (its interpreter's start and imports included): the wall
+    time, and the CPU time its threads used by then (time.process_time: from the process's start, every thread)."""
     env = dict(os.environ, PYTHONPATH=str(root), CONSOLE_BENCH_ROOT=str(root))
     # Bytecode is cached as an installed package's is (pip compiles it); a PYTHONDONTWRITEBYTECODE=1 in the
     # environment would make every start compile the console's sources again (about 0.4 s here).
@@ -310,7 +312,7 @@ def start_seconds(kind: str, root: Path, *args: str) -> tuple[float, int]:
     out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", kind, *args], capture_output=True,
                          text=True, check=True, cwd=root, env=env)
     result = json.loads(out.stdout.strip().splitlines()[-1])
-    return result["first_frame_at"] - launched, int(result["modules"])
+    return result["first_frame_at"] - launched, float(result["cpu_s"]), int(result["modules"])
 
 
 def start_report(rounds: int, before: Path | None) -> dict[str, Any]:
@@ -318,6 +320,7 @@ def start_report(rounds: int, before: Path | None) -> dict[str, Any]:
     subjects: list[tuple[str, Path]] = [("console", ROOT), *((("console_before", before),) if before else ())]
     samples: dict[str, list[float]] = {name: [] for name, _ in subjects}
     samples["peer_four_panes"] = []
+    cpu: dict[str, list[float]] = {name: [] for name in samples}
     modules: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="agent-console-start-") as folder:
         for name, root in subjects:  # untimed: writes each checkout's bytecode cache
@@ -327,19 +330,22 @@ def start_report(rounds: int, before: Path | None) -> dict[str, Any]:
             shift = round_ % len(order)
             for name, root in order[shift:] + order[:shift]:
                 if root is None:
-                    seconds, loaded = start_seconds("start-peer", ROOT)
+                    seconds, cpu_seconds, loaded = start_seconds("start-peer", ROOT)
                 else:
                     db = Path(folder) / f"{name}-{round_}.db"  # an empty inbox each time (the console creates it)
-                    seconds, loaded = start_seconds("start-console", root, str(db))
+                    seconds, cpu_seconds, loaded = start_seconds("start-console", root, str(db))
                 samples[name].append(seconds)
+                cpu[name].append(cpu_seconds)
                 modules[name] = loaded
     report: dict[str, Any] = {"rounds": rounds, "load_average": os.getloadavg()}
     for name, values in samples.items():
         report[name] = {"median_s": statistics.median(values), "min_s": min(values), "max_s": max(values),
-                        "modules": modules[name]}
-    peer = report["peer_four_panes"]["median_s"]
+                        "cpu_median_s": statistics.median(cpu[name]), "cpu_min_s": min(cpu[name]),
+                        "cpu_max_s": max(cpu[name]), "modules": modules[name]}
+    peer, peer_cpu = report["peer_four_panes"]["median_s"], report["peer_four_panes"]["cpu_median_s"]
     for name, _ in subjects:
         report[f"{name}_over_peer"] = report[name]["median_s"] / peer
+        report[f"{name}_cpu_over_peer"] = report[name]["cpu_median_s"] / peer_cpu
     return report
 
 

@@ -19,7 +19,8 @@ def test_start_line_measures_the_console_and_the_four_pane_peer() -> None:
     report = json.loads(done.stdout)
     for name in ("console", "peer_four_panes"):
         assert 0 < report[name]["median_s"] < 60, report
-    assert report["console_over_peer"] > 0
+        assert 0 < report[name]["cpu_median_s"] < 60, report
+    assert report["console_over_peer"] > 0 and report["console_cpu_over_peer"] > 0
     # The first frame is drawn before the agent's tools are imported: far fewer modules than with them.
     assert report["console"]["modules"] < 900, report
 

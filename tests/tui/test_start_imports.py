@@ -7,6 +7,7 @@ the webhook receiver when they start; and
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import re
@@ -130,3 +131,25 @@ async def test_an_agent_that_cannot_be_built_stops_the_console_as_it_starts(tmp_
         await pilot_until(pilot, lambda: app.start_error is not None, "the start error")
     assert app.start_error is not None and "ANTHROPIC_API_KEY" in app.start_error
     assert app.return_code == 2
+
+
+class WatchedConsole(ConsoleApp):
+    """The console, noting whether the garbage collector ran while its panes were composed and first read."""
+
+    CSS_PATH = Path(sys.modules[ConsoleApp.__module__].__file__ or "").with_name("app.tcss")
+    collecting_at_mount: bool | None = None
+
+    async def on_mount(self) -> None:
+        self.collecting_at_mount = gc.isenabled()
+        await super().on_mount()
+
+
+async def test_the_garbage_collector_is_held_off_until_the_first_frame_then_runs_again(tmp_path: Path) -> None:
+    assert gc.isenabled()
+    app = WatchedConsole(Settings(db=tmp_path / "inbox.db"), install_defaults=False,
+                         state_path=tmp_path / "state.json")
+    async with app.run_test(size=(120, 40)) as pilot:
+        await pilot_until(pilot, lambda: app.started, "the engine to start after the first frame")
+        assert app.collecting_at_mount is False
+        assert gc.isenabled()
+    assert gc.isenabled()
