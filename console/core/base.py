@@ -124,6 +124,11 @@ class StoreBase:
             return None
         return self._record_fenced("listen", holder, gen, now, [], channel)
 
+    def _take_kept(self, kept: Sequence[tuple[str, int]], now: int) -> None:
+        """Mark these kept webhook updates (source, update id) taken, inside the listener's write that takes them
+        (ChatMixin)."""
+        raise NotImplementedError
+
     def conversation_of(self, ids: Sequence[int]) -> str | None:
         """The chat a batch's events came from, if any: where a run's reply goes (InboxMixin)."""
         raise NotImplementedError

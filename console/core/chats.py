@@ -22,6 +22,7 @@ from console.core.models import ChatPairing, ChatTake
 PAIR_CODE_SECONDS = 600  # a pairing code is good for ten minutes
 PAIR_CODE_CHARS = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O, 1/I: read off a screen, typed on a phone
 PRIVATE_NOTICE_EVERY = 3600  # a chat that is not paired is told at most once an hour that the bot is private
+TAKEN_KEPT_SECONDS = 7 * 86400  # a taken webhook update is remembered this long, to refuse a redelivery of it
 HEALTH_STATES = ("ok", "paused", "conflict", "waiting", "offline")
 
 
@@ -50,6 +51,7 @@ class ChatMixin(StoreBase):
     def pair_chat(
         self, source: str, code_hash: str, *, chat_id: str, owner_id: str, kind: str, title: str | None, now: int,
         channel: str | None = None, cursor: str | None = None, holder: str | None = None, gen: int | None = None,
+        kept: Sequence[tuple[str, int]] = (),
     ) -> bool:
         """Pair the chat whose user sent the code (its hash here) if the code is the open one and has not
         expired; the code is then used up. The listener's cursor moves past the message in the same
@@ -60,6 +62,7 @@ class ChatMixin(StoreBase):
             if refused is None:
                 if channel is not None and cursor is not None:
                     self._move_cursor_forward(channel, cursor, now)
+                self._take_kept(kept, now)
                 return self._pair(source, code_hash, chat_id, owner_id, kind, title, now)
         raise StaleGeneration(f"{channel or source}: a pairing refused: {refused}")
 
@@ -102,14 +105,15 @@ class ChatMixin(StoreBase):
     def take_chat_updates(
         self, channel: str, source: str, *, now: int, cursor: str | None = None,
         events: Sequence[tuple[str, Any]] = (), strangers: Sequence[str] = (), skipped: int = 0,
-        holder: str | None = None, gen: int | None = None,
+        holder: str | None = None, gen: int | None = None, kept: Sequence[tuple[str, int]] = (),
     ) -> ChatTake:
         """One read of the listener, in one transaction: the owner's messages stored as events (source id,
         payload; a copy is refused and counted), the messages of chats that are not paired counted (those not
         told within the hour are returned, to be told the bot is private), updates skipped as malformed or
         unknown counted, and the cursor moved past all of it. Fenced by the listener's (holder, gen): once that
         generation lost the lease nothing is stored and the cursor stays (StaleGeneration); the holder reads the
-        same updates again from the stored cursor."""
+        same updates again from the stored cursor. kept: the webhook updates (source, update id) this read took,
+        marked taken in the same transaction."""
         encoded: list[tuple[str, str, str]] = []
         for source_id, payload in events:
             try:
@@ -119,6 +123,7 @@ class ChatMixin(StoreBase):
         with self.write_transaction():
             refused = self._listener_refused(holder, gen, now, channel)
             if refused is None:
+                self._take_kept(kept, now)
                 return self._take(channel, source, now, cursor, encoded, strangers, skipped)
         raise StaleGeneration(f"{channel}: a read of the listener refused: {refused}")
 
@@ -158,16 +163,12 @@ class ChatMixin(StoreBase):
 
     # --- webhook mode: updates the receiver kept, for the engine to take --------------------------------
     def queue_chat_update(self, source: str, update_id: int, body: Any, *, now: int, channel: str) -> bool:
-        """Keep an update the service POSTed (False: a redelivery, kept already or already taken). Durable when
-        this returns. channel names the listener whose cursor says which updates it has taken."""
+        """Keep an update the service POSTed (False: a redelivery, kept already or taken within
+        TAKEN_KEPT_SECONDS). Durable when this returns. Whatever its id: the service may deliver updates out of
+        order, so one below the listener's cursor is not taken for a redelivery (the listener reads every kept
+        update not yet taken, not from its cursor on). channel names the listener that takes it."""
         text = dumps(body)
         with self.write_transaction():
-            # An update below the listener's cursor was taken and its kept copy perhaps forgotten: the listener
-            # reads from its cursor on, so a copy kept now would never be taken nor forgotten. Read in this
-            # transaction: writers are serialised, so the cursor cannot move past it before the insert commits.
-            cursor = self._scalar("SELECT cursor FROM phone_cursors WHERE channel = ?", (channel,))
-            if cursor is not None and str(cursor).isdigit() and update_id < int(cursor):
-                return False
             rows = self._conn.execute(
                 """INSERT INTO chat_updates (source, update_id, body, received_at) VALUES (?, ?, ?, ?)
                    ON CONFLICT (source, update_id) DO NOTHING RETURNING update_id""",
@@ -175,22 +176,24 @@ class ChatMixin(StoreBase):
             ).fetchall()
             return bool(rows)
 
-    def chat_updates(self, source: str, *, from_id: int, limit: int = 100) -> list[Any]:
-        """The kept updates from update id from_id on, in order (what getUpdates with that offset returns)."""
+    def chat_updates(self, source: str, *, from_id: int = 0, limit: int = 100) -> list[Any]:
+        """The kept updates not yet taken, from update id from_id on, in order."""
         return [loads(row[0]) for row in self._conn.execute(
-            "SELECT body FROM chat_updates WHERE source = ? AND update_id >= ? ORDER BY update_id LIMIT ?",
+            """SELECT body FROM chat_updates INDEXED BY chat_updates_waiting
+               WHERE source = ? AND update_id >= ? AND taken_at IS NULL ORDER BY update_id LIMIT ?""",
             (source, from_id, limit))]
 
-    def forget_chat_updates(self, source: str, *, below: int, now: int = 0, holder: str | None = None,
-                            gen: int | None = None) -> int:
-        """Drop the kept updates the listener's cursor has passed. Fenced by the listener's (holder, gen)."""
-        with self.write_transaction():
-            refused = self._listener_refused(holder, gen, now, source)
-            if refused is None:
-                return len(self._conn.execute(
-                    "DELETE FROM chat_updates WHERE source = ? AND update_id < ? RETURNING 1", (source, below)
-                ).fetchall())
-        raise StaleGeneration(f"{source}: forgetting kept updates refused: {refused}")
+    def _take_kept(self, kept: Sequence[tuple[str, int]], now: int) -> None:
+        """Mark exactly these kept updates taken (inside the listener's write that takes them), and forget those
+        taken long ago: an update read is taken with what it became, one kept meanwhile waits for the next read."""
+        if not kept:
+            return
+        for source, update_id in kept:
+            self._conn.execute("UPDATE chat_updates SET taken_at = ? WHERE source = ? AND update_id = ?",
+                               (now, source, update_id))
+        for source in sorted({source for source, _ in kept}):
+            self._conn.execute("DELETE FROM chat_updates WHERE source = ? AND taken_at < ?",
+                               (source, now - TAKEN_KEPT_SECONDS))
 
     # --- health -----------------------------------------------------------------------------------
     def _health_row(self, source: str, now: int) -> None:

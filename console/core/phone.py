@@ -9,6 +9,7 @@ commit leaves the answer to be read again; after it, the answer is never taken t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from console.core.base import StaleGeneration, StoreBase
@@ -135,13 +136,14 @@ class PhoneMixin(StoreBase):
             return str(self._scalar("SELECT cursor FROM phone_cursors WHERE channel = ?", (channel,)))
 
     def move_phone_cursor(self, channel: str, cursor: str, *, now: int, holder: str | None = None,
-                          gen: int | None = None) -> None:
+                          gen: int | None = None, kept: Sequence[tuple[str, int]] = ()) -> None:
         """Past something that is not an answer (a message of another kind on the topic, an update the bot
         does not act on). Fenced by the listener's (holder, gen): StaleGeneration once it lost the lease."""
         with self.write_transaction():
             refused = self._listener_refused(holder, gen, now, channel)
             if refused is None:
                 self._set_cursor(channel, cursor, now)
+                self._take_kept(kept, now)
                 return
         raise StaleGeneration(f"{channel}: moving its cursor refused: {refused}")
 
@@ -168,6 +170,7 @@ class PhoneMixin(StoreBase):
         ref_prefix: str | None = None,
         holder: str | None = None,
         gen: int | None = None,
+        kept: Sequence[tuple[str, int]] = (),
     ) -> PhoneAnswer:
         """Take one answer from a phone, under the service's own id (answer_key), in one transaction.
 
@@ -184,6 +187,7 @@ class PhoneMixin(StoreBase):
         with self.write_transaction():
             fenced = self._listener_refused(holder, gen, now, channel)
             if fenced is None:
+                self._take_kept(kept, now)  # the kept webhook update the answer came in
                 return self._take_answer(channel, answer_key, via, now, request_id, answer, refused, cursor, tapped,
                                          ref_prefix)
         raise StaleGeneration(f"{channel}: an answer refused: {fenced}")

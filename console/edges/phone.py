@@ -26,7 +26,7 @@ import asyncio
 import json
 import logging
 import random
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
@@ -309,15 +309,17 @@ class PhoneChannel:
 
     # --- the services ---------------------------------------------------------------------------
     async def take(self, answer_key_: str, *, cursor: str, request_id: str | None, answer: str | None,
-                   refused: str | None, tapped: str | None = None) -> PhoneAnswer:
+                   refused: str | None, tapped: str | None = None, kept: Sequence[tuple[str, int]] = ()
+                   ) -> PhoneAnswer:
         """One answer through the one answer path (with the ledger and the cursor), then said in the log.
-        tapped: the service's handle of the message tapped, when the service says it."""
+        tapped: the service's handle of the message tapped, when the service says it. kept: the webhook update
+        it came in, marked taken with it."""
         host = self.host
         now = host.clock.now()
         taken = await self.fence.write(host, lambda s, holder, gen: s.take_phone_answer(
             self.name, answer_key_, via=self.kind, now=now, request_id=request_id, answer=answer,
             refused=refused, cursor=cursor, tapped=tapped,
-            ref_prefix=self.slot_prefix if self.refs_from_slots else None, holder=holder, gen=gen))
+            ref_prefix=self.slot_prefix if self.refs_from_slots else None, holder=holder, gen=gen, kept=kept))
         level = logging.INFO if taken.verdict in ("settled", "late", "already_answered") else logging.WARNING
         log.log(level, "%s: answer %s for %s: %s%s", self.name, answer or "?", request_id or "?", taken.verdict,
                 f" ({taken.outcome} stands)" if taken.outcome else "")

@@ -347,13 +347,12 @@ class TelegramChannel(PhoneChannel):
         await self.receive(updates)
 
     async def _take_kept(self) -> None:
-        """Webhook mode: the updates the receiver kept, from the stored cursor on, taken as a poll's would be
-        (a burst gathered the same way), then forgotten once the cursor is past them."""
+        """Webhook mode: the updates the receiver kept and nobody took yet, taken as a poll's would be (a burst
+        gathered the same way), each marked taken in the write that takes it. Not "from the cursor on": Telegram
+        may deliver updates out of order, and one kept late with a lower id is taken all the same."""
         host = self.host
         wake = host.wake_event()
-        cursor = await host.read(lambda s: s.phone_cursor(self.name))
-        start = int(cursor) if cursor is not None and cursor.isdigit() else 0
-        updates = await host.read(lambda s: s.chat_updates(SOURCE, from_id=start))
+        updates = await host.read(lambda s: s.chat_updates(SOURCE))
         if not updates:
             await host.sleep(wake, 1.0)  # the receiver's commit wakes this at once
             return
@@ -363,16 +362,11 @@ class TelegramChannel(PhoneChannel):
         while self.batch_window > 0 and any("message" in u for u in updates if isinstance(u, dict)) \
                 and time.monotonic() - started < BURST_MAX:
             await asyncio.sleep(self.batch_window)
-            again = await host.read(lambda s: s.chat_updates(SOURCE, from_id=start))
+            again = await host.read(lambda s: s.chat_updates(SOURCE))
             if len(again) <= len(updates):
                 break
             updates = again
-        await self.receive(updates)
-        last = max((u["update_id"] for u in updates if isinstance(u, dict) and isinstance(u.get("update_id"), int)),
-                   default=start - 1)
-        now = host.clock.now()
-        await self.fence.write(host, lambda s, holder, gen: s.forget_chat_updates(SOURCE, below=last + 1, now=now,
-                                                                                 holder=holder, gen=gen))
+        await self.receive(updates, kept=True)
 
     async def _gather_burst(self, payload: dict[str, Any], updates: list[Any]) -> list[Any]:
         """While messages keep coming within the batch window, read again from the same offset (nothing is
@@ -386,24 +380,29 @@ class TelegramChannel(PhoneChannel):
             updates = again
         return updates
 
-    async def receive(self, updates: list[Any]) -> None:
+    async def receive(self, updates: list[Any], *, kept: bool = False) -> None:
         """Take one read of updates, in order: runs of messages in one transaction with the cursor past them,
-        each tap, /pair or command on its own."""
+        each tap, /pair or command on its own. kept: they are the receiver's kept updates (webhook mode), each
+        marked taken in the write that takes it."""
         owners = await self.owner_chats()
         events: list[tuple[str, Any]] = []
         strangers: list[str] = []
         skipped = 0
         cursor: str | None = None
+        covered: list[int] = []  # the updates the next flush takes
+
+        def kept_of(update_ids: list[int]) -> list[tuple[str, int]]:
+            return [(SOURCE, update_id) for update_id in update_ids] if kept else []
 
         async def flush() -> None:
-            nonlocal events, strangers, skipped, cursor
+            nonlocal events, strangers, skipped, cursor, covered
             if cursor is None and not skipped:
                 return
             now = self.host.clock.now()
-            batch, refused, lost = events, strangers, skipped
+            batch, refused, lost, taken = events, strangers, skipped, kept_of(covered)
             take = await self.fence.write(self.host, lambda s, holder, gen: s.take_chat_updates(
                 self.name, SOURCE, now=now, cursor=cursor, events=batch, strangers=refused, skipped=lost,
-                holder=holder, gen=gen))
+                holder=holder, gen=gen, kept=taken))
             new = sum(take.stored)
             if new:
                 log.info("%s: %s message(s) stored", self.name, new)
@@ -413,7 +412,7 @@ class TelegramChannel(PhoneChannel):
                             lost)
             for chat in take.tell:
                 await self._say(int(chat), PRIVATE_REPLY)
-            events, strangers, skipped, cursor = [], [], 0, None
+            events, strangers, skipped, cursor, covered = [], [], 0, None, []
 
         for update in updates:
             update_id = update.get("update_id") if isinstance(update, dict) else None
@@ -426,30 +425,32 @@ class TelegramChannel(PhoneChannel):
             message = update.get("edited_message" if edited else "message")
             if isinstance(query, dict):
                 await flush()
-                await self._take_tap(str(update_id), next_cursor, query, owners)
+                await self._take_tap(str(update_id), next_cursor, query, owners, kept=kept_of([update_id]))
                 continue
             if not isinstance(message, dict) or not isinstance(_dig(message, "chat", "id"), int):
                 skipped += 1
                 cursor = next_cursor
+                covered.append(update_id)
                 continue
             chat_id, from_id = _dig(message, "chat", "id"), _dig(message, "from", "id")
             text = message.get("text")
             command = command_of(text) if isinstance(text, str) and not edited else None
             if command is not None and command[0] == "pair":
                 await flush()
-                await self._pair(message, command[1], next_cursor)
+                await self._pair(message, command[1], next_cursor, kept=kept_of([update_id]))
                 owners = await self.owner_chats()
                 continue
             if chat_id not in owners:
                 strangers.append(str(chat_id))
                 cursor = next_cursor
+                covered.append(update_id)
                 continue
             # A group set by chat_id in the config names no owner: its messages are all untrusted until the owner
             # pairs it (taps there are still taken, as before pairing existed: they carry the inbox's MAC).
             owner = owners[chat_id] is not None and from_id == owners[chat_id]
             if command is not None and owner and (command[0] in COMMANDS or command[0] == "start"):
                 await flush()
-                await self._pass(next_cursor)
+                await self._pass(next_cursor, kept=kept_of([update_id]))
                 await self.answer_command(chat_id, command[0])
                 continue
             taken = event_of(message, edited=edited, owner=owner)
@@ -458,9 +459,10 @@ class TelegramChannel(PhoneChannel):
             else:
                 events.append(taken)
             cursor = next_cursor
+            covered.append(update_id)
         await flush()
 
-    async def _pair(self, message: dict[str, Any], code: str, cursor: str) -> None:
+    async def _pair(self, message: dict[str, Any], code: str, cursor: str, *, kept: list[tuple[str, int]]) -> None:
         chat_id, from_id = _dig(message, "chat", "id"), _dig(message, "from", "id")
         kind, title = _dig(message, "chat", "type") or "private", _dig(message, "chat", "title")
         now = self.host.clock.now()
@@ -468,14 +470,14 @@ class TelegramChannel(PhoneChannel):
             self.host, lambda s, holder, gen: s.pair_chat(
                 SOURCE, code_hash(code), chat_id=str(chat_id), owner_id=str(from_id), kind=str(kind),
                 title=title if isinstance(title, str) else None, now=now, channel=self.name, cursor=cursor,
-                holder=holder, gen=gen))
+                holder=holder, gen=gen, kept=kept))
         if not paired:
             # A chat already paired is always told; any other is counted and told at most once an hour, like
             # every message from a chat that is not paired (no stranger makes the bot talk more by trying codes).
             known = chat_id in await self.owner_chats()
             take = await self.fence.write(self.host, lambda s, holder, gen: s.take_chat_updates(
                 self.name, SOURCE, now=now, cursor=cursor, strangers=[] if known else [str(chat_id)], holder=holder,
-                gen=gen))
+                gen=gen, kept=kept))
             if known or take.tell:
                 await self._say(chat_id, "That code is not valid (wrong, used or expired). Run `agent-console "
                                          "telegram pair` for a new one.")
@@ -548,15 +550,15 @@ class TelegramChannel(PhoneChannel):
             await self._say(chat_id, f"{waiting - len(approvals)} more waiting; the {len(approvals)} soonest are "
                                      "above. /pending again once they are answered, or see them all in the console.")
 
-    async def _pass(self, cursor: str) -> None:
+    async def _pass(self, cursor: str, *, kept: list[tuple[str, int]]) -> None:
         """Move past an update taken care of without storing anything (a command answered)."""
         now = self.host.clock.now()
-        await self.fence.write(self.host, lambda s, holder, gen: s.move_phone_cursor(self.name, cursor, now=now,
-                                                                                    holder=holder, gen=gen))
+        await self.fence.write(self.host, lambda s, holder, gen: s.move_phone_cursor(
+            self.name, cursor, now=now, holder=holder, gen=gen, kept=kept))
 
     # --- the taps -------------------------------------------------------------------------------
-    async def _take_tap(self, update_id: str, cursor: str, query: dict[str, Any], owners: dict[int, int | None]
-                        ) -> None:
+    async def _take_tap(self, update_id: str, cursor: str, query: dict[str, Any], owners: dict[int, int | None], *,
+                        kept: list[tuple[str, int]]) -> None:
         chat_id, from_id, data = _dig(query, "message", "chat", "id"), _dig(query, "from", "id"), query.get("data")
         parsed = parse_callback(data) if isinstance(data, str) else None
         request_id, answer = (parsed[0], parsed[1]) if parsed else (None, None)
@@ -570,7 +572,7 @@ class TelegramChannel(PhoneChannel):
         message_id = _dig(query, "message", "message_id")
         tapped = f"{chat_id}:{message_id}" if isinstance(message_id, int) and refused is None else None
         taken = await self.take(update_id, cursor=cursor, request_id=request_id, answer=answer, refused=refused,
-                                tapped=tapped)
+                                tapped=tapped, kept=kept)
         if isinstance(query.get("id"), str):
             try:  # the spinner on the button stops, and the phone says what became of the tap
                 await self.call("answerCallbackQuery", {"callback_query_id": query["id"], "text": tap_reply(taken)})

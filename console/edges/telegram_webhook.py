@@ -3,9 +3,10 @@
 Telegram POSTs each update with the secret given to setWebhook in the X-Telegram-Bot-Api-Secret-Token header;
 it is compared in constant time (hmac.compare_digest) before the body is read as anything. An update is kept
 in the inbox under its update id (Store.queue_chat_update) before the receiver answers 200, so nothing Telegram
-was told is taken is lost; the engine holding the lease takes the kept updates in order from its stored cursor,
-through the same path as getUpdates (the same event keys, pairing, commands and taps). A redelivery of an
-update is kept once.
+was told is taken is lost; the engine holding the lease takes the kept updates not yet taken, in update id order,
+through the same path as getUpdates (the same event keys, pairing, commands and taps), each marked taken in the
+transaction that takes it. Telegram may deliver updates out of order: one kept late with a lower id is taken all
+the same. A redelivery of an update is kept once (a taken one is remembered for a week).
 """
 
 from __future__ import annotations
