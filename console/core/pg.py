@@ -281,18 +281,21 @@ class PgConnection:
             raise
 
     def locked_then_flushed(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
-        """statement (a call of a function that takes the writers' lock and writes) as its own transaction whose commit
-        does not wait for the WAL flush, then, in the same round trip and with the lock released, a wait until the WAL
-        holds that commit (FLUSHED): a durable commit whose flush other writers need not queue behind. Durable writers
-        holding the lock through their flush were served one flush at a time; now their flushes are shared (the
-        server's group commit), and nothing is acknowledged before it is on disk. Returns the statement's rows."""
+        """statement (a call of a function that takes the writers' lock and writes) as its own durable transaction, in
+        one round trip. A writer that finds the lock free commits as usual, holding it through its WAL flush. One that
+        finds it taken (other writers at work) commits without waiting for the flush, so the writers behind it need
+        not wait for its flush as well, then waits for the flush once the lock is released (FLUSHED): their flushes
+        are shared (the server's group commit) instead of taken in turn. Either way nothing is answered before the
+        WAL holding it is on disk. Returns the statement's rows."""
         raw = self._usable()
         self.statements += 1
+        key = int(self.target.lock_key)
         try:
             with raw.cursor() as cursor:
-                cursor.execute(f"BEGIN; SET LOCAL synchronous_commit TO OFF; {translate(statement)}; COMMIT; {FLUSHED}",
-                               tuple(params))
-                cursor.nextset()  # past BEGIN's and SET's results, to the statement's
+                cursor.execute(f"BEGIN; SELECT CASE WHEN pg_try_advisory_xact_lock({key}) THEN '' "
+                               f"ELSE set_config('synchronous_commit', 'off', true) END; {translate(statement)}; "
+                               f"COMMIT; {FLUSHED}", tuple(params))
+                cursor.nextset()  # past BEGIN's and the lock's results, to the statement's
                 cursor.nextset()
                 rows = cursor.fetchall()
         except BaseException:
@@ -626,8 +629,8 @@ class PgBackend:
     # run as its own transaction: the same steps as a simple query of several statements, but planned once a session
     # (the simple query was planned on every call, which took as long as running it). Their SQL is the shared path's
     # written again (a change to how an event is stored, claimed or finished is a migration there too). A single
-    # ingest waits for its flush after the writers' lock is released (PgConnection.locked_then_flushed): producers
-    # ingesting at once share their flushes instead of taking turns through them.
+    # ingest that had to wait for the writers' lock waits for its flush after releasing it (locked_then_flushed):
+    # producers ingesting at once share their flushes instead of taking turns through them.
     def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
         rows = self._conn.locked_then_flushed(_INGEST_ONE, (int(self.target.lock_key), self.target.channel, source,
                                                             source_id, text, now))

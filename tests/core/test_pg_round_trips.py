@@ -4,10 +4,12 @@ something) takes the shared path: the fast path wrote nothing and said so."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from console.core import Store
+from tests.support import wait_until
 
 T = 1_700_000_000
 
@@ -131,16 +133,59 @@ def test_a_batch_moves_the_counts_once_a_status_not_once_an_event(pg_store: Stor
     assert actual == {"done": 60, "running": 39, "pending": 1}
 
 
-def test_an_acknowledged_ingest_is_on_disk_though_its_flush_is_not_waited_for_under_the_lock(pg_store: Store) -> None:
-    # The ingest commits without waiting for the WAL flush (the writers' lock is not held through a flush, so
-    # producers share their flushes), then waits for the flush in the same round trip: when ingest answers, the WAL
-    # is on disk past its commit. Nobody else writes this server meanwhile, so the position read next is at or past it.
+def test_an_ingest_that_waited_for_the_lock_answers_only_once_on_disk(pg_store: Store, postgres_url: str) -> None:
+    # An ingest that finds the writers' lock taken commits without waiting for the WAL flush (the writers behind it
+    # need not wait for its flush too), then waits for the flush once the lock is released, in the same round trip:
+    # when it answers, the WAL is on disk past its commit. Nobody else writes this server meanwhile, so the position
+    # read next is at or past it. (Without the wait after the lock, this answered with its commit not yet on disk.)
     store = pg_store
     raw = store.connection.raw
-    for n in range(20):
-        trips, stored = round_trips(store, lambda n=n: store.ingest("github", f"e-{n}", {"n": n}, now=T))
-        assert (trips, stored) == (1, True)
-        row = raw.execute("SELECT pg_current_wal_insert_lsn() <= pg_current_wal_flush_lsn()").fetchone()
-        assert row == (True,), f"ingest {n} answered before the WAL holding it was flushed"
+    key = int(store.connection.target.lock_key)
+    waiter = raw.info.backend_pid
+    holder = Store.open(postgres_url)
+    try:
+        for n in range(5):
+            holder.connection.raw.execute(f"BEGIN; SELECT pg_advisory_xact_lock({key})")
+            answers: list[tuple[int, bool]] = []
+            ingest = threading.Thread(target=lambda n=n, answers=answers: answers.append(
+                round_trips(store, lambda: store.ingest("github", f"e-{n}", {"n": n}, now=T))))
+            ingest.start()
+            wait_until(lambda: holder.connection.raw.execute(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid = %s",
+                (waiter,)).fetchone() == (1,), "the ingest waits for the writers' lock")
+            holder.connection.raw.execute("COMMIT")
+            ingest.join(timeout=30)
+            assert answers == [(1, True)]
+            row = raw.execute("SELECT pg_current_wal_insert_lsn() <= pg_current_wal_flush_lsn()").fetchone()
+            assert row == (True,), f"ingest {n} answered before the WAL holding it was flushed"
+    finally:
+        holder.close()
+    trips, stored = round_trips(store, lambda: store.ingest("github", "alone", {}, now=T))  # the lock free: as ever
+    assert (trips, stored) == (1, True)
+    assert raw.execute("SELECT pg_current_wal_insert_lsn() <= pg_current_wal_flush_lsn()").fetchone() == (True,)
     assert store.ingest("github", "e-0", {"n": 0}, now=T) is False
-    assert store.counts()["pending"] == 20
+    assert store.counts()["pending"] == 6
+
+
+def test_a_group_of_events_counts_once_a_status(pg_store: Store) -> None:
+    # INSERTs are counted once a statement too (pg_schema 0016): ingest_many of 100 used to update the counts row 100
+    # times in one transaction. A repeated key (counted as a copy on its row) and a single ingest still count right.
+    store = pg_store
+    raw = store.connection.raw
+    read = ("SELECT n_tup_upd FROM pg_stat_xact_user_tables WHERE schemaname = current_schema() "
+            "AND relname = 'inbox_counts'")
+    raw.execute("BEGIN")
+    try:
+        before = raw.execute(read).fetchone()
+        raw.execute("INSERT INTO inbox (source, source_id, payload, created_at, updated_at) "
+                    "SELECT 'github', 'x-' || n, '{}', 1, 1 FROM generate_series(1, 100) AS n")
+        after = raw.execute(read).fetchone()
+        assert before is not None and after is not None
+        assert int(after[0]) - int(before[0]) == 1
+    finally:
+        raw.execute("ROLLBACK")
+    assert store.ingest_many([("github", f"e-{n}", {"n": n}) for n in range(100)], now=T) == [True] * 100
+    assert store.ingest_many([("github", "e-1", {}), ("github", "f", {})], now=T) == [False, True]
+    assert store.ingest("github", "g", {}, now=T) is True
+    assert store.counts()["pending"] == 102
+    assert store.integrity_problems() == []
