@@ -168,7 +168,7 @@ def test_an_ingest_that_waited_for_the_lock_answers_only_once_on_disk(pg_store: 
 
 
 def test_a_group_of_events_counts_once_a_status(pg_store: Store) -> None:
-    # INSERTs are counted once a statement too (pg_schema 0016): ingest_many of 100 used to update the counts row 100
+    # INSERTs are counted once a statement too (pg_schema 0017): ingest_many of 100 used to update the counts row 100
     # times in one transaction. A repeated key (counted as a copy on its row) and a single ingest still count right.
     store = pg_store
     raw = store.connection.raw
