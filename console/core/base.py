@@ -25,6 +25,9 @@ COUNT_A_COPY = """ON CONFLICT (source, source_id) DO UPDATE
 # The one statement that stores an event (a row a statement; backend.insert_events may write a set at once).
 INSERT_EVENT = f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
                    VALUES (?, ?, ?, ?, ?) {COUNT_A_COPY} RETURNING duplicates"""
+# The same, keeping a webhook delivery's trace context with a new event (a copy's row keeps the trace it had).
+INSERT_TRACED_EVENT = f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at, trace)
+                          VALUES (?, ?, ?, ?, ?, ?) {COUNT_A_COPY} RETURNING duplicates"""
 LOG_ATTEMPT = "INSERT INTO attempts (event_id, at, kind, holder, gen, detail) VALUES (?, ?, ?, ?, ?, ?)"
 
 
@@ -241,13 +244,17 @@ class StoreBase:
              reply_to),
         ).fetchall()[0][0])
 
-    def _insert_event(self, source: str, source_id: str, text: str, now: int) -> bool:
-        """Insert an event, or count a refused copy of it (the duplicate ledger). True when it is new.
+    def _insert_event(self, source: str, source_id: str, text: str, now: int, trace: str | None = None) -> bool:
+        """Insert an event, or count a refused copy of it (the duplicate ledger). True when it is new. trace: the
+        context a new event keeps (a webhook delivery's, telemetry.context_to_keep).
 
         Every way into the inbox (ingest, timers, approval answers and expiries) goes through here."""
         # Read to its end, not returned from inside the loop: the statement must be finished before COMMIT,
         # whoever else still holds its cursor (tests/core/test_cursor_lifetime.py).
-        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now))
+        if trace is None:
+            ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now))
+        else:
+            ((duplicates,),) = self._conn.execute(INSERT_TRACED_EVENT, (source, source_id, text, now, now, trace))
         return bool(duplicates == 0)
 
     def _log_attempt(

@@ -54,18 +54,16 @@ class ReplayMixin(StoreBase):
         with self.write_transaction():
             if any(guard is not None for *_, guard in encoded):
                 self._conn.execute(_SWEEP, (now, _SWEEP_BASE + 2 * len(encoded)))
-            verdicts = [self._deliver(source, source_id, text, guard, now)
-                        for source, source_id, text, guard in encoded]
-            for (source, source_id, *_), verdict in zip(encoded, verdicts, strict=True):
-                trace = (traces or {}).get((source, source_id))
-                if trace is not None and verdict == "stored":
-                    self._conn.execute("UPDATE inbox SET trace = ? WHERE source = ? AND source_id = ?",
-                                       (trace, source, source_id))
-            return verdicts
+            kept = traces or {}
+            return [self._deliver(source, source_id, text, guard, now, kept.get((source, source_id)))
+                    for source, source_id, text, guard in encoded]
 
-    def _deliver(self, source: str, source_id: str, text: str, guard: ReplayGuard | None, now: int) -> str:
+    def _deliver(self, source: str, source_id: str, text: str, guard: ReplayGuard | None, now: int,
+                 trace: str | None) -> str:
+        """One delivery's verdict, written in the caller's transaction; a new event keeps `trace` (a copy does not:
+        its event keeps the trace it was stored with)."""
         if guard is None or guard.window <= 0:
-            return "stored" if self._insert_event(source, source_id, text, now) else "duplicate"
+            return "stored" if self._insert_event(source, source_id, text, now, trace) else "duplicate"
         expires_at = now + guard.window
         # A body seen within its window is a replay unless this key is stored already (then it is that event's
         # redelivery: a duplicate). The ledger is read first: a new body, the usual case, needs no read of the key.
@@ -79,7 +77,7 @@ class ReplayMixin(StoreBase):
                 (now, source, earlier),
             )
             return "replay"
-        new = self._insert_event(source, source_id, text, now)
+        new = self._insert_event(source, source_id, text, now, trace)
         self._conn.execute(_SIGHTED, (source, guard.digest, source_id, now, expires_at))
         return "stored" if new else "duplicate"
 

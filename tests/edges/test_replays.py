@@ -146,7 +146,7 @@ def test_the_ledger_stays_bounded(store: Store) -> None:
     assert store.ingest_deliveries([("hook", "again", {}, guard(b"body 7"))], now=1200) == ["stored"]
 
 
-def test_a_new_body_reads_the_ledger_but_not_the_inbox_key(store: Store) -> None:
+def test_a_new_body_reads_the_ledger_but_not_the_inbox_key_and_keeps_its_trace_in_its_insert(store: Store) -> None:
     # The writer's statements a delivery (issue 22): a body the ledger has not seen is new whatever its key says,
     # so its key is not read first; the INSERT tells a redelivery. A known body still reads the key (replay or copy).
     seen: list[str] = []
@@ -158,8 +158,8 @@ def test_a_new_body_reads_the_ledger_but_not_the_inbox_key(store: Store) -> None
     store.connection.exec_trace = trace
     try:
         assert store.ingest_deliveries([("hook", f"n-{n}", {"n": n}, guard(f"new {n}".encode())) for n in range(3)],
-                                       now=1000) == ["stored"] * 3
-        new = [sql for sql in seen if sql.startswith("SELECT 1 FROM inbox")]
+                                       now=1000, traces={("hook", "n-1"): "link 00-ab-cd-01"}) == ["stored"] * 3
+        new = [sql for sql in seen if sql.startswith("SELECT 1 FROM inbox") or sql.startswith("UPDATE inbox")]
         seen.clear()
         assert store.ingest_deliveries([("hook", "n-0", {"n": 0}, guard(b"new 0")),
                                         ("hook", "other", {"n": 0}, guard(b"new 1"))], now=1010) == ["duplicate",
@@ -167,4 +167,6 @@ def test_a_new_body_reads_the_ledger_but_not_the_inbox_key(store: Store) -> None
         known = [sql for sql in seen if sql.startswith("SELECT 1 FROM inbox")]
     finally:
         store.connection.exec_trace = None
-    assert new == [] and len(known) == 2
+    assert new == [] and len(known) == 2  # nor is a kept trace a statement of its own: the INSERT writes it
+    traced = store.find_event("hook", "n-1")
+    assert traced is not None and traced.trace == "link 00-ab-cd-01"
