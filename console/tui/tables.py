@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.cells import cell_len
+from rich.text import Text
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey
 
 
 def clear_rows(table: DataTable[Any]) -> None:
@@ -18,3 +21,13 @@ def clear_rows(table: DataTable[Any]) -> None:
     for column in table.columns.values():
         if column.auto_width:
             column.content_width = column.label.cell_len
+
+
+def measure_now(table: DataTable[Any], column: str, cells: list[Text]) -> None:
+    """An auto-width column as wide as the widest line of the cells just added to it, now: DataTable measures new
+    rows when it is next idle, and a frame drawn before that draws them wrapped at the column's old width (its
+    label's, after clear_rows) and keeps the lines it drew."""
+    measured = table.columns[ColumnKey(column)]
+    widest = max((cell_len(line) for cell in cells for line in cell.plain.split("\n")), default=0)
+    if measured.auto_width:
+        measured.content_width = max(measured.content_width, widest)

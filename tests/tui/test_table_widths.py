@@ -8,6 +8,7 @@ from pathlib import Path
 
 from console.clock import ManualClock
 from console.core import Store
+from console.tui.widgets.approvals_pane import ApprovalsPane
 from tests.support import pilot_until
 from tests.tui.scenes import make_app, open_search, started
 
@@ -38,3 +39,28 @@ async def test_the_search_results_shrink_to_what_they_show(db_path: Path, clock:
         widest_now = max(len(str(cell)) for cell in cells)
         assert last.content_width < wide
         assert last.content_width <= max(widest_now, last.label.cell_len) + 2
+
+
+async def test_the_approvals_are_drawn_again_once_their_column_is_measured(
+    db_path: Path, clock: ManualClock
+) -> None:
+    """The approvals table's rows are laid out again (clear, add) and its column measured from them when it is
+    next idle; a frame drawn in between (under load, the snapshot's) drew each row wrapped at the column's old
+    width, the 8 columns of its label, and DataTable kept those lines: "“deploy" over "web to" until something
+    else changed the table (the nobody-working snapshot flaked on it)."""
+    now = clock.now()
+    with Store.open(db_path, seed=7) as store:
+        store.request_approval("apr-8-1", "deploy web to prod", now=now - 20, expires_in=600)
+        store.acquire("elsewhere", now=now + 10_000)  # standby: nothing runs
+    app = make_app(db_path, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        pane = app.query_one(ApprovalsPane)
+        table = pane.table
+        await pilot_until(pilot, lambda: app.started and table.row_count == 1 and pane.laid_out, what="the approval")
+        pane.redraw()  # the rows laid out again, as settle() and a resize do
+        table.render_line(0)  # a frame before the table is idle: drawn at the label's width
+        await pilot_until(pilot, lambda: next(iter(table.columns.values())).content_width > len("approval"),
+                          what="the column measured")
+        await pilot.pause()
+        drawn = "".join(table.render_line(y).text for y in range(table.size.height))
+        assert "“deploy web to prod”" in drawn

@@ -30,7 +30,7 @@ from console.timefmt import VIA_SHORT, coarse_span, span
 from console.tui.panes import PaneHost
 from console.tui.reads import ApprovalsView, read_approval, read_approvals
 from console.tui.render import show
-from console.tui.tables import clear_rows
+from console.tui.tables import clear_rows, measure_now
 from console.tui.widgets.countdown_bar import bar_text, quantized
 
 BAR_CELLS = 6
@@ -271,6 +271,7 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
         self.query_one("#approvals-empty", Static).display = not view.pending
         for request_id, cell, height in rows:
             table.add_row(cell, key=request_id, height=height)
+        measure_now(table, "approval", [cell for _, cell, _ in rows])
         if not view.pending:
             return
         index = next((i for i, a in enumerate(view.pending) if keep and a.request_id == keep.request_id), 0)
