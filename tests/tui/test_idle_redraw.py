@@ -1,7 +1,8 @@
 """An idle console draws, each second, only what the clock moved on screen: on an inbox where nothing happens
 but the lease counting down (done events minutes old, an approval an hour from its deadline, a message sent an
-hour ago), a second redraws the lease's countdown line and nothing else, and lays nothing out. The line under
-the events table was updated, and the whole screen laid out again, every second (issue 22's idle CPU)."""
+hour ago), ten seconds redraw the lease's countdown line once (a lease this console holds and renews counts in
+steps of ten seconds) and nothing else, and lay nothing out. The line under the events table was updated, and the
+whole screen laid out again, every second (issue 22's idle CPU); then the countdown, every second."""
 
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from textual.widget import Widget
 
 from console.clock import ManualClock
 from console.core import Store
+from console.core.models import Lease
 from console.tui.app import ConsoleApp
+from console.tui.reads import LeaseView
+from console.tui.widgets.lease_pane import LeasePane, LeasePaneView
 from tests.support import pilot_until
-from tests.tui.scenes import make_app, started
+from tests.tui.scenes import START, make_app, started
 
 SIZE = (120, 40)
 
@@ -72,12 +76,53 @@ async def test_a_quiet_second_redraws_only_the_lease_countdown(
     async with app.run_test(size=SIZE) as pilot:
         await quiet_app(app, pilot)
         redrawn = count_refreshes(monkeypatch)
-        for _ in range(5):  # seconds 1..5 after a whole ten: no age of a minute-old event moves
+        lease = app.query_one(LeasePane).view
+        assert lease is not None and lease.data.lease is not None
+        assert lease.data.lease.until - clock.now() == 120  # just taken: 2m00s left
+        for _ in range(10):  # the ages of minute-old events move at a whole ten, and show the same minutes
             clock.advance(1)
             app._tick()
             await pilot.pause()
-        assert redrawn == Counter({("CountdownBar#lease-left", False): 5})
-        assert "1m55s" in str(app.query_one("#lease-left").render())  # it did count down: 2m00s, five seconds on
+        # 2m00s → 1m50s at the first second (1m59s left, shown rounded down), the same for the next nine
+        assert redrawn == Counter({("CountdownBar#lease-left", False): 1})
+        assert "1m50s" in str(app.query_one("#lease-left").render())  # 1m50s left, ten seconds on
+        clock.advance(1)
+        app._tick()
+        await pilot.pause()
+        assert "1m40s" in str(app.query_one("#lease-left").render())  # 1m49s left
+        assert redrawn == Counter({("CountdownBar#lease-left", False): 2})
+
+
+def lease_view(mode: str, holder: str, until: int, *, ttl: int = 120) -> LeasePaneView:
+    data = LeaseView(now=START, lease=Lease(holder, 3, until, START - 60, START - 30), takeovers=0, refused=0,
+                     recent_refusals=[], log=[])
+    return LeasePaneView(data, mode, "console-test", ttl)
+
+
+@pytest.mark.parametrize(("mode", "holder", "left", "shown"), [
+    ("active", "console-test", 120, 120),
+    ("active", "console-test", 119, 110),  # renewed and held: steps of ten seconds, rounded down
+    ("active", "console-test", 61, 60),
+    ("active", "console-test", 60, 60),  # half the TTL: a renewal is late, every second counts
+    ("active", "console-test", 59, 59),
+    ("stalled", "console-test", 119, 119),  # not renewed: it lapses at the end of it
+    ("standby", "worker-b:4242", 119, 119),  # another's: this console takes over when it lapses
+    ("active", "console-test", 0, 0),
+])
+def test_the_lease_countdown_counts_seconds_only_where_they_matter(
+    mode: str, holder: str, left: int, shown: int
+) -> None:
+    view = lease_view(mode, holder, START + left)
+    assert view.left_shown(START) == shown
+
+
+def test_a_renewed_lease_keeps_its_view_between_steps() -> None:
+    """Nothing the pane shows moves between two steps: the same view (no watcher runs, nothing is redrawn)."""
+    view = lease_view("active", "console-test", START + 119)
+    assert view.at(START + 8) is view  # 1m51s left: still 1m50s
+    assert view.at(START + 10).left_shown(START + 10) == 100  # 1m49s: 1m40s, a new view
+    other = lease_view("standby", "worker-b:4242", START + 119)
+    assert other.at(START + 1) is not other
 
 
 async def test_reading_the_panes_again_when_nothing_changed_redraws_nothing(

@@ -22,6 +22,7 @@ from console.tui.widgets.countdown_bar import Countdown, CountdownBar
 
 Part = str | tuple[str, str]
 Said = tuple[str, str, SeverityLevel]
+RENEWED_STEP = 10  # seconds: the steps the countdown of a lease this console holds and renews moves in
 # The engine's modes (console.runtime.host.Mode), as its "lease" notices name them.
 MODES = ("stopped", "starting", "active", "standby", "stalled", "halted", "watching")
 
@@ -76,8 +77,32 @@ class LeasePaneView:
     def now(self) -> int:
         return self.data.now
 
+    def left_shown(self, now: int) -> int | None:
+        """The seconds left the countdown shows at `now` (None: no lease). To the second, except on a lease this
+        console holds and renews (active) while more than half its TTL is left: the worker renews it every third
+        of the TTL, so its seconds only say how long ago that was, and it counts down in steps of RENEWED_STEP
+        (rounded down: never more time than there is). Below half its TTL a renewal is late, and a lease held by
+        another worker, or by this one stalled, lapses at the end of it: their seconds matter."""
+        lease = self.data.lease
+        if lease is None:
+            return None
+        left = max(0, lease.until - now)
+        if self.mode == "active" and lease.holder == self.holder and left > self.ttl // 2:
+            return left - left % RENEWED_STEP
+        return left
+
+    def moving(self, now: int) -> tuple[object, ...]:
+        """Everything the pane shows that moves with the clock, as it reads at `now`."""
+        lease, agent = self.data.lease, self.data.agent
+        return (self.left_shown(now), lease is not None and lease.is_live(now),
+                [human_span(now - refusal.at) for refusal in self.data.recent_refusals[:1]],
+                None if agent is None else agent_in_words(agent.state, agent.reason, agent.until, now, sep=""))
+
     def at(self, now: int) -> LeasePaneView:
-        """The same facts seen at a later second: what a countdown redraw needs, without reading the file."""
+        """The same facts seen at a later second, without reading the file: the same view while nothing the pane
+        shows moves (a renewed lease's countdown in its steps), so nothing is redrawn."""
+        if self.moving(now) == self.moving(self.now):
+            return self
         return replace(self, data=replace(self.data, now=now))
 
     def counts_down(self) -> bool:
@@ -96,7 +121,8 @@ class LeasePane(Vertical):
 One worker at a time owns the inbox: the lease's holder and generation, the time left before it lapses
 unless renewed, takeovers, and late finishes refused because a newer generation took over (fencing).
 **x** stalls this console's worker (it stops renewing, so another console or `agent-console run` takes
-over) and resumes it.
+over) and resumes it. A lease this console holds and renews counts down in steps of ten seconds (it is renewed
+every third of its TTL); below half its TTL (a renewal late), stalled, or held by another worker, to the second.
 """
 
     DEFAULT_CSS = """
@@ -204,7 +230,7 @@ over) and resumes it.
             who += [(" gen ", "dim"), (str(lease.gen), "bold"), ("\nholder ", "dim"), terminal_safe(lease.holder)]
             if lease.is_live(now):
                 who.append((" (you)" if lease.holder == view.holder else " (other)", "dim"))
-            left = max(0, lease.until - now)
+            left = view.left_shown(now) or 0
             countdown = Countdown(left, max(view.ttl, left, 1), label="left ", done="lapsed")
         show(self.query_one("#lease-who", Static), Content.assemble(*who))
         self.query_one(CountdownBar).countdown = countdown
