@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+import os
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -7,6 +9,22 @@ import pytest
 
 from console.core import Store
 from tests.pg_server import PostgresServer, drop_schema, start_server
+
+RAM_DISK = Path("/dev/shm")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Test files (tmp_path, tempfile's folders, the subprocesses' own) go on the machine's tmpfs when it has one.
+
+    Every commit of a real SQLite file waits for an fsync; on a disk shared with other work each took 2-4 ms, and
+    the suite makes tens of thousands. What the tests prove does not rest on the disk: crash tests kill real
+    processes (a killed process loses nothing the kernel holds), and power cuts are simulated below SQLite by a
+    VFS that keeps each file as of its last sync (tests/core/powercut.py). A TMPDIR set by whoever runs the suite,
+    or --basetemp, is kept."""
+    if os.environ.get("TMPDIR") or config.option.basetemp or not (RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK)):
+        return
+    os.environ["TMPDIR"] = str(RAM_DISK)  # subprocesses, and xdist's workers as they start
+    tempfile.tempdir = str(RAM_DISK)  # this process: pytest's tmp_path root is read from it on first use
 
 
 @pytest.fixture
