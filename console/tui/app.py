@@ -226,8 +226,9 @@ class ConsoleApp(App[None]):
                 break
         if settings.keys:
             self.set_keymap(dict(settings.keys))
-        self._key_problems = unknown_key_ids(dict(settings.keys), binding_ids())
-        self._key_clashes = key_clashes(self._keymap, () if demo else DEMO_ACTIONS)
+        # Without [keys] there is nothing to check (and the checks would import every screen to read its keys).
+        self._key_problems = unknown_key_ids(dict(settings.keys), binding_ids()) if settings.keys else []
+        self._key_clashes = key_clashes(self._keymap, () if demo else DEMO_ACTIONS) if settings.keys else []
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's own driver, except that on Linux and macOS a closed terminal cannot wedge it."""

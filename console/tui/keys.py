@@ -8,6 +8,8 @@ another action of the same screen uses).
 from __future__ import annotations
 
 import difflib
+import importlib
+import pkgutil
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
@@ -43,8 +45,18 @@ PLAIN_KEYS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def import_screens() -> None:
+    """Import every modal screen's module. The console imports each screen when it is first opened (the first
+    frame shows none of them), but the help screen, the palette and the `[keys]` checks list the keys of all."""
+    import console.tui.screens
+
+    for module in pkgutil.iter_modules(console.tui.screens.__path__):
+        importlib.import_module(f"console.tui.screens.{module.name}")
+
+
 def console_classes() -> Iterator[type]:
     """Every class of ours that declares key bindings, the app first, then widgets, then screens."""
+    import_screens()
     found: list[type] = []
     pending: list[type] = [DOMNode]
     while pending:

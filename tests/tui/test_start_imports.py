@@ -153,3 +153,22 @@ async def test_the_garbage_collector_is_held_off_until_the_first_frame_then_runs
         assert app.collecting_at_mount is False
         assert gc.isenabled()
     assert gc.isenabled()
+
+
+def test_the_keys_of_screens_not_yet_opened_are_known() -> None:
+    """The screens are imported when first opened; the help screen, the palette and the [keys] checks still
+    know every screen's keys in a console that has opened none (a fresh interpreter: nothing else imported them)."""
+    code = ("import json, sys\nfrom console.tui.keys import binding_ids, key_rows, unknown_key_ids\n"
+            "screens_before = sorted(m for m in sys.modules if m.startswith('console.tui.screens.'))\n"
+            "ids = binding_ids()\n"
+            "print(json.dumps({'before': screens_before, 'ids': sorted(ids), 'places': sorted({r.place for r in "
+            "key_rows({})}), 'problems': unknown_key_ids({'approval.yes': 'Y', 'budget.save': 'ctrl+w'}, ids)}))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), cwd=ROOT,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["before"] == []
+    assert {"approval.yes", "budget.save"} <= set(seen["ids"])
+    assert {"An event's detail", "Search (/) and outbox messages (o)", "The inject form (i)",
+            "This help"} <= set(seen["places"])
+    assert seen["problems"] == []
