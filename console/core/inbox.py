@@ -46,6 +46,56 @@ _EVENT_COLUMNS = (
 )
 
 
+# inbox_status_id holds every event but the fresh ones (schema 0028): a durable ingest writes one index fewer, and
+# inbox_fresh already holds those, in id order. A read of the status index names NOT_FRESH as a term of its WHERE
+# (SQLite uses a partial index only for a query whose terms imply its condition); one that may meet fresh events
+# reads them from inbox_fresh too, each part a page in order, the two pages then put in order (_union).
+FRESH = "status = 'pending' AND attempts = 0 AND claim_alone = 0"
+NOT_FRESH = "(status <> 'pending' OR attempts > 0 OR claim_alone = 1)"
+
+
+def _status_arms(
+    status: str | None, common: list[str], common_params: list[Any], *, order: str,
+    start: tuple[Any, int] | None, compare: str,
+) -> list[tuple[list[str], list[Any]]]:
+    """The parts whose union is the events of status (None: every status) meeting common, from start on in an
+    order by (status, id) or by id (compare: how a row stands to start): the events in inbox_status_id, and the
+    fresh ones when status may be pending. Each is (its WHERE terms, their parameters)."""
+    kept = [NOT_FRESH, *(["status = ?"] if status is not None else []), *common]
+    kept_params = [*([status] if status is not None else []), *common_params]
+    if start is not None:
+        kept.append(f"({order}, id) {compare} (?, ?)")
+        kept_params += [start[0], start[1]]
+    arms = [(kept, kept_params)]
+    if status not in (None, "pending"):
+        return arms
+    fresh, fresh_params = [FRESH, *common], list(common_params)
+    if start is not None:
+        if order == "id":
+            fresh.append(f"(id, id) {compare} (?, ?)")
+            fresh.append(f"id {compare[0]}= ?")  # the same rows, as a range inbox_fresh can seek to
+            fresh_params += [start[0], start[1], start[0]]
+        elif start[0] == "pending":
+            fresh.append(f"id {compare} ?")
+            fresh_params.append(start[1])
+        elif (start[0] > "pending") != (compare[0] == "<"):
+            return arms  # every fresh event stands on the other side of start
+    arms.append((fresh, fresh_params))
+    return arms
+
+
+def _union(arms: list[tuple[list[str], list[Any]]], ordered: str, limit: int) -> tuple[str, list[Any]]:
+    """One SELECT of the first limit events in that order that the parts' terms pick, and its parameters (the
+    caller orders and limits it again). Each part is ordered and limited on its own, so each is an index walk
+    of at most limit rows, on both engines, and the union sorts at most limit rows a part."""
+    if len(arms) == 1:
+        ((where, params),) = arms
+        return f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE {' AND '.join(where)}", params
+    selects = [f"SELECT * FROM (SELECT {_EVENT_COLUMNS} FROM inbox WHERE {' AND '.join(where)} {ordered} LIMIT ?) "
+               f"AS part{number}" for number, (where, _) in enumerate(arms)]
+    return " UNION ALL ".join(selects), [param for _, params in arms for param in (*params, limit)]
+
+
 # The claim statements, named so that explain_claim() shows the plans of exactly what claim_batch runs.
 _SELECT_LOST = """SELECT id, attempts, claim_gen, updated_at FROM inbox INDEXED BY inbox_running
                   WHERE status = 'running' AND claim_gen < ?"""
@@ -614,16 +664,20 @@ class InboxMixin(StoreBase):
         """Newest first; page with before_id (older) or after_id (newer). Reads only the page."""
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
-        conditions = (("status = ?", status), ("source = ?", source), ("id < ?", before_id), ("id > ?", after_id))
+        conditions = (("source = ?", source), ("id < ?", before_id), ("id > ?", after_id))
         where = [condition for condition, value in conditions if value is not None]
         params: list[Any] = [value for _, value in conditions if value is not None]
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        if status is None:
+            clause = f"WHERE {' AND '.join(where)}" if where else ""
+            selected = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause}"
+        else:
+            selected, params = _union(_status_arms(status, where, params, order="id", start=None, compare=""),
+                                      "ORDER BY id" if after_id is not None else "ORDER BY id DESC", int(limit))
         if after_id is not None:
             # Oldest-first just above after_id, then flipped, so the page is the one next to it.
-            sql = (f"SELECT * FROM (SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id LIMIT ?) AS page "
-                   "ORDER BY id DESC")
+            sql = f"SELECT * FROM ({selected} ORDER BY id LIMIT ?) AS page ORDER BY id DESC"
         else:
-            sql = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY id DESC LIMIT ?"
+            sql = f"{selected} ORDER BY id DESC LIMIT ?"
         return self._with_refusals([_event(r) for r in self._conn.execute(sql, (*params, int(limit)))])
 
     def events_in_order(
@@ -642,27 +696,49 @@ class InboxMixin(StoreBase):
         ascending; order is id, status or source (each has an index that reads in that order). From start
         on (a key as sort_key returns; after it, or from it with inclusive), or with backwards the rows just
         before it, still in display order. Reads only the rows it returns (keyset paging)."""
+        sql, params = self.in_order_statement(order=order, descending=descending, status=status, source=source,
+                                              start=start, inclusive=inclusive, backwards=backwards, limit=limit)
+        events = self._with_refusals([_event(row) for row in self._conn.execute(sql, params).fetchall()])
+        return events[::-1] if backwards else events
+
+    def in_order_statement(
+        self,
+        *,
+        order: str = "id",
+        descending: bool = True,
+        status: str | None = None,
+        source: str | None = None,
+        start: tuple[Any, int] | None = None,
+        inclusive: bool = False,
+        backwards: bool = False,
+        limit: int = 100,
+    ) -> tuple[str, list[Any]]:
+        """The statement events_in_order runs, and its parameters (tests read its plan: an index search, no sort)."""
         if order not in SORT_ORDERS:
             raise ValueError(f"unknown order {order!r}; expected one of {', '.join(SORT_ORDERS)}")
         if status is not None and status not in STATUSES:
             raise ValueError(f"unknown status {status!r}; expected one of {', '.join(STATUSES)}")
-        where = [condition for condition, value in (("status = ?", status), ("source = ?", source))
-                 if value is not None]
-        params: list[Any] = [value for value in (status, source) if value is not None]
         # Reading forwards in a descending order is reading downwards; backwards flips both.
         downwards = descending != backwards
-        if start is not None:
-            compare = ("<" if downwards else ">") + ("=" if inclusive and not backwards else "")
-            where.append(f"({order}, id) {compare} (?, ?)")
-            params += [start[0], start[1]]
-        clause = f"WHERE {' AND '.join(where)}" if where else ""
+        compare = ("<" if downwards else ">") + ("=" if inclusive and not backwards else "")
         direction = "DESC" if downwards else "ASC"
-        rows = self._conn.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM inbox {clause} ORDER BY {order} {direction}, id {direction} LIMIT ?",
-            (*params, int(limit)),
-        ).fetchall()
-        events = self._with_refusals([_event(row) for row in rows])
-        return events[::-1] if backwards else events
+        ordered = f"ORDER BY id {direction}" if order == "id" else f"ORDER BY {order} {direction}, id {direction}"
+        params: list[Any]
+        if order != "source" and (status is not None or order == "status"):
+            # By status, or one status by id: inbox_status_id and inbox_fresh (NOT_FRESH), merged in order.
+            common = ["source = ?"] if source is not None else []
+            selected, params = _union(_status_arms(status, common, [source] if source is not None else [],
+                                                   order=order, start=start, compare=compare), ordered, int(limit))
+        else:
+            where = [condition for condition, value in (("status = ?", status), ("source = ?", source))
+                     if value is not None]
+            params = [value for value in (status, source) if value is not None]
+            if start is not None:
+                where.append(f"({order}, id) {compare} (?, ?)")
+                params += [start[0], start[1]]
+            clause = f"WHERE {' AND '.join(where)}" if where else ""
+            selected = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause}"
+        return f"{selected} {ordered} LIMIT ?", [*params, int(limit)]
 
     def event(self, event_id: int) -> Event | None:
         for row in self._conn.execute(f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE id = ?", (event_id,)):
@@ -744,16 +820,17 @@ class InboxMixin(StoreBase):
         """Return every dead event (of one source, if given) to pending. Returns how many."""
         with self.write_transaction():
             if source is None:
-                ids = [r[0] for r in self._conn.execute("SELECT id FROM inbox WHERE status = 'dead'")]
+                ids = [r[0] for r in self._conn.execute(f"SELECT id FROM inbox WHERE status = 'dead' AND {NOT_FRESH}")]
             else:
                 ids = [r[0] for r in self._conn.execute(
-                    "SELECT id FROM inbox WHERE status = 'dead' AND source = ?", (source,))]
+                    f"SELECT id FROM inbox WHERE status = 'dead' AND {NOT_FRESH} AND source = ?", (source,))]
             return sum(self._revive(event_id, now, ("dead",)) for event_id in ids)
 
     def count_dead(self, *, source: str | None = None) -> int:
         if source is None:
             return int(self._scalar("SELECT n FROM inbox_counts WHERE status = 'dead'"))
-        return int(self._scalar("SELECT COUNT(*) FROM inbox WHERE status = 'dead' AND source = ?", (source,)))
+        return int(self._scalar(f"SELECT COUNT(*) FROM inbox WHERE status = 'dead' AND {NOT_FRESH} AND source = ?",
+                                (source,)))
 
     def discard(self, event_ids: Iterable[int], *, now: int, reason: str | None = None) -> list[int]:
         """Give up on dead or pending events, in one transaction: they become `discarded`, are never claimed

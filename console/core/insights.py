@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from console.core.base import StoreBase
+from console.core.inbox import NOT_FRESH
 
 
 class InsightsMixin(StoreBase):
@@ -32,8 +33,8 @@ class InsightsMixin(StoreBase):
         dead = [
             {"id": event_id, "source": source, "source_id": source_id, "error": error}
             for event_id, source, source_id, error in self._conn.execute(
-                """SELECT id, source, source_id, error FROM inbox INDEXED BY inbox_status_id
-                   WHERE status = 'dead' AND updated_at >= ? ORDER BY id""",
+                f"""SELECT id, source, source_id, error FROM inbox INDEXED BY inbox_status_id
+                    WHERE status = 'dead' AND {NOT_FRESH} AND updated_at >= ? ORDER BY id""",
                 (since,),
             )
         ]

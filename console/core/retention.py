@@ -21,6 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from console.core.base import StoreBase
+from console.core.inbox import NOT_FRESH
 
 MIN_PRUNE_AGE = 86_400  # a mistyped age cannot wipe today's work; unsettled approvals are guarded apart
 
@@ -135,12 +136,13 @@ class RetentionMixin(StoreBase):
 
 # Finished (done, or discarded by the owner) before the cutoff and not pruned yet, read by primary-key
 # range: only events created before the cutoff (ids below end_id) can have finished before it.
-_SELECT_PAYLOADS = """SELECT id FROM inbox
-                      WHERE id > ? AND id < ? AND status IN ('done', 'discarded') AND updated_at < ?
+_SELECT_PAYLOADS = f"""SELECT id FROM inbox
+                      WHERE id > ? AND id < ? AND status IN ('done', 'discarded') AND {NOT_FRESH} AND updated_at < ?
                         AND pruned_at IS NULL
                       ORDER BY id LIMIT ?"""
-_COUNT_PAYLOADS = """SELECT COUNT(*) FROM inbox
-                     WHERE id < ? AND status IN ('done', 'discarded') AND updated_at < ? AND pruned_at IS NULL"""
+_COUNT_PAYLOADS = f"""SELECT COUNT(*) FROM inbox
+                     WHERE id < ? AND status IN ('done', 'discarded') AND {NOT_FRESH} AND updated_at < ?
+                       AND pruned_at IS NULL"""
 # Sent batches older than the cutoff, except the newest sent held batch: the gap counts from it.
 _OLD_BATCHES = """FROM outbox_batches
                   WHERE state = 'sent' AND sent_at < ?

@@ -156,7 +156,10 @@ def test_the_rebuild_keeps_every_column_row_index_trigger_and_count(tmp_path: Pa
     with Store.open(path) as after:
         assert _columns(after)[:len(columns)] == columns
         assert _inbox_rows(after, columns) == rows  # later migrations may add columns of their own
-        assert _objects(after) == objects
+        # Later migrations may change an index of their own: 0028 left fresh events out of inbox_status_id.
+        later = {"inbox_status_id": "CREATE INDEX inbox_status_id ON inbox (status, id) WHERE status <> 'pending' "
+                                    "OR attempts > 0 OR claim_alone = 1"}
+        assert _objects(after) == [(kind, name, later.get(name, sql)) for kind, name, sql in objects]
         reasons = [(e.status, e.dead_reason) for e in after.events(status="dead")]
         assert sorted(reasons) == [("dead", "failed"), ("dead", "lost")]
         outbox_event = "SELECT name FROM sqlite_schema WHERE type = 'index' AND name = 'outbox_event'"
