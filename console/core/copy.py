@@ -35,7 +35,8 @@ from console.core.store import Store
 TABLES: tuple[str, ...] = (
     "inbox", "attempts", "lease", "lease_log", "refused_finishes", "timers", "approvals", "sessions",
     "outbox_batches", "outbox", "outbox_deliveries", "journal", "agent_state", "replay_ledger", "memory",
-    "tool_calls", "spend", "budgets", "inbox_identity", "phone_messages", "phone_cursors", "phone_answers",
+    "tool_calls", "spend", "budgets", "inbox_identity", "phone_messages", "phone_pieces", "phone_cursors",
+    "phone_answers",
     "cap_uses", "cap_notices", "held_messages", "audit", "audit_head", "spend_accepted", "chat_pairings",
     "chat_pair_codes", "chat_strangers", "chat_health", "chat_updates",
     "tool_health",

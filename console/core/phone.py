@@ -10,12 +10,23 @@ commit leaves the answer to be read again; after it, the answer is never taken t
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from console.core.base import StaleGeneration, StoreBase
 from console.core.models import PHONE_IGNORED, PHONE_VERDICTS, PhoneAnswer, PhoneCard
 
 ASKING = "ask"  # the state of a card whose question is open
+
+
+@dataclass(frozen=True)
+class PhonePiece:
+    """A message a phone channel sent, as one of the pieces of an outbox message."""
+
+    outbox_id: int
+    piece: int       # 1, 2, ...
+    pieces: int      # how many the outbox message was cut into
+    event_id: int | None  # the event the outbox message was filed under (the run's first), if any
 AGAIN = "again:"  # prefix of the state shown after a tap on an approval already settled
 
 
@@ -32,12 +43,30 @@ class PhoneMixin(StoreBase):
 
     def record_phone_message(
         self, channel: str, outbox_id: int, ref: str, *, now: int, request_id: str | None = None,
-        shown: str | None = None,
+        shown: str | None = None, pieces: Sequence[str] = (),
     ) -> None:
         """Record a delivered message (a card, when request_id is given, showing `shown`). A card wants the
-        outcome that stands now, so an approval settled while its card was on the way is put right."""
+        outcome that stands now, so an approval settled while its card was on the way is put right. pieces: the
+        handles of every piece the service got it in, in order (a long Telegram reply), so that an answer to any
+        of them is known for an answer to this message (phone_message_of)."""
         with self.write_transaction():
             self._record_phone_message(channel, outbox_id, ref, request_id, shown, now)
+            for number, piece in enumerate(pieces, 1):
+                self._conn.execute(
+                    """INSERT INTO phone_pieces (channel, ref, outbox_id, piece, pieces) VALUES (?, ?, ?, ?, ?)
+                       ON CONFLICT (channel, ref) DO NOTHING""",
+                    (channel, piece, outbox_id, number, len(pieces)),
+                )
+
+    def phone_message_of(self, channel: str, ref: str) -> PhonePiece | None:
+        """Which outbox message (and which piece of it) the service's message `ref` is, when this channel sent it:
+        what the owner answers when they reply to it."""
+        rows = self._conn.execute(
+            """SELECT p.outbox_id, p.piece, p.pieces, o.event_id FROM phone_pieces p
+               LEFT JOIN outbox o ON o.id = p.outbox_id WHERE p.channel = ? AND p.ref = ?""",
+            (channel, ref),
+        ).fetchall()
+        return PhonePiece(int(rows[0][0]), int(rows[0][1]), int(rows[0][2]), rows[0][3]) if rows else None
 
     def _record_phone_message(
         self, channel: str, outbox_id: int, ref: str, request_id: str | None, shown: str | None, now: int

@@ -124,10 +124,11 @@ class RetentionMixin(StoreBase):
             with self.write_transaction():
                 for batch_id in batch_ids:
                     self._conn.execute("DELETE FROM outbox_deliveries WHERE batch_id = ?", (batch_id,))
-                    self._conn.execute(
-                        "DELETE FROM phone_messages WHERE outbox_id IN (SELECT id FROM outbox WHERE batch_id = ?)",
-                        (batch_id,),
-                    )
+                    for table in ("phone_messages", "phone_pieces"):
+                        self._conn.execute(
+                            f"DELETE FROM {table} WHERE outbox_id IN (SELECT id FROM outbox WHERE batch_id = ?)",
+                            (batch_id,),
+                        )
                     self._conn.execute("DELETE FROM outbox WHERE batch_id = ?", (batch_id,))
                     messages += self._conn.changes()
                     self._conn.execute("DELETE FROM outbox_batches WHERE id = ?", (batch_id,))

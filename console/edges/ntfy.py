@@ -84,10 +84,10 @@ class NtfyChannel(PhoneChannel):
         await host.write(lambda s: s.start_phone_cursor(self.name, str(now), now=now))
 
     # --- publishing -----------------------------------------------------------------------------
-    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> str:
+    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> list[str]:
         await self._publish({"message": shorten(text, MESSAGE_LIMIT),
                              "priority": self.priority if urgent else DEFAULT_PRIORITY}, slot)
-        return slot
+        return [slot]
 
     async def post_card(self, body: str, approval: Approval, *, slot: str) -> str:
         answer_url = f"{self.server}/{self.answer_topic}"

@@ -166,6 +166,7 @@ class PhoneChannel:
     kind: ClassVar[str]          # the answer path these answers are recorded under: ntfy | telegram
     mac_bytes: ClassVar[int]     # how much of the HMAC a button carries
     refs_from_slots: ClassVar[bool] = False  # the service's handle of a message is the slot it was sent under
+    threads: ClassVar[bool] = False  # the owner can answer a message it sent: each piece's handle is recorded
 
     def __init__(self, name: str, *, secrets_file: Path, timeout: float, at_most_once: bool = False) -> None:
         self.name = name
@@ -278,21 +279,23 @@ class PhoneChannel:
         shown: str | None = None
         if approval is None:
             # A run's reply to a chat source's message goes back to that conversation (the outbox's reply_to).
-            ref = await self.post(body, slot=slot, urgent=batch.urgent, reply_to=batch.reply_to_of(index))
+            pieces = await self.post(body, slot=slot, urgent=batch.urgent, reply_to=batch.reply_to_of(index))
         elif approval.outcome is None:
-            ref, shown = await self.post_card(body, approval, slot=slot), "ask"
+            pieces, shown = [await self.post_card(body, approval, slot=slot)], "ask"
         else:  # settled before its card went out: sent as it ends, without buttons
             shown = approval.outcome
-            ref = await self.post(card_text(body, shown, approval.answered_via), slot=slot, urgent=False)
+            pieces = await self.post(card_text(body, shown, approval.answered_via), slot=slot, urgent=False)
         if outbox_id is not None:
             now = host.clock.now()
-            await host.write(lambda s: s.record_phone_message(self.name, outbox_id, ref, now=now,
-                                                              request_id=request_id, shown=shown))
+            await host.write(lambda s: s.record_phone_message(self.name, outbox_id, pieces[0], now=now,
+                                                              request_id=request_id, shown=shown,
+                                                              pieces=pieces if self.threads else ()))
 
     # --- what each service does -----------------------------------------------------------------
-    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> str:
-        """Send a message; returns the service's handle for it. SendError says what failed. reply_to: the chat
-        message ('<source>:<chat>:<message>') a run's reply answers; a channel that is not that source ignores it."""
+    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> list[str]:
+        """Send a message; returns the service's handles of the pieces it went in (one, unless the service cut it;
+        the first is the message's handle). SendError says what failed. reply_to: the chat message
+        ('<source>:<chat>:<message>') a run's reply answers; a channel that is not that source ignores it."""
         raise NotImplementedError
 
     async def post_card(self, body: str, approval: Approval, *, slot: str) -> str:

@@ -159,6 +159,7 @@ def event_of(message: dict[str, Any], *, edited: bool, owner: bool) -> tuple[str
 class TelegramChannel(PhoneChannel):
     kind: ClassVar[str] = "telegram"
     mac_bytes: ClassVar[int] = 12
+    threads: ClassVar[bool] = True  # the owner replies to the bot's messages: each piece is recorded
     source: str = SOURCE
 
     def __init__(
@@ -239,21 +240,19 @@ class TelegramChannel(PhoneChannel):
             raise SendError(f"{self.name}: sendMessage answered without a message id", permanent=False)
         return f"{chat_id}:{result['message_id']}"
 
-    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> str:
+    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> list[str]:
         chat_id, answering = await self.default_chat(), None
         if reply_to is not None and reply_to.startswith(f"{SOURCE}:"):
             parts = reply_to.split(":")
             if len(parts) >= 3 and parts[1].lstrip("-").isdigit() and parts[2].isdigit():
                 chat_id, answering = int(parts[1]), int(parts[2])
-        first: str | None = None
+        refs: list[str] = []
         for piece in split_text(text, TEXT_LIMIT):
             payload: dict[str, Any] = {"chat_id": chat_id, "text": piece, "disable_notification": not urgent}
-            if answering is not None and first is None:
+            if answering is not None and not refs:
                 payload["reply_parameters"] = {"message_id": answering, "allow_sending_without_reply": True}
-            ref = self._ref(chat_id, await self.call("sendMessage", payload))
-            first = first or ref
-        assert first is not None
-        return first
+            refs.append(self._ref(chat_id, await self.call("sendMessage", payload)))
+        return refs
 
     async def post_card(self, body: str, approval: Approval, *, slot: str) -> str:
         chat_id = await self.default_chat()
@@ -457,10 +456,28 @@ class TelegramChannel(PhoneChannel):
             if taken is None:
                 skipped += 1
             else:
+                await self._thread(taken[1])
                 events.append(taken)
             cursor = next_cursor
             covered.append(update_id)
         await flush()
+
+    async def _thread(self, payload: dict[str, Any]) -> None:
+        """A message that replies to one of the bot's own says which of the agent's messages it answers, whichever
+        piece of a long one it quoted (each piece's handle is recorded as it is sent)."""
+        replied = payload.get("reply_to_message_id")
+        if not isinstance(replied, int):
+            return
+        ref = f"{payload['chat_id']}:{replied}"
+        answered = await self.host.read(lambda s: s.phone_message_of(self.name, ref))
+        if answered is None:
+            return
+        payload["reply_to_outbox_id"] = answered.outbox_id
+        part = f", part {answered.piece} of {answered.pieces}" if answered.pieces > 1 else ""
+        about = f"It replies to your own message #{answered.outbox_id}{part}"
+        if answered.event_id is not None:
+            about += f" (your answer to event #{answered.event_id})"
+        payload["about"] = f"{payload['about']} {about}."
 
     async def _pair(self, message: dict[str, Any], code: str, cursor: str, *, kept: list[tuple[str, int]]) -> None:
         chat_id, from_id = _dig(message, "chat", "id"), _dig(message, "from", "id")

@@ -353,3 +353,29 @@ async def test_a_listener_whose_engine_lost_the_lease_mid_poll_stores_nothing(tm
         assert await engine.read(lambda s: s.phone_cursor("telegram")) == cursor
         [refused] = await engine.read(lambda s: s.refused_finishes())
         assert (refused.kind, refused.holder, refused.lease_holder) == ("listen", "phone", "other-engine")
+
+
+async def test_an_answer_to_any_piece_of_a_long_reply_threads_to_that_reply(tmp_path: Path, clock: ManualClock,
+                                                                           bot: StandInBotApi) -> None:
+    """A run's reply over Telegram's 4096 characters goes out in pieces; the owner may answer any of them (swipe to
+    reply on the last piece, say). Every piece is recorded against the outbox message it is part of, so the answer's
+    event says which of the agent's messages it answers, whichever piece it quoted. Only the first piece's id was
+    recorded before: an answer to a later piece was linked to nothing."""
+    async with running(phone_settings(tmp_path, table(bot, chat_id=OWNER)), clock, ENV, tune=quick) as engine:
+        long_text = "\n\n".join(f"paragraph {n}: " + "words " * 150 for n in range(10))  # ~9,000 characters
+        _, asked = await bot.write(OWNER, long_text)
+        pieces = await until(lambda: [m for m in bot.sent_to(OWNER) if m["text"].startswith(("Noted", "paragraph"))]
+                             if len(bot.sent_to(OWNER)) >= 3 else None, "the long reply in three pieces")
+        assert len(pieces) == 3 and pieces[0]["reply_to_message_id"] == asked
+        last = f"{OWNER}:{pieces[-1]['message_id']}"  # recorded once the message is sent whole
+        await stored(engine, lambda s: s.phone_message_of("telegram", last), "the pieces recorded")
+        [reply] = await engine.read(lambda s: s.event_replies(s.find_event("telegram", f"{OWNER}:{asked}").id))
+        for piece_no, piece in enumerate(pieces, 1):
+            quoted = {"message_id": piece["message_id"], "chat": {"id": OWNER, "type": "private"}, "date": 0,
+                      "text": piece["text"], "from": {"id": 1, "is_bot": True, "first_name": "Agent"}}
+            _, answer = await bot.write(OWNER, f"about part {piece_no}", reply_to_message=quoted)
+            event = await stored(engine, lambda s, a=answer: s.find_event("telegram", f"{OWNER}:{a}"),
+                                 f"the answer to piece {piece_no}")
+            assert event.payload["reply_to_message_id"] == piece["message_id"]
+            assert event.payload["reply_to_outbox_id"] == reply.id, piece_no
+            assert f"part {piece_no} of 3" in event.payload["about"]
