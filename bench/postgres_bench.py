@@ -409,7 +409,7 @@ class Bench:
             subject.close()
         cap = self.args.batch_cap
         line.notes[PG] = line.notes[SQLITE] = f"claim_batch + finish, {cap} a batch: two transactions a batch"
-        line.notes[PG] += " (one round trip each)"
+        line.notes[PG] += " (one round trip each: inbox_claim_fresh(), inbox_finish_done())"
         line.notes[PGQ] = f"dequeue {cap} + log_jobs: two statements a batch"
         self.record(line)
 
