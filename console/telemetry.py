@@ -7,10 +7,11 @@ SDK itself is imported on the first span or metric, never at import time: the co
 for it (a test checks with python -X importtime).
 
 Where it goes: always an OTLP JSON-lines file in the data folder (`telemetry.jsonl`, owner-only, rotated by
-size; one ExportTraceServiceRequest or ExportMetricsServiceRequest a line, encoded by the SDK's OTLP encoder);
-and OTLP/HTTP as well when the standard OTEL_EXPORTER_OTLP_* variables name an endpoint (the SDK's exporter reads
-them). Message contents, tool arguments and results are recorded only with the standard opt-in
-OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, and only as the caller scrubbed them.
+size; one ExportTraceServiceRequest or ExportMetricsServiceRequest a line in OTLP/JSON, written from the SDK's
+spans and metrics without protobuf); and OTLP/HTTP as well when the standard OTEL_EXPORTER_OTLP_* variables name an
+endpoint (the SDK's exporter reads them; protobuf loads only then). Message contents, tool arguments and results
+are recorded only with the standard opt-in OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, and only as the
+caller scrubbed them.
 """
 
 from __future__ import annotations
@@ -35,7 +36,6 @@ SCOPE = "agent-console"
 # Either names an OTLP endpoint: traces (and metrics) then also go there over OTLP/HTTP.
 _TRACE_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
 _METRIC_ENDPOINTS = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-_ID_KEYS = frozenset({"traceId", "spanId", "parentSpanId"})
 
 Attributes = Mapping[str, Any]
 
@@ -223,9 +223,8 @@ def _load(config: _Config) -> _Live:
 
 # --- the OTLP JSON-lines file ----------------------------------------------------------------------------
 class JsonLinesFile:
-    """The local file: one OTLP export request a line in the OTLP/JSON encoding (the protobuf JSON mapping with
-    integer enums, and trace and span ids in hex as OTLP/JSON wants them). Created owner-only (0600); past
-    max_bytes it is rotated to .1 (.1 to .2, ...), KEEP_FILES kept."""
+    """The local file: one OTLP export request a line in the OTLP/JSON encoding (see otlp_json_spans). Created
+    owner-only (0600); past max_bytes it is rotated to .1 (.1 to .2, ...), KEEP_FILES kept."""
 
     def __init__(self, path: Path, *, max_bytes: int = MAX_FILE_BYTES, keep: int = KEEP_FILES) -> None:
         self.path = path
@@ -233,11 +232,9 @@ class JsonLinesFile:
         self.keep = keep
         self._lock = threading.Lock()
 
-    def write(self, message: Any) -> None:
-        from google.protobuf.json_format import MessageToDict
-
-        line = (json.dumps(_hex_ids(MessageToDict(message, use_integers_for_enums=True)), separators=(",", ":"))
-                + "\n").encode()
+    def write(self, request: str) -> None:
+        """One request's JSON text, as a line."""
+        line = (request + "\n").encode()
         with self._lock:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with contextlib.suppress(FileNotFoundError):
@@ -258,23 +255,13 @@ class JsonLinesFile:
         self.path.replace(self.path.with_name(f"{self.path.name}.1"))
 
 
-def _hex_ids(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {key: (base64.b64decode(item).hex() if key in _ID_KEYS and isinstance(item, str) else _hex_ids(item))
-                for key, item in value.items()}
-    if isinstance(value, list):
-        return [_hex_ids(item) for item in value]
-    return value
-
-
 def _file_span_exporter(sink: JsonLinesFile) -> Any:
-    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
     from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
     class FileSpanExporter(SpanExporter):
         def export(self, spans: Sequence[Any]) -> SpanExportResult:
             try:
-                sink.write(encode_spans(spans))
+                sink.write(otlp_json_spans(spans))
             except OSError:
                 return SpanExportResult.FAILURE
             return SpanExportResult.SUCCESS
@@ -283,13 +270,12 @@ def _file_span_exporter(sink: JsonLinesFile) -> Any:
 
 
 def _file_metric_exporter(sink: JsonLinesFile) -> Any:
-    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult
 
     class FileMetricExporter(MetricExporter):
         def export(self, metrics_data: Any, timeout_millis: float = 10_000, **kwargs: Any) -> MetricExportResult:
             try:
-                sink.write(encode_metrics(metrics_data))
+                sink.write(otlp_json_metrics(metrics_data))
             except OSError:
                 return MetricExportResult.FAILURE
             return MetricExportResult.SUCCESS
@@ -301,6 +287,261 @@ def _file_metric_exporter(sink: JsonLinesFile) -> Any:
             return None
 
     return FileMetricExporter()
+
+
+# --- OTLP/JSON from the SDK's data -----------------------------------------------------------------------
+# The file is in the OTLP/JSON encoding (the protobuf JSON mapping: lowerCamelCase names, 64-bit integers as
+# strings, enums as integers, fields at their default left out; trace and span ids in hex), written here from the
+# SDK's spans and metrics rather than through the OTLP exporter's protobuf messages: protobuf and the OTLP proto
+# modules cost the console about 3 MB, and a whole batch as messages, then as a dict, then as text was the
+# console's highest peak (tests/test_telemetry.py holds this encoding equal to the exporter's, field for field).
+# A batch is written span by span: only one span's dict lives at a time.
+_dumps = json.JSONEncoder(separators=(",", ":")).encode
+_SPAN_HAS_IS_REMOTE = 0x100  # SpanFlags: the span says whether its parent is remote
+_SPAN_IS_REMOTE = 0x200
+
+
+def otlp_json_spans(spans: Sequence[Any]) -> str:
+    """An ExportTraceServiceRequest in OTLP/JSON for the SDK's ReadableSpans: per resource, per scope."""
+    grouped: dict[Any, dict[Any, list[Any]]] = {}
+    for span in spans:
+        grouped.setdefault(span.resource, {}).setdefault(span.instrumentation_scope or None, []).append(span)
+    resources = []
+    for resource, scopes in grouped.items():
+        scope_texts = [_object_text({"scope": _scope(scope)}, "spans", [_dumps(_span_json(span)) for span in members],
+                                    scope.schema_url if scope is not None else None)
+                       for scope, members in scopes.items()]
+        resources.append(_object_text({"resource": _resource(resource)}, "scopeSpans", scope_texts,
+                                      resource.schema_url))
+    return _object_text({}, "resourceSpans", resources, None)
+
+
+def otlp_json_metrics(data: Any) -> str:
+    """An ExportMetricsServiceRequest in OTLP/JSON for the SDK's MetricsData (small: one point per instrument and
+    attribute set, so built whole)."""
+    by_resource: dict[Any, list[dict[str, Any]]] = {}
+    for resource_metrics in data.resource_metrics:
+        by_resource[resource_metrics.resource] = [_scope_metrics(scope) for scope in resource_metrics.scope_metrics]
+    resources = []
+    for resource, scopes in by_resource.items():
+        item: dict[str, Any] = {"resource": _resource(resource)}
+        if scopes:
+            item["scopeMetrics"] = scopes
+        if resource.schema_url:
+            item["schemaUrl"] = resource.schema_url
+        resources.append(item)
+    return _dumps({"resourceMetrics": resources} if resources else {})
+
+
+def _object_text(head: dict[str, Any], key: str, item_texts: list[str], schema_url: str | None) -> str:
+    """An object's JSON: head's fields, then key's list of already-encoded items (left out when empty), then the
+    schema URL (when there is one)."""
+    parts = [_dumps(head)[1:-1]] if head else []
+    if item_texts:
+        parts.append(f"{_dumps(key)}:[{','.join(item_texts)}]")
+    if schema_url:
+        parts.append(f'"schemaUrl":{_dumps(schema_url)}')
+    return "{" + ",".join(parts) + "}"
+
+
+def _resource(resource: Any) -> dict[str, Any]:
+    return _with_attributes({}, "attributes", resource.attributes)
+
+
+def _scope(scope: Any) -> dict[str, Any]:
+    if scope is None:
+        return {}
+    encoded: dict[str, Any] = {}
+    if scope.name:
+        encoded["name"] = scope.name
+    if scope.version:
+        encoded["version"] = scope.version
+    return _with_attributes(encoded, "attributes", scope.attributes)
+
+
+def _span_json(span: Any) -> dict[str, Any]:
+    context = span.get_span_context()
+    encoded: dict[str, Any] = {"traceId": f"{context.trace_id:032x}", "spanId": f"{context.span_id:016x}"}
+    if context.trace_state:
+        encoded["traceState"] = ",".join(f"{key}={value}" for key, value in context.trace_state.items())
+    if span.parent is not None:
+        encoded["parentSpanId"] = f"{span.parent.span_id:016x}"
+    if span.name:
+        encoded["name"] = span.name
+    encoded["kind"] = span.kind.value + 1  # the SDK's SpanKind counts from INTERNAL = 0, OTLP's from UNSPECIFIED
+    _set_nanos(encoded, "startTimeUnixNano", span.start_time)
+    _set_nanos(encoded, "endTimeUnixNano", span.end_time)
+    _with_attributes(encoded, "attributes", span.attributes)
+    _set_count(encoded, "droppedAttributesCount", span.dropped_attributes)
+    if span.events:
+        events = []
+        for event in span.events:
+            item: dict[str, Any] = {}
+            _set_nanos(item, "timeUnixNano", event.timestamp)
+            if event.name:
+                item["name"] = event.name
+            _with_attributes(item, "attributes", event.attributes)
+            _set_count(item, "droppedAttributesCount", event.dropped_attributes)
+            events.append(item)
+        encoded["events"] = events
+    _set_count(encoded, "droppedEventsCount", span.dropped_events)
+    if span.links:
+        links = []
+        for link in span.links:
+            item = {"traceId": f"{link.context.trace_id:032x}", "spanId": f"{link.context.span_id:016x}"}
+            _with_attributes(item, "attributes", link.attributes)
+            _set_count(item, "droppedAttributesCount", link.dropped_attributes)
+            item["flags"] = _span_flags(link.context)
+            links.append(item)
+        encoded["links"] = links
+    _set_count(encoded, "droppedLinksCount", span.dropped_links)
+    if span.status is not None:
+        status: dict[str, Any] = {}
+        if span.status.description:
+            status["message"] = span.status.description
+        if span.status.status_code.value:
+            status["code"] = span.status.status_code.value
+        encoded["status"] = status
+    encoded["flags"] = _span_flags(span.parent)
+    return encoded
+
+
+def _span_flags(parent: Any) -> int:
+    return _SPAN_HAS_IS_REMOTE | (_SPAN_IS_REMOTE if parent is not None and parent.is_remote else 0)
+
+
+def _scope_metrics(scope_metrics: Any) -> dict[str, Any]:
+    scope = scope_metrics.scope
+    encoded: dict[str, Any] = {"scope": _scope(scope)}
+    metrics = [_metric(metric) for metric in scope_metrics.metrics]
+    if metrics:
+        encoded["metrics"] = metrics
+    if scope.schema_url:
+        encoded["schemaUrl"] = scope.schema_url
+    return encoded
+
+
+def _metric(metric: Any) -> dict[str, Any]:
+    from opentelemetry.sdk.metrics.export import Gauge, Histogram, Sum
+
+    encoded: dict[str, Any] = {}
+    for key, value in (("name", metric.name), ("description", metric.description), ("unit", metric.unit)):
+        if value:
+            encoded[key] = value
+    data = metric.data
+    points = data.data_points
+    if not points:
+        return encoded  # no data: the metric's kind is left out, as the OTLP exporter leaves it
+    if isinstance(data, Gauge):
+        encoded["gauge"] = {"dataPoints": [_number_point(point, start=False) for point in points]}
+    elif isinstance(data, Sum):
+        encoded["sum"] = {"dataPoints": [_number_point(point, start=True) for point in points],
+                          "aggregationTemporality": int(data.aggregation_temporality)}
+        if data.is_monotonic:
+            encoded["sum"]["isMonotonic"] = True
+    elif isinstance(data, Histogram):
+        encoded["histogram"] = {"dataPoints": [_histogram_point(point) for point in points],
+                                "aggregationTemporality": int(data.aggregation_temporality)}
+    # An exponential histogram never reaches the file: its reader asks for the MetricExporter's default
+    # aggregation, explicit buckets.
+    return encoded
+
+
+def _number_point(point: Any, *, start: bool) -> dict[str, Any]:
+    encoded: dict[str, Any] = {}
+    if start:
+        _set_nanos(encoded, "startTimeUnixNano", point.start_time_unix_nano)
+    _set_nanos(encoded, "timeUnixNano", point.time_unix_nano)
+    value = point.value
+    if not isinstance(value, int):
+        encoded["asDouble"] = _double(value)
+    _set_exemplars(encoded, point.exemplars)
+    if isinstance(value, int):
+        encoded["asInt"] = str(value)
+    return _with_attributes(encoded, "attributes", point.attributes)
+
+
+def _histogram_point(point: Any) -> dict[str, Any]:
+    encoded: dict[str, Any] = {}
+    _set_nanos(encoded, "startTimeUnixNano", point.start_time_unix_nano)
+    _set_nanos(encoded, "timeUnixNano", point.time_unix_nano)
+    _set_nanos(encoded, "count", point.count)
+    if point.sum is not None:
+        encoded["sum"] = _double(point.sum)
+    if point.bucket_counts:
+        encoded["bucketCounts"] = [str(count) for count in point.bucket_counts]
+    if point.explicit_bounds:
+        encoded["explicitBounds"] = [_double(bound) for bound in point.explicit_bounds]
+    _set_exemplars(encoded, point.exemplars)
+    _with_attributes(encoded, "attributes", point.attributes)
+    for key in ("min", "max"):
+        if getattr(point, key) is not None:
+            encoded[key] = _double(getattr(point, key))
+    return encoded
+
+
+def _set_exemplars(encoded: dict[str, Any], exemplars: Sequence[Any]) -> None:
+    items = []
+    for exemplar in exemplars:
+        item: dict[str, Any] = {}
+        _set_nanos(item, "timeUnixNano", exemplar.time_unix_nano)
+        if isinstance(exemplar.value, float):
+            item["asDouble"] = _double(exemplar.value)
+        if exemplar.span_id is not None and exemplar.trace_id is not None:
+            item["spanId"] = f"{exemplar.span_id:016x}"
+            item["traceId"] = f"{exemplar.trace_id:032x}"
+        if not isinstance(exemplar.value, float):
+            item["asInt"] = str(exemplar.value)
+        items.append(_with_attributes(item, "filteredAttributes", exemplar.filtered_attributes))
+    if items:
+        encoded["exemplars"] = items
+
+
+def _with_attributes(encoded: dict[str, Any], key: str, attributes: Mapping[str, Any] | None) -> dict[str, Any]:
+    items = [{"key": name, "value": _any_value(value)} for name, value in (attributes or {}).items()]
+    if items:
+        encoded[key] = items
+    return encoded
+
+
+def _any_value(value: Any) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, bool):
+        return {"boolValue": value}
+    if isinstance(value, str):
+        return {"stringValue": value}
+    if isinstance(value, int):
+        return {"intValue": str(value)}
+    if isinstance(value, float):
+        return {"doubleValue": _double(value)}
+    if isinstance(value, bytes):
+        return {"bytesValue": base64.b64encode(value).decode("ascii")}
+    if isinstance(value, Mapping):
+        pairs = [{"key": str(key), "value": _any_value(item)} for key, item in value.items()]
+        return {"kvlistValue": {"values": pairs} if pairs else {}}
+    values = [_any_value(item) for item in value]  # a sequence: the SDK lets through no other kind
+    return {"arrayValue": {"values": values} if values else {}}
+
+
+def _double(value: float) -> float | str:
+    """A double as the JSON mapping writes it: NaN and the infinities as strings."""
+    if value != value:
+        return "NaN"
+    if value in (float("inf"), float("-inf")):
+        return "Infinity" if value > 0 else "-Infinity"
+    return value
+
+
+def _set_nanos(encoded: dict[str, Any], key: str, value: int | None) -> None:
+    """A fixed64 (a time in nanoseconds, a count): a string, left out at zero."""
+    if value:
+        encoded[key] = str(value)
+
+
+def _set_count(encoded: dict[str, Any], key: str, value: int | None) -> None:
+    if value:
+        encoded[key] = value
 
 
 def read_spans(folder: Path) -> list[dict[str, Any]]:

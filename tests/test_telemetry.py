@@ -3,6 +3,7 @@ it gets, the local file's rotation and mode, and off meaning nothing loaded and 
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import stat
@@ -135,6 +136,100 @@ def test_off_loads_no_sdk_and_writes_nothing(tmp_path: Path) -> None:
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=60,
                    env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert not list(tmp_path.iterdir())
+
+
+def test_on_writes_the_file_without_protobuf_or_the_otlp_exporters(tmp_path: Path) -> None:
+    """The local file is written from the SDK's own span and metric data: protobuf and the OTLP exporter's
+    modules (about 3 MB of the console's peak) load only for an OTLP endpoint."""
+    code = (
+        "import sys; from pathlib import Path; from console import telemetry\n"
+        f"telemetry.configure(Path({str(tmp_path)!r}), env={{}})\n"
+        "with telemetry.run_span('a', event_ids=[1], sources=['x'], holder='h', generation=1) as run:\n"
+        "    telemetry.count('c', '1', 'd', {}); telemetry.record('r', 's', 'd', 0.5, {})\n"
+        "telemetry.flush()\n"
+        "assert telemetry.read_spans(Path(sys.argv[1])), 'nothing was written'\n"
+        "print(sorted(m for m in sys.modules if m.startswith(('google', 'opentelemetry.proto', "
+        "'opentelemetry.exporter'))))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, cwd=ROOT,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "[]"
+
+
+def hex_ids(value: Any) -> Any:
+    """The protobuf JSON mapping's ids (base64) as OTLP/JSON writes them (hex)."""
+    if isinstance(value, dict):
+        return {key: (base64.b64decode(item).hex() if key in ("traceId", "spanId", "parentSpanId") else hex_ids(item))
+                for key, item in value.items()}
+    if isinstance(value, list):
+        return [hex_ids(item) for item in value]
+    return value
+
+
+def test_the_file_encoding_is_the_otlp_exporters_json_field_for_field() -> None:
+    """The file's own OTLP/JSON encoder against the OTLP exporter's protobuf messages in protobuf's JSON mapping
+    (what the file held before): every kind of attribute value, events, links, a remote parent with a tracestate,
+    an error status; counters, an up-down counter, a gauge and a histogram with exemplars."""
+    from google.protobuf.json_format import MessageToDict
+    from opentelemetry import trace as trace_api
+    from opentelemetry.exporter.otlp.proto.common.metrics_encoder import encode_metrics
+    from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    resource = Resource.create({"service.name": "agent-console", "service.version": "1.2.3"})
+    spans_out = InMemorySpanExporter()
+    tracer_provider = TracerProvider(resource=resource)
+    tracer_provider.add_span_processor(SimpleSpanProcessor(spans_out))
+    reader = InMemoryMetricReader()
+    meter = MeterProvider(resource=resource, metric_readers=[reader]).get_meter("agent-console", "1.2.3")
+    tracer = tracer_provider.get_tracer("agent-console", "1.2.3", schema_url="https://opentelemetry.io/schemas/1.26.0")
+    remote = TraceContextTextMapPropagator().extract({
+        "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01", "tracestate": "vendor=opaque,b=2"})
+    linked = trace_api.get_current_span(remote).get_span_context()
+    runs, spend = meter.create_counter("agent_console.runs", "{run}"), meter.create_counter("agent_console.cost", "USD")
+    backlog = meter.create_up_down_counter("agent_console.backlog", "{event}", "Events waiting")
+    lag, wait = meter.create_gauge("agent_console.outbox.lag", "s"), meter.create_histogram("approval.wait", "s")
+    with tracer.start_as_current_span("ingest github", context=remote, kind=trace_api.SpanKind.SERVER, attributes={
+            "s": "text", "empty": "", "t": True, "f": False, "i": 7, "zero": 0, "negative": -3, "d": 0.25,
+            "whole": 2.0, "infinite": float("inf"), "ids": [1, 2, 3], "names": ["a", "b"], "flags": [True, False],
+            "ratios": [0.5, 1.5]}) as outer:
+        outer.add_event("approval.asked", {"agent_console.approval.waited_s": 3, "who": "owner"})
+        outer.add_event("bare")
+        runs.add(1, {"agent_console.run.outcome": "done"})
+        spend.add(0.0025, {"gen_ai.request.model": "m"})
+        wait.record(42.5, {"agent_console.approval.channel": "console"})
+        wait.record(0)
+        with tracer.start_as_current_span("invoke_agent claude", links=[trace_api.Link(linked, {"why": "timer"}),
+                                                                         trace_api.Link(linked)]) as inner:
+            inner.set_status(trace_api.Status(trace_api.StatusCode.ERROR, "the model said no"))
+            backlog.add(5)
+            backlog.add(-2)
+        with tracer.start_as_current_span("chat m", kind=trace_api.SpanKind.CLIENT) as failed:
+            failed.set_status(trace_api.Status(trace_api.StatusCode.ERROR))
+    with tracer.start_as_current_span("send telegram", kind=trace_api.SpanKind.PRODUCER):
+        lag.set(1.5, {"channel": "telegram"})
+        lag.set(3, {"channel": "mail"})
+    with tracer_provider.get_tracer("").start_as_current_span("consume", kind=trace_api.SpanKind.CONSUMER):
+        pass
+    spans = spans_out.get_finished_spans()
+    assert len(spans) == 5
+    assert json.loads(telemetry.otlp_json_spans(spans)) == hex_ids(
+        MessageToDict(encode_spans(spans), use_integers_for_enums=True))
+    metrics = reader.get_metrics_data()
+    assert metrics is not None
+    assert json.loads(telemetry.otlp_json_metrics(metrics)) == hex_ids(
+        MessageToDict(encode_metrics(metrics), use_integers_for_enums=True))
+    # The comparison is not vacuous: exemplars with their span's ids came along, and both kinds of number.
+    encoded = telemetry.otlp_json_metrics(metrics)
+    assert '"exemplars"' in encoded and '"asInt":"3"' in encoded and '"asDouble":0.0025' in encoded
+    tracer_provider.shutdown()
 
 
 def test_otel_sdk_disabled_turns_it_off(tmp_path: Path) -> None:
