@@ -45,7 +45,7 @@ class Connection(Protocol):
 
 class ChangeFeed(Protocol):
     # How long one wait may last and stop() still be prompt: a feed whose close() ends a wait under way allows
-    # long waits (SQLite's); one whose close() waits for the wait to end, short ones (PostgreSQL's).
+    # long waits (both backends', on Linux); one whose close() waits for the wait to end, short ones.
     longest_wait: float
 
     def wait(self, timeout: float) -> bool:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -386,16 +387,31 @@ def _migrate(conn: PgConnection) -> None:
         raise StoreError(f"cannot create the inbox {conn.target.display}: {_first_line(exc)}") from None
 
 
-class ChangeFeed:
-    """Wakes a waiter when any connection, on any host, commits to this inbox (LISTEN/NOTIFY)."""
+# How long one wait of the change feed may last: close() ends it at once (an eventfd beside the socket), so only
+# the caller's own timeouts are served by a shorter one. Where os.eventfd is missing, waits stay short.
+LONGEST_WAIT = 30.0
+SHORT_WAIT = 0.5
 
-    # close() waits for a wait under way to end (they share the connection), so waits stay short.
-    longest_wait = 0.5
+
+class ChangeFeed:
+    """Wakes a waiter when any connection, on any host, commits to this inbox (LISTEN/NOTIFY).
+
+    A wait sleeps in poll() on the listening connection's socket and an eventfd, and reads what arrived without
+    blocking; close() from another thread writes the eventfd, so it ends a wait under way at once (the wait then
+    closes the connection) and a waiter may wait LONGEST_WAIT at a time. psycopg's own notifies() wait holds the
+    connection, so close() had to wait for it, and the engine's watcher waited half a second at a time only to
+    notice it was stopping: two wake-ups a second of an idle console. Without eventfd (not Linux) waits stay
+    short (SHORT_WAIT)."""
 
     def __init__(self, target: PgTarget) -> None:
         self._target = target
         self._lock = threading.Lock()
         self._conn: psycopg.Connection[Any] | None = None
+        self._closed = False
+        self._waiting = False  # a wait is in poll(): it, not close(), then closes the connection and the eventfd
+        eventfd = getattr(os, "eventfd", None)
+        self._closer: int | None = None if eventfd is None else eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self.longest_wait = SHORT_WAIT if self._closer is None else LONGEST_WAIT
         # Listening starts now, not at the first wait: a commit made between the two is then heard.
         with suppress(psycopg.Error, StoreError):
             self._listening()
@@ -409,28 +425,71 @@ class ChangeFeed:
 
     def wait(self, timeout: float) -> bool:
         """True when a commit was announced within timeout seconds (or the connection was lost, so a
-        commit may have gone unheard), False when nothing happened."""
+        commit may have gone unheard), False when nothing happened or the feed was closed."""
         with self._lock:
-            try:
-                conn = self._listening()
-                heard = False
-                for _ in conn.notifies(timeout=timeout, stop_after=1):
-                    heard = True
-                if heard:  # drain what else arrived, so a burst of commits wakes once
-                    for _ in conn.notifies(timeout=0):
-                        pass
-                return heard
-            except (psycopg.Error, StoreError):
+            if self._closed:
+                return False
+            self._waiting = True
+        try:
+            return self._wait(timeout)
+        except (psycopg.Error, StoreError):
+            with self._lock:
                 if self._conn is not None:
                     self._conn.close()
                 self._conn = None
+            return not self._closed
+        finally:
+            with self._lock:
+                self._waiting = False
+                if self._closed:  # close() came while this wait polled: it left the connection to it
+                    self._release()
+
+    def _wait(self, timeout: float) -> bool:
+        conn = self._listening()
+        if self._heard(conn):  # announced before this wait (or received while the connection did other work)
+            return True
+        closer = self._closer
+        if closer is None:
+            for _ in conn.notifies(timeout=max(0.0, timeout), stop_after=1):
+                self._heard(conn)  # drain what else arrived, so a burst of commits wakes once
                 return True
+            return False
+        poller = select.poll()
+        poller.register(conn.fileno(), select.POLLIN)
+        poller.register(closer, select.POLLIN)
+        ready = {fd for fd, _ in poller.poll(max(0, round(timeout * 1000)))}
+        if self._closed or closer in ready:
+            return False
+        # Readable: a notification (drained whole, so a burst of commits wakes once), or the server's other
+        # chatter (False: the caller waits again); a connection the server closed raises, and is opened again.
+        return conn.fileno() in ready and self._heard(conn)
+
+    @staticmethod
+    def _heard(conn: psycopg.Connection[Any]) -> bool:
+        """Whether a notification has arrived, read without blocking (every one that has: a burst wakes once)."""
+        heard = False
+        for _ in conn.notifies(timeout=0):
+            heard = True
+        return heard
 
     def close(self) -> None:
+        """Close the feed; a wait under way in another thread ends at once (returning False)."""
         with self._lock:
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            if self._closed:
+                return
+            self._closed = True
+            if self._waiting and self._closer is not None:
+                os.eventfd_write(self._closer, 1)  # the wait wakes, and closes the connection on its way out
+                return
+            self._release()
+
+    def _release(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+        if self._closer is not None:
+            os.close(self._closer)
+            self._closer = None
 
 
 @contextmanager

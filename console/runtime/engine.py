@@ -370,8 +370,8 @@ class Engine:
                 try:
                     if feed is None:
                         feed = await self._open_feed()
-                    # As long as the feed allows: stopping closes it, and its close ends the wait (SQLite's) or
-                    # the wait is short (PostgreSQL's). Each wait that runs out is a wake-up of an idle engine.
+                    # As long as the feed allows: stopping closes it, and its close ends the wait (both backends',
+                    # on Linux) or the wait is short. Each wait that runs out is a wake-up of an idle engine.
                     changed = await asyncio.to_thread(feed.wait, feed.longest_wait)
                     retry_in = self.watch_interval
                 except Exception as exc:
