@@ -35,7 +35,6 @@ from textual.driver import Driver
 from textual.message import Message
 from textual.notifications import Notification, Notify, SeverityLevel
 from textual.screen import Screen
-from textual.widgets import Footer
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
 from console.clock import Clock, WallClock
@@ -55,6 +54,7 @@ from console.tui.read_only import MAIN_SCREEN_WRITES
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.theme_files import DEFAULT_THEME, load_themes, status_variables
 from console.tui.widgets.approvals_pane import ApprovalsPane
+from console.tui.widgets.console_footer import ConsoleFooter
 from console.tui.widgets.console_header import ConsoleHeader
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
@@ -100,6 +100,12 @@ def screenshot_folder() -> Path:
     folder = Path(platformdirs.user_state_dir("agent-console")) / "screenshots"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
+
+
+def breakpoint_class(size: int, breakpoints: Sequence[tuple[int, str]]) -> str | None:
+    """The class of the largest breakpoint the size reaches (Textual's rule), None below them all."""
+    reached = [(least, name) for least, name in breakpoints if size >= least]
+    return max(reached)[1] if reached else None
 
 
 class EngineNotice(Message):
@@ -230,6 +236,15 @@ class ConsoleApp(App[None]):
         self._key_problems = unknown_key_ids(dict(settings.keys), binding_ids()) if settings.keys else []
         self._key_clashes = key_clashes(self._keymap, () if demo else DEMO_ACTIONS) if settings.keys else []
 
+    def get_default_screen(self) -> Screen[Any]:
+        """The main screen, made with the breakpoint classes of the terminal's size (-wide or -narrow, -tall or
+        -short). Textual sets them on the first resize, after every widget has its styles, and that change of the
+        screen's classes styled all of them again (28 widgets, about a tenth of the first frame's CSS work)."""
+        width, height = self.size
+        classes = [breakpoint_class(width, self.HORIZONTAL_BREAKPOINTS),
+                   breakpoint_class(height, self.VERTICAL_BREAKPOINTS)]
+        return Screen(id="_default", classes=" ".join(name for name in classes if name is not None))
+
     def get_driver_class(self) -> type[Driver]:
         """Textual's own driver, except that on Linux and macOS a closed terminal cannot wedge it."""
         driver = super().get_driver_class()
@@ -255,7 +270,7 @@ class ConsoleApp(App[None]):
             yield lease
             yield approvals
             yield outbox
-        yield Footer(compact=True)
+        yield ConsoleFooter()
 
     def _inbox_label(self) -> str:
         if self.inbox_label is not None:
