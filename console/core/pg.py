@@ -688,8 +688,9 @@ class PgBackend:
     # run as its own transaction: the same steps as a simple query of several statements, but planned once a session
     # (the simple query was planned on every call, which took as long as running it). Their SQL is the shared path's
     # written again (a change to how an event is stored, claimed or finished is a migration there too). A single
-    # ingest that had to wait for the writers' lock waits for its flush after releasing it (locked_then_flushed):
-    # producers ingesting at once share their flushes instead of taking turns through them.
+    # ingest (or ingest_many) that had to wait for the writers' lock waits for its flush after releasing it
+    # (locked_then_flushed): producers ingesting at once share their flushes instead of taking turns through them, and
+    # the engine's claims and finishes do not wait behind a producer's flush.
     def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
         rows = self._conn.locked_then_flushed(_INGEST_ONE, (int(self.target.lock_key), self.target.channel, source,
                                                             source_id, text, now))
@@ -706,8 +707,8 @@ class PgBackend:
         self, encoded: Sequence[tuple[str, str, str]], now: int
     ) -> tuple[list[bool], MoveMark | None]:
         columns = [[entry[part] for entry in encoded] for part in range(3)]
-        rows = self._conn.execute(_INGEST_SET, (int(self.target.lock_key), self.target.channel, *columns,
-                                                now)).fetchall()
+        rows = self._conn.locked_then_flushed(_INGEST_SET, (int(self.target.lock_key), self.target.channel, *columns,
+                                                            now))
         self._conn.commits += 1  # the statement's own transaction
         if rows and rows[0][3] is not None:
             return [], (str(rows[0][3]), str(rows[0][4]), int(rows[0][5]))

@@ -189,3 +189,30 @@ def test_a_group_of_events_counts_once_a_status(pg_store: Store) -> None:
     assert store.ingest("github", "g", {}, now=T) is True
     assert store.counts()["pending"] == 102
     assert store.integrity_problems() == []
+
+
+def test_a_group_that_waited_for_the_lock_answers_only_once_on_disk(pg_store: Store, postgres_url: str) -> None:
+    # ingest_many the same way as a single ingest: found taken, the lock is not held through its flush, and the
+    # answer still waits for the flush. (Without the wait after the lock, this answered before the flush.)
+    store = pg_store
+    raw = store.connection.raw
+    key = int(store.connection.target.lock_key)
+    waiter = raw.info.backend_pid
+    holder = Store.open(postgres_url)
+    try:
+        holder.connection.raw.execute(f"BEGIN; SELECT pg_advisory_xact_lock({key})")
+        answers: list[tuple[int, list[bool]]] = []
+        group = threading.Thread(target=lambda: answers.append(round_trips(store, lambda: store.ingest_many(
+            [("github", f"e-{n}", {"n": n}) for n in range(50)], now=T))))
+        group.start()
+        wait_until(lambda: holder.connection.raw.execute(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid = %s",
+            (waiter,)).fetchone() == (1,), "the group waits for the writers' lock")
+        holder.connection.raw.execute("COMMIT")
+        group.join(timeout=30)
+        assert answers == [(1, [True] * 50)]
+        assert raw.execute("SELECT pg_current_wal_insert_lsn() <= pg_current_wal_flush_lsn()").fetchone() == (True,)
+    finally:
+        holder.close()
+    assert store.ingest_many([("github", "e-1", {}), ("github", "f", {})], now=T) == [False, True]
+    assert store.counts()["pending"] == 51
