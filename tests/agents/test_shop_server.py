@@ -17,21 +17,35 @@ from console.agents.mcp_config import McpServerConfig
 from console.examples import shop_server
 
 
-@pytest.fixture
-def state_file(tmp_path: Path) -> Path:
-    return tmp_path / "shop" / "shop.json"
+@pytest.fixture(scope="module")
+def shop_state_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("shop") / "shop.json"
 
 
-@pytest.fixture
-def shop(state_file: Path) -> Iterator[McpHub]:
+@pytest.fixture(scope="module")
+def shop_server_hub(shop_state_file: Path) -> Iterator[McpHub]:
+    """One server process for the module (starting one is most of each test's time): the server reads its state
+    file at every call and seeds a missing one, so each test still starts from the seeded shop (state_file)."""
     config = McpServerConfig("shop", command=sys.executable, args=("-m", "console.examples.shop_server"),
                              env={"SHOP_STATE": "${SHOP_STATE}"})
-    hub = McpHub({"shop": config}, env={"SHOP_STATE": str(state_file)})
+    hub = McpHub({"shop": config}, env={"SHOP_STATE": str(shop_state_file)})
     hub.start()
     try:
         yield hub
     finally:
         hub.close()
+
+
+@pytest.fixture
+def state_file(shop_state_file: Path) -> Path:
+    """The shop's state, gone before each test: the next call starts from the seeded orders and no calls."""
+    shop_state_file.unlink(missing_ok=True)
+    return shop_state_file
+
+
+@pytest.fixture
+def shop(shop_server_hub: McpHub, state_file: Path) -> McpHub:
+    return shop_server_hub
 
 
 def state(path: Path) -> dict[str, Any]:
