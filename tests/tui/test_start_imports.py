@@ -25,11 +25,12 @@ from tests.support import pilot_until
 ROOT = Path(__file__).resolve().parents[2]
 
 # What the first frame may load beyond the standard library: Textual and what it draws with, SQLite, the
-# settings' and timers' parsers. `certifi` and the `_distutils_hack` / editable-install finders come from the
-# interpreter's site-packages start-up, before any of our code.
+# settings' folders and local time zone (croniter, with dateutil and six, is imported when a cron is first read:
+# a [digest_cron] setting, or the engine installing its timers). `certifi` and the `_distutils_hack` /
+# editable-install finders come from the interpreter's site-packages start-up, before any of our code.
 FIRST_FRAME_ALLOWED = {
     "console", "textual", "rich", "typing_extensions",
-    "platformdirs", "apsw", "croniter", "dateutil", "six", "tzlocal", "tzdata",
+    "platformdirs", "apsw", "tzlocal", "tzdata",
     "textual_speedups",  # Textual's own, where installed
     "certifi", "_distutils_hack", "__editable___agent_console_0_1_0_finder", "__main__", "tests",
     "_sysconfigdata__linux_x86_64-linux-gnu",
