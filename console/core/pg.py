@@ -720,16 +720,18 @@ class PgBackend:
         self._conn.execute(_COUNT_REFUSED_SET, [list(column) for column in zip(*held, strict=True)])
 
     def claim_at_once(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
-        rows = self._conn.execute(_CLAIM_ONE_GO, (int(self.target.lock_key), self.target.channel, holder, gen, now,
-                                                  cap)).fetchall()
+        with storage_errors():  # a server gone or the lock not had in time: tried again later, as the shared path's
+            rows = self._conn.execute(_CLAIM_ONE_GO, (int(self.target.lock_key), self.target.channel, holder, gen,
+                                                      now, cap)).fetchall()
         self._conn.commits += 1  # the statement's own transaction
         if not rows[0][0]:
             return None
         return [row[1:] for row in rows if row[1] is not None]
 
     def finish_at_once(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
-        rows = self._conn.execute(_FINISH_ONE_GO, (int(self.target.lock_key), self.target.channel, holder, gen,
-                                                   list(ids), now)).fetchall()
+        with storage_errors():
+            rows = self._conn.execute(_FINISH_ONE_GO, (int(self.target.lock_key), self.target.channel, holder, gen,
+                                                       list(ids), now)).fetchall()
         self._conn.commits += 1  # the statement's own transaction
         return bool(rows[0][0])  # not: not the lease holder, or a move mark (the shared path records and says so)
 

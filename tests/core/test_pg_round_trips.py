@@ -8,7 +8,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from console.core import Store
+import pytest
+
+from console.core import Store, StoreUnavailable
 from tests.support import wait_until
 
 T = 1_700_000_000
@@ -216,3 +218,30 @@ def test_a_group_that_waited_for_the_lock_answers_only_once_on_disk(pg_store: St
         holder.close()
     assert store.ingest_many([("github", "e-1", {}), ("github", "f", {})], now=T) == [False, True]
     assert store.counts()["pending"] == 51
+
+
+def test_a_claim_or_finish_cut_off_from_the_server_is_store_unavailable(pg_store: Store, postgres_url: str) -> None:
+    # The one-statement claim and finish say what the shared path says when the server goes away (StoreUnavailable:
+    # the engine tries again later), not psycopg's own error; the next call reaches the server again.
+    store = pg_store
+    gen = store.acquire("A", now=T)
+    assert gen is not None
+    store.ingest_many([("github", f"e-{n}", {"n": n}) for n in range(3)], now=T)
+    killer = Store.open(postgres_url)
+
+    def cut_off() -> None:
+        killer.connection.raw.execute("SELECT pg_terminate_backend(%s)", (store.connection.raw.info.backend_pid,))
+
+    try:
+        cut_off()
+        with pytest.raises(StoreUnavailable):
+            store.claim_batch("A", gen, now=T)
+        batch = store.claim_batch("A", gen, now=T)
+        assert len(batch) == 3
+        cut_off()
+        with pytest.raises(StoreUnavailable):
+            store.finish("A", gen, [e.id for e in batch], now=T)
+        assert store.finish("A", gen, [e.id for e in batch], now=T) is True
+    finally:
+        killer.close()
+    assert store.counts()["done"] == 3
