@@ -25,7 +25,7 @@ import apsw
 MIN_SQLITE = (3, 51, 3)
 BUSY_TIMEOUT_MS = 5000
 # Every commit that waits for the disk writes each page it changed to the WAL, and an ingest changes
-# six (the row, its key, three indexes, the counts): with 1 KiB pages that is a quarter of the bytes
+# five (the row, its key, two indexes, the counts): with 1 KiB pages that is a quarter of the bytes
 # to fsync, which measured ~24% faster durable ingests than SQLite's 4 KiB default on this project's
 # rows (docs/performance.md). Only a new file takes it; an existing one keeps its size.
 NEW_FILE_PAGE_SIZE = 1024
