@@ -58,6 +58,22 @@ class PhoneMixin(StoreBase):
                     (channel, piece, outbox_id, number, len(pieces)),
                 )
 
+    def record_phone_piece(self, channel: str, outbox_id: int, ref: str, *, piece: int, pieces: int) -> None:
+        """One piece of a message cut in pieces, recorded as it reaches the service: a send that fails (or an
+        engine that stops) midway is retried from the first piece not recorded (phone_pieces_sent)."""
+        with self.write_transaction():
+            self._conn.execute(
+                """INSERT INTO phone_pieces (channel, ref, outbox_id, piece, pieces) VALUES (?, ?, ?, ?, ?)
+                   ON CONFLICT (channel, ref) DO NOTHING""",
+                (channel, ref, outbox_id, piece, pieces),
+            )
+
+    def phone_pieces_sent(self, channel: str, outbox_id: int) -> dict[int, str]:
+        """The pieces of an outbox message this channel already sent: piece number -> the service's handle."""
+        return {int(piece): str(ref) for piece, ref in self._conn.execute(
+            "SELECT piece, ref FROM phone_pieces INDEXED BY phone_pieces_outbox WHERE outbox_id = ? AND channel = ?",
+            (outbox_id, channel))}
+
     def phone_message_of(self, channel: str, ref: str) -> PhonePiece | None:
         """Which outbox message (and which piece of it) the service's message `ref` is, when this channel sent it:
         what the owner answers when they reply to it."""

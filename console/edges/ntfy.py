@@ -84,7 +84,8 @@ class NtfyChannel(PhoneChannel):
         await host.write(lambda s: s.start_phone_cursor(self.name, str(now), now=now))
 
     # --- publishing -----------------------------------------------------------------------------
-    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> list[str]:
+    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None,
+                   outbox_id: int | None = None, retried: bool = False) -> list[str]:
         await self._publish({"message": shorten(text, MESSAGE_LIMIT),
                              "priority": self.priority if urgent else DEFAULT_PRIORITY}, slot)
         return [slot]

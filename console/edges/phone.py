@@ -279,7 +279,8 @@ class PhoneChannel:
         shown: str | None = None
         if approval is None:
             # A run's reply to a chat source's message goes back to that conversation (the outbox's reply_to).
-            pieces = await self.post(body, slot=slot, urgent=batch.urgent, reply_to=batch.reply_to_of(index))
+            pieces = await self.post(body, slot=slot, urgent=batch.urgent, reply_to=batch.reply_to_of(index),
+                                     outbox_id=outbox_id, retried=batch.attempt > 1)
         elif approval.outcome is None:
             pieces, shown = [await self.post_card(body, approval, slot=slot)], "ask"
         else:  # settled before its card went out: sent as it ends, without buttons
@@ -292,10 +293,13 @@ class PhoneChannel:
                                                               pieces=pieces if self.threads else ()))
 
     # --- what each service does -----------------------------------------------------------------
-    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> list[str]:
+    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None,
+                   outbox_id: int | None = None, retried: bool = False) -> list[str]:
         """Send a message; returns the service's handles of the pieces it went in (one, unless the service cut it;
         the first is the message's handle). SendError says what failed. reply_to: the chat message
-        ('<source>:<chat>:<message>') a run's reply answers; a channel that is not that source ignores it."""
+        ('<source>:<chat>:<message>') a run's reply answers; a channel that is not that source ignores it.
+        outbox_id: the outbox message it is, and retried: an earlier try may have sent some of its pieces (a
+        channel that cuts messages records each piece as it goes, and sends only the rest)."""
         raise NotImplementedError
 
     async def post_card(self, body: str, approval: Approval, *, slot: str) -> str:

@@ -240,19 +240,36 @@ class TelegramChannel(PhoneChannel):
             raise SendError(f"{self.name}: sendMessage answered without a message id", permanent=False)
         return f"{chat_id}:{result['message_id']}"
 
-    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None) -> list[str]:
+    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None,
+                   outbox_id: int | None = None, retried: bool = False) -> list[str]:
         chat_id, answering = await self.default_chat(), None
         if reply_to is not None and reply_to.startswith(f"{SOURCE}:"):
             parts = reply_to.split(":")
             if len(parts) >= 3 and parts[1].lstrip("-").isdigit() and parts[2].isdigit():
                 chat_id, answering = int(parts[1]), int(parts[2])
+        pieces = split_text(text, TEXT_LIMIT)
+        # A long message is recorded piece by piece as it goes out, so a retry after a failure (or a stop) midway
+        # sends only the pieces left, not the first ones again (the split of the same text is the same).
+        message = outbox_id if len(pieces) > 1 else None  # recorded piece by piece (a single piece: whole)
+        sent: dict[int, str] = {}
+        if message is not None and retried:
+            sent = await self.host.read(lambda s: s.phone_pieces_sent(self.name, message))
         refs: list[str] = []
-        for piece in split_text(text, TEXT_LIMIT):
+        for number, piece in enumerate(pieces, 1):
+            if number in sent:
+                refs.append(sent[number])
+                continue
             payload: dict[str, Any] = {"chat_id": chat_id, "text": piece, "disable_notification": not urgent}
             if answering is not None and not refs:
                 payload["reply_parameters"] = {"message_id": answering, "allow_sending_without_reply": True}
-            refs.append(self._ref(chat_id, await self.call("sendMessage", payload)))
+            ref = self._ref(chat_id, await self.call("sendMessage", payload))
+            refs.append(ref)
+            if message is not None and number < len(pieces):  # the last is recorded with the whole message
+                await self._record_piece(message, ref, number, len(pieces))
         return refs
+
+    async def _record_piece(self, outbox_id: int, ref: str, piece: int, pieces: int) -> None:
+        await self.host.write(lambda s: s.record_phone_piece(self.name, outbox_id, ref, piece=piece, pieces=pieces))
 
     async def post_card(self, body: str, approval: Approval, *, slot: str) -> str:
         chat_id = await self.default_chat()

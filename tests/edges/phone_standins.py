@@ -223,7 +223,7 @@ class StandInBotApi(_Server):
     to `timeout` seconds for one at or after it."""
 
     token: str = "123456:stand-in-token"
-    failures: dict[str, list[int]] = field(default_factory=dict)   # method -> statuses to answer in turn
+    failures: dict[str, list[int]] = field(default_factory=dict)   # method -> statuses in turn (200: as usual)
     chats: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
     updates: list[dict[str, Any]] = field(default_factory=list)
     callback_answers: list[dict[str, Any]] = field(default_factory=list)
@@ -249,8 +249,8 @@ class StandInBotApi(_Server):
             return self._error(401, "Unauthorized")
         method = request.match_info["method"]
         queued = self.failures.get(method)
-        if queued:
-            status = queued.pop(0)
+        status = queued.pop(0) if queued else 200
+        if status != 200:  # 200 in the list: that call is answered as usual
             if status == 429:  # the Bot API says how long to wait in parameters.retry_after
                 return web.json_response({"ok": False, "error_code": 429, "description": "Too Many Requests: retry "
                                           "after 1", "parameters": {"retry_after": 1}}, status=429)

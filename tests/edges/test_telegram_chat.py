@@ -379,3 +379,23 @@ async def test_an_answer_to_any_piece_of_a_long_reply_threads_to_that_reply(tmp_
             assert event.payload["reply_to_message_id"] == piece["message_id"]
             assert event.payload["reply_to_outbox_id"] == reply.id, piece_no
             assert f"part {piece_no} of 3" in event.payload["about"]
+
+
+async def test_a_long_reply_whose_send_failed_midway_sends_only_the_pieces_left(tmp_path: Path, clock: ManualClock,
+                                                                              bot: StandInBotApi) -> None:
+    """The second piece of a three-piece reply fails (a network error, Telegram's 500): the batch is retried, and
+    the retry sends the second and third pieces, not the first again. Each piece of a split message is recorded as
+    it goes out; the message was recorded only once whole before, so the owner got the first piece twice."""
+    bot.failures = {"sendMessage": [200, 500]}
+    async with running(phone_settings(tmp_path, table(bot, chat_id=OWNER)), clock, ENV, tune=quick) as engine:
+        long_text = "\n\n".join(f"paragraph {n}: " + "words " * 150 for n in range(10))  # three pieces
+        _, asked = await bot.write(OWNER, long_text)
+        await stored(engine, lambda s: any(m.error for m in s.outbox_messages()), "the failed send")
+        clock.advance(60)  # past the retry's backoff
+        engine.wake()
+        sent = await until(lambda: bot.sent_to(OWNER) if len(bot.sent_to(OWNER)) >= 3 and
+                           bot.sent_to(OWNER)[-1]["text"].startswith("paragraph 8") else None, "the reply's last piece")
+        await stored(engine, lambda s: s.outbox_counts().get("sent") == 1, "the reply sent")
+        assert [m["text"][:12] for m in sent] == ["Noted: parag", "paragraph 4:", "paragraph 8:"], \
+            [m["text"][:12] for m in sent]
+        assert sent[0]["reply_to_message_id"] == asked and "reply_to_message_id" not in sent[1]
