@@ -87,8 +87,9 @@ async def test_a_change_feed_opened_while_the_watcher_is_cancelled_is_closed(
 
     monkeypatch.setattr(Store, "change_feed", slow_open)
     watches_before = inotify_watches()
+    # A short grace: the worker's pass waits on the reader thread held here, so its shutdown waits the grace out.
     engine = build_engine(make_settings(tmp_path), clock=ManualClock(START), holder="w", idle_cap=0.1,
-                          install_defaults=False)
+                          install_defaults=False, shutdown_grace=0.5)
     await engine.start()
     stopping: asyncio.Task[None] | None = None
     try:
