@@ -261,7 +261,8 @@ def _file_span_exporter(sink: JsonLinesFile) -> Any:
     class FileSpanExporter(SpanExporter):
         def export(self, spans: Sequence[Any]) -> SpanExportResult:
             try:
-                sink.write(otlp_json_spans(spans))
+                for request in otlp_json_span_requests(spans):
+                    sink.write(request)
             except OSError:
                 return SpanExportResult.FAILURE
             return SpanExportResult.SUCCESS
@@ -295,7 +296,10 @@ def _file_metric_exporter(sink: JsonLinesFile) -> Any:
 # SDK's spans and metrics rather than through the OTLP exporter's protobuf messages: protobuf and the OTLP proto
 # modules cost the console about 3 MB, and a whole batch as messages, then as a dict, then as text was the
 # console's highest peak (tests/test_telemetry.py holds this encoding equal to the exporter's, field for field).
-# A batch is written span by span: only one span's dict lives at a time.
+# A batch is encoded span by span (one span's dict lives at a time) and written in lines of about LINE_BYTES: a
+# batch of runs of a hundred events each as one line was a few 100 KB string built and copied four times over in
+# the export thread, whose heap kept the high-water mark (about 1.5 MB of the console's peak at 1,000,000 events).
+LINE_BYTES = 16 * 1024
 _dumps = json.JSONEncoder(separators=(",", ":")).encode
 _SPAN_HAS_IS_REMOTE = 0x100  # SpanFlags: the span says whether its parent is remote
 _SPAN_IS_REMOTE = 0x200
@@ -303,14 +307,35 @@ _SPAN_IS_REMOTE = 0x200
 
 def otlp_json_spans(spans: Sequence[Any]) -> str:
     """An ExportTraceServiceRequest in OTLP/JSON for the SDK's ReadableSpans: per resource, per scope."""
-    grouped: dict[Any, dict[Any, list[Any]]] = {}
+    return _spans_request([(span, _dumps(_span_json(span))) for span in spans])
+
+
+def otlp_json_span_requests(spans: Sequence[Any], *, line_bytes: int = LINE_BYTES) -> Iterator[str]:
+    """The spans as ExportTraceServiceRequests in OTLP/JSON, each holding spans until their text reaches
+    line_bytes (a span larger than that is a request of its own)."""
+    chunk: list[tuple[Any, str]] = []
+    size = 0
     for span in spans:
-        grouped.setdefault(span.resource, {}).setdefault(span.instrumentation_scope or None, []).append(span)
+        text = _dumps(_span_json(span))
+        chunk.append((span, text))
+        size += len(text)
+        if size >= line_bytes:
+            yield _spans_request(chunk)
+            chunk, size = [], 0
+    if chunk:
+        yield _spans_request(chunk)
+
+
+def _spans_request(encoded: Sequence[tuple[Any, str]]) -> str:
+    """The request for spans already encoded one by one, grouped per resource, per scope, in their order."""
+    grouped: dict[Any, dict[Any, list[str]]] = {}
+    for span, text in encoded:
+        grouped.setdefault(span.resource, {}).setdefault(span.instrumentation_scope or None, []).append(text)
     resources = []
     for resource, scopes in grouped.items():
-        scope_texts = [_object_text({"scope": _scope(scope)}, "spans", [_dumps(_span_json(span)) for span in members],
+        scope_texts = [_object_text({"scope": _scope(scope)}, "spans", texts,
                                     scope.schema_url if scope is not None else None)
-                       for scope, members in scopes.items()]
+                       for scope, texts in scopes.items()]
         resources.append(_object_text({"resource": _resource(resource)}, "scopeSpans", scope_texts,
                                       resource.schema_url))
     return _object_text({}, "resourceSpans", resources, None)

@@ -232,6 +232,24 @@ def test_the_file_encoding_is_the_otlp_exporters_json_field_for_field() -> None:
     tracer_provider.shutdown()
 
 
+def test_a_batch_is_written_in_lines_of_bounded_size(tmp_path: Path) -> None:
+    """Forty runs of a hundred events each, exported as one batch: the file gets them in several lines of about
+    LINE_BYTES each (not one line of the whole batch, which the export thread built and copied at once), and every
+    span reads back once, in order."""
+    telemetry.configure(tmp_path, env={})
+    for run in range(40):
+        with telemetry.run_span("offline", event_ids=range(run * 100, run * 100 + 100), sources=["chat"], holder="w",
+                                generation=1):
+            pass
+    telemetry.flush()
+    lines = [line for line in telemetry.file_path(tmp_path).read_text().splitlines() if "resourceSpans" in line]
+    span_text = max(len(json.dumps(span, separators=(",", ":"))) for span in telemetry.read_spans(tmp_path))
+    assert len(lines) >= 40 * span_text // telemetry.LINE_BYTES > 2
+    assert all(len(line) < telemetry.LINE_BYTES + 2 * span_text for line in lines)
+    firsts = [telemetry.attributes_of(span)["agent_console.event.ids"][0] for span in telemetry.read_spans(tmp_path)]
+    assert firsts == [run * 100 for run in range(40)]
+
+
 def test_otel_sdk_disabled_turns_it_off(tmp_path: Path) -> None:
     telemetry.configure(tmp_path, env={"OTEL_SDK_DISABLED": "true"})
     assert not telemetry.enabled()
