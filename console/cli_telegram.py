@@ -13,9 +13,6 @@ import click
 
 from console.cli_common import CliState, UserError, _now, _print_json, _say, rejecting_bad_input
 from console.core.chats import PAIR_CODE_SECONDS, code_hash, pair_code
-from console.edges.phone_config import telegram_bot
-from console.edges.telegram import UPDATE_KINDS
-from console.edges.telegram_webhook import PATH, bot_api_call
 
 SOURCE = "telegram"
 
@@ -73,6 +70,12 @@ def telegram_chats(state: CliState, as_json: bool) -> None:
 def telegram_webhook(state: CliState, url: str | None, delete: bool) -> None:
     """Have Telegram POST the bot's updates to the receiver (`webhook_secret_env` set on the channel, the
     receiver reachable at URL), or with --delete stop it. Updates are stored under the same keys either way."""
+    # The phone channels' modules (with urllib's opener, http.client and the email package) load for this command
+    # only: every start of the program (the console's among them) imports this module to register it.
+    from console.edges.phone_config import telegram_bot
+    from console.edges.telegram import UPDATE_KINDS
+    from console.edges.telegram_webhook import PATH, bot_api_call
+
     if delete == (url is not None):
         raise UserError("give --url URL, or --delete")
     api_base, token, secret = telegram_bot(state.settings(), os.environ)

@@ -116,10 +116,12 @@ def test_the_first_frame_is_drawn_before_the_agent_channels_and_receiver_are_imp
 def test_version_and_status_load_none_of_the_heavy_libraries(command: str, tmp_path: Path) -> None:
     Store.open(tmp_path / "inbox.db").close()
     argv = ["agent-console", "--db", str(tmp_path / "inbox.db"), command]
-    loaded, report = imported_by(f"import sys\nfrom console.cli import main\nsys.argv = {argv!r}\n"
-                                 "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code")
-    heavy = loaded & (HEAVY | {"textual"})
+    modules, report = loaded_by(f"import sys\nfrom console.cli import main\nsys.argv = {argv!r}\n"
+                                "try:\n    main()\nexcept SystemExit as exit:\n    assert not exit.code, exit.code")
+    heavy = third_party(modules) & (HEAVY | {"textual"})
     assert heavy == set(), costliest(report, heavy)
+    # nor the phone channels' modules, which the telegram commands load when they run (not to be registered)
+    assert deferred(modules) == [], costliest(report, set(deferred(modules)))
 
 
 async def test_an_agent_that_cannot_be_built_stops_the_console_as_it_starts(tmp_path: Path,
