@@ -688,14 +688,17 @@ class PgBackend:
     # run as its own transaction: the same steps as a simple query of several statements, but planned once a session
     # (the simple query was planned on every call, which took as long as running it). Their SQL is the shared path's
     # written again (a change to how an event is stored, claimed or finished is a migration there too). A single
-    # ingest (or ingest_many) that had to wait for the writers' lock waits for its flush after releasing it
-    # (locked_then_flushed): producers ingesting at once share their flushes instead of taking turns through them, and
-    # the engine's claims and finishes do not wait behind a producer's flush.
+    # ingest that finds the writers' lock taken (or an ingest_many that has to wait for it) waits for its flush after
+    # releasing it (locked_then_flushed): producers ingesting at once share their flushes instead of taking turns
+    # through them, and the engine's claims and finishes do not wait behind a producer's flush.
     def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
-        rows = self._conn.locked_then_flushed(_INGEST_ONE, (int(self.target.lock_key), self.target.channel, source,
-                                                            source_id, text, now))
+        # The lock free: one durable statement (pg_schema 0020). Taken: told at once, and stored the other way.
+        params = (int(self.target.lock_key), self.target.channel, source, source_id, text, now)
+        rows = self._conn.execute(_INGEST_ONE, (*params, True)).fetchall()
+        if rows[0][4]:
+            rows = self._conn.locked_then_flushed(_INGEST_ONE, (*params, False))
         self._conn.commits += 1  # the statement's own transaction
-        stored, mark = rows[0][0], rows[0][1:]
+        stored, mark = rows[0][0], rows[0][1:4]
         return bool(stored), None if mark[0] is None else (str(mark[0]), str(mark[1]), int(mark[2]))
 
     def ingest_in_snapshot(
@@ -842,7 +845,7 @@ _INSERT_SET = f"""INSERT INTO inbox (source, source_id, payload, created_at, upd
     RETURNING source, source_id, duplicates"""
 # ingest and ingest_many of keys each once in the call, one statement each (pg_schema 0013): answers (stored, the
 # move mark's state, other, at or NULLs), and a row per event (source, source_id, copies) or one row with the mark.
-_INGEST_ONE = "SELECT stored, mark_state, mark_other, mark_at FROM inbox_ingest_one(?, ?, ?, ?, ?, ?)"
+_INGEST_ONE = "SELECT stored, mark_state, mark_other, mark_at, busy FROM inbox_ingest_one(?, ?, ?, ?, ?, ?, ?::boolean)"
 _INGEST_SET = "SELECT * FROM inbox_ingest_set(?, ?, ?::text[], ?::text[], ?::text[], ?)"
 # Refused copies held in memory, counted on their events in one statement.
 _COUNT_REFUSED_SET = """UPDATE inbox SET duplicates = inbox.duplicates + held.copies, last_duplicate_at = held.last

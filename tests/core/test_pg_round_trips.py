@@ -136,10 +136,11 @@ def test_a_batch_moves_the_counts_once_a_status_not_once_an_event(pg_store: Stor
 
 
 def test_an_ingest_that_waited_for_the_lock_answers_only_once_on_disk(pg_store: Store, postgres_url: str) -> None:
-    # An ingest that finds the writers' lock taken commits without waiting for the WAL flush (the writers behind it
-    # need not wait for its flush too), then waits for the flush once the lock is released, in the same round trip:
-    # when it answers, the WAL is on disk past its commit. Nobody else writes this server meanwhile, so the position
-    # read next is at or past it. (Without the wait after the lock, this answered with its commit not yet on disk.)
+    # An ingest that finds the writers' lock taken is told so at once (a round trip), then commits without waiting for
+    # the WAL flush (the writers behind it need not wait for its flush too) and waits for the flush once the lock is
+    # released, in one more round trip: when it answers, the WAL is on disk past its commit. Nobody else writes this
+    # server meanwhile, so the position read next is at or past it. (Without the wait after the lock, this answered
+    # with its commit not yet on disk.)
     store = pg_store
     raw = store.connection.raw
     key = int(store.connection.target.lock_key)
@@ -157,7 +158,7 @@ def test_an_ingest_that_waited_for_the_lock_answers_only_once_on_disk(pg_store: 
                 (waiter,)).fetchone() == (1,), "the ingest waits for the writers' lock")
             holder.connection.raw.execute("COMMIT")
             ingest.join(timeout=30)
-            assert answers == [(1, True)]
+            assert answers == [(2, True)]
             row = raw.execute("SELECT pg_current_wal_insert_lsn() <= pg_current_wal_flush_lsn()").fetchone()
             assert row == (True,), f"ingest {n} answered before the WAL holding it was flushed"
     finally:
