@@ -24,7 +24,8 @@ Idle cost: the real `agent-console` in a pseudo-terminal (120x40) on an inbox of
 pending approval counting down an hour, a message sent an hour ago (`--idle-scenario fresh-send`: one sent as it
 starts) and its own engine holding the lease, left alone: the time on a CPU of every thread of its process tree
 (schedstat, in nanoseconds) over `--idle-seconds` of wall time, as a share of one core, from the moment it has
-settled after `--idle-warmup` seconds (under 2% of a core for two seconds: its start is over). The peers, in the same
+settled after `--idle-warmup` seconds (under 2% of a core for two seconds: its start is over; at most
+`--idle-settle-limit` seconds more, 0 for none). The peers, in the same
 terminal for the same time: a plain Textual app (a DataTable of 40 rows and a Footer) that draws nothing, and the
 same app with one line counting seconds down (what drawing a countdown each second costs Textual). Systems take
 turns for `--idle-rounds` rounds. `--before FOLDER` measures another checkout's console (e.g. `git archive main |
@@ -466,7 +467,8 @@ SETTLED_SHARE = 0.02  # of a core, over two seconds: the program's start is over
 SETTLE_LIMIT = 60.0  # seconds after the warm-up the window opens anyway
 
 
-def idle_cpu(argv: list[str], cwd: Path, seconds: float, warmup: float = 8.0) -> dict[str, float]:
+def idle_cpu(argv: list[str], cwd: Path, seconds: float, warmup: float = 8.0,
+             settle_limit: float = SETTLE_LIMIT) -> dict[str, float]:
     """Share of one core the program uses while nobody touches it, after at least `warmup` seconds of start-up
     and once it has settled (under SETTLED_SHARE of a core for two seconds)."""
     import pexpect
@@ -493,7 +495,7 @@ def idle_cpu(argv: list[str], cwd: Path, seconds: float, warmup: float = 8.0) ->
             # On a loaded machine the console's start (the engine's check of the inbox, the agent built) outlasts a
             # fixed warm-up: the measured window then held some of it (2% of a core "idle" on 2026-12-01 20:35).
             # The window opens once the program used under SETTLED_SHARE of a core for two seconds running.
-            while time.monotonic() - started < warmup + SETTLE_LIMIT:
+            while time.monotonic() - started < warmup + settle_limit:
                 ran = sum(tree_run_nanoseconds(child.pid).values())
                 drain(time.monotonic() + 2)
                 if (sum(tree_run_nanoseconds(child.pid).values()) - ran) / 2e9 < SETTLED_SHARE:
@@ -514,7 +516,7 @@ def idle_cpu(argv: list[str], cwd: Path, seconds: float, warmup: float = 8.0) ->
 
 
 def idle_report(seconds: float, before: Path | None, events: int = 40, scenario: str = "quiet",
-                rounds: int = 1, warmup: float = 8.0) -> dict[str, Any]:
+                rounds: int = 1, warmup: float = 8.0, settle_limit: float = SETTLE_LIMIT) -> dict[str, Any]:
     """The console (and another checkout's), the do-nothing peer and the countdown peer, taking turns for
     `rounds` rounds; each figure is the median of its rounds."""
     report: dict[str, Any] = {"idle_seconds": seconds, "events": events, "scenario": scenario, "rounds": rounds,
@@ -538,7 +540,7 @@ def idle_report(seconds: float, before: Path | None, events: int = 40, scenario:
                     for leftover in Path(folder).glob(db.name + "*"):
                         leftover.unlink()
                     small_inbox_for(root, db, events, scenario)
-                samples.setdefault(name, []).append(idle_cpu(argv, root, seconds, warmup))
+                samples.setdefault(name, []).append(idle_cpu(argv, root, seconds, warmup, settle_limit))
     for name, runs in samples.items():
         report[name] = {key: statistics.median(run[key] for run in runs) for key in runs[0]}
     peer = max(report["peer_plain_textual"]["core_percent"], 0.001)
@@ -574,6 +576,8 @@ def main() -> None:
                         help="quiet: the last message went an hour ago; fresh-send: one is sent as the console starts")
     parser.add_argument("--idle-rounds", type=int, default=1, help="rounds of the idle line (each system once a round)")
     parser.add_argument("--idle-warmup", type=float, default=8.0, help="seconds of start-up before each is measured")
+    parser.add_argument("--idle-settle-limit", type=float, default=SETTLE_LIMIT,
+                        help="seconds after the warm-up to wait for each to settle (0: measure right after it)")
     parser.add_argument("--before", type=Path, help="another checkout whose idle console (or start) is measured too")
     parser.add_argument("--start-only", action="store_true", help="only launch to first frame, against the peer")
     parser.add_argument("--rounds", type=int, default=7, help="rounds of --start-only (each system once a round)")
@@ -584,7 +588,7 @@ def main() -> None:
         return
     if options.idle_only:
         print(json.dumps(idle_report(options.idle_seconds, options.before, options.idle_events, options.idle_scenario,
-                                     options.idle_rounds, options.idle_warmup), indent=2))
+                                     options.idle_rounds, options.idle_warmup, options.idle_settle_limit), indent=2))
         return
     if options.child:
         kind, *rest = options.child
