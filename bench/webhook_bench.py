@@ -140,9 +140,9 @@ def request_bytes(url: str, n: int) -> bytes:
     return ("\r\n".join(lines) + "\r\n\r\n").encode() + body
 
 
-async def send_all(url: str, senders: int, requests: int) -> tuple[float, list[float], dict[int, int], float]:
+async def send_all(url: str, senders: int, requests: int) -> tuple[float, list[float], dict[int, int], float, float]:
     """Every delivery posted by `senders` connections at once; (seconds, latencies, statuses, this process's CPU
-    seconds meanwhile)."""
+    seconds meanwhile, the share of that time the receiver's writer was busy)."""
     latencies: list[float] = []
     statuses: dict[int, int] = {}
     prepared = [request_bytes(url, n) for n in range(requests)]
@@ -154,12 +154,17 @@ async def send_all(url: str, senders: int, requests: int) -> tuple[float, list[f
     for sock in sockets:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     dones = [loop.create_future() for _ in sockets]
+    # The writer's idle time is read just before the clock starts and just after it stops (its counter includes a
+    # wait under way), so that its share is of the run itself, not of the bench's preparations.
+    idle_before, window_start = (await health(url))["writer"]["idle_ms"], time.perf_counter()
     cpu, started = time.process_time(), time.perf_counter()
     await asyncio.gather(*(loop.create_connection(functools.partial(_Sender, prepared, queue, latencies, statuses,
                                                                     done), sock=sock)
                            for sock, done in zip(sockets, dones, strict=True)))
     await asyncio.gather(*dones)
-    return time.perf_counter() - started, latencies, statuses, time.process_time() - cpu
+    elapsed, cpu = time.perf_counter() - started, time.process_time() - cpu
+    idle_after, window_end = (await health(url))["writer"]["idle_ms"], time.perf_counter()
+    return elapsed, latencies, statuses, cpu, 1 - (idle_after - idle_before) / 1000 / (window_end - window_start)
 
 
 def cpu_seconds(pid: int) -> float:
@@ -247,7 +252,7 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
         asyncio.run(warm_up(url))
         before = asyncio.run(health(url))["writer"]
         receiver_cpu = cpu_seconds(receiver_pid)
-        elapsed, latencies, statuses, sender_cpu = asyncio.run(send_all(url, senders, requests))
+        elapsed, latencies, statuses, sender_cpu, writer_busy = asyncio.run(send_all(url, senders, requests))
         receiver_cpu = cpu_seconds(receiver_pid) - receiver_cpu
         stats = asyncio.run(health(url))
     finally:
@@ -255,9 +260,9 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
         os.kill(receiver_pid, signal.SIGTERM)
         server.wait(timeout=60)
     disk = statistics.median([disk_before, disk_fsyncs_per_s(folder)])
-    # The run's own commits and time waited: the counters less what they were after the warm-up.
+    # The run's own commits: the counters less what they were after the warm-up.
     writer = {**stats["writer"], **{key: stats["writer"][key] - before[key]
-                                    for key in ("commits", "events", "idle_ms")}}
+                                    for key in ("commits", "events")}}
     traced = strace_fsyncs(trace) if use_strace else None
     latencies.sort()
     commits_per_s = writer["commits"] / elapsed
@@ -279,7 +284,7 @@ def run_mode(group_commit: bool, senders: int, requests: int, use_strace: bool, 
         "disk_use": commits_per_s / disk,
         "largest_group": writer["largest_group"],
         # The share of the run the writer had work (it waited for the rest): near 1, the requests kept it busy.
-        "writer_busy": 1 - writer["idle_ms"] / 1000 / elapsed,
+        "writer_busy": writer_busy,
         # CPU per delivery in each process, and how many cores each kept busy (the receiver's event loop and its
         # writer share one GIL: near 1.0 it is bound by its own CPU, not by the disk).
         "receiver_cpu_us": receiver_cpu / requests * 1e6,
