@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from console.core import Store
+from tests import support
 from tests.pg_server import PostgresServer, drop_schema, start_server
 
-RAM_DISK = Path("/dev/shm")
+RAM_DISK = Path(support.RAM_DISK)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,7 +24,7 @@ def pytest_configure(config: pytest.Config) -> None:
     or --basetemp, is kept."""
     if os.environ.get("TMPDIR") or config.option.basetemp or not (RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK)):
         return
-    os.environ["TMPDIR"] = str(RAM_DISK)  # subprocesses, and xdist's workers as they start
+    os.environ["TMPDIR"] = str(RAM_DISK)  # subprocesses, and xdist's workers as they start (see tests.support.on_disk)
     tempfile.tempdir = str(RAM_DISK)  # this process: pytest's tmp_path root is read from it on first use
 
 
