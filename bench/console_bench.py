@@ -99,8 +99,8 @@ async def wait_for(pilot: Any, condition: Any, timeout: float = 30.0) -> None:
         await pilot.pause(0)
 
 
-def settings_for(db: Path) -> Settings:
-    return Settings(db=db, theme="agent-dark", lease_ttl=30, batch_cap=100)
+def settings_for(db: Path, telemetry: bool = True) -> Settings:
+    return Settings(db=db, theme="agent-dark", lease_ttl=30, batch_cap=100, telemetry=telemetry)
 
 
 def feed_events(db: Path, drain_rate: int, stop: threading.Event, first: Any = None) -> int:
@@ -128,7 +128,7 @@ def child_feed(db: Path, drain_rate: int) -> int:
     return feed_events(db, drain_rate, stop, first=lambda: print("fed", flush=True))
 
 
-async def child_console(db: Path, drain_rate: int, feeder: str = "process") -> dict[str, Any]:
+async def child_console(db: Path, drain_rate: int, feeder: str = "process", telemetry: str = "on") -> dict[str, Any]:
     from console.tui.app import ConsoleApp
     from console.tui.widgets.approvals_pane import ApprovalsPane
     from console.tui.widgets.console_header import ConsoleHeader
@@ -137,8 +137,9 @@ async def child_console(db: Path, drain_rate: int, feeder: str = "process") -> d
     from console.tui.widgets.outbox_pane import OutboxPane
 
     started = time.perf_counter()
-    app = ConsoleApp(settings_for(db), install_defaults=False)
-    result: dict[str, Any] = {}
+    # telemetry "off": the same console with `telemetry = false`, to read what telemetry costs its peak RSS.
+    app = ConsoleApp(settings_for(db, telemetry=telemetry != "off"), install_defaults=False)
+    result: dict[str, Any] = {"telemetry": telemetry}
     async with app.run_test(size=SIZE) as pilot:
         pane = app.query_one(EventsPane)
         # Stamps inside the app: when the key's action starts, and when the pane has drawn the rows
@@ -597,7 +598,7 @@ def main() -> None:
         elif kind == "start-peer":
             result = asyncio.run(child_start_peer())
         elif kind == "console":
-            result = asyncio.run(child_console(Path(rest[0]), int(rest[1]), *rest[2:3]))
+            result = asyncio.run(child_console(Path(rest[0]), int(rest[1]), *rest[2:4]))
         elif kind == "small-inbox":
             small_inbox(Path(rest[0]), int(rest[1]), rest[2])
             return
