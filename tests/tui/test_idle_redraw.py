@@ -116,6 +116,12 @@ def test_the_lease_countdown_counts_seconds_only_where_they_matter(
     assert view.left_shown(START) == shown
 
 
+def test_a_short_lease_counts_its_seconds_and_never_reads_zero_while_renewed() -> None:
+    """A lease_ttl under twenty seconds: more than half the TTL left can be under one step, shown as it is."""
+    for left, shown in ((12, 10), (11, 10), (9, 9), (7, 7)):  # ttl 12 renews every 4 s: 8-12 s left
+        assert lease_view("active", "console-test", START + left, ttl=12).left_shown(START) == shown
+
+
 def test_a_renewed_lease_keeps_its_view_between_steps() -> None:
     """Nothing the pane shows moves between two steps: the same view (no watcher runs, nothing is redrawn)."""
     view = lease_view("active", "console-test", START + 119)

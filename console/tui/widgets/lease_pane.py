@@ -81,13 +81,14 @@ class LeasePaneView:
         """The seconds left the countdown shows at `now` (None: no lease). To the second, except on a lease this
         console holds and renews (active) while more than half its TTL is left: the worker renews it every third
         of the TTL, so its seconds only say how long ago that was, and it counts down in steps of RENEWED_STEP
-        (rounded down: never more time than there is). Below half its TTL a renewal is late, and a lease held by
+        (rounded down: never more time than there is; under one step, to the second: a short lease_ttl never
+        reads 0s while renewed). Below half its TTL a renewal is late, and a lease held by
         another worker, or by this one stalled, lapses at the end of it: their seconds matter."""
         lease = self.data.lease
         if lease is None:
             return None
         left = max(0, lease.until - now)
-        if self.mode == "active" and lease.holder == self.holder and left > self.ttl // 2:
+        if self.mode == "active" and lease.holder == self.holder and left > self.ttl // 2 and left >= RENEWED_STEP:
             return left - left % RENEWED_STEP
         return left
 
