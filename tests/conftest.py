@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +13,7 @@ from tests import support
 from tests.pg_server import PostgresServer, drop_schema, start_server
 
 RAM_DISK = Path(support.RAM_DISK)
+RAM_DISK_NEEDED = 4 << 30  # the suite with -n 2 keeps up to ~1 GB of files and servers there at once
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -23,6 +25,8 @@ def pytest_configure(config: pytest.Config) -> None:
     VFS that keeps each file as of its last sync (tests/core/powercut.py). A TMPDIR set by whoever runs the suite,
     or --basetemp, is kept."""
     if os.environ.get("TMPDIR") or config.option.basetemp or not (RAM_DISK.is_dir() and os.access(RAM_DISK, os.W_OK)):
+        return
+    if shutil.disk_usage(RAM_DISK).free < RAM_DISK_NEEDED:  # a container's 64 MB /dev/shm would fill: ENOSPC
         return
     os.environ["TMPDIR"] = str(RAM_DISK)  # subprocesses, and xdist's workers as they start (see tests.support.on_disk)
     tempfile.tempdir = str(RAM_DISK)  # this process: pytest's tmp_path root is read from it on first use

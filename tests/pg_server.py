@@ -72,7 +72,9 @@ def start_server(*, durable: bool = False) -> PostgresServer:
     """A fresh server. The tests' server skips fsync (nothing in a test outlives the machine); durable=True
     keeps PostgreSQL's own defaults (fsync, full_page_writes, synchronous_commit on), as benchmarks need."""
     initdb, pg_ctl = _binary("initdb"), _binary("pg_ctl")
-    folder = Path(tempfile.mkdtemp(prefix="agent-console-pg-"))
+    # A durable server is for benchmarks that measure the disk: never on the tests' tmpfs (tests/conftest.py).
+    on_tmpfs = tempfile.gettempdir() == "/dev/shm"  # tests.support.RAM_DISK (bench/ imports this file alone)
+    folder = Path(tempfile.mkdtemp(prefix="agent-console-pg-", dir="/var/tmp" if durable and on_tmpfs else None))
     data = folder / "data"
     if os.geteuid() == 0:
         account = pwd.getpwnam(SERVER_USER)
