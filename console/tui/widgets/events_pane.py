@@ -260,8 +260,11 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     def tick(self, now: int) -> None:
         """The age column at `now`, cell by cell: the clock moving re-reads nothing and keeps the cursor and
-        the sideways scroll where they are. Redrawing the table is what an idle console spends its time on, so
-        ages past a minute (whole minutes, see table_age) are brought up to date every ten seconds together."""
+        the sideways scroll where they are. Redrawing the table is what an idle console spends its time on (a
+        changed cell redraws every row of a Textual DataTable), so ages past a minute (whole minutes, see
+        table_age) are brought up to date once a minute, together, at the whole minute: with ages out of phase
+        some row's minute turned in nearly every ten seconds, and each redrew the table (a re-read between whole
+        minutes shows them as they are then)."""
         if self.page is None:
             return
         selected = self.selected_event()
@@ -270,15 +273,15 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         table = self.table
         for event in self.page.events:
             # A quiet second touches no cell: only a waiting retry's countdown (few rows have one) moves every
-            # second, an age in its first minute too, and older ages every ten seconds.
+            # second, an age in its first minute too, and older ages at the whole minute.
             retry = retry_in(event, now)  # "" for every row but a failed one waiting to be tried again
-            if not retry and now - event.created_at >= 60 and now % 10:
+            if not retry and now - event.created_at >= 60 and now % 60:
                 continue
             key = str(event.id)
             with contextlib.suppress(CellDoesNotExist):  # a row the table no longer holds
                 if retry and str(table.get_cell(key, "retry")) != retry:
                     table.update_cell(key, "retry", Text(retry, justify="right"))
-                if now - event.created_at >= 60 and now % 10:
+                if now - event.created_at >= 60 and now % 60:
                     continue
                 age = table_age(now - event.created_at)
                 if str(table.get_cell(key, "age")) != age:
