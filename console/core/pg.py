@@ -54,8 +54,11 @@ IDLE_IN_WRITE_MS = 5_000
 # A transaction's commit record is on disk once the WAL is flushed past the insert position read after it. When it is
 # not, a transaction that writes a record (a logical message: no table, no lock, nothing anybody reads; a transaction
 # with an id that wrote no WAL would commit without a flush) commits durably, flushing the WAL up to its own commit and
-# so past the earlier one. Nothing to flush when nothing was written: a refused ingest waits for no disk.
-FLUSHED = ("SELECT CASE WHEN pg_current_wal_insert_lsn() > pg_current_wal_flush_lsn() "
+# so past the earlier one. Nothing to flush when nothing was written: a refused ingest waits for no disk. Under
+# synchronous replication (standbys named) a durable commit also waits for the standbys, which the local positions do
+# not show: the record is then always written, and its commit waits for them as far as its own, past the earlier one.
+FLUSHED = ("SELECT CASE WHEN current_setting('synchronous_standby_names') <> '' "
+           "OR pg_current_wal_insert_lsn() > pg_current_wal_flush_lsn() "
            "THEN pg_logical_emit_message(true, 'agent-console', '') END")
 LOCK_WAIT_MS = 10_000  # longer than IDLE_IN_WRITE_MS: a waiter outlasts a frozen holder's transaction
 
