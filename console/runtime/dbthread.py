@@ -31,6 +31,7 @@ class DbThread:
         self._opener = opener
         self._store: Store | None = None
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._closing = False
         self._thread = threading.Thread(target=self._serve, name=f"agent-console-{name}", daemon=True)
         self._thread.start()
 
@@ -57,6 +58,8 @@ class DbThread:
         return fn(self._store)
 
     def _submit(self, work: Callable[[], T]) -> asyncio.Future[T]:
+        if self._closing:  # queued behind the thread's end it would never be answered, and its caller never go on
+            raise RuntimeError(f"the {self.name} database thread is closed: it takes no more work")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._jobs.put((work, future))
         return future
@@ -72,7 +75,10 @@ class DbThread:
     async def close(self, *, wait: bool = True) -> None:
         """Close the connection on its own thread and end the thread. With wait=False a stuck call is left
         behind: the connection is closed and the thread ends once that call returns, if it ever does."""
+        if self._closing:
+            return
         closed = self._submit(self._close)
+        self._closing = True
         self._jobs.put(None)
         if wait:
             await closed

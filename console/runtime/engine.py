@@ -197,9 +197,9 @@ class Engine:
                 coroutine.close()
             for channel in started:
                 await channel.stop()
-            for thread in self._threads.values():
+            threads, self._threads = self._threads, {}  # as stop() does
+            for thread in threads.values():
                 await thread.close()
-            self._threads = {}
             self._mode = "stopped"
             raise
         return services
@@ -217,9 +217,12 @@ class Engine:
         self._tasks = []
         for channel in self._service_channels:
             await channel.stop()
-        for role, thread in self._threads.items():
+        # Let go of the threads before closing them: a read that comes meanwhile (a pane redrawn as the console
+        # quits) gets a thread of its own, as one after the stop does. Queued behind a closing thread's end it
+        # was never answered, and the pane awaiting it never closed: the console hung as it quit.
+        threads, self._threads = self._threads, {}
+        for role, thread in threads.items():
             await thread.close(wait=role != "runner" or not self.worker.busy)
-        self._threads = {}
         self._checked = False
         closer = getattr(self.agent, "close", None)  # an agent with tools holds MCP sessions and processes
         if callable(closer):
