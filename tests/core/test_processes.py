@@ -122,12 +122,16 @@ def test_a_worker_killed_mid_run_50_times_loses_and_repeats_nothing(tmp_path: Pa
         for life in range(50):
             store.ingest_many([("chat", f"m-{life}-{n}", {"n": n}) for n in range(2)], now=now)
             proc = spawn("worker", db, effects, f"W{life}", now, steps)
-            seen = run_until_killed(proc, rng.randint(1, 12))
+            # A life prints at least nine lines (its two fresh events: claimed, two steps and finished each; the
+            # empty claim; idle). Killed after one of the first seven, it dies before its last claim; after the
+            # eighth or later its exit could outrun the kill, and how many lines a life prints depends on how far
+            # the lives before it got (more on a faster disk), so a count of kills would rest on timing.
+            seen = run_until_killed(proc, rng.randint(1, 7))
             kills += proc.returncode == -signal.SIGKILL
             assert proc.returncode in (0, -signal.SIGKILL), proc.stderr.read() if proc.stderr else ""
             assert seen and seen[0].startswith("claimed"), seen  # each life took the lease over
             now += ttl + 1  # past the dead worker's lease
-        assert kills >= 40  # most lives really died mid-run
+        assert kills >= 45  # the lives really died mid-run (a test process descheduled at a kill may lose one)
 
         # Unkilled workers drain the inbox; each comes later, past the backoff of what its takeover sent back.
         for drain in range(5):
