@@ -7,7 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from console.clock import ManualClock
-from console.core import Store
+from console.core import EventSearch, OutboxSearch, Store
+from console.tui.tables import clear_rows
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from tests.support import pilot_until
 from tests.tui.scenes import make_app, open_search, started
@@ -64,3 +65,30 @@ async def test_the_approvals_are_drawn_again_once_their_column_is_measured(
         await pilot.pause()
         drawn = "".join(table.render_line(y).text for y in range(table.size.height))
         assert "“deploy web to prod”" in drawn
+
+
+async def test_search_results_are_drawn_at_their_measured_width(db_path: Path, clock: ManualClock) -> None:
+    """The search screen's result rows are measured as they are added: a frame drawn before the table was next idle
+    (under load) drew each message and payload at the column label's width ("Noted: " for "Noted: water the
+    plants") and kept those lines behind the message screen (the message-screen snapshot flaked on it)."""
+    now = clock.now()
+    with Store.open(db_path, seed=7) as store:
+        store.ingest("chat", "plants", {"text": "water the plants today"}, now=now - 60)
+        store.queue_message("Noted: water the plants", now=now - 30)
+        store.acquire("elsewhere", now=now + 10_000)  # standby: nothing runs
+        messages = OutboxSearch(store.outbox_messages(limit=10), None)
+        events = EventSearch(store.events(limit=10), None)
+    app = make_app(db_path, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        screen = await open_search(app, pilot)
+        await pilot_until(pilot, lambda: screen.outbox_table.row_count == 1, what="the outbox's first page")
+        for table, add, whole in ((screen.outbox_table, lambda: screen._add_messages(messages), "water the plants"),
+                                  (screen.events_table, lambda: screen._add_events(events), "the plants today")):
+            clear_rows(table)
+            add()
+            for y in range(table.size.height):  # a frame before the table is idle
+                table.render_line(y)
+            await pilot.pause()
+            drawn = "".join(table.render_line(y).text for y in range(table.size.height))
+            assert whole in drawn, drawn

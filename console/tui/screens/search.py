@@ -24,7 +24,7 @@ from console.core import Event, EventSearch, OutboxSearch, Store
 from console.textsafe import terminal_safe
 from console.tui.finding import RESULTS_PAGE, id_asked, read_event, read_event_matches, read_message_matches
 from console.tui.reads import EventFilter
-from console.tui.tables import clear_rows
+from console.tui.tables import clear_rows, measure_now
 from console.tui.widgets.events_pane import table_age
 from console.tui.widgets.results_table import ResultsTable
 
@@ -175,15 +175,18 @@ class SearchScreen(ModalScreen[None]):
 
     def _add_events(self, found: EventSearch) -> None:
         table = self.events_table
+        details: list[Text] = []
         for event in found.events:
             if str(event.id) in table.rows:
                 continue
             detail = event.error if event.error else ("(pruned)" if event.pruned_at is not None else
                                                       json_line(event.payload))
+            details.append(Text(one_line(detail)))
             table.add_row(Text(str(event.id), justify="right"), event.status, Text(terminal_safe(event.source)),
                           Text(one_line(event.source_id, 16)), Text(table_age(self.now - event.created_at),
                                                                    justify="right"),
-                          Text(one_line(detail)), key=str(event.id))
+                          details[-1], key=str(event.id))
+        measure_now(table, "payload · error", details)
         self.events_next = found.next_before
         table.more = found.next_before is not None
         shown = f"{table.row_count:,}"
@@ -199,12 +202,15 @@ class SearchScreen(ModalScreen[None]):
 
     def _add_messages(self, found: OutboxSearch) -> None:
         table = self.outbox_table
+        bodies: list[Text] = []
         for message in found.messages:
             if str(message.id) in table.rows:
                 continue
+            bodies.append(Text(one_line(message.body)))
             table.add_row(Text(str(message.id), justify="right"), message.status,
                           Text(table_age(self.now - message.created_at), justify="right"),
-                          Text(one_line(message.body)), key=str(message.id))
+                          bodies[-1], key=str(message.id))
+        measure_now(table, "message", bodies)
         self.messages_next = found.next_before
         table.more = found.next_before is not None
         what = "newest" if not self.text.strip() else "found"
