@@ -1,6 +1,6 @@
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +14,7 @@ from console.edges.receiver import WebhookReceiver, build_receiver
 from tests.edges.phone_standins import StandInBotApi
 from tests.edges.signing import ENV_NAMES, SECRETS
 from tests.edges.telegram_harness import TOKEN
+from tests.mail_servers import Dovecot, start_dovecot
 
 NOW = 1_700_000_000
 SOURCES = {"github": "github", "stripe": "stripe", "std": "standard", "slack": "slack", "home": "hmac"}
@@ -71,3 +72,13 @@ async def bot(bot_token: str) -> AsyncIterator[StandInBotApi]:
         yield server
     finally:
         await server.stop()
+
+
+@pytest.fixture
+def dovecot() -> Iterator[Dovecot]:
+    """A real Dovecot (IMAP) on 127.0.0.1 for one test, removed after it."""
+    server = start_dovecot()
+    try:
+        yield server
+    finally:
+        server.remove()

@@ -5,10 +5,7 @@ clock, its stall), and a proxy that holds the listener's FETCH until the lease h
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from console.assembly import build_engine
 from console.clock import ManualClock
@@ -16,16 +13,7 @@ from console.config import Settings
 from console.core import Store
 from console.edges.channels import build_channels
 from tests.edges.phone_harness import START, stored
-from tests.mail_servers import MAIL_PASSWORD, Dovecot, HoldingProxy, mail, start_dovecot
-
-
-@pytest.fixture
-def dovecot() -> Iterator[Dovecot]:
-    server = start_dovecot()
-    try:
-        yield server
-    finally:
-        server.remove()
+from tests.mail_servers import MAIL_PASSWORD, Dovecot, HoldingProxy, mail
 
 
 async def test_mail_read_as_the_lease_goes_is_neither_stored_nor_moved(tmp_path: Path, dovecot: Dovecot) -> None:

@@ -12,7 +12,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from pathlib import Path
@@ -36,15 +36,6 @@ from tests.mail_servers import (
 )
 
 SMTP_USER, SMTP_PASSWORD = "agent-sender", "smtp secret"
-
-
-@pytest.fixture
-def dovecot() -> Iterator[Dovecot]:
-    server = start_dovecot()
-    try:
-        yield server
-    finally:
-        server.remove()
 
 
 class Received:
