@@ -12,6 +12,7 @@ from console.core.backend import AttemptEntry, Backend, Connection
 from console.core.db import one
 from console.core.models import ApprovalDraft, Lease, MemoryWrite, StrandedAnswer, ToolCallRecord
 from console.core.options import StoreOptions
+from console.core.statements import INSERT_EVENT, LOG_ATTEMPT
 
 # Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
 # (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick. A chat
@@ -19,16 +20,6 @@ from console.core.options import StoreOptions
 RESERVED_SOURCES = ("approval", "timer", "telegram", "email")
 # The chat sources: a run whose batch holds one of their messages answers in that chat (the outbox's reply_to).
 CHAT_SOURCES = ("telegram", "email")
-# The duplicate ledger: an insert meeting a stored key counts the copy on the stored row instead.
-COUNT_A_COPY = """ON CONFLICT (source, source_id) DO UPDATE
-                  SET duplicates = inbox.duplicates + 1, last_duplicate_at = excluded.created_at"""
-# The one statement that stores an event (a row a statement; backend.insert_events may write a set at once).
-INSERT_EVENT = f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
-                   VALUES (?, ?, ?, ?, ?) {COUNT_A_COPY} RETURNING duplicates"""
-# The same, keeping a webhook delivery's trace context with a new event (a copy's row keeps the trace it had).
-INSERT_TRACED_EVENT = f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at, trace)
-                          VALUES (?, ?, ?, ?, ?, ?) {COUNT_A_COPY} RETURNING duplicates"""
-LOG_ATTEMPT = "INSERT INTO attempts (event_id, at, kind, holder, gen, detail) VALUES (?, ?, ?, ?, ?, ?)"
 
 
 class SendError(Exception):
@@ -251,10 +242,7 @@ class StoreBase:
         Every way into the inbox (ingest, timers, approval answers and expiries) goes through here."""
         # Read to its end, not returned from inside the loop: the statement must be finished before COMMIT,
         # whoever else still holds its cursor (tests/core/test_cursor_lifetime.py).
-        if trace is None:
-            ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now))
-        else:
-            ((duplicates,),) = self._conn.execute(INSERT_TRACED_EVENT, (source, source_id, text, now, now, trace))
+        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now, trace))
         return bool(duplicates == 0)
 
     def _log_attempt(

@@ -23,6 +23,16 @@ from console.core.models import (
     failed_with_batch,
 )
 from console.core.outcome import commit_outcome
+from console.core.statements import (
+    CLAIM_ONE,
+    EVENT_COLUMNS,
+    FRESH,
+    IS_STORED,
+    NOT_FRESH,
+    SELECT_DUE_RETRY,
+    SELECT_HAND_RETRY,
+    SELECT_LOST,
+)
 
 MAX_KEY_CHARS = 512
 # What a retry by hand brings back: a dead event, or one the owner discarded and thinks better of.
@@ -40,18 +50,6 @@ def sort_key(event: Event, order: str) -> tuple[Any, int]:
 # What the owner may give up on: a dead event, or a pending one (a poison event backing off). A running event
 # belongs to its worker.
 DISCARDABLE = ("dead", "pending")
-_EVENT_COLUMNS = (
-    "id, source, source_id, payload, status, attempts, claim_gen, error, "
-    "created_at, updated_at, next_attempt_at, duplicates, pruned_at, dead_reason, trace, failed_with"
-)
-
-
-# inbox_status_id holds every event but the fresh ones (schema 0028): a durable ingest writes one index fewer, and
-# inbox_fresh already holds those, in id order. A read of the status index names NOT_FRESH as a term of its WHERE
-# (SQLite uses a partial index only for a query whose terms imply its condition); one that may meet fresh events
-# reads them from inbox_fresh too, each part a page in order, the two pages then put in order (_union).
-FRESH = "status = 'pending' AND attempts = 0 AND claim_alone = 0"
-NOT_FRESH = "(status <> 'pending' OR attempts > 0 OR claim_alone = 1)"
 
 
 def _status_arms(
@@ -90,28 +88,12 @@ def _union(arms: list[tuple[list[str], list[Any]]], ordered: str, limit: int) ->
     of at most limit rows, on both engines, and the union sorts at most limit rows a part."""
     if len(arms) == 1:
         ((where, params),) = arms
-        return f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE {' AND '.join(where)}", params
-    selects = [f"SELECT * FROM (SELECT {_EVENT_COLUMNS} FROM inbox WHERE {' AND '.join(where)} {ordered} LIMIT ?) "
+        return f"SELECT {EVENT_COLUMNS} FROM inbox WHERE {' AND '.join(where)}", params
+    selects = [f"SELECT * FROM (SELECT {EVENT_COLUMNS} FROM inbox WHERE {' AND '.join(where)} {ordered} LIMIT ?) "
                f"AS part{number}" for number, (where, _) in enumerate(arms)]
     return " UNION ALL ".join(selects), [param for _, params in arms for param in (*params, limit)]
 
 
-# The claim statements, named so that explain_claim() shows the plans of exactly what claim_batch runs.
-_SELECT_LOST = """SELECT id, attempts, claim_gen, updated_at FROM inbox INDEXED BY inbox_running
-                  WHERE status = 'running' AND claim_gen < ?"""
-_SELECT_DUE_RETRY = """SELECT id, attempts FROM inbox INDEXED BY inbox_retry
-                       WHERE status = 'pending' AND attempts > 0 AND next_attempt_at <= ?
-                       ORDER BY id LIMIT 1"""
-_SELECT_HAND_RETRY = """SELECT id FROM inbox INDEXED BY inbox_alone
-                        WHERE status = 'pending' AND claim_alone = 1 ORDER BY id LIMIT 1"""
-_CLAIM_SET = """UPDATE inbox SET status = 'running', attempts = attempts + 1, claim_gen = ?, updated_at = ?,
-                 claim_alone = 0, failed_with = NULL"""
-_CLAIM_ONE = f"""{_CLAIM_SET} WHERE id = ? RETURNING {_EVENT_COLUMNS}"""
-# Fresh events are picked from their partial index (the backend claims them: Backend.claim_fresh).
-_SELECT_FRESH = """SELECT id FROM inbox INDEXED BY inbox_fresh
-                   WHERE status = 'pending' AND attempts = 0 AND claim_alone = 0 ORDER BY id LIMIT ?"""
-_FINISH_ONE = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
-                 WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING id"""
 
 # A refused redelivery is counted in memory and written to its stored event (the duplicate ledger) inside this
 # store's next write of the inbox's own flow (an ingest that stores, a claim, a finish), when the store closes, or
@@ -120,9 +102,6 @@ _FINISH_ONE = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
 # (the copy was refused because the event is already stored, durably).
 REFUSALS_HELD = 1000
 REFUSAL_HOLD_SECONDS = 5
-_IS_STORED = "SELECT 1 FROM inbox WHERE source = ? AND source_id = ?"
-_COUNT_REFUSED = """UPDATE inbox SET duplicates = duplicates + ?, last_duplicate_at = ?
-                    WHERE source = ? AND source_id = ?"""
 # Refused copies not yet written: (source, source_id) -> (copies, when the last was refused).
 RefusalTally = dict[tuple[str, str], tuple[int, int]]
 
@@ -179,7 +158,8 @@ def check_payload_shape(value: Any, what: str = "payload") -> None:
                 stack.append((child, depth + 1))
 
 
-def _event(row: Sequence[Any]) -> Event:
+def event_from_row(row: Sequence[Any]) -> Event:
+    """An Event from a row of statements.EVENT_COLUMNS."""
     return Event(
         id=row[0],
         source=row[1],
@@ -284,7 +264,7 @@ class InboxMixin(StoreBase):
                 if not stored:
                     self._hold_refusal(source, source_id, now)
                 return stored
-        if self._scalar(_IS_STORED, (source, source_id)):
+        if self._scalar(IS_STORED, (source, source_id)):
             self._hold_refusal(source, source_id, now)
             return False
         text = self.encode_payload(payload)
@@ -298,7 +278,7 @@ class InboxMixin(StoreBase):
         try:
             text = self.encode_payload(payload)
         except ValueError:  # a bad payload under a stored key is a copy, as on SQLite, which never reads it
-            if self._scalar(_IS_STORED, (source, source_id)):
+            if self._scalar(IS_STORED, (source, source_id)):
                 self._hold_refusal(source, source_id, now)
                 return False
             raise
@@ -419,14 +399,14 @@ class InboxMixin(StoreBase):
         if self._backend.writes_at_once and not self._refused:
             rows = self._backend.claim_at_once(holder, gen, now, self.options.batch_cap)
             if rows is not None:
-                return sorted((_event(row) for row in rows), key=lambda event: event.id)
+                return sorted((event_from_row(row) for row in rows), key=lambda event: event.id)
         with self.write_transaction(relaxed=True):
             self._write_refusals()
             if not self._holds(holder, gen, now):
                 return []
             self._recover_lost(holder, gen, now)
             while True:
-                retry = self._conn.execute(_SELECT_DUE_RETRY, (now,)).fetchall()
+                retry = self._conn.execute(SELECT_DUE_RETRY, (now,)).fetchall()
                 if not retry:
                     break
                 event_id, attempts = retry[0]
@@ -434,13 +414,13 @@ class InboxMixin(StoreBase):
                     break
                 self._mark_dead(event_id, now, "out_of_attempts", None, holder, gen)
             if not retry:
-                retry = self._conn.execute(_SELECT_HAND_RETRY).fetchall()
+                retry = self._conn.execute(SELECT_HAND_RETRY).fetchall()
                 event_id = retry[0][0] if retry else 0
             if retry:
-                rows = self._conn.execute(_CLAIM_ONE, (gen, now, event_id)).fetchall()
+                rows = self._conn.execute(CLAIM_ONE, (gen, now, event_id)).fetchall()
             else:
                 rows = self._claim_fresh(gen, now)
-            events = sorted((_event(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
+            events = sorted((event_from_row(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
             self._log_attempts([(event.id, now, "claim", holder, gen, f"attempt {event.attempts}")
                                 for event in events])
             return events
@@ -491,7 +471,7 @@ class InboxMixin(StoreBase):
         return bool(spared)
 
     def _recover_lost(self, holder: str, gen: int, now: int) -> None:
-        lost = self._conn.execute(_SELECT_LOST, (gen,)).fetchall()
+        lost = self._conn.execute(SELECT_LOST, (gen,)).fetchall()
         for event_id, attempts, old_gen, claimed_at in lost:
             reason = f"worker of generation {old_gen} lost its lease mid-run"
             self._log_attempt(event_id, now, "lost", holder, old_gen, reason)
@@ -639,10 +619,10 @@ class InboxMixin(StoreBase):
     def _claim_statements(self) -> dict[str, tuple[str, tuple[int, ...]]]:
         """claim_batch's statements by name, with sample parameters."""
         return {
-            "lost": (_SELECT_LOST, (1,)),
-            "due_retry": (_SELECT_DUE_RETRY, (0,)),
-            "hand_retry": (_SELECT_HAND_RETRY, ()),
-            "claim_one": (_CLAIM_ONE, (1, 0, 1)),
+            "lost": (SELECT_LOST, (1,)),
+            "due_retry": (SELECT_DUE_RETRY, (0,)),
+            "hand_retry": (SELECT_HAND_RETRY, ()),
+            "claim_one": (CLAIM_ONE, (1, 0, 1)),
             "claim_fresh": self._backend.claim_fresh_statement(),
         }
 
@@ -669,7 +649,7 @@ class InboxMixin(StoreBase):
         params: list[Any] = [value for _, value in conditions if value is not None]
         if status is None:
             clause = f"WHERE {' AND '.join(where)}" if where else ""
-            selected = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause}"
+            selected = f"SELECT {EVENT_COLUMNS} FROM inbox {clause}"
         else:
             selected, params = _union(_status_arms(status, where, params, order="id", start=None, compare=""),
                                       "ORDER BY id" if after_id is not None else "ORDER BY id DESC", int(limit))
@@ -678,7 +658,7 @@ class InboxMixin(StoreBase):
             sql = f"SELECT * FROM ({selected} ORDER BY id LIMIT ?) AS page ORDER BY id DESC"
         else:
             sql = f"{selected} ORDER BY id DESC LIMIT ?"
-        return self._with_refusals([_event(r) for r in self._conn.execute(sql, (*params, int(limit)))])
+        return self._with_refusals([event_from_row(r) for r in self._conn.execute(sql, (*params, int(limit)))])
 
     def events_in_order(
         self,
@@ -698,7 +678,7 @@ class InboxMixin(StoreBase):
         before it, still in display order. Reads only the rows it returns (keyset paging)."""
         sql, params = self.in_order_statement(order=order, descending=descending, status=status, source=source,
                                               start=start, inclusive=inclusive, backwards=backwards, limit=limit)
-        events = self._with_refusals([_event(row) for row in self._conn.execute(sql, params).fetchall()])
+        events = self._with_refusals([event_from_row(row) for row in self._conn.execute(sql, params).fetchall()])
         return events[::-1] if backwards else events
 
     def in_order_statement(
@@ -737,19 +717,19 @@ class InboxMixin(StoreBase):
                 where.append(f"({order}, id) {compare} (?, ?)")
                 params += [start[0], start[1]]
             clause = f"WHERE {' AND '.join(where)}" if where else ""
-            selected = f"SELECT {_EVENT_COLUMNS} FROM inbox {clause}"
+            selected = f"SELECT {EVENT_COLUMNS} FROM inbox {clause}"
         return f"{selected} {ordered} LIMIT ?", [*params, int(limit)]
 
     def event(self, event_id: int) -> Event | None:
-        for row in self._conn.execute(f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE id = ?", (event_id,)):
-            return self._with_refusals([_event(row)])[0]
+        for row in self._conn.execute(f"SELECT {EVENT_COLUMNS} FROM inbox WHERE id = ?", (event_id,)):
+            return self._with_refusals([event_from_row(row)])[0]
         return None
 
     def find_event(self, source: str, source_id: str) -> Event | None:
         for row in self._conn.execute(
-            f"SELECT {_EVENT_COLUMNS} FROM inbox WHERE source = ? AND source_id = ?", (source, source_id)
+            f"SELECT {EVENT_COLUMNS} FROM inbox WHERE source = ? AND source_id = ?", (source, source_id)
         ):
-            return self._with_refusals([_event(row)])[0]
+            return self._with_refusals([event_from_row(row)])[0]
         return None
 
     def history(self, event_id: int) -> list[Attempt]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from console.core.base import StoreBase
-from console.core.inbox import NOT_FRESH
+from console.core.statements import NOT_FRESH
 
 
 class InsightsMixin(StoreBase):

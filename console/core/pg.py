@@ -32,7 +32,6 @@ from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
 
 from console.core.backend import AttemptEntry, MoveMark
-from console.core.base import COUNT_A_COPY, INSERT_EVENT, LOG_ATTEMPT
 from console.core.db import (
     MOVE_MARK,
     QuickCheck,
@@ -44,8 +43,16 @@ from console.core.db import (
     numbered_migrations,
     older_schema_to_read,
 )
-from console.core.inbox import _CLAIM_SET, _EVENT_COLUMNS, _SELECT_FRESH
 from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, parse_target
+from console.core.statements import (
+    CLAIM_SET,
+    COUNT_A_COPY,
+    EVENT_COLUMNS,
+    INSERT_COLUMNS,
+    INSERT_EVENT,
+    LOG_ATTEMPT,
+    SELECT_FRESH,
+)
 
 __all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgBackend", "PgConnection", "PgTarget", "connect", "is_postgres",
            "parse_target"]
@@ -758,7 +765,7 @@ class PgBackend:
             if len(wave_indexes) == 1:
                 index = wave_indexes[0]
                 source, source_id, text = encoded[index]
-                rows = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now)).fetchall()
+                rows = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now, None)).fetchall()
                 new[index] = rows[0][0] == 0
                 continue
             columns = [[encoded[index][part] for index in wave_indexes] for part in range(3)]
@@ -831,7 +838,7 @@ class PgBackend:
                 )
 
 
-_CLAIM_FRESH_SET = f"{_CLAIM_SET} WHERE id IN ({_SELECT_FRESH}) RETURNING {_EVENT_COLUMNS}"
+_CLAIM_FRESH_SET = f"{CLAIM_SET} WHERE id IN ({SELECT_FRESH}) RETURNING {EVENT_COLUMNS}"
 _FINISH_SET = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
                   WHERE id = ANY(?) AND status = 'running' AND claim_gen = ? RETURNING id"""
 _LOG_ATTEMPTS_SET = """INSERT INTO attempts (event_id, at, kind, holder, gen, detail)
@@ -840,8 +847,8 @@ _LOG_ATTEMPTS_SET = """INSERT INTO attempts (event_id, at, kind, holder, gen, de
            WITH ORDINALITY AS entry(event_id, at, kind, holder, gen, detail, n)
      ORDER BY n"""
 # Rows are inserted in the call's order (WITH ORDINALITY), so ids ascend as they would one by one.
-_INSERT_SET = f"""INSERT INTO inbox (source, source_id, payload, created_at, updated_at)
-    SELECT source, source_id, payload, ?, ? FROM unnest(?::text[], ?::text[], ?::text[])
+_INSERT_SET = f"""INSERT INTO inbox ({INSERT_COLUMNS})
+    SELECT source, source_id, payload, ?, ?, NULL FROM unnest(?::text[], ?::text[], ?::text[])
            WITH ORDINALITY AS entry(source, source_id, payload, n)
      ORDER BY n
     {COUNT_A_COPY}

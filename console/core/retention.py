@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from console.core.base import StoreBase
-from console.core.inbox import NOT_FRESH
+from console.core.statements import NOT_FRESH
 
 MIN_PRUNE_AGE = 86_400  # a mistyped age cannot wipe today's work; unsettled approvals are guarded apart
 

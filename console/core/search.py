@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from console.core.base import StoreBase
-from console.core.inbox import _EVENT_COLUMNS, _event
+from console.core.inbox import event_from_row
 from console.core.models import STATUSES, EventSearch, OutboxMessage, OutboxSearch
+from console.core.statements import EVENT_COLUMNS
 
 SEARCH_WINDOW = 20_000  # ids one search query looks at
 MAX_TERMS = 8  # words in one search; each must be found somewhere in the row
@@ -72,11 +73,11 @@ class SearchMixin(StoreBase):
         filters = "".join(clause for clause, value in ((" AND status = ?", status), (" AND source = ?", source))
                           if value is not None)
         rows = self._conn.execute(
-            f"""SELECT {_EVENT_COLUMNS} FROM inbox WHERE id < ? AND id >= ?{filters} AND {match}
+            f"""SELECT {EVENT_COLUMNS} FROM inbox WHERE id < ? AND id >= ?{filters} AND {match}
                 ORDER BY id DESC LIMIT ?""",
             (top, low, *(v for v in (status, source) if v is not None), *params, int(limit)),
         ).fetchall()
-        events = [_event(row) for row in rows]
+        events = [event_from_row(row) for row in rows]
         return EventSearch(events, self._next_before("inbox", events[-1].id if len(events) >= limit else None, low))
 
     def search_outbox(self, text: str, *, before_id: int | None = None, limit: int = 50,

@@ -16,7 +16,6 @@ from typing import Any
 import apsw
 
 from console.core.backend import AttemptEntry, MoveMark
-from console.core.base import INSERT_EVENT, LOG_ATTEMPT
 from console.core.db import (
     MOVE_MARK,
     QuickCheck,
@@ -30,7 +29,7 @@ from console.core.db import (
     user_version,
     wal_path,
 )
-from console.core.inbox import _CLAIM_ONE, _COUNT_REFUSED, _FINISH_ONE, _SELECT_FRESH
+from console.core.statements import CLAIM_ONE, COUNT_REFUSED, FINISH_ONE, INSERT_EVENT, LOG_ATTEMPT, SELECT_FRESH
 from console.core.walfeed import WalFeed
 
 # An ingest's one read (ingest_in_snapshot): is the key stored, and does the inbox carry a move mark.
@@ -151,7 +150,7 @@ class SqliteBackend:
                 return False, (str(state), str(other), int(at))
             text = encode()
             try:
-                ((duplicates,),) = conn.execute(INSERT_EVENT, (source, source_id, text, now, now)).fetchall()
+                ((duplicates,),) = conn.execute(INSERT_EVENT, (source, source_id, text, now, now, None)).fetchall()
             except apsw.BusyError:
                 return None  # another writer came between the read and the write: nothing was written
             conn.execute("COMMIT")
@@ -181,19 +180,19 @@ class SqliteBackend:
     def _insert_event(self, source: str, source_id: str, text: str, now: int) -> bool:
         # Read to its end, not returned from inside the loop: the statement must be finished before COMMIT,
         # whoever else still holds its cursor (tests/core/test_cursor_lifetime.py).
-        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now))
+        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now, None))
         return bool(duplicates == 0)
 
     def claim_fresh(self, gen: int, now: int, cap: int) -> list[Any]:
         # Fresh events are picked from their partial index, then claimed one UPDATE by primary key each: on
         # SQLite 3.54 that is 4-6x cheaper than one UPDATE ... WHERE id IN (subquery) for the usual small batch.
-        fresh = [row[0] for row in self._conn.execute(_SELECT_FRESH, (cap,))]
-        return [row for event_id in fresh for row in self._conn.execute(_CLAIM_ONE, (gen, now, event_id))]
+        fresh = [row[0] for row in self._conn.execute(SELECT_FRESH, (cap,))]
+        return [row for event_id in fresh for row in self._conn.execute(CLAIM_ONE, (gen, now, event_id))]
 
     def finish_done(self, ids: Sequence[int], gen: int, now: int) -> set[int]:
         moved: set[int] = set()
         for event_id in ids:
-            moved.update(row[0] for row in self._conn.execute(_FINISH_ONE, (now, event_id, gen)))
+            moved.update(row[0] for row in self._conn.execute(FINISH_ONE, (now, event_id, gen)))
         return moved
 
     def log_attempts(self, entries: Sequence[AttemptEntry]) -> None:
@@ -201,11 +200,11 @@ class SqliteBackend:
             self._conn.execute(LOG_ATTEMPT, entry)
 
     def count_refusals(self, held: Sequence[tuple[str, str, int, int]]) -> None:
-        self._conn.executemany(_COUNT_REFUSED, [(copies, last, source, source_id)
+        self._conn.executemany(COUNT_REFUSED, [(copies, last, source, source_id)
                                                for source, source_id, copies, last in held])
 
     def claim_fresh_statement(self) -> tuple[str, tuple[int, ...]]:
-        return _SELECT_FRESH, (1,)
+        return SELECT_FRESH, (1,)
 
     # --- moving a whole inbox (copy.py) ---------------------------------------------------------
     @property
