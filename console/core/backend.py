@@ -125,44 +125,36 @@ class Backend(Protocol):
 
     def durability_settings(self) -> dict[str, str]: ...
 
-    # --- the usual ingest, claim and finish in one statement each -------------------------------------------------
-    @property
-    def writes_at_once(self) -> bool:
-        """Whether the usual ingest, claim and finish go as one statement each (the *_at_once methods): worth it
-        where a statement is a round trip (PostgreSQL), not where it is a function call (SQLite, which has none)."""
-        ...
-
-    def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
-        """Store an event in one write transaction unless its key is stored or the inbox carries a move mark:
-        (whether it was stored, the mark). A refused copy is not counted (the Store holds its count)."""
-        ...
-
-    def ingest_many_at_once(
-        self, encoded: Sequence[tuple[str, str, str]], now: int
-    ) -> tuple[list[bool], MoveMark | None]:
-        """Store many events (each key once in the call) in one write transaction unless the inbox carries a move
-        mark: (for each, whether it was new; a copy is counted on its stored row, as insert_events), the mark."""
-        ...
-
-    def ingest_in_snapshot(
+    # --- the usual ingest, claim and finish: done whole by the backend, or declined ---------------------------------
+    # Each does the whole operation, fenced and committed, or declines (None / False) having written nothing; the
+    # Store then runs the shared path (the same steps as the core's statements, in its own write transaction). A
+    # backend takes the cases where it has a cheaper way (PostgreSQL: one round trip instead of four to eight;
+    # SQLite: an ingest's read and insert in one snapshot) and declines the rest. The Store calls them only when no
+    # refused copies are held to write (those go in the shared path's transaction).
+    def try_ingest(
         self, source: str, source_id: str, encode: Callable[[], str], now: int
     ) -> tuple[bool, MoveMark | None] | None:
-        """Look for the key and the move mark in one read, then store the event (its payload text from encode) in
-        the same transaction unless either was there: (whether it was stored, the mark). A refused copy takes no
-        write lock and is not counted (the Store holds its count). None when another writer wrote or was writing
-        between the read and the write: nothing was written, the shared path runs (SQLite: a deferred transaction,
-        whose upgrade to a write succeeds only on the newest snapshot)."""
+        """Store one event (its payload text from encode, which may raise ValueError) unless its key is stored or
+        the inbox carries a move mark: (whether it was stored, the mark). A refused copy is not counted (the Store
+        holds its count). None: declined, nothing written."""
         ...
 
-    def claim_at_once(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
-        """Claim fresh events (their rows, _EVENT_COLUMNS) in one write transaction when (holder, gen) holds the
-        lease and nothing else waits to be seen to first (a lost run, a retry, a move mark); None when it did not
-        apply (nothing was written: the shared path runs)."""
+    def try_ingest_many(
+        self, encoded: Sequence[tuple[str, str, str]], now: int
+    ) -> tuple[list[bool], MoveMark | None] | None:
+        """Store many events in one durable transaction unless the inbox carries a move mark: (for each, whether
+        it was new; a copy is counted on its stored row, as insert_events), the mark. None: declined."""
         ...
 
-    def finish_at_once(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
-        """Finish a run that succeeded and staged nothing in one write transaction, fenced by the lease; False
-        when it did not apply (nothing was written: the shared path runs, records and says why)."""
+    def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
+        """Claim fresh events (their rows, statements.EVENT_COLUMNS; each with a `claim` history line) when
+        (holder, gen) holds the lease and nothing else waits to be seen to first (a lost run, a retry, a move mark).
+        None: declined, nothing written."""
+        ...
+
+    def try_finish(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
+        """Finish a run that succeeded and staged nothing (its events done, a `finish` history line each), fenced by
+        the lease. False: declined (nothing written: the shared path runs, records a refusal and says why)."""
         ...
 
     # --- a batch, inside the caller's fenced transaction -----------------------------------------
@@ -171,7 +163,7 @@ class Backend(Protocol):
         ...
 
     def claim_fresh(self, gen: int, now: int, cap: int) -> list[Any]:
-        """Claim up to cap fresh events (never tried, not set to run alone); their rows (inbox's _EVENT_COLUMNS)."""
+        """Claim up to cap fresh events (never tried, not set to run alone); their rows (statements.EVENT_COLUMNS)."""
         ...
 
     def finish_done(self, ids: Sequence[int], gen: int, now: int) -> set[int]:

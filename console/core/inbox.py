@@ -248,15 +248,12 @@ class InboxMixin(StoreBase):
             raise
 
     def _ingest_one(self, source: str, source_id: str, payload: Any, now: int) -> bool:
-        """ingest's work once the key is checked: a plain read refuses a stored key (held, _hold_refusal), else one
-        durable transaction stores the event and writes the held refusals. With no copies held to write, the read
-        and the write are one transaction (SQLite: Backend.ingest_in_snapshot) or one round trip (PostgreSQL:
-        _ingest_at_once)."""
-        if self._backend.writes_at_once and not self._refused:
-            return self._ingest_at_once(source, source_id, payload, now)
+        """ingest's work once the key is checked. With no copies held to write, the backend may do it whole
+        (Backend.try_ingest: SQLite, the key's read and the insert in one snapshot; PostgreSQL, one round trip).
+        Otherwise, or when it declines: a plain read refuses a stored key (held, _hold_refusal), else one durable
+        transaction stores the event and writes the held refusals."""
         if not self._refused:
-            # The key's read and the insert in one snapshot (SQLite); the long way below when a writer came between.
-            done = self._backend.ingest_in_snapshot(source, source_id, lambda: self.encode_payload(payload), now)
+            done = self._backend.try_ingest(source, source_id, lambda: self.encode_payload(payload), now)
             if done is not None:
                 stored, mark = done
                 if mark is not None:
@@ -271,24 +268,6 @@ class InboxMixin(StoreBase):
         with self.write_transaction():
             self._write_refusals()
             return self._insert_event(source, source_id, text, now)
-
-    def _ingest_at_once(self, source: str, source_id: str, payload: Any, now: int) -> bool:
-        # One round trip, new event or copy (the shared path's read first and its transaction are four): the INSERT
-        # refuses a stored key itself (DO NOTHING: the copy is held in memory, as after the shared path's read).
-        try:
-            text = self.encode_payload(payload)
-        except ValueError:  # a bad payload under a stored key is a copy, as on SQLite, which never reads it
-            if self._scalar(IS_STORED, (source, source_id)):
-                self._hold_refusal(source, source_id, now)
-                return False
-            raise
-        stored, mark = self._backend.ingest_at_once(source, source_id, text, now)
-        if stored:
-            return True
-        if mark is not None:
-            raise move_refusal(*mark)
-        self._hold_refusal(source, source_id, now)
-        return False
 
     def ingest_many(self, items: Iterable[tuple[str, str, Any]], *, now: int) -> list[bool]:
         """Store many events in one transaction (one fsync). All are validated before any is written."""
@@ -305,15 +284,15 @@ class InboxMixin(StoreBase):
             raise
 
     def _ingest_encoded(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:
-        """ingest_many's one transaction (PostgreSQL: in one round trip when every key is the call's only one of it
-        and no refused copies are held to write; otherwise a repeated key goes in a later statement, see
-        Backend.insert_events)."""
-        if (self._backend.writes_at_once and not self._refused
-                and len({(source, source_id) for source, source_id, _ in encoded}) == len(encoded)):
-            stored, mark = self._backend.ingest_many_at_once(encoded, now)
-            if mark is not None:
-                raise move_refusal(*mark)
-            return stored
+        """ingest_many's one transaction: the backend's whole when it takes it (Backend.try_ingest_many; PostgreSQL,
+        one round trip when every key is the call's only one of it) and no refused copies are held to write."""
+        if not self._refused:
+            done = self._backend.try_ingest_many(encoded, now)
+            if done is not None:
+                stored, mark = done
+                if mark is not None:
+                    raise move_refusal(*mark)
+                return stored
         with self.write_transaction():
             self._write_refusals()
             return self._insert_events(encoded, now)
@@ -394,10 +373,10 @@ class InboxMixin(StoreBase):
             raise
 
     def _claim(self, holder: str, gen: int, now: int) -> list[Event]:
-        # PostgreSQL, no copies held to write: the usual claim in one round trip (Backend.claim_at_once), which
-        # writes nothing and says so unless only fresh events wait; then the shared path runs as before.
-        if self._backend.writes_at_once and not self._refused:
-            rows = self._backend.claim_at_once(holder, gen, now, self.options.batch_cap)
+        # No copies held to write: the backend may claim the usual batch whole (Backend.try_claim; PostgreSQL, one
+        # round trip when only fresh events wait), or decline having written nothing: then the shared path runs.
+        if not self._refused:
+            rows = self._backend.try_claim(holder, gen, now, self.options.batch_cap)
             if rows is not None:
                 return sorted((event_from_row(row) for row in rows), key=lambda event: event.id)
         with self.write_transaction(relaxed=True):
@@ -568,12 +547,12 @@ class InboxMixin(StoreBase):
         self, holder: str, gen: int, ids: Sequence[int], outcome: RunOutcome, now: int, error: str | None,
         blame: int | None,
     ) -> bool:
-        # PostgreSQL, a run that succeeded and staged nothing, no copies held to write: one round trip
-        # (Backend.finish_at_once), which writes nothing and says so when the lease or a move mark refuses it;
-        # then the shared path runs and says why.
-        if (self._backend.writes_at_once and error is None and ids and not self._refused
+        # A run that succeeded and staged nothing, no copies held to write: the backend may finish it whole
+        # (Backend.try_finish; PostgreSQL, one round trip), or decline having written nothing when it does not apply
+        # (the lease or a move mark refuses it): then the shared path runs, records and says why.
+        if (error is None and ids and not self._refused
                 and not any(getattr(outcome, part.name) for part in fields(outcome))
-                and self._backend.finish_at_once(holder, gen, list(dict.fromkeys(ids)), now)):
+                and self._backend.try_finish(holder, gen, list(dict.fromkeys(ids)), now)):
             return True
         with self.write_transaction(relaxed=True):
             self._write_refusals()

@@ -520,7 +520,6 @@ class PgBackend:
     parse and a plan)."""
 
     name = "postgresql"
-    writes_at_once = True
     DURABILITY_SETTINGS = ("server_version", "fsync", "synchronous_commit", "full_page_writes", "wal_sync_method")
 
     def __init__(self, conn: PgConnection) -> None:
@@ -690,18 +689,24 @@ class PgBackend:
             # WITH ORDINALITY keeps the entries' order in the ids the rows get (history reads by id).
             self._conn.execute(_LOG_ATTEMPTS_SET, columns)
 
-    # --- the usual ingest, claim and finish in one round trip each ------------------------------------------------
+    # --- the usual ingest, claim and finish in one round trip each (Backend.try_*) ---------------------------------
     # The shared path's are four, eight and five. One statement does the shared path's fenced work for the common
     # case (the lease held, no move mark, no lost, retried or hand-retried event to see to first; a finish that
-    # succeeded and stages nothing) and writes nothing otherwise, saying so; the shared path then runs as before.
-    # Each is a PL/pgSQL function (pg_schema 0013: ingest and ingest_many, durable; 0014: claim and finish, relaxed)
-    # run as its own transaction: the same steps as a simple query of several statements, but planned once a session
-    # (the simple query was planned on every call, which took as long as running it). Their SQL is the shared path's
-    # written again (a change to how an event is stored, claimed or finished is a migration there too). A single
-    # ingest that finds the writers' lock taken (or an ingest_many that has to wait for it) waits for its flush after
-    # releasing it (locked_then_flushed): producers ingesting at once share their flushes instead of taking turns
-    # through them, and the engine's claims and finishes do not wait behind a producer's flush.
-    def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
+    # succeeded and stages nothing) and writes nothing otherwise, saying so: the method declines and the shared path
+    # runs. Each is a PL/pgSQL function (pg_schema 0013 and 0020: ingest and ingest_many, durable; 0014 and 0021: claim
+    # and finish, relaxed) run as its own transaction: the same steps as a simple query of several statements, but
+    # planned once a session (the simple query was planned on every call, which took as long as running it). They do
+    # what core/statements.py's statements do (tests/core/test_hot_path_parity.py compares the rows both leave). A
+    # single ingest that finds the writers' lock taken (or an ingest_many that has to wait for it) waits for its flush
+    # after releasing it (locked_then_flushed): producers ingesting at once share their flushes instead of taking
+    # turns through them, and the engine's claims and finishes do not wait behind a producer's flush.
+    def try_ingest(
+        self, source: str, source_id: str, encode: Callable[[], str], now: int
+    ) -> tuple[bool, MoveMark | None] | None:
+        try:
+            text = encode()
+        except ValueError:  # a bad payload under a stored key is a copy, as on SQLite: the shared path reads the key
+            return None
         # The lock free: one durable statement (pg_schema 0020). Taken: told at once, and stored the other way.
         params = (int(self.target.lock_key), self.target.channel, source, source_id, text, now)
         rows = self._conn.execute(_INGEST_ONE, (*params, True)).fetchall()
@@ -711,14 +716,11 @@ class PgBackend:
         stored, mark = rows[0][0], rows[0][1:4]
         return bool(stored), None if mark[0] is None else (str(mark[0]), str(mark[1]), int(mark[2]))
 
-    def ingest_in_snapshot(
-        self, source: str, source_id: str, encode: Callable[[], str], now: int
-    ) -> tuple[bool, MoveMark | None] | None:
-        raise NotImplementedError("PostgreSQL ingests in one statement (writes_at_once)")
-
-    def ingest_many_at_once(
+    def try_ingest_many(
         self, encoded: Sequence[tuple[str, str, str]], now: int
-    ) -> tuple[list[bool], MoveMark | None]:
+    ) -> tuple[list[bool], MoveMark | None] | None:
+        if len({(source, source_id) for source, source_id, _ in encoded}) != len(encoded):
+            return None  # a key twice in the call: insert_events' waves, in the shared path's transaction
         columns = [[entry[part] for entry in encoded] for part in range(3)]
         rows = self._conn.locked_then_flushed(_INGEST_SET, (int(self.target.lock_key), self.target.channel, *columns,
                                                             now))
@@ -732,7 +734,7 @@ class PgBackend:
         # One statement for them all (a statement a key is cheap only on SQLite).
         self._conn.execute(_COUNT_REFUSED_SET, [list(column) for column in zip(*held, strict=True)])
 
-    def claim_at_once(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
+    def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
         with storage_errors():  # a server gone or the lock not had in time: tried again later, as the shared path's
             rows = self._conn.execute(_CLAIM_ONE_GO, (int(self.target.lock_key), self.target.channel, holder, gen,
                                                       now, cap)).fetchall()
@@ -741,7 +743,7 @@ class PgBackend:
             return None
         return [row[1:] for row in rows if row[1] is not None]
 
-    def finish_at_once(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
+    def try_finish(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
         with storage_errors():
             rows = self._conn.execute(_FINISH_ONE_GO, (int(self.target.lock_key), self.target.channel, holder, gen,
                                                        list(ids), now)).fetchall()
@@ -861,6 +863,6 @@ _INGEST_SET = "SELECT * FROM inbox_ingest_set(?, ?, ?::text[], ?::text[], ?::tex
 _COUNT_REFUSED_SET = """UPDATE inbox SET duplicates = inbox.duplicates + held.copies, last_duplicate_at = held.last
     FROM unnest(?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS held(source, source_id, copies, last)
    WHERE inbox.source = held.source AND inbox.source_id = held.source_id"""
-# The usual claim and finish, one statement each (pg_schema 0014), relaxed commits: see claim_at_once/finish_at_once.
+# The usual claim and finish, one statement each (pg_schema 0014), relaxed commits: see try_claim/try_finish.
 _CLAIM_ONE_GO = "SELECT * FROM inbox_claim_fresh(?, ?, ?, ?, ?, ?)"
 _FINISH_ONE_GO = "SELECT * FROM inbox_finish_done(?, ?, ?, ?, ?::bigint[], ?)"

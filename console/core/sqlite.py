@@ -32,7 +32,7 @@ from console.core.db import (
 from console.core.statements import CLAIM_ONE, COUNT_REFUSED, FINISH_ONE, INSERT_EVENT, LOG_ATTEMPT, SELECT_FRESH
 from console.core.walfeed import WalFeed
 
-# An ingest's one read (ingest_in_snapshot): is the key stored, and does the inbox carry a move mark.
+# An ingest's one read (try_ingest): is the key stored, and does the inbox carry a move mark.
 _STORED_OR_MARKED = """SELECT EXISTS (SELECT 1 FROM inbox WHERE source = ? AND source_id = ?),
                               EXISTS (SELECT 1 FROM move_mark)"""
 
@@ -41,7 +41,6 @@ class SqliteBackend:
     """One apsw connection to one inbox file."""
 
     name = "sqlite"
-    writes_at_once = False  # a statement is a function call here: the shared paths are the cheap ones
 
     def __init__(self, conn: apsw.Connection, path: str) -> None:
         self._conn = conn
@@ -131,7 +130,8 @@ class SqliteBackend:
                 for name in ("journal_mode", "synchronous", "page_size")}
         return {"sqlite_version": apsw.sqlite_lib_version(), **rows}
 
-    def ingest_in_snapshot(
+    # --- the usual ingest, claim and finish (Backend.try_*) ------------------------------------------------------
+    def try_ingest(
         self, source: str, source_id: str, encode: Callable[[], str], now: int
     ) -> tuple[bool, MoveMark | None] | None:
         # BEGIN (deferred) takes no lock; the read takes the snapshot, and the INSERT upgrades it to the write lock
@@ -159,19 +159,17 @@ class SqliteBackend:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
 
-    def ingest_at_once(self, source: str, source_id: str, text: str, now: int) -> tuple[bool, MoveMark | None]:
-        raise NotImplementedError("SQLite has no one-statement ingest (writes_at_once is False)")
-
-    def ingest_many_at_once(
+    # A statement is a function call here, not a round trip: the shared paths are the cheap ones for the rest.
+    def try_ingest_many(
         self, encoded: Sequence[tuple[str, str, str]], now: int
-    ) -> tuple[list[bool], MoveMark | None]:
-        raise NotImplementedError("SQLite has no one-statement ingest (writes_at_once is False)")
+    ) -> tuple[list[bool], MoveMark | None] | None:
+        return None
 
-    def claim_at_once(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
-        raise NotImplementedError("SQLite has no one-statement claim (writes_at_once is False)")
+    def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
+        return None
 
-    def finish_at_once(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
-        raise NotImplementedError("SQLite has no one-statement finish (writes_at_once is False)")
+    def try_finish(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
+        return False
 
     # --- a batch: a statement a row (a statement is a function call here, not a round trip) ----------
     def insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:

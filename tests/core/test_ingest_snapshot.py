@@ -1,5 +1,5 @@
 """Issue 22: on SQLite an ingest reads its key and the move mark, then writes, in one deferred transaction
-(Backend.ingest_in_snapshot): the write upgrades the read's snapshot to the write lock, which SQLite grants only
+(Backend.try_ingest): the write upgrades the read's snapshot to the write lock, which SQLite grants only
 if no other connection has committed since. So what the read saw still holds when the row is written. Another
 writer landing between the read and the write is made to happen here (apsw's statement trace runs it just before
 the INSERT), on a real file with two connections: the ingest takes the long way and still does the right thing."""
