@@ -140,10 +140,11 @@ class Backend(Protocol):
         ...
 
     def try_ingest_many(
-        self, encoded: Sequence[tuple[str, str, str]], now: int
+        self, encoded: Sequence[tuple[str, str, str]], now: int, *, traces: Mapping[tuple[str, str], str] | None = None
     ) -> tuple[list[bool], MoveMark | None] | None:
         """Store many events in one durable transaction unless the inbox carries a move mark: (for each, whether
-        it was new; a copy is counted on its stored row, as insert_events), the mark. None: declined."""
+        it was new; a copy is counted on its stored row, as insert_events; a new one keeps its trace context from
+        traces, by key), the mark. None: declined."""
         ...
 
     def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:

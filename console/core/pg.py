@@ -717,11 +717,13 @@ class PgBackend:
         return bool(stored), None if mark[0] is None else (str(mark[0]), str(mark[1]), int(mark[2]))
 
     def try_ingest_many(
-        self, encoded: Sequence[tuple[str, str, str]], now: int
+        self, encoded: Sequence[tuple[str, str, str]], now: int, *, traces: Mapping[tuple[str, str], str] | None = None
     ) -> tuple[list[bool], MoveMark | None] | None:
         if len({(source, source_id) for source, source_id, _ in encoded}) != len(encoded):
             return None  # a key twice in the call: insert_events' waves, in the shared path's transaction
-        columns = [[entry[part] for entry in encoded] for part in range(3)]
+        kept = traces or {}
+        columns: list[list[str | None]] = [[entry[part] for entry in encoded] for part in range(3)]
+        columns.append([kept.get((source, source_id)) for source, source_id, _ in encoded])
         rows = self._conn.locked_then_flushed(_INGEST_SET, (int(self.target.lock_key), self.target.channel, *columns,
                                                             now))
         self._conn.commits += 1  # the statement's own transaction
@@ -855,14 +857,16 @@ _INSERT_SET = f"""INSERT INTO inbox ({INSERT_COLUMNS})
      ORDER BY n
     {COUNT_A_COPY}
     RETURNING source, source_id, duplicates"""
-# ingest and ingest_many of keys each once in the call, one statement each (pg_schema 0013): answers (stored, the
+# ingest and ingest_many of keys each once in the call, one statement each (pg_schema 0020, 0021): answers (stored, the
 # move mark's state, other, at or NULLs), and a row per event (source, source_id, copies) or one row with the mark.
 _INGEST_ONE = "SELECT stored, mark_state, mark_other, mark_at, busy FROM inbox_ingest_one(?, ?, ?, ?, ?, ?, ?::boolean)"
-_INGEST_SET = "SELECT * FROM inbox_ingest_set(?, ?, ?::text[], ?::text[], ?::text[], ?)"
+_INGEST_SET = "SELECT * FROM inbox_ingest_set(?, ?, ?::text[], ?::text[], ?::text[], ?::text[], ?)"
 # Refused copies held in memory, counted on their events in one statement.
 _COUNT_REFUSED_SET = """UPDATE inbox SET duplicates = inbox.duplicates + held.copies, last_duplicate_at = held.last
     FROM unnest(?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS held(source, source_id, copies, last)
    WHERE inbox.source = held.source AND inbox.source_id = held.source_id"""
 # The usual claim and finish, one statement each (pg_schema 0014), relaxed commits: see try_claim/try_finish.
-_CLAIM_ONE_GO = "SELECT * FROM inbox_claim_fresh(?, ?, ?, ?, ?, ?)"
+# The claim hands back whole inbox rows (pg_schema 0021); the event's columns are picked here, in the core's order.
+_CLAIM_ONE_GO = (f"SELECT applied, {', '.join(f'(event_row).{column.strip()}' for column in EVENT_COLUMNS.split(','))} "
+                 "FROM inbox_claim_fresh(?, ?, ?, ?, ?, ?)")
 _FINISH_ONE_GO = "SELECT * FROM inbox_finish_done(?, ?, ?, ?, ?::bigint[], ?)"

@@ -161,7 +161,7 @@ class SqliteBackend:
 
     # A statement is a function call here, not a round trip: the shared paths are the cheap ones for the rest.
     def try_ingest_many(
-        self, encoded: Sequence[tuple[str, str, str]], now: int
+        self, encoded: Sequence[tuple[str, str, str]], now: int, *, traces: Mapping[tuple[str, str], str] | None = None
     ) -> tuple[list[bool], MoveMark | None] | None:
         return None
 

@@ -9,7 +9,7 @@ the session's one PostgreSQL server (tests/conftest.py), each in a schema of its
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +23,7 @@ from console.core.sqlite import SqliteBackend
 from tests.pg_server import PostgresServer, drop_schema
 
 NOW = 1_000
+IngestedSet = tuple[list[bool], MoveMark | None] | None
 HOLDER = "worker"
 
 
@@ -34,8 +35,8 @@ class SharedPathPgBackend(PgBackend):
                    now: int) -> tuple[bool, MoveMark | None] | None:
         return None
 
-    def try_ingest_many(self, encoded: Sequence[tuple[str, str, str]],
-                        now: int) -> tuple[list[bool], MoveMark | None] | None:
+    def try_ingest_many(self, encoded: Sequence[tuple[str, str, str]], now: int, *,
+                        traces: Mapping[tuple[str, str], str] | None = None) -> IngestedSet:
         return None
 
     def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
@@ -55,9 +56,9 @@ class CountingPgBackend(PgBackend):
                    now: int) -> tuple[bool, MoveMark | None] | None:
         return self._count("ingest", super().try_ingest(source, source_id, encode, now))
 
-    def try_ingest_many(self, encoded: Sequence[tuple[str, str, str]],
-                        now: int) -> tuple[list[bool], MoveMark | None] | None:
-        return self._count("ingest_many", super().try_ingest_many(encoded, now))
+    def try_ingest_many(self, encoded: Sequence[tuple[str, str, str]], now: int, *,
+                        traces: Mapping[tuple[str, str], str] | None = None) -> IngestedSet:
+        return self._count("ingest_many", super().try_ingest_many(encoded, now, traces=traces))
 
     def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
         return self._count("claim", super().try_claim(holder, gen, now, cap))
@@ -104,6 +105,20 @@ def ingest_a_set(store: Store) -> list[Any]:
     ]
 
 
+TRACE = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+
+
+def deliver_a_group(store: Store) -> list[Any]:
+    """The webhook receiver's group commit (Store.ingest_encoded_deliveries), with the traces senders sent."""
+    return [
+        _answer(lambda: store.ingest_deliveries([("web", "a", 1, None), ("web", "b", 2, None)], now=NOW,
+                                                traces={("web", "a"): TRACE})),
+        _answer(lambda: store.ingest_deliveries([("web", "a", 3, None), ("web", "c", 4, None)], now=NOW + 1,
+                                                traces={("web", "a"): TRACE.replace("01", "00"), ("web", "c"): TRACE})),
+        _answer(lambda: store.ingest_deliveries([("web", "d", 5, None), ("web", "d", 6, None)], now=NOW + 2)),
+    ]
+
+
 def claim_fresh(store: Store) -> list[Any]:
     store.ingest_many([("web", str(n), {"n": n}) for n in range(5)], now=NOW)
     gen = store.acquire(HOLDER, now=NOW)
@@ -138,10 +153,12 @@ def finish_staged_nothing(store: Store) -> list[Any]:
     return answers
 
 
-SCENARIOS = {"ingest one": ingest_one, "ingest a set": ingest_a_set, "claim fresh": claim_fresh,
+SCENARIOS = {"ingest one": ingest_one, "ingest a set": ingest_a_set, "deliver a group": deliver_a_group,
+             "claim fresh": claim_fresh,
              "finish a run that staged nothing": finish_staged_nothing}
 # Which fast paths each scenario must see taken on PostgreSQL (else it would compare the shared path with itself).
-TAKEN = {"ingest one": {"ingest"}, "ingest a set": {"ingest_many"}, "claim fresh": {"claim"},
+TAKEN = {"ingest one": {"ingest"}, "ingest a set": {"ingest_many"}, "deliver a group": {"ingest_many"},
+         "claim fresh": {"claim"},
          "finish a run that staged nothing": {"finish"}}
 
 
