@@ -205,6 +205,7 @@ class ClaudeAgent:
 
     def run(self, ctx: RunContext) -> None:
         fresh: list[Event] = []
+        answered: dict[int, Provenance] = {}  # an answer this agent saved no conversation for: its asker's trust
         for event in ctx.events:
             resumed = ctx.resumed(event)
             state = _saved_state(resumed)
@@ -212,10 +213,15 @@ class ClaudeAgent:
                 self._resume(ctx, event, resumed, state)
             else:
                 fresh.append(event)
+                if resumed is not None:
+                    answered[event.id] = Provenance.restored(None, sources=resumed.sources, origin=resumed.origin)
         fresh, payload_chars = self._within_budget(ctx, fresh)
         if fresh:
             key = "claude:" + ",".join(str(event.id) for event in fresh)
             provenance = Provenance.of_events(fresh)
+            for event in fresh:
+                for why in answered[event.id].tainted_by if event.id in answered else ():
+                    provenance.taint(why)
             opening = render_notes(ctx.memory_entries(), self.memory_chars, provenance) + render_events(
                 fresh, payload_chars)
             self._converse(ctx, Conversation(key, [{"role": "user", "content": opening}],

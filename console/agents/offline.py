@@ -140,8 +140,13 @@ class OfflineAgent:
         resumed = ctx.resumed(event)
         if resumed is None or resumed.answer == "unknown":
             return f"Nothing done: approval event {event.source_id} has no settled request behind it", None
-        # The call comes from the approvals row: exactly what the owner saw is what runs, once.
-        outcome = self.tools.execute_approved(ctx, resumed, event=event)
+        # The call comes from the approvals row: exactly what the owner saw is what runs, once, in the asking
+        # run's trust as the row keeps it (its origin).
+        provenance = Provenance.restored(None, sources=resumed.sources, origin=resumed.origin)
+        try:
+            outcome = self.tools.execute_approved(ctx, resumed, event=event, provenance=provenance)
+        finally:
+            ctx.record_trust(provenance.tainted_by)
         if outcome.outcome == "deferred":  # announced by run() with the other questions
             return "", next(a for a in ctx.approvals if a.request_id == outcome.request_id)
         return self._reported(resumed, outcome), None

@@ -53,32 +53,23 @@ class Provenance:
         return provenance
 
     @classmethod
-    def of_sources(cls, sources: Iterable[Mapping[str, Any]]) -> Provenance:
-        """From what started a run when only its sources are known (no payloads): untrusted by source alone."""
-        listed = [dict(source) for source in sources]
-        provenance = cls(listed)
-        for source in listed:
-            if str(source.get("source", "")) not in TRUSTED_SOURCES:
-                provenance.taint(_delivery(str(source.get("source", "")), str(source.get("source_id", "")),
-                                           source.get("event_id")))
-        return provenance
-
-    @classmethod
     def restored(cls, saved: Any, *, sources: Any = None, origin: Any = None) -> Provenance:
-        """A saved conversation's provenance (to_json), for its resume. A session saved before provenance was
-        kept falls back on the approval's origin, then on what started it; anything unreadable is untrusted."""
+        """A saved conversation's provenance, for its resume: exactly what was saved with it, never rebuilt from
+        the names of its sources (a telegram or email source is trusted or not by what its message was, which
+        its name does not say). `saved` is the session's (to_json); a session that kept none (an agent that
+        saves no conversation) resumes with the approval's `origin` (approval_origin: the same fields). Anything
+        unreadable, or nothing saved at all, is untrusted."""
         listed = [dict(s) for s in sources if isinstance(s, Mapping)] if isinstance(sources, list) else []
-        if isinstance(saved, Mapping):
-            tainted = saved.get("tainted_by")
-            kept = [dict(s) for s in saved.get("sources") or [] if isinstance(s, Mapping)] or listed
-            provenance = cls(kept, [str(t) for t in tainted] if isinstance(tainted, list) else [])
-            if saved.get("trusted") is not True and provenance.trusted:
-                provenance.taint("a saved conversation whose trust could not be read")
-            return provenance
-        provenance = cls.of_sources(listed)
-        if isinstance(origin, Mapping) and origin.get("trusted") is not True:
-            for why in origin.get("tainted_by") or [origin.get("summary") or "an untrusted run"]:
-                provenance.taint(str(why))
+        for kept in (saved, origin):
+            if isinstance(kept, Mapping) and "trusted" in kept:
+                tainted = kept.get("tainted_by")
+                started = [dict(s) for s in kept.get("sources") or [] if isinstance(s, Mapping)] or listed
+                provenance = cls(started, [str(t) for t in tainted] if isinstance(tainted, list) else [])
+                if kept.get("trusted") is not True and provenance.trusted:
+                    provenance.taint(str(kept.get("summary") or "a saved conversation whose trust could not be read"))
+                return provenance
+        provenance = cls(listed)
+        provenance.taint("a resumed conversation whose trust was not saved")
         return provenance
 
     # --- what it leaves behind ---------------------------------------------------------------------------
@@ -88,8 +79,9 @@ class Provenance:
                 "tainted_by": list(self.tainted_by)}
 
     def approval_origin(self) -> dict[str, Any]:
-        """The approvals row's `origin`: where the request came from, as the owner reads it."""
-        return {"trusted": self.trusted, "summary": self.summary(), "tainted_by": list(self.tainted_by)}
+        """The approvals row's `origin`: where the request came from, as the owner reads it (`summary`), and the
+        whole provenance (to_json), which a resume that saved no session of its own continues from."""
+        return {**self.to_json(), "summary": self.summary()}
 
     def summary(self) -> str:
         """'asked by a run that read untrusted content: github delivery 9a1f (#7), tool mcp__shop__lookup_order'

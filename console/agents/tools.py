@@ -405,7 +405,7 @@ class ToolGateway:
         by `sources`. `session` is what a resumed run continues from if the call has to ask. With may_ask
         False (a call has already asked in this turn) a call that would ask is answered with an error.
 
-        `provenance` is the conversation's trust (by its sources alone if not given): it decides which allow
+        `provenance` is the conversation's trust (its events' if not given): it decides which allow
         list applies, goes with an approval as where the request came from, and is tainted here when the call
         reads untrusted content (an open-world tool's result, a note an untrusted run wrote).
 
@@ -414,7 +414,8 @@ class ToolGateway:
         unknown is never run again unasked: the owner is asked whether to (see _unknown), unless the tool is
         repeatable (idempotentHint, or a server that honours the idempotency key), which is sent again under
         the same key."""
-        provenance = provenance if provenance is not None else Provenance.of_sources(sources)
+        if provenance is None:  # read from the events themselves (what each message was), never their names
+            provenance = Provenance.of_events([event, *(e for e in covers if e.id != event.id)])
         untrusted = not provenance.trusted
         trust = audit_provenance(provenance)  # as the call was decided: its own result may taint the run after
         tools, unavailable = self.catalogue()
