@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the script runs as `python bench/cli_bench.py`
 
 from console.core import Store  # noqa: E402
-from console.core.db import WAL_SIZE_LIMIT  # noqa: E402
+from console.core.backend import WAL_SIZE_LIMIT  # noqa: E402
 
 MB = 1024 * 1024
 NOW = 1_700_000_000

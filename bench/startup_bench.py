@@ -35,8 +35,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # the script runs as `python bench/startup_bench.py`
 
 from console.core import Store  # noqa: E402
-from console.core.db import INGEST_CHECK_SECONDS, START_CHECK_SECONDS, bounded_quick_check  # noqa: E402
-from console.core.gate import check_before_intake  # noqa: E402
+from console.core.db import bounded_quick_check  # noqa: E402
+from console.core.gate import (  # noqa: E402
+    INGEST_CHECK_SECONDS,
+    START_CHECK_SECONDS,
+    check_before_intake,
+)
 
 MB = 1024 * 1024
 NOW = 1_700_000_000

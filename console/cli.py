@@ -48,8 +48,8 @@ from console.core import STATUSES, Event, Store, Timer
 from console.core.approvals import ANSWERS
 from console.core.audit import AUDIT_FIELDS, audit_record
 from console.core.copy import abandon_move, inbox_name, move_inbox
-from console.core.db import INGEST_CHECK_SECONDS, damage_line
-from console.core.gate import check_before_intake
+from console.core.errors import damage_line
+from console.core.gate import INGEST_CHECK_SECONDS, check_before_intake
 from console.core.inbox import DISCARDABLE, REVIVABLE
 from console.core.models import PHONE_IGNORED, SpendRow, origin_in_words
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone

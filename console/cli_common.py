@@ -21,7 +21,8 @@ import click
 from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings, open_inbox
 from console.core import MAX_PAYLOAD_DEPTH, Store, StoreError
-from console.core.db import is_postgres, reporting_damage
+from console.core.errors import reporting_damage
+from console.core.pg_target import is_postgres
 from console.textsafe import json_terminal_safe, terminal_safe
 
 PROG = "agent-console"

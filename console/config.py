@@ -26,10 +26,10 @@ import platformdirs
 import tzlocal
 
 from console.core import Store
-from console.core.db import StoreError, is_postgres
+from console.core.errors import StoreError
 from console.core.models import BudgetDefaults
 from console.core.options import STORE_OPTION_NAMES, StoreOptions
-from console.core.pg_target import parse_target, with_inbox_params
+from console.core.pg_target import is_postgres, parse_target, with_inbox_params
 from console.core.spend import check_budget_usd
 from console.core.timers import validate_cron
 from console.pricing import parse_prices

@@ -97,6 +97,28 @@ def test_sql_lives_only_in_the_core() -> None:
     assert offenders == []
 
 
+# The SQLite backend's own modules, and the opener that picks it (and the core package that re-exports the Store).
+SQLITE_BACKEND = {"console.core.db", "console.core.sqlite", "console.core.walfeed", "console.core.store",
+                  "console.core"}
+
+
+def sqlite_driver_users(modules: dict[str, Path]) -> list[str]:
+    """Modules (by name) outside the SQLite backend that import apsw or its module (core/db.py)."""
+    return [name for name, path in modules.items() if name not in SQLITE_BACKEND
+            and any(within(used, "apsw") or within(used, "console.core.db") for used in imported(parsed(path)))]
+
+
+def test_no_backend_neutral_module_imports_the_sqlite_driver(tmp_path: Path) -> None:
+    """The store's errors are core/errors.py's, the checks' bounds core/gate.py's: the neutral modules (the Store's
+    mixins, the backend protocol, PostgreSQL's backend, the runtime, the edges, the CLI) import neither apsw nor
+    core/db.py."""
+    assert sqlite_driver_users({module_name(path): path for path in sorted(CONSOLE.rglob("*.py"))}) == []
+    planted = tmp_path / "planted.py"
+    planted.write_text("from console.core.db import StoreError\n")
+    assert sqlite_driver_users({"console.core.planted": planted, "console.core.db": planted}) == [
+        "console.core.planted"]
+
+
 def store_openers(tree: ast.Module) -> int:
     return sum(1 for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "open"
                and isinstance(node.value, ast.Name) and node.value.id == "Store")

@@ -3,15 +3,8 @@
 from console.core.approvals import approval_id
 from console.core.base import OutcomeUnknown, SendError, StaleGeneration
 from console.core.caps import CapReached, HeldMessage
-from console.core.db import (
-    MIN_SQLITE,
-    InboxIncomplete,
-    InboxMoved,
-    InboxMoving,
-    MoveRefusal,
-    StoreError,
-    StoreUnavailable,
-)
+from console.core.db import MIN_SQLITE
+from console.core.errors import InboxIncomplete, InboxMoved, InboxMoving, MoveRefusal, StoreError, StoreUnavailable
 from console.core.inbox import MAX_PAYLOAD_DEPTH
 from console.core.models import (
     DEAD_REASONS,

@@ -13,14 +13,28 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
-
-from console.core.db import QuickCheck
 
 # One line of an event's history: (event_id, at, kind, holder, gen, detail), the columns of `attempts`.
 AttemptEntry = tuple[int, int, str, str | None, int | None, str | None]
-# An inbox's part in a move: (state, the other inbox's name, since) (db.MOVE_MARK).
+# An inbox's part in a move: (state, the other inbox's name, since) (statements.MOVE_MARK).
 MoveMark = tuple[str, str, int]
+
+# SQLite's: the size the WAL is cut back to once a checkpoint has emptied it (PRAGMA journal_size_limit). A long
+# reader makes the WAL grow without bound while it reads (its snapshot keeps every later frame); without
+# a limit the file keeps that size for ever.
+WAL_SIZE_LIMIT = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class QuickCheck:
+    """What a bounded quick check found: problems (empty when none), and whether it read the whole file
+    (finished) or stopped at its time bound with that much of the file unread, in seconds taken."""
+
+    problems: list[str]
+    finished: bool
+    seconds: float
 
 
 class Rows(Protocol):

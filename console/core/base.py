@@ -9,7 +9,6 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from console.core.backend import AttemptEntry, Backend, Connection
-from console.core.db import one
 from console.core.models import ApprovalDraft, Lease, MemoryWrite, StrandedAnswer, ToolCallRecord
 from console.core.options import StoreOptions
 from console.core.statements import INSERT_EVENT, LOG_ATTEMPT
@@ -52,6 +51,13 @@ def dumps(value: Any) -> str:
 
 def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
+
+
+def one(conn: Any, sql: str, params: Any = ()) -> Any:
+    """The first column of the first row, or None."""
+    for row in conn.execute(sql, params):
+        return row[0]
+    return None
 
 
 class StoreBase:

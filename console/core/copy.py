@@ -28,7 +28,7 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from typing import Any
 
-from console.core.db import MoveRefusal, StoreError, StoreUnavailable, move_refusal
+from console.core.errors import MoveRefusal, StoreError, StoreUnavailable, move_refusal
 from console.core.store import Store
 
 # In the order the foreign keys need (batches before the messages and deliveries that name them).

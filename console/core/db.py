@@ -7,18 +7,31 @@ start of the transaction instead of failing one of them half-way with SQLITE_BUS
 from __future__ import annotations
 
 import os
-import re
 import stat
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import apsw
+
+from console.core.backend import WAL_SIZE_LIMIT as WAL_SIZE_LIMIT
+from console.core.backend import QuickCheck as QuickCheck
+from console.core.errors import InboxDamaged as InboxDamaged
+from console.core.errors import InboxIncomplete as InboxIncomplete
+from console.core.errors import InboxMoved as InboxMoved
+from console.core.errors import InboxMoving as InboxMoving
+from console.core.errors import MoveRefusal as MoveRefusal
+from console.core.errors import StoreError as StoreError
+from console.core.errors import StoreUnavailable as StoreUnavailable
+from console.core.errors import damage_line as damage_line
+from console.core.errors import damage_met as damage_met
+from console.core.errors import move_refusal as move_refusal
+from console.core.errors import newer_schema, older_schema_to_read, register_backend_errors
+from console.core.migrations import numbered_migrations as numbered_migrations
+from console.core.statements import MOVE_MARK as MOVE_MARK
 
 # Versions 3.7.0 to 3.51.2 carry the WAL-reset corruption bug, which needs two connections on one
 # file: exactly how this product runs (the console, the webhook receiver and CLI ingests).
@@ -30,10 +43,6 @@ BUSY_TIMEOUT_MS = 5000
 # rows (docs/performance.md). Only a new file takes it; an existing one keeps its size.
 NEW_FILE_PAGE_SIZE = 1024
 
-# The size the WAL is cut back to once a checkpoint has emptied it (PRAGMA journal_size_limit). A long
-# reader makes the WAL grow without bound while it reads (its snapshot keeps every later frame); without
-# a limit the file keeps that size for ever.
-WAL_SIZE_LIMIT = 4 * 1024 * 1024
 # How much the WAL takes before a commit checkpoints it (PRAGMA wal_autocheckpoint, in pages of the file's size).
 # SQLite's default is 1000 pages, whatever their size: 1 MB with our 1 KiB pages, so a checkpoint (an fsync of the
 # WAL, the pages copied, an fsync of the file, and the WAL header's own fsync when it starts over) every ~125
@@ -42,62 +51,8 @@ WAL_SIZE_LIMIT = 4 * 1024 * 1024
 WAL_CHECKPOINT_BYTES = 3 * 1024 * 1024
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_MIGRATION_NAME = re.compile(r"^(\d{4})_[a-z0-9_]+\.sql$")
-
-
-class StoreError(Exception):
-    """A problem the user can act on (bad path, not a database, read-only file, old SQLite)."""
-
-
-class StoreUnavailable(StoreError):
-    """The database could not take a write right now (busy for too long, disk or file full)."""
-
-
-class MoveRefusal(StoreError):
-    """The inbox takes no new work because of a move (`agent-console migrate`): every write transaction
-    raises it, so every writer (the engine, the receiver, the console, CLI writes) says the same one line."""
-
-
-class InboxMoving(MoveRefusal, StoreUnavailable):
-    """The inbox is being copied: a writer waits and tries again (a webhook gets 503 with Retry-After)."""
-
-
-class InboxMoved(MoveRefusal):
-    """The inbox was moved: its work goes on in the target."""
-
-
-class InboxIncomplete(MoveRefusal):
-    """The inbox is a copy that `migrate` has not finished."""
-
-
-# An inbox's part in a move, read first by every write transaction (schema migration 0016).
-MOVE_MARK = "SELECT state, other, at FROM move_mark WHERE one = 1"
-MOVE_STATES = ("moving", "moved", "incomplete")
-
-
-def move_refusal(state: str, other: str, at: int) -> MoveRefusal:
-    """The one line an inbox marked by a move answers every writer with."""
-    since = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at))
-    if state == "moving":
-        return InboxMoving(f"this inbox is being moved to {other} (agent-console migrate, since {since}): it takes "
-                           f"nothing new until the move is done, then use --db {other}; try again later")
-    if state == "moved":
-        return InboxMoved(f"this inbox was moved to {other} ({since}): it takes no new work; use --db {other}")
-    return InboxIncomplete(f"this inbox is an unfinished copy from {other} (agent-console migrate, {since}): "
-                           "run migrate again or delete it")
-
-
-class InboxDamaged(StoreError):
-    """The inbox is damaged (its check failed, or a read or write met a damaged page): it takes no new work
-    until a backup is restored. The message is one line, the same wherever the damage was found."""
-
-
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_postgres(target: object) -> bool:
-    """A PostgreSQL URL (a str) rather than the path of an inbox file."""
-    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+# apsw's errors are this backend's: the neutral modules know which mean damage without importing apsw.
+register_backend_errors(errors=apsw.Error, damage=(apsw.CorruptError, apsw.NotADBError))
 
 
 def sqlite_version() -> tuple[int, int, int]:
@@ -116,20 +71,6 @@ def check_sqlite_version(version: tuple[int, int, int] | None = None) -> None:
             f"SQLite {have} is too old: versions 3.7.0 to 3.51.2 can corrupt a WAL database shared by "
             f"two connections; agent-console needs {need} or newer (upgrade the apsw package)"
         )
-
-
-def numbered_migrations(folder: str) -> list[tuple[int, str, str]]:
-    """The numbered migrations shipped in console/core/<folder>, in order: (number, file name, SQL)."""
-    found = []
-    for entry in resources.files("console.core").joinpath(folder).iterdir():
-        match = _MIGRATION_NAME.match(entry.name)
-        if match:
-            found.append((int(match.group(1)), entry.name, entry.read_text(encoding="utf-8")))
-    found.sort()
-    numbers = [n for n, _, _ in found]
-    if numbers != list(range(1, len(numbers) + 1)):
-        raise RuntimeError(f"{folder} migrations must be numbered 1..N without gaps, found {numbers}")
-    return found
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -283,9 +224,9 @@ def _prepare_reader(conn: apsw.Connection, target: Path, check: bool) -> None:
     conn.set_busy_timeout(BUSY_TIMEOUT_MS)
     current = user_version(conn)
     if current > SCHEMA_VERSION:
-        raise newer_schema(target, current)
+        raise newer_schema(target, current, SCHEMA_VERSION)
     if current < SCHEMA_VERSION:
-        raise older_schema_to_read(target, current)
+        raise older_schema_to_read(target, current, SCHEMA_VERSION)
     if check:
         _refuse_damage(conn, target)
 
@@ -294,15 +235,6 @@ def _refuse_damage(conn: apsw.Connection, target: Path) -> None:
     problems = integrity_problems(conn, quick=True)
     if problems:
         raise InboxDamaged(damage_line(target, problems))
-
-
-def damage_line(path: str | os.PathLike[str], problems: list[str]) -> str:
-    """The one line that says an inbox is damaged: `check`'s first line, and the refusal of every command and
-    process that would give it new work."""
-    shown = "; ".join(problems[:3]) + ("; ..." if len(problems) > 3 else "")
-    count = f"{len(problems)} problem{'' if len(problems) == 1 else 's'}"
-    return (f"inbox {os.fspath(path)} is damaged: it failed its integrity check ({count}: {shown}); restore a "
-            "backup, see docs/reliability.md")
 
 
 def integrity_problems(conn: apsw.Connection, *, quick: bool = False) -> list[str]:
@@ -323,12 +255,6 @@ def _problem_lines(rows: list[tuple[Any, ...]]) -> list[str]:
     return [line for line in lines if line and not line.startswith("***")]
 
 
-# How long the check before intake may read: at the start of a long-lived process (`run`, `serve`, the console),
-# and in `ingest`, the one command that acknowledges outside input. SQLite's quick check reads every page (about
-# 0.75 s warm, 3 s cold for a 100 MB inbox of ordinary events), so a bound keeps the cost flat in the file's
-# size; what a bounded check leaves unread is `agent-console check`'s (docs/reliability.md).
-START_CHECK_SECONDS = 2.0
-INGEST_CHECK_SECONDS = 0.2
 # The check looks at the clock every this many of SQLite's virtual machine steps. Inside the integrity check one
 # step can be a page's whole walk (a long overflow chain): every 100 steps overshot a 0.1 s bound by ~0.1 s on
 # ~900 KB payloads, every 10 by under 10 ms, at no measurable cost to a whole check.
@@ -337,16 +263,6 @@ _CHECK_STEPS = 10
 # holds pages nobody asks for; with the default (2,000 KiB) the engine's writer kept them after its start-up
 # check for as long as the process ran (docs/performance.md, "1,000,000 events": peak RSS).
 QUICK_CHECK_CACHE_KIB = 128
-
-
-@dataclass(frozen=True)
-class QuickCheck:
-    """What a bounded quick check found: problems (empty when none), and whether it read the whole file
-    (finished) or stopped at its time bound with that much of the file unread, in seconds taken."""
-
-    problems: list[str]
-    finished: bool
-    seconds: float
 
 
 def bounded_quick_check(conn: apsw.Connection, *, seconds: float) -> QuickCheck:
@@ -379,30 +295,6 @@ def small_page_cache(conn: apsw.Connection) -> Iterator[None]:
         yield
     finally:
         conn.execute(f"PRAGMA cache_size = {size}")
-
-
-def is_damage(exc: BaseException) -> bool:
-    """SQLite met a damaged page (SQLITE_CORRUPT) or a file that is no longer a database (SQLITE_NOTADB);
-    PostgreSQL reported damaged data or index pages (SQLSTATE XX001, XX002)."""
-    if isinstance(exc, apsw.CorruptError | apsw.NotADBError | InboxDamaged):
-        return True
-    return getattr(exc, "sqlstate", None) in ("XX001", "XX002")
-
-
-def damage_met(path: str | os.PathLike[str], exc: BaseException) -> InboxDamaged:
-    """Damage met while reading or writing (no check ran first): the same one line, naming what was met."""
-    if isinstance(exc, InboxDamaged):
-        return exc
-    return InboxDamaged(damage_line(path, [str(exc)]))
-
-
-@contextmanager
-def reporting_damage(path: str | os.PathLike[str]) -> Iterator[None]:
-    """Damage met while reading (no check ran at open) is one line naming the file and what to do."""
-    try:
-        yield
-    except (apsw.CorruptError, apsw.NotADBError) as exc:
-        raise damage_met(path, exc) from exc
 
 
 def _open_error(target: Path, exc: apsw.Error) -> StoreError:
@@ -440,28 +332,11 @@ def user_version(conn: apsw.Connection) -> int:
     return int(conn.execute("PRAGMA user_version").fetchall()[0][0])
 
 
-def newer_schema(where: str | Path, current: int, known: int = SCHEMA_VERSION) -> StoreError:
-    """An inbox migrated by a later agent-console than this one (known: this one's last migration)."""
-    return StoreError(
-        f"inbox {where} has schema version {current}, newer than this agent-console "
-        f"understands ({known}); upgrade agent-console"
-    )
-
-
-def older_schema_to_read(where: str | Path, current: int, known: int = SCHEMA_VERSION) -> StoreError:
-    """A command that only reads met an inbox not yet migrated to this agent-console's schema."""
-    return StoreError(
-        f"inbox {where} has schema version {current}, older than this agent-console's "
-        f"({known}), and this command only reads: run a writing command once (`agent-console run`, "
-        f"or open the console) to upgrade it"
-    )
-
-
 def _migrate(conn: apsw.Connection, path: Path, upto: int) -> None:
     # Looked at outside a transaction first: a current file (nearly every open) takes no write lock.
     current = user_version(conn)
     if current > SCHEMA_VERSION:
-        raise newer_schema(path, current)
+        raise newer_schema(path, current, SCHEMA_VERSION)
     if current >= upto:
         return
     with transaction(conn, guarded=False):  # a moved inbox is migrated too: its reads need the current schema
@@ -562,13 +437,6 @@ def _unavailable(exc: apsw.Error) -> StoreUnavailable:
     if isinstance(exc, apsw.BusyError):
         return StoreUnavailable("the inbox is busy")
     return StoreUnavailable(f"the inbox cannot be written: {exc}")
-
-
-def one(conn: Any, sql: str, params: Any = ()) -> Any:
-    """The first column of the first row, or None."""
-    for row in conn.execute(sql, params):
-        return row[0]
-    return None
 
 
 def schema_dump(conn: apsw.Connection) -> list[tuple[str, str, str]]:

@@ -7,7 +7,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from console.core.base import CHAT_SOURCES, RESERVED_SOURCES, StoreBase, dumps, loads
-from console.core.db import move_refusal
+from console.core.errors import move_refusal
 from console.core.models import (
     STATUSES,
     ApprovalDraft,

@@ -31,19 +31,10 @@ import psycopg
 from psycopg.adapt import Dumper, Loader
 from psycopg.pq import TransactionStatus
 
-from console.core.backend import AttemptEntry, MoveMark
-from console.core.db import (
-    MOVE_MARK,
-    QuickCheck,
-    StoreError,
-    StoreUnavailable,
-    is_postgres,
-    move_refusal,
-    newer_schema,
-    numbered_migrations,
-    older_schema_to_read,
-)
-from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, parse_target
+from console.core.backend import AttemptEntry, MoveMark, QuickCheck
+from console.core.errors import StoreError, StoreUnavailable, move_refusal, newer_schema, older_schema_to_read
+from console.core.migrations import numbered_migrations
+from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, is_postgres, parse_target
 from console.core.statements import (
     CLAIM_SET,
     COUNT_A_COPY,
@@ -51,6 +42,7 @@ from console.core.statements import (
     INSERT_COLUMNS,
     INSERT_EVENT,
     LOG_ATTEMPT,
+    MOVE_MARK,
     SELECT_FRESH,
 )
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from console.core.base import StoreBase
-from console.core.db import move_refusal
+from console.core.errors import move_refusal
 from console.core.models import ReplayGuard
 
 # Rows swept per transaction: a constant plus twice what the transaction may add, so the sweep always

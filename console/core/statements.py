@@ -62,5 +62,9 @@ SELECT_FRESH = f"""SELECT id FROM inbox INDEXED BY inbox_fresh WHERE {FRESH} ORD
 FINISH_ONE = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
                 WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING id"""
 
+# --- a move (`migrate`) -----------------------------------------------------------------------------------------------
+# An inbox's part in a move, read first by every write transaction (schema migration 0016).
+MOVE_MARK = "SELECT state, other, at FROM move_mark WHERE one = 1"
+
 # --- history -------------------------------------------------------------------------------------------------------
 LOG_ATTEMPT = "INSERT INTO attempts (event_id, at, kind, holder, gen, detail) VALUES (?, ?, ?, ?, ?, ?)"

@@ -15,10 +15,10 @@ from typing import Any
 from console.core.agent_state import AgentStateMixin
 from console.core.approvals import ApprovalsMixin
 from console.core.audit import AuditMixin
-from console.core.backend import Backend, ChangeFeed
+from console.core.backend import Backend, ChangeFeed, QuickCheck
 from console.core.caps import CapsMixin
 from console.core.chats import ChatMixin
-from console.core.db import MoveRefusal, QuickCheck, StoreError, is_postgres, move_refusal
+from console.core.errors import MoveRefusal, StoreError, move_refusal
 from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
 from console.core.journal import JournalMixin
@@ -28,6 +28,7 @@ from console.core.memory import MemoryMixin
 from console.core.models import BudgetDefaults
 from console.core.options import StoreOptions
 from console.core.outbox import OutboxMixin
+from console.core.pg_target import is_postgres
 from console.core.phone import PhoneMixin
 from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin

@@ -32,7 +32,7 @@ from console import telemetry
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
 from console.core import MoveRefusal, StoreError
-from console.core.db import InboxDamaged
+from console.core.errors import InboxDamaged
 from console.edges.config import WebhookConfig, build_verifiers, parse_webhooks
 from console.edges.connections import BACKLOG, ConnectionGate, connection_cap
 from console.edges.phone_config import telegram_webhook

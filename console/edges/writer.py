@@ -20,14 +20,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-import apsw
-
 from console import telemetry
 from console.clock import Clock, WallClock
 from console.config import Settings, open_inbox
 from console.core import MoveRefusal, ReplayGuard, Store, StoreError, StoreUnavailable
-from console.core.db import START_CHECK_SECONDS, InboxDamaged, damage_met, is_damage
-from console.core.gate import check_before_intake
+from console.core.errors import InboxDamaged, damage_met, is_damage, is_storage_error
+from console.core.gate import START_CHECK_SECONDS, check_before_intake
 from console.futures import settle_future
 
 T = TypeVar("T")
@@ -76,7 +74,7 @@ _STOP = object()
 def _unavailable(exc: BaseException) -> StoreError:
     if isinstance(exc, StoreUnavailable | InboxDamaged | MoveRefusal):
         return exc
-    if isinstance(exc, StoreError | apsw.Error):
+    if is_storage_error(exc):
         return StoreUnavailable(f"the inbox could not take the write: {exc}")
     log.exception("the webhook writer failed unexpectedly")
     return StoreUnavailable(f"the inbox could not take the write ({type(exc).__name__})")
@@ -242,7 +240,7 @@ class IngestWriter:
             else:
                 self._deliver(group[0].future, None, ValueError("the event was refused by the inbox"))
             return
-        except Exception as exc:  # StoreError, apsw errors, or a bug: never a 2xx for an event not durable
+        except Exception as exc:  # StoreError, a backend's own errors, or a bug: never a 2xx for an event not durable
             self.stats.transactions += 1
             self.stats.failed += 1
             error = self._met_damage(exc) if is_damage(exc) else _unavailable(exc)

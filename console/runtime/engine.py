@@ -23,9 +23,9 @@ from console.agents.base import Agent
 from console.clock import Clock, WallClock
 from console.config import Settings, open_inbox
 from console.core import Store, StoreError
-from console.core.backend import ChangeFeed
-from console.core.db import START_CHECK_SECONDS, InboxDamaged, QuickCheck, damage_met, is_damage
-from console.core.gate import check_before_intake
+from console.core.backend import ChangeFeed, QuickCheck
+from console.core.errors import InboxDamaged, damage_met, is_damage
+from console.core.gate import START_CHECK_SECONDS, check_before_intake
 from console.core.outbox import OutboxChannel
 from console.notices import Notice, NoticeKind
 from console.runtime.dbthread import DbThread

@@ -8,7 +8,7 @@ import time
 
 from console import telemetry
 from console.core import Store
-from console.core.db import WAL_SIZE_LIMIT
+from console.core.backend import WAL_SIZE_LIMIT
 from console.core.retention import PruneReport
 from console.runtime.host import ServiceHost, service_loop
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import psycopg
 
 from console.core import Store
-from console.core.db import connect, numbered_migrations
+from console.core.db import connect
+from console.core.migrations import numbered_migrations
 from console.core.pg_target import parse_target
 from tests.pg_server import PostgresServer
 

@@ -11,8 +11,9 @@ import pytest
 
 from console.core import Store, StoreError
 from console.core.copy import move_inbox
-from console.core.db import QUICK_CHECK_CACHE_KIB, START_CHECK_SECONDS, InboxDamaged, bounded_quick_check
-from console.core.gate import check_before_intake
+from console.core.db import QUICK_CHECK_CACHE_KIB, bounded_quick_check
+from console.core.errors import InboxDamaged
+from console.core.gate import START_CHECK_SECONDS, check_before_intake
 from console.core.pg import SCHEMA_VERSION as PG_SCHEMA_VERSION
 
 

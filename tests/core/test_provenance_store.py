@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from console.core import Store
-from console.core.db import connect, numbered_migrations
+from console.core.db import connect
+from console.core.migrations import numbered_migrations
 from console.core.models import ApprovalDraft, MemoryWrite, TimerDraft
 
 UNTRUSTED = {"trusted": False, "event_id": 7, "source": "github", "source_id": "9a1f",

@@ -13,7 +13,8 @@ import apsw
 import pytest
 
 from console.core import Store
-from console.core.db import WAL_CHECKPOINT_BYTES, WAL_SIZE_LIMIT
+from console.core.backend import WAL_SIZE_LIMIT
+from console.core.db import WAL_CHECKPOINT_BYTES
 from tests.core.workers import spawn
 
 PAYLOAD = {"text": "x" * 2_000}

@@ -14,7 +14,7 @@ import pytest
 from console.assembly import build_engine, receiver_beside
 from console.clock import ManualClock
 from console.core import Store
-from console.core.db import InboxDamaged
+from console.core.errors import InboxDamaged
 from console.notices import Notice
 from tests.edges.conftest import NOW, webhook_settings
 from tests.edges.signing import ENV_NAMES, SECRETS, body_for, sign

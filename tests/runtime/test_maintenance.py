@@ -90,7 +90,7 @@ async def test_a_standby_engine_does_not_prune(tmp_path: Path) -> None:
 async def test_the_engine_truncates_a_wal_a_long_reader_left_large(tmp_path: Path) -> None:
     import subprocess
 
-    from console.core.db import WAL_SIZE_LIMIT
+    from console.core.backend import WAL_SIZE_LIMIT
     from tests.core.workers import spawn
 
     clock = ManualClock(START)
