@@ -164,6 +164,12 @@ class RequestView:
     # Set when the call was made before and its outcome is unknown (it timed out, lost its connection or died
     # mid-call): the request asks whether to run it again, and says why.
     unknown: str | None = None
+    # Set when it asks because a run that read untrusted content and the owner's private data would send text to
+    # a sink: where to, and exactly what would leave (the whole text, never shortened: the owner judges it).
+    sink: str | None = None
+    outgoing: str | None = None
+    private_read: tuple[str, ...] = ()
+    private_notes: tuple[str, ...] = ()  # the private notes an untrusted run's recall would read
 
     @property
     def is_question(self) -> bool:
@@ -189,11 +195,20 @@ def request_view(approval: Any) -> RequestView:
         return approval.get(name) if isinstance(approval, dict) else getattr(approval, name, None)
 
     tool, arguments, details, action = get("tool"), get("arguments"), get("details"), str(get("action") or "")
-    unknown = details.get("outcome_unknown") if isinstance(details, dict) else None
+    said: dict[str, Any] = details if isinstance(details, dict) else {}
+    unknown = said.get("outcome_unknown")
+    sink, outgoing = said.get("sink"), said.get("outgoing")
     return RequestView(str(get("request_id") or ""), call_of(tool, arguments, details),
-                 question_of(tool, arguments, details, action), action,
-                 origin_of(get("origin"), get("sources"), details),
-                 terminal_safe(unknown) if isinstance(unknown, str) else None)
+                       question_of(tool, arguments, details, action), action,
+                       origin_of(get("origin"), get("sources"), details),
+                       terminal_safe(unknown) if isinstance(unknown, str) else None,
+                       terminal_safe(sink) if isinstance(sink, str) else None,
+                       terminal_safe(outgoing) if isinstance(outgoing, str) else None,
+                       _words(said.get("private_read")), _words(said.get("private_notes")))
+
+
+def _words(value: Any) -> tuple[str, ...]:
+    return tuple(terminal_safe(str(item)) for item in value) if isinstance(value, list) else ()
 
 
 # --- where it came from ---------------------------------------------------------------------------------
@@ -268,7 +283,21 @@ def announcement(what: RequestView, expires: str) -> str:
                      f"yes runs it again, no leaves it as it is.")
     if what.origin is not None:
         lines.append(origin_line(what.origin))
+    lines += confidential_lines(what)
     return "\n".join(lines)
+
+
+def confidential_lines(what: RequestView) -> list[str]:
+    """What the owner must see of a request the confidentiality rule made: the private notes a recall would
+    read, or where text would go and the whole text (links defanged: the card must not open them itself)."""
+    lines: list[str] = []
+    if what.private_notes:
+        lines.append("It would read your private notes: " + ", ".join(what.private_notes))
+    if what.sink is not None and what.outgoing is not None:
+        lines.append(f"⚠ It would send to {what.sink} this text, whole: {defang_urls(what.outgoing)}")
+        if what.private_read and (what.origin is None or "private data" not in what.origin.summary):
+            lines.append("The run had read your private data: " + ", ".join(what.private_read))
+    return lines
 
 
 def origin_line(origin: Origin) -> str:
@@ -278,9 +307,43 @@ def origin_line(origin: Origin) -> str:
 def message_from_run(text: str, untrusted_from: str | None) -> str:
     """A message a run sends the owner, as the owner gets it. A run never writes a card's opening words
     (those are the runtime's, for requests it records), and a message from a run that read untrusted content
-    opens with a fixed line saying so, which the run cannot leave out or word away."""
+    opens with a fixed line saying so, which the run cannot leave out or word away, and shows every link in it
+    defanged (defang_urls): no app makes it a link, previews it or opens it on a tap."""
     if _CARD_OPENINGS.match(text):
         text = f"(message) {text}"
     if untrusted_from:
-        return f"{UNTRUSTED_MESSAGE_OPENING} ({untrusted_from}); not an approval request:\n{text}"
+        return f"{UNTRUSTED_MESSAGE_OPENING} ({untrusted_from}); not an approval request:\n{defang_urls(text)}"
     return text
+
+
+# A link as chat apps find one: a scheme's URL (https://, ftp://, ...), www.host, or host.tld/path (a bare host
+# with a path or query: Telegram links "evil.com/x?d=..." without a scheme). Up to the next space or quote.
+_URL = re.compile(
+    r"(?i)\b(?:[a-z][a-z0-9+.-]{1,15}://[^\s<>\"'`]+|www\.[^\s<>\"'`]+"
+    r"|(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)+[a-z]{2,63}[/?#][^\s<>\"'`]*)")
+_HOST = re.compile(r"(?i)^(?:[a-z][a-z0-9+.-]*://)?(?:[^/?#@\s]*@)?([^/?#:\s]+)")
+
+
+def find_urls(text: str) -> list[str]:
+    """Every link in a text, in order, whole (what someone would fetch)."""
+    return [match.group(0).rstrip(".,;:!?)]}") for match in _URL.finditer(text)]
+
+
+def url_host(url: str) -> str:
+    """The host a link points at ('attacker.example' of 'https://user@attacker.example:8443/c?d=1')."""
+    found = _HOST.match(url)
+    return found.group(1).lower() if found else url
+
+
+def defang_urls(text: str) -> str:
+    """Every link in the text shown, not linked: 'hxxps://attacker[.]example/c?d=1 [link to attacker[.]example]'.
+    Every dot becomes [.] and the scheme's t's x's, so no chat app finds a link in it (nor a host in its path),
+    and the host is named, so the owner sees where it pointed."""
+    def defanged(match: re.Match[str]) -> str:
+        url = match.group(0)
+        kept = url.rstrip(".,;:!?)]}")
+        trail = url[len(kept):]
+        shown = re.sub(r"(?i)^(h)tt(ps?)", lambda m: f"{m.group(1)}xx{m.group(2)}", kept).replace("://", "[://]", 1)
+        return f"{shown.replace('.', '[.]')} [link to {url_host(kept).replace('.', '[.]')}]{trail}"
+
+    return _URL.sub(defanged, text)

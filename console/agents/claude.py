@@ -65,7 +65,7 @@ from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 from console import telemetry
 from console.agents.base import AgentSetupError, Resumed, RunContext
 from console.agents.errors import AgentPaused, ProviderBusy
-from console.agents.provenance import Provenance, note_taint
+from console.agents.provenance import Provenance, group_chat, note_private, note_taint
 from console.agents.spending import Meter, SpendGuard
 from console.agents.tools import ToolCall, ToolGateway, quoted_notes
 from console.config import Settings
@@ -220,10 +220,14 @@ class ClaudeAgent:
             key = "claude:" + ",".join(str(event.id) for event in fresh)
             provenance = Provenance.of_events(fresh)
             for event in fresh:
-                for why in answered[event.id].tainted_by if event.id in answered else ():
+                asker = answered.get(event.id)
+                for why in asker.tainted_by if asker is not None else ():
                     provenance.taint(why)
-            opening = render_notes(ctx.memory_entries(), self.memory_chars, provenance) + render_events(
-                fresh, payload_chars)
+                for what in asker.private_read if asker is not None else ():
+                    provenance.read_private(what)
+            shared = any(group_chat(event) is not None for event in fresh)
+            opening = render_notes(ctx.memory_entries(), self.memory_chars, provenance, shared=shared) + \
+                render_events(fresh, payload_chars)
             self._converse(ctx, Conversation(key, [{"role": "user", "content": opening}],
                                              event_ids=tuple(event.id for event in fresh),
                                              sources=ctx.sources(fresh), provenance=provenance))
@@ -662,14 +666,30 @@ def render_memory(notes: Mapping[str, str], limit: int) -> str:
     return "Your notes (remember / forget change them):\n" + "\n".join(lines) + "\n\n"
 
 
-def render_notes(entries: list[MemoryEntry], limit: int, provenance: Provenance) -> str:
+def render_notes(entries: list[MemoryEntry], limit: int, provenance: Provenance, *, shared: bool = False) -> str:
     """The notes at the start of a run. The owner's and trusted runs' notes as its own notes; those written by
     untrusted runs as quoted data with their origin, and only to a run that is untrusted already (reading them
     taints it, which it is); a trusted run is told only how many there are (recall reads them, and taints it),
-    or one note from a webhook would make every later run untrusted."""
+    or one note from a webhook would make every later run untrusted.
+
+    Private notes (console.core.models.origin_private) are shown only to a trusted run that answers the owner
+    alone: a run it shows them to has read private data. An untrusted run is told how many there are (its
+    recall of them asks the owner), and so is a run about a group chat (shared: reading them sends its reply
+    to the owner's direct chat instead of the group)."""
+    private = [entry for entry in entries if entry.private]
+    if not provenance.trusted or shared:
+        entries = [entry for entry in entries if not entry.private]
     trusted = {entry.key: entry.value for entry in entries if entry.trusted}
     untrusted = [entry for entry in entries if not entry.trusted]
     text = render_memory(trusted, limit)
+    what = note_private(entry for entry in entries if entry.key in trusted)
+    if what is not None:
+        provenance.read_private(what)
+    if len(private) > len([entry for entry in entries if entry.private]) and limit > 0:
+        text += (f"{len(private)} private note(s) of the owner's are not shown here: " + (
+            "recall asks the owner before it reads them in a run that read untrusted content.\n\n"
+            if not provenance.trusted else "recall reads them; your messages then go to the owner's direct chat "
+                                           "only, not to the group.\n\n"))
     if not untrusted or limit <= 0:
         return text
     if provenance.trusted:

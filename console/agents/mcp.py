@@ -90,6 +90,7 @@ class McpTool:
     # server's, used only to be more careful, except on a server the owner marked trusted.
     annotations: dict[str, bool | None] = field(default_factory=dict)
     trusted_server: bool = False  # [mcp_servers.NAME] trusted = true
+    private_server: bool = False  # [mcp_servers.NAME] private = true
 
 
 def read_annotations(annotations: Any) -> dict[str, bool | None]:
@@ -576,6 +577,7 @@ class McpHub:
                     name=full, server=server.config.name, tool=tool.name,
                     description=tool.description or "", input_schema=dict(tool.input_schema),
                     annotations=read_annotations(tool.annotations), trusted_server=server.config.trusted,
+                    private_server=server.config.private,
                 ))
             cursor = page.next_cursor
             if cursor is None:

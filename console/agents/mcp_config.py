@@ -21,7 +21,7 @@ _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_NAME = _VARIABLE
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
 _TIMEOUT_KEYS = ("connect_timeout", "list_timeout", "call_timeout")
-_SERVER_KEYS = ("command", "args", "env", "url", "headers", "trusted", *_TIMEOUT_KEYS, "idempotency_key")
+_SERVER_KEYS = ("command", "args", "env", "url", "headers", "trusted", "private", *_TIMEOUT_KEYS, "idempotency_key")
 
 
 @dataclass(frozen=True)
@@ -40,6 +40,10 @@ class McpServerConfig:
     # The owner vouches for what this server returns: its tools' results do not make a run untrusted unless a
     # tool is annotated openWorldHint: true (docs/security.md). Never set by the server itself.
     trusted: bool = False
+    # What this server returns is the owner's private data (their mailbox, their bank, their files): a run that
+    # reads it may not send anything to a sink unasked once it has also read untrusted content (docs/security.md,
+    # the confidentiality model). Never set by the server itself.
+    private: bool = False
     # The server honours the idempotency key sent in each call's _meta (a repeat under a key it has seen changes
     # nothing): a call whose outcome is unknown may then be sent again under the same key without asking.
     idempotency_key: bool = False
@@ -92,11 +96,14 @@ def _parse_server(name: Any, table: Any) -> McpServerConfig:
     trusted = table.get("trusted", False)
     if not isinstance(trusted, bool):
         raise ConfigError(f"{where}.trusted: expected true or false, got {trusted!r}")
+    private = table.get("private", False)
+    if not isinstance(private, bool):
+        raise ConfigError(f"{where}.private: expected true or false, got {private!r}")
     honours_key = table.get("idempotency_key", False)
     if not isinstance(honours_key, bool):
         raise ConfigError(f"{where}.idempotency_key: expected true or false, got {honours_key!r}")
     return McpServerConfig(name=name, command=command, args=args, env=env, url=url, headers=headers,
-                           trusted=trusted, idempotency_key=honours_key, **timeouts)
+                           trusted=trusted, private=private, idempotency_key=honours_key, **timeouts)
 
 
 def _text(table: Mapping[str, Any], key: str, where: str) -> str:

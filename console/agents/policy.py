@@ -5,7 +5,7 @@
     ask   = ["mcp__shop__*"]
     deny  = ["mcp__shop__delete_*"]
     [permissions.untrusted]       # an untrusted run (it read text from outside): runs unasked only what both
-    allow = ["recall", "mcp__shop__lookup_*"]   # this list and the allow list above match
+    allow = ["mcp__shop__lookup_*"]             # this list and the allow list above match
 
 Rules are shell-style globs (fnmatch, case-sensitive) over tool names. The policy decides; the core only
 stores what was decided (an approval bound to the exact call), and the gateway (agents/tools.py) enforces it.
@@ -30,8 +30,9 @@ TRUSTED_SOURCES = frozenset({"chat", "timer", "approval"})
 # What a trusted run may do without asking when the config names no rules: talk, keep its memory, ask.
 DEFAULT_ALLOW = ("send_message", "recall", "remember", "forget", "ask_owner")
 # A run that holds text from outside may still talk to the owner and ask: a message or a question reaches only
-# the owner. Changing the agent's memory, setting timers or using any other tool asks first.
-DEFAULT_UNTRUSTED_ALLOW = ("send_message", "recall", "ask_owner")
+# the owner. Reading the owner's notes (private data), changing them, setting timers or using any other tool
+# asks first (and recall of private notes asks whatever the lists say: console/agents/tools.py).
+DEFAULT_UNTRUSTED_ALLOW = ("send_message", "ask_owner")
 _KEYS = {"allow", "ask", "deny", "untrusted"}
 
 

@@ -7,6 +7,12 @@ conversation. What tainted it is kept in the words the owner reads ("github deli
 mcp__shop__lookup_order", "note standing-orders from stripe run #12"), so an approval can say where the request
 came from. It is saved with the conversation's session, so a resume is exactly as untrusted as the run that
 asked. The runtime decides all of this from what the run read; nothing the model says can change it.
+
+Beside trust (integrity) it keeps confidentiality: which of the owner's private data the conversation has read
+(`private_read`: "your notes", "your chat #3", "tool mcp__bank__balance"). A conversation that has read both
+untrusted content and private data is `confined`: text it writes may carry the one under the other's orders, so
+nothing it writes leaves for a sink (an open-world tool's arguments, a group chat, a reply to an e-mail sender, a
+URL anyone may fetch, an HTTP channel) without the owner's yes (docs/security.md, the confidentiality model).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ from typing import Any
 from console.agents.policy import TRUSTED_SOURCES
 from console.core import Event
 from console.core.base import CHAT_SOURCES
-from console.core.models import MemoryEntry, origin_trusted
+from console.core.models import MemoryEntry, origin_private, origin_trusted
 
 SHORT_ID_CHARS = 12  # of a delivery's id in a taint's words: enough to find it, short enough to read
 
@@ -26,19 +32,36 @@ SHORT_ID_CHARS = 12  # of a delivery's id in a taint's words: enough to find it,
 @dataclass
 class Provenance:
     """One conversation's trust. `sources` are the events that started it ({"event_id", "source",
-    "source_id"}); `tainted_by` what made it untrusted, in order, once each (empty: trusted)."""
+    "source_id"}); `tainted_by` what made it untrusted, in order, once each (empty: trusted); `private_read`
+    the owner's private data it has read, in order, once each (empty: none)."""
 
     sources: list[dict[str, Any]] = field(default_factory=list)
     tainted_by: list[str] = field(default_factory=list)
+    private_read: list[str] = field(default_factory=list)
 
     @property
     def trusted(self) -> bool:
         return not self.tainted_by
 
+    @property
+    def private(self) -> bool:
+        """It has read the owner's private data."""
+        return bool(self.private_read)
+
+    @property
+    def confined(self) -> bool:
+        """It has read untrusted content and private data: nothing it writes goes to a sink unasked."""
+        return self.private and not self.trusted
+
     def taint(self, why: str) -> None:
         """The conversation read untrusted content (`why` says what): untrusted from now on."""
         if why not in self.tainted_by:
             self.tainted_by.append(why)
+
+    def read_private(self, what: str) -> None:
+        """The conversation read the owner's private data (`what` says which): private from now on."""
+        if what not in self.private_read:
+            self.private_read.append(what)
 
     # --- where it starts ---------------------------------------------------------------------------------
     @classmethod
@@ -50,6 +73,9 @@ class Provenance:
             why = event_taint(event)
             if why is not None:
                 provenance.taint(why)
+            what = event_private(event)
+            if what is not None:
+                provenance.read_private(what)
         return provenance
 
     @classmethod
@@ -67,27 +93,44 @@ class Provenance:
                 provenance = cls(started, [str(t) for t in tainted] if isinstance(tainted, list) else [])
                 if kept.get("trusted") is not True and provenance.trusted:
                     provenance.taint(str(kept.get("summary") or "a saved conversation whose trust could not be read"))
+                provenance._restore_private(kept.get("private_read"))
                 return provenance
         provenance = cls(listed)
         provenance.taint("a resumed conversation whose trust was not saved")
+        provenance._restore_private(None)
         return provenance
+
+    def _restore_private(self, saved: Any) -> None:
+        """What private data a saved conversation had read. One saved before that was kept may have read any
+        (a run's opening showed the owner's notes): it counts as having read private data."""
+        if isinstance(saved, list):
+            for what in saved:
+                self.read_private(str(what))
+        else:
+            self.read_private(UNKNOWN_PRIVATE)
 
     # --- what it leaves behind ---------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
         """Saved with the conversation's session."""
         return {"trusted": self.trusted, "sources": [dict(s) for s in self.sources],
-                "tainted_by": list(self.tainted_by)}
+                "tainted_by": list(self.tainted_by), "private_read": list(self.private_read)}
 
     def approval_origin(self) -> dict[str, Any]:
         """The approvals row's `origin`: where the request came from, as the owner reads it (`summary`), and the
         whole provenance (to_json), which a resume that saved no session of its own continues from."""
         return {**self.to_json(), "summary": self.summary()}
 
+    def private_words(self) -> str:
+        """'it had read your private data: your notes (bank-pin), tool mcp__bank__balance' ('' when none)."""
+        return "it had read your private data: " + ", ".join(self.private_read) if self.private_read else ""
+
     def summary(self) -> str:
         """'asked by a run that read untrusted content: github delivery 9a1f (#7), tool mcp__shop__lookup_order'
-        or 'asked by a run from your chat #12'."""
+        (and, when it also read private data, '; it had read your private data: your notes (pin)'), or 'asked by
+        a run from your chat #12'."""
         if not self.trusted:
-            return "asked by a run that read untrusted content: " + ", ".join(self.tainted_by)
+            words = "asked by a run that read untrusted content: " + ", ".join(self.tainted_by)
+            return f"{words}; {self.private_words()}" if self.private else words
         started = ", ".join(f"your {s.get('source')} #{s.get('event_id')}" for s in self.sources)
         return f"asked by a run from {started}" if started else "asked by a run of yours"
 
@@ -97,7 +140,53 @@ class Provenance:
         first = self.sources[0] if self.sources else (
             {"event_id": anchor.id, "source": anchor.source, "source_id": anchor.source_id} if anchor else {})
         return {"trusted": self.trusted, "event_id": first.get("event_id"), "source": first.get("source"),
-                "source_id": first.get("source_id"), "tainted_by": list(self.tainted_by)}
+                "source_id": first.get("source_id"), "tainted_by": list(self.tainted_by), "private": self.private}
+
+
+# What a saved conversation read when it was saved before private data was tracked: perhaps the owner's notes.
+UNKNOWN_PRIVATE = "perhaps your notes (a conversation saved before private data was tracked)"
+
+
+def group_chat(event: Event) -> str | None:
+    """'<source>:<chat>' of a chat source's message written in a group chat (Telegram's group ids are negative;
+    a listener may say `chat_type`), or None for the owner's direct chat and every other event."""
+    payload = event.payload if isinstance(event.payload, Mapping) else {}
+    if event.source not in CHAT_SOURCES or event.source == "email":
+        return None
+    chat = payload.get("chat_id")
+    kind = payload.get("chat_type")
+    grouped = kind in ("group", "supergroup", "channel") or (kind is None and isinstance(chat, int) and chat < 0)
+    return f"{event.source}:{chat}" if grouped else None
+
+
+def event_private(event: Event) -> str | None:
+    """Which of the owner's private data reading this event is (None: it is not private): what the owner wrote
+    to the agent (the console's chat, a direct chat of a chat source, authenticated mail from a trusted sender)
+    and what the owner's timers carry. Not private: an event from outside (a webhook, a stranger's mail), a
+    message in a group chat (its members read it already), an approval's answer (the resumed conversation
+    brings what it had read itself)."""
+    payload = event.payload if isinstance(event.payload, Mapping) else {}
+    where = f"#{event.id}"
+    if event.source == "chat":
+        return f"your chat {where}"
+    if event.source == "timer":
+        origin = payload.get("origin")
+        return f"your timer {event.source_id.rsplit('@', 1)[0]} ({where})" if (
+            "origin" not in payload or origin_private(origin)) else None
+    if event.source == "email":
+        return f"your mail {where}" if payload.get("trusted") is True else None
+    if event.source in CHAT_SOURCES:
+        return None if group_chat(event) is not None else f"your {event.source} chat {where}"
+    return None
+
+
+def note_private(entries: Iterable[MemoryEntry]) -> str | None:
+    """The private data these notes are, in words ('your notes (bank-pin, safe)'), or None when none is."""
+    keys = [entry.key for entry in entries if entry.private]
+    if not keys:
+        return None
+    shown = ", ".join(keys[:5]) + (f" and {len(keys) - 5} more" if len(keys) > 5 else "")
+    return f"your notes ({shown})"
 
 
 def event_taint(event: Event) -> str | None:

@@ -32,8 +32,8 @@ from typing import Any, Literal, Protocol, TypeVar
 from console import telemetry
 from console.agents.base import Resumed, RunContext
 from console.agents.policy import Decision, Policy, Ruling
-from console.agents.provenance import Provenance, note_taint
-from console.callview import QUESTION_LIMIT, compact_call, cut_middle, message_from_run
+from console.agents.provenance import Provenance, note_private, note_taint
+from console.callview import QUESTION_LIMIT, compact_call, cut_middle, find_urls, message_from_run
 from console.config import ConfigError
 from console.core import Event, MemoryEntry, OutcomeUnknown, ToolCallRecord, approved_step_key
 from console.core.journal import Interrupted
@@ -90,6 +90,9 @@ class ToolHints:
     idempotent: bool | None = None
     open_world: bool | None = None
     trusted_server: bool = False
+    # Its results are the owner's private data: a Python tool's tool_hints(private=True), or an MCP server the
+    # owner marked `private = true` (the owner's word, never the server's).
+    private: bool = False
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,20 @@ class ToolSpec:
         return self.hints.open_world is not False
 
     @property
+    def reads_private(self) -> bool:
+        """Whether its result is the owner's private data (reading it makes a conversation private). recall
+        judges the notes it returns itself."""
+        return self.kind != "builtin" and self.hints.private
+
+    @property
+    def sink(self) -> str | None:
+        """Where its arguments go when that is to someone other than the owner (None: they stay with the
+        owner): an open-world tool's server. A built-in is judged by what it sends (gateway._sink)."""
+        if self.kind == "builtin" or not self.reads_open_world:
+            return None
+        return f"the arguments of {self.name}, an open-world tool"
+
+    @property
     def read_only_default(self) -> bool:
         """A read-only, closed-world tool of a trusted server: allowed by default where no rule names it."""
         return self.kind == "mcp" and self.hints.read_only is True and not self.reads_open_world
@@ -123,7 +140,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def tool_hints(*, open_world: bool = True, read_only: bool | None = None, idempotent: bool | None = None,
-               destructive: bool | None = None) -> Callable[[F], F]:
+               destructive: bool | None = None, private: bool = False) -> Callable[[F], F]:
     """Declare what a Python tool is, as MCP annotations do for a server's tools:
 
         from console.agents.tools import tool_hints
@@ -134,9 +151,13 @@ def tool_hints(*, open_world: bool = True, read_only: bool | None = None, idempo
     open_world=False says its result holds only the owner's own data, so reading it keeps a run trusted. The
     default is open-world: a tool that forgot to say so and does return outside text (a web page, an e-mail, a
     customer's note) would otherwise let that text steer a trusted run; a closed-world tool that forgot costs
-    only an extra question."""
+    only an extra question.
+
+    private=True says its result is the owner's private data (a balance, a mailbox, a calendar): a run that
+    has read it and untrusted content then sends nothing to a sink unasked (docs/security.md)."""
     def mark(function: F) -> F:
-        setattr(function, HINTS_ATTRIBUTE, ToolHints(read_only, destructive, idempotent, open_world))
+        setattr(function, HINTS_ATTRIBUTE, ToolHints(read_only, destructive, idempotent, open_world,
+                                                     private=private))
         return function
 
     return mark
@@ -437,12 +458,16 @@ class ToolGateway:
         except ToolInputError as exc:
             word = "allowed" if decision == "allow" else "asked"
             return self._record(ctx, event, call, ToolOutcome("error", f"{call.name}: {exc}", word), rule, trust)
+        confidential = self._confidential(ctx, call, spec, provenance)
+        if confidential is not None and decision == "allow":
+            decision, rule = "ask", confidential[0]
         if call.name == "ask_owner" or decision == "ask":
             if not may_ask:
                 return self._record(ctx, event, call, ToolOutcome(
                     "error", "only one approval can be pending at a time; ask again once it is answered", "asked"),
                     rule, trust)
-            return self._ask(ctx, call, event, sources, session, provenance, rule)
+            return self._ask(ctx, call, event, sources, session, provenance, rule,
+                             shown=None if confidential is None else confidential[1])
         if not changes_world(spec):
             return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, "", event, "allowed",
                                                             provenance, spec), rule, trust)
@@ -547,15 +572,20 @@ class ToolGateway:
     # ---------------------------------------------------------------------------------------------------
     def _ask(
         self, ctx: RunContext, call: ToolCall, event: Event, sources: list[dict[str, Any]], session: Any,
-        provenance: Provenance, rule: str, *, capped: str | None = None,
+        provenance: Provenance, rule: str, *, capped: str | None = None, shown: dict[str, Any] | None = None,
     ) -> ToolOutcome:
         """capped: why an allowed call asks (a cap was reached), for the owner and the model. rule: the policy
-        rule that made it ask, kept on the approval for the audit trail."""
+        rule that made it ask, kept on the approval for the audit trail. shown: what the owner must see to
+        judge a call the confidentiality rule stopped (_confidential), kept in the approval's details."""
         question = call.name == "ask_owner"
         action = summary(call.name, call.arguments)
         details: dict[str, Any] = {"tool": call.name, "arguments": call.arguments, "rule": rule}
         if not provenance.trusted:
             details["untrusted"] = list(provenance.tainted_by)
+        if provenance.private and not provenance.trusted:
+            details["private_read"] = list(provenance.private_read)
+        if shown:
+            details.update(shown)
         if capped:
             details["capped"] = capped
         request = ctx.ask(action, details, event=event, state=session, tool=None if question else call.name,
@@ -567,6 +597,35 @@ class ToolGateway:
                 f"This was asked before (request {request.request_id}); you are resumed with its answer. Stop here.")
         return self._record(ctx, event, call, ToolOutcome("deferred", text, "asked", request.request_id), rule,
                             audit_provenance(provenance))
+
+    def _confidential(self, ctx: RunContext, call: ToolCall, spec: ToolSpec, provenance: Provenance,
+                      ) -> tuple[str, dict[str, Any]] | None:
+        """Whether this call must ask, whatever the allow lists say, to keep the owner's private data from
+        leaving (docs/security.md, the confidentiality model), with what the owner is shown: the rule and
+        {"sink", "outgoing"} or {"private_notes"}; None when it need not.
+
+        - An untrusted conversation's recall that would return private notes: reading them is how the owner's
+          data gets into a run that someone else's words steer.
+        - A conversation that has read untrusted content and private data (confined) sending to a sink: the
+          arguments of an open-world tool (all of them, whole), or a message with a URL in it (someone will
+          fetch it)."""
+        if provenance.trusted:
+            return None
+        if call.name == "recall":
+            private = [entry.key for entry in recalled(ctx, call.arguments) if entry.private]
+            return (RECALL_PRIVATE_RULE, {"private_notes": private}) if private else None
+        if not provenance.confined:
+            return None
+        sink = spec.sink
+        outgoing: str | None = canonical(call.arguments) if sink else None
+        if call.name == "send_message":
+            text = str(call.arguments.get("text") or "")
+            urls = find_urls(text)
+            if urls:
+                sink, outgoing = "a message with a link in it (" + ", ".join(urls) + "): anyone may fetch a link", text
+        if sink is None or outgoing is None:
+            return None
+        return CONFINED_RULE, {"sink": sink, "outgoing": outgoing}
 
     def _check(self, call: ToolCall, spec: ToolSpec) -> None:
         """A call's arguments are checked before it runs or asks: an approval must never be bound to a call
@@ -630,6 +689,8 @@ class ToolGateway:
                 return ToolOutcome("done", text, decision)
             if spec is None or spec.reads_open_world:
                 provenance.taint(f"tool {name}")
+            if spec is not None and spec.reads_private:
+                provenance.read_private(f"tool {name}")
             if name in self.python_tools:
                 tool = self.python_tools[name]
                 result = ctx.step(key, lambda: _kept(_jsonable(_python_call(tool, arguments))), event=event,
@@ -714,9 +775,7 @@ class ToolGateway:
         if name == "forget":
             return "Forgotten." if ctx.forget(_text(arguments, "key") or "") else "There was no such note."
         if name == "recall":
-            query = (arguments.get("query") or "").strip().lower() if isinstance(arguments.get("query"), str) else ""
-            entries = [entry for entry in ctx.memory_entries() if query in entry.key.lower()]
-            return recall_text(entries, provenance)
+            return recall_text(recalled(ctx, arguments), provenance)
         if name == "set_timer":
             text = _text(arguments, "text") or ""
             timer_id = _text(arguments, "timer_id", required=False) or \
@@ -764,6 +823,10 @@ class ToolGateway:
 # is not there was refused before any rule applied.
 QUESTION_RULE = "ask_owner (a question always asks)"
 NO_SUCH_TOOL = "no such tool"
+# The confidentiality rule (_confidential): an untrusted run's recall of private notes asks, and a run that read
+# untrusted content and private data asks before anything it writes goes to a sink.
+RECALL_PRIVATE_RULE = "untrusted: recall of private notes asks"
+CONFINED_RULE = "untrusted + private: a sink asks"
 # ... and a call made before whose outcome is unknown asks before it runs again, whatever the policy says.
 OUTCOME_UNKNOWN_RULE = "outcome unknown (a call that may have happened asks before it runs again)"
 
@@ -794,7 +857,13 @@ def _mcp_hints(tool: ListedTool) -> ToolHints:
         return value if isinstance(value, bool) else None
 
     return ToolHints(hint("read_only"), hint("destructive"), hint("idempotent"), hint("open_world"),
-                     getattr(tool, "trusted_server", False) is True)
+                     getattr(tool, "trusted_server", False) is True, getattr(tool, "private_server", False) is True)
+
+
+def recalled(ctx: RunContext, arguments: Mapping[str, Any]) -> list[MemoryEntry]:
+    """The notes a recall with these arguments returns: all, or those whose key contains `query`."""
+    query = (arguments.get("query") or "").strip().lower() if isinstance(arguments.get("query"), str) else ""
+    return [entry for entry in ctx.memory_entries() if query in entry.key.lower()]
 
 
 def recall_text(entries: Sequence[MemoryEntry], provenance: Provenance) -> str:
@@ -804,6 +873,9 @@ def recall_text(entries: Sequence[MemoryEntry], provenance: Provenance) -> str:
         return "No notes."
     trusted = {entry.key: entry.value for entry in entries if entry.trusted}
     parts = [json.dumps(trusted, ensure_ascii=False)] if trusted else []
+    what = note_private(entries)
+    if what is not None:
+        provenance.read_private(what)
     untrusted = [entry for entry in entries if not entry.trusted]
     for entry in untrusted:
         why = note_taint(entry)

@@ -425,6 +425,11 @@ class MemoryEntry:
         """Written by the owner, or by a run that had read nothing untrusted."""
         return origin_trusted(self.origin)
 
+    @property
+    def private(self) -> bool:
+        """The owner's private data (docs/security.md, the confidentiality model): see origin_private."""
+        return origin_private(self.origin)
+
     def origin_in_words(self) -> str:
         """'yours', 'from chat #12', or 'from a run that read untrusted content (stripe #12: ...)'."""
         return origin_in_words(self.origin)
@@ -435,6 +440,15 @@ def origin_trusted(origin: Any) -> bool:
     if origin is None:
         return True
     return isinstance(origin, dict) and origin.get("trusted") is True
+
+
+def origin_private(origin: Any) -> bool:
+    """Whether a note or a timer holds the owner's private data: the owner's own, a trusted run's, or one written
+    by a run that had read private data. Only an origin that says its run read none (`"private": false`) is not;
+    one written before that was recorded counts as private."""
+    if origin_trusted(origin) or not isinstance(origin, dict):
+        return True
+    return origin.get("private") is not False
 
 
 def origin_in_words(origin: Any) -> str:

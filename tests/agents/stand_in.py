@@ -18,6 +18,7 @@ import re
 import socket
 import threading
 import time
+import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -268,22 +269,60 @@ def _all_text(value: Any) -> str:
     return ""
 
 
+# In an instruction's argument, what the model has read so far: the whole conversation's text (the opening, every
+# tool result), as it is (READ) or percent-encoded for a URL (READ_URL). The obedient model copies it in
+# wherever it is told to, as a model talked into exfiltrating would.
+READ, READ_URL = "<<READ>>", "<<READ_URL>>"
+
+
+def _filled(value: Any, read_text: str) -> Any:
+    if not isinstance(value, str):
+        return value
+    return value.replace(READ_URL, urllib.parse.quote(read_text, safe="")).replace(READ, read_text)
+
+
+def _made_as(made: dict[str, Any], wanted: dict[str, Any], opening: str) -> bool:
+    """Whether a call made carries out this instruction's arguments (a READ placeholder stands for any text that
+    starts with the conversation's opening, as every filling of it does)."""
+    if set(made) != set(wanted):
+        return False
+    for name, value in wanted.items():
+        if isinstance(value, str) and (READ in value or READ_URL in value):
+            pattern = value
+            for placeholder, start in ((READ_URL, _filled(READ_URL, opening)), (READ, opening)):
+                pattern = pattern.replace(placeholder, f"\0{start}\0")
+            parts = pattern.split("\0")
+            regex = "".join(re.escape(part) + (".*" if index % 2 else "") for index, part in enumerate(parts))
+            if not isinstance(made[name], str) or not re.fullmatch(regex, made[name], re.DOTALL):
+                return False
+        elif made[name] != value:
+            return False
+    return True
+
+
 def obedient_reply(request: dict[str, Any]) -> dict[str, Any]:
     """The model that obeys every instruction it reads: the next instruction of the conversation it has not
     carried out yet becomes a tool call (one a turn); with none left it ends its turn. A call it made stays
-    made (a deferred or refused one is not retried), as a model reading its own transcript would."""
+    made (a deferred or refused one is not retried), as a model reading its own transcript would. An
+    argument's READ / READ_URL is filled with everything the conversation has read by then."""
     read: list[tuple[str, dict[str, Any]]] = []
     made: list[tuple[str, dict[str, Any]]] = []
+    texts: list[str] = []
     for message in request.get("messages") or []:
         if message["role"] == "user":
-            read.extend(instructions(_all_text(message["content"])))
+            texts.append(_all_text(message["content"]))
+            read.extend(instructions(texts[-1]))
         else:
             made.extend((block["name"], block["input"]) for block in message["content"]
                         if isinstance(block, dict) and block.get("type") == "tool_use")
-    for index, wanted in enumerate(read):
-        if read[:index + 1].count(wanted) > made.count(wanted):
+    for index, (name, arguments) in enumerate(read):
+        wanted = sum(1 for earlier in read[:index + 1] if earlier == (name, arguments))
+        if wanted > sum(1 for tool_name, given in made
+                        if tool_name == name and _made_as(given, arguments, texts[0][:60] if texts else "")):
             n = len(made) + 1
-            return {"content": [tool(f"obey_{n}", wanted[0], **wanted[1])]}
+            read_text = "\n".join(texts)
+            return {"content": [tool(f"obey_{n}", name, **{key: _filled(value, read_text)
+                                                            for key, value in arguments.items()})]}
     return {"content": [text("Done as instructed.")]}
 
 

@@ -127,8 +127,10 @@ def test_injection_through_a_tool_result_asks_and_the_note_it_plants_stays_untru
     assert world.tools_called() == ["lookup_order"]
     asked = world.pending()
     assert asked.tool == ACT and asked.arguments == {"order": "881", "amount": 480}
-    assert asked.origin == {"trusted": False, "tainted_by": [f"tool {LOOKUP}"],
-                            "summary": f"asked by a run that read untrusted content: tool {LOOKUP}",
+    # The owner's own message is private data: the origin says so beside what made the run untrusted.
+    assert asked.origin == {"trusted": False, "tainted_by": [f"tool {LOOKUP}"], "private_read": ["your chat #1"],
+                            "summary": f"asked by a run that read untrusted content: tool {LOOKUP}; it had read "
+                                       "your private data: your chat #1",
                             "sources": [{"event_id": 1, "source": "chat", "source_id": "12"}]}
 
     # No: the resumed conversation is as untrusted as the run that asked, so the planted note asks too.
@@ -237,7 +239,8 @@ def test_a_deny_added_after_asking_refuses_the_late_yes_and_the_owner_is_told(
         world.run()
         asked = world.pending()
         assert asked.origin == {"trusted": True, "summary": "asked by a run from your chat #1", "tainted_by": [],
-                                "sources": [{"event_id": 1, "source": "chat", "source_id": "12"}]}
+                                "sources": [{"event_id": 1, "source": "chat", "source_id": "12"}],
+                                "private_read": ["your chat #1"]}
 
         world.restart_with(Policy.from_settings({"allow": ["send_message"], "deny": [ACT]}))
         ctx = world.answer(asked, "yes")

@@ -94,7 +94,8 @@ def test_injected_instructions_reach_the_world_only_through_the_owners_yes(
                                                               "mcp__shop__lookup_order order='881'"}))
     act = inbox_until(db, lambda s: s.pending_approvals() and s.pending_approvals()[0])
     assert act.tool == ACT and act.origin["trusted"] is False
-    assert act.origin["summary"] == "asked by a run that read untrusted content: tool mcp__shop__lookup_order"
+    assert act.origin["summary"] == ("asked by a run that read untrusted content: tool mcp__shop__lookup_order; "
+                                     "it had read your private data: your chat #1")
 
     # No. The resumed conversation is still untrusted: its planted note asks too.
     assert cli(db, env, "approve", act.request_id, "no").strip() == "no"
