@@ -92,26 +92,42 @@ RECENT_IN_STATUS = 3  # settled approvals `status` lists under the pending ones 
                    "(env AGENT_CONSOLE_DB).")
 @click.option("--config", "config_path", type=FilePath(),
               help="A TOML config file (default: config.toml in your user config folder, if it exists).")
-@click.option("--demo", is_flag=True, help="Open the console with demo data and controls.")
+@click.option("--demo", is_flag=True,
+              help="Open the console on a demo in a world of its own: built-in settings (none of your config, "
+                   "channels, servers or keys), a temporary inbox with scripted traffic, removed on quit.")
+@click.option("--keep-demo", "keep_demo", type=click.Path(path_type=Path), metavar="DIR",
+              help="With --demo: run it in DIR (made owner-only; it must not exist or be empty) and keep it after "
+                   "quitting, to look at its inbox and telemetry.")
 @click.option("--read-only", "read_only", is_flag=True,
               help="Open the console read-only: it watches the inbox and cannot answer, retry, discard, inject or "
                    "stall (its engine never takes the lease). For a second screen or a shared terminal.")
 @click.version_option(__version__, prog_name=PROG)
 @click.pass_context
-def main(ctx: click.Context, db: Path | str | None, config_path: Path | None, demo: bool, read_only: bool) -> None:
+def main(ctx: click.Context, db: Path | str | None, config_path: Path | None, demo: bool, keep_demo: Path | None,
+         read_only: bool) -> None:
     """A terminal console for one person's always-on agent. With no command, opens the console.
 
     Settings come from defaults, then the config file, then AGENT_CONSOLE_<SETTING> environment
     variables (e.g. AGENT_CONSOLE_LEASE_TTL=30), then --db.
     """
-    state = CliState(config_path, db, demo)
+    state = CliState(config_path, db)
     ctx.obj = state
     if read_only and ctx.invoked_subcommand is not None:
         raise UserError(f"--read-only opens the console read-only; it goes without a command, not before "
                         f"`{ctx.invoked_subcommand}`")
     if read_only and demo:
         raise UserError("--read-only and --demo do not go together: the demo's inbox is a throwaway to play with")
-    if ctx.invoked_subcommand is None:
+    if keep_demo is not None and not demo:
+        raise UserError("--keep-demo keeps the demo's folder; it goes with --demo")
+    if demo and ctx.invoked_subcommand is not None:
+        raise UserError(f"--demo opens the console on a demo; it goes without a command, not before "
+                        f"`{ctx.invoked_subcommand}`")
+    if demo and (db is not None or config_path is not None):
+        raise UserError("--demo runs in a world of its own (built-in settings, a temporary inbox): it takes no "
+                        "--db or --config")
+    if demo:
+        _open_demo(keep_demo)
+    elif ctx.invoked_subcommand is None:
         _open_console(state, read_only=read_only)
 
 
@@ -130,12 +146,23 @@ def _open_console(state: CliState, *, read_only: bool = False) -> None:
     settings = state.settings()
     if not read_only:  # a read-only console creates nothing: no folder, no inbox
         ensure_default_db_folder(settings)
+    _console_part("run_app")(settings, read_only=read_only)
+
+
+def _open_demo(keep: Path | None) -> None:
+    """The demo reads no settings at all: a broken or full config of the owner's neither stops nor feeds it."""
+    _console_part("run_demo_app")(keep=keep)
+    if keep is not None:
+        _say(f"the demo's inbox, shop and telemetry are kept in {keep.expanduser().absolute()}")
+
+
+def _console_part(name: str) -> Any:
     app = _import_part("console.tui.app", "this build has no console (console.tui.app is missing); "
                        "see --help for the commands")
-    run_app = getattr(app, "run_app", None)
-    if run_app is None:
-        raise UserError("this build's console has no run_app; see --help for the commands")
-    run_app(settings, demo=state.demo, read_only=read_only)
+    part = getattr(app, name, None)
+    if part is None:
+        raise UserError(f"this build's console has no {name}; see --help for the commands")
+    return part
 
 
 # --- run: the headless engine ------------------------------------------------------------------

@@ -198,7 +198,6 @@ class CliState:
 
     config_path: Path | None
     db: Path | str | None
-    demo: bool
     _settings: Settings | None = None
 
     def settings(self) -> Settings:

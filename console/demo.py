@@ -1,19 +1,25 @@
-"""Scripted traffic for `agent-console --demo`: every pane moves within the first minute.
+"""`agent-console --demo`: its world of its own, and the scripted traffic that moves every pane within a minute.
 
-Driven only through the Engine API (ingest, write), on the wall clock, against a fresh temporary
-inbox: a webhook delivered twice, a chat burst, a poison event, an approval that expires in a
-minute, a one-minute timer and a short outbox gap.
+The world: a fresh folder (owner-only, removed on quit unless kept), the built-in settings with an inbox in it, and
+an environment without the owner's secrets. It never reads the owner's config file, their AGENT_CONSOLE_* variables
+or the secrets file, so it has no channel but the console, no e-mail, no webhook receiver, no MCP server but the
+example shop (its orders in the folder), the offline agent, and telemetry only to the folder's own file.
+
+The traffic is driven only through the Engine API (ingest, write), on the wall clock: a webhook delivered twice, a
+chat burst, a poison event, an approval that expires in a minute, a one-minute timer and a short outbox gap.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-from collections.abc import Awaitable, Callable
+import contextlib
+import os
+import tempfile
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from console.config import Settings
+from console.config import ConfigError, Settings
 from console.core import Store
 
 DEMO_GAP = 20  # seconds between held sends, so the outbox countdown is watchable
@@ -28,12 +34,65 @@ class DemoEngine(Protocol):
     def clock(self) -> Any: ...
 
 
-def demo_settings(settings: Settings, folder: Path) -> Settings:
-    """The user's settings with a fresh inbox in `folder` and short intervals."""
-    return dataclasses.replace(
-        settings, db=folder / "demo-inbox.db", outbox_gap=DEMO_GAP, approval_expiry=DEMO_APPROVAL_EXPIRY,
-        lease_ttl=DEMO_LEASE_TTL, backoff_base=3, backoff_max=10,
-    )
+# What the demo's process keeps of its environment: the terminal's, the locale's, where things are (so that a
+# program, a home, a temporary folder and Python's own paths are found). Everything else goes: API keys, tokens,
+# passwords, OTEL_EXPORTER_OTLP_* (the owner's collector), AGENT_CONSOLE_* (the owner's settings), PG* (their
+# database). Every part that reads the environment (telemetry, ${VAR} in MCP settings, an agent's key, parts not
+# written yet) then cannot find them, rather than each having to be told to look away.
+KEPT_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "COLORTERM",
+                            "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR",
+                            "TMPDIR", "TZ", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8",
+                            "PYTHONIOENCODING", "SYSTEMROOT"})
+KEPT_PREFIXES = ("LC_", "XDG_", "TEXTUAL")
+
+
+def demo_settings(folder: Path) -> Settings:
+    """The demo's settings: the built-in defaults (never the owner's config file or variables) with the inbox,
+    the example shop's orders and the telemetry file in `folder`, and short intervals so every pane moves."""
+    return Settings(db=folder / "demo-inbox.db", instructions=folder / "instructions.md", agent="offline",
+                    outbox_gap=DEMO_GAP, approval_expiry=DEMO_APPROVAL_EXPIRY, lease_ttl=DEMO_LEASE_TTL,
+                    backoff_base=3, backoff_max=10)
+
+
+def demo_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The variables the demo keeps of `environ` (KEPT_VARIABLES, KEPT_PREFIXES)."""
+    return {name: value for name, value in environ.items()
+            if name in KEPT_VARIABLES or name.startswith(KEPT_PREFIXES)}
+
+
+@contextlib.contextmanager
+def demo_world(keep: Path | None = None) -> Iterator[Settings]:
+    """The demo's settings in a folder of its own, with this process's environment narrowed to demo_environment
+    (the demo is a process of its own: `agent-console --demo`). The folder is owner-only (0700) and removed when
+    the demo ends, or with `keep` made at that path (which must not exist, or be an empty folder) and kept."""
+    if keep is None:
+        folder_context: contextlib.AbstractContextManager[str] = tempfile.TemporaryDirectory(
+            prefix="agent-console-demo-")  # mkdtemp's folder is 0700 whatever the umask
+    else:
+        folder_context = contextlib.nullcontext(str(_kept_folder(keep)))
+    with folder_context as folder:
+        before = dict(os.environ)
+        os.environ.clear()
+        os.environ.update(demo_environment(before))
+        try:
+            yield demo_settings(Path(folder))
+        finally:
+            os.environ.clear()
+            os.environ.update(before)
+
+
+def _kept_folder(path: Path) -> Path:
+    path = path.expanduser().absolute()
+    try:
+        path.mkdir(mode=0o700, parents=True)
+    except FileExistsError:
+        if not path.is_dir() or any(path.iterdir()):
+            raise ConfigError(f"--keep-demo: {path} already exists and is not an empty folder; name a new one") \
+                from None
+    except OSError as exc:
+        raise ConfigError(f"--keep-demo: cannot make {path}: {exc.strerror}") from None
+    path.chmod(0o700)  # an empty folder given for the demo: its inbox will hold the demo's payloads
+    return path
 
 
 def github_push(delivery: str) -> dict[str, Any]:

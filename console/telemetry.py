@@ -236,7 +236,7 @@ class JsonLinesFile:
         """One request's JSON text, as a line."""
         line = (request + "\n").encode()
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)  # beside private payloads
             with contextlib.suppress(FileNotFoundError):
                 if self.path.stat().st_size + len(line) > self.max_bytes:
                     self._rotate()

@@ -19,7 +19,6 @@ import contextlib
 import gc
 import logging
 import sys
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -37,10 +36,11 @@ from textual.notifications import Notification, Notify, SeverityLevel
 from textual.screen import Screen
 from textual.worker import Worker, WorkerCancelled, WorkerFailed
 
+from console import telemetry
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings, open_inbox
 from console.core import Store, StoreError
-from console.demo import demo_settings
+from console.demo import demo_world
 from console.notices import Notice, NoticeKind
 from console.textsafe import terminal_safe, terminal_safe_lines
 from console.timefmt import plural
@@ -696,15 +696,22 @@ class ConsoleApp(App[None]):
         self.query_one(LeasePane).stall()
 
 
-def run_app(settings: Settings, *, demo: bool = False, read_only: bool = False) -> None:
-    """Open the console on settings.db, or with demo=True on a fresh temporary inbox with scripted traffic;
-    read_only: a console that watches and changes nothing."""
-    if demo:
-        with tempfile.TemporaryDirectory(prefix="agent-console-demo-") as folder:
-            _run(demo_settings(settings, Path(folder)), demo=True)
-        return
+def run_app(settings: Settings, *, read_only: bool = False) -> None:
+    """Open the console on settings.db; read_only: a console that watches and changes nothing."""
     open_inbox(settings, read_only=read_only).close()  # a bad inbox fails here, before the screen
     _run(settings, demo=False, read_only=read_only)
+
+
+def run_demo_app(*, keep: Path | None = None) -> None:
+    """`--demo`: the console in the demo's world of its own (console/demo.py), with scripted traffic. Its folder is
+    removed on quit, or with `keep` kept there."""
+    with demo_world(keep) as settings:
+        try:
+            _run(settings, demo=True)
+        finally:
+            # The last spans are written now, while the folder is there: the SDK's own flush at exit came after
+            # the folder was removed and made it again (a leftover agent-console-demo-* folder, 0755).
+            telemetry.configure(None)
 
 
 def _run(settings: Settings, *, demo: bool, read_only: bool = False) -> None:
@@ -719,4 +726,4 @@ def _start_demo(app: ConsoleApp) -> None:
     start_demo_traffic(app, app.engine)
 
 
-__all__ = ["ConsoleApp", "EngineNotice", "run_app"]
+__all__ = ["ConsoleApp", "EngineNotice", "run_app", "run_demo_app"]

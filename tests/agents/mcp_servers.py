@@ -1,8 +1,9 @@
 """Real MCP servers for the hub's tests, written with the `mcp` SDK.
 
 - over stdio: this file run as a program (`python tests/agents/mcp_servers.py NAME`), recording every call it
-  receives as a JSON line in $CALL_LOG, so a test sees what reached the server, from another process (with
-  `--http PORT` after the name, the same program serves streamable HTTP on 127.0.0.1:PORT);
+  receives as a JSON line in $CALL_LOG (and its process id in $START_LOG, if set, as it starts), so a test sees
+  what reached the server, from another process (with `--http PORT` after the name, the same program serves
+  streamable HTTP on 127.0.0.1:PORT);
 - over streamable HTTP: `serve_http(NAME)`, the SDK's app under uvicorn on 127.0.0.1 with a free port, in a
   thread of the test process, recording calls in memory.
 
@@ -215,6 +216,10 @@ def main() -> None:
         with call_log.open("a", encoding="utf-8") as handle:
             handle.write(json.dumps(call) + "\n")
 
+    started = os.environ.get("START_LOG")
+    if started:  # a test that must see whether the server was started at all, called or not
+        with Path(started).open("a", encoding="utf-8") as handle:
+            handle.write(f"{os.getpid()}\n")
     server = build(name, record, os.environ.get("CUSTOMER_NOTE", ""), may_exit=True)
     if len(sys.argv) > 3 and sys.argv[2] == "--http":  # over streamable HTTP, in a process a test can kill
         uvicorn.run(server.streamable_http_app(), host="127.0.0.1", port=int(sys.argv[3]), log_level="warning")

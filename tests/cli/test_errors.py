@@ -210,16 +210,36 @@ def test_bad_default_config_file_is_reported(tmp_path: Path, db: Path) -> None:
 def test_no_command_opens_the_console_with_settings_and_demo(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[tuple[Any, bool, bool]] = []
+    calls: list[tuple[Any, bool]] = []
+    demos: list[Path | None] = []
     fake = types.ModuleType("console.tui.app")
-    fake.run_app = lambda settings, *, demo, read_only: calls.append((settings, demo, read_only))  # type: ignore[attr-defined]
+    fake.run_app = lambda settings, *, read_only: calls.append((settings, read_only))  # type: ignore[attr-defined]
+    fake.run_demo_app = lambda *, keep: demos.append(keep)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "console.tui.app", fake)
-    result = invoke(["--db", str(tmp_path / "x.db"), "--demo"], env={"AGENT_CONSOLE_LEASE_TTL": "7"})
+    result = invoke(["--db", str(tmp_path / "x.db")], env={"AGENT_CONSOLE_LEASE_TTL": "7"})
     assert result.exit_code == 0, result.stderr
-    [(settings, demo, read_only)] = calls
-    assert (settings.db, settings.lease_ttl, demo, read_only) == (tmp_path / "x.db", 7, True, False)
+    [(settings, read_only)] = calls
+    assert (settings.db, settings.lease_ttl, read_only) == (tmp_path / "x.db", 7, False)
     assert invoke([]).exit_code == 0
-    assert calls[1][1:] == (False, False) and calls[1][0].db.parent.is_dir()  # the default data folder was made
+    assert calls[1][1] is False and calls[1][0].db.parent.is_dir()  # the default data folder was made
+    # The demo reads no settings: a broken config file does not stop it.
+    broken = tmp_path / "home" / "config" / "agent-console" / "config.toml"
+    broken.parent.mkdir(parents=True, exist_ok=True)
+    broken.write_text("[webhooks\n")
+    assert invoke(["--demo"]).exit_code == 0
+    result = invoke(["--demo", "--keep-demo", str(tmp_path / "kept")])
+    assert result.exit_code == 0 and f"kept in {tmp_path / 'kept'}" in result.stdout
+    assert demos == [None, tmp_path / "kept"] and len(calls) == 2
+
+
+@pytest.mark.parametrize(("args", "words"), [
+    (["--demo", "--db", "x.db"], ["--demo", "no --db or --config"]),
+    (["--demo", "--config", "c.toml"], ["--demo", "no --db or --config"]),
+    (["--demo", "status"], ["--demo", "`status`"]),
+    (["--keep-demo", "d"], ["--keep-demo", "goes with --demo"]),
+])
+def test_the_demo_takes_nothing_of_the_owners(args: list[str], words: list[str]) -> None:
+    user_error(args, *words)
 
 
 def test_a_build_without_the_console_says_so_in_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -230,7 +250,7 @@ def test_a_build_without_the_console_says_so_in_one_line(monkeypatch: pytest.Mon
 def test_the_console_is_not_opened_with_bad_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[object] = []
     fake = types.ModuleType("console.tui.app")
-    fake.run_app = lambda settings, *, demo, read_only: calls.append(settings)  # type: ignore[attr-defined]
+    fake.run_app = lambda settings, *, read_only: calls.append(settings)  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "console.tui.app", fake)
     user_error([], "AGENT_CONSOLE_OUTBOX_GAP", env={"AGENT_CONSOLE_OUTBOX_GAP": "-1"})
     assert calls == []

@@ -8,7 +8,7 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -23,15 +23,18 @@ ROWS, COLS = 24, 80
 
 
 class Terminal:
-    def __init__(self, db: Path, home: Path) -> None:
+    def __init__(self, db: Path | None, home: Path, *, args: Sequence[str] = (),
+                 env: Mapping[str, str] | None = None) -> None:
+        """The console on db (None: no --db) with args after it, its user folders under home, env added."""
         env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color", XDG_CONFIG_HOME=str(home / "config"),
                    XDG_DATA_HOME=str(home / "data"), XDG_STATE_HOME=str(home / "state"), COLUMNS=str(COLS),
-                   LINES=str(ROWS))
+                   LINES=str(ROWS), **(env or {}))
         env.pop("TEXTUAL", None)
         self.screen = pyte.Screen(COLS, ROWS)
         self.stream = pyte.ByteStream(self.screen)
         self.raw = bytearray()  # every byte the console wrote to the terminal
-        self.child = pexpect.spawn(sys.executable, ["-m", "console", "--db", str(db)], cwd=str(ROOT), env=env,
+        inbox = ["--db", str(db)] if db is not None else []
+        self.child = pexpect.spawn(sys.executable, ["-m", "console", *inbox, *args], cwd=str(ROOT), env=env,
                                    dimensions=(ROWS, COLS))
 
     def text(self) -> str:
