@@ -103,6 +103,18 @@ def _refunds_made(db: Path) -> list[str]:
                 if call.tool == "mcp__shop__refund" and call.decision == "approved"]
 
 
+def _answered_and_resumed(db: Path) -> int:
+    """Approvals answered yes whose resumed run is done, with none waiting, in the demo's inbox (0: not yet)."""
+    if not db.exists():
+        return 0
+    with Store.open(db, read_only=True) as store:
+        if store.pending_approvals():
+            return 0
+        answers = {event.source_id: event.status for event in store.events(source="approval", limit=1000)}
+        yes = [a.request_id for a in store.resolved_approvals(1000) if a.outcome == "yes"]
+        return len(yes) if all(answers.get(request) == "done" for request in yes) else 0
+
+
 def _demo_folders(tmp: Path) -> list[Path]:
     return sorted(tmp.glob("agent-console-demo-*"))
 
@@ -156,27 +168,28 @@ secret_env = "GITHUB_SECRET"
                "OTEL_EXPORTER_OTLP_ENDPOINT": collector.url}
         term = Terminal(None, home, args=["--demo"], env=env)
         try:
-            term.wait_for(lambda s: "Events" in s and "active" in s, "the demo to start and take the lease")
+            term.wait_for(lambda s: "Events" in s and "active" in s, "the demo to start and take the lease", timeout=60)
             term.send("a")  # a demo key: a chat that needs approval now, besides the script's own a few seconds on
             folders = _demo_folders(tmp)
             assert len(folders) == 1, folders
             folder = folders[0]
             assert stat.S_IMODE(folder.stat().st_mode) == 0o700
 
-            def approved_refunds_made() -> bool:
+            def every_approval_answered_yes() -> bool:
                 if "approval waiting" in term.text() or "approvals waiting" in term.text():
                     term.send("y")  # every approval the demo asks, answered yes
-                return len(_refunds_made(folder / "demo-inbox.db")) >= 2  # the `a` key's and the script's
+                return _answered_and_resumed(folder / "demo-inbox.db") >= 2  # the `a` key's and the script's
 
-            term.wait_for(lambda _s: approved_refunds_made(), "both refunds approved and made", timeout=90)
-            # Made in the demo's own shop (under load its start can outlast a call: then the call failed there).
-            outcomes = _refunds_made(folder / "demo-inbox.db")
-            if "done" in outcomes:
+            term.wait_for(lambda _s: every_approval_answered_yes(), "both refunds approved and their runs done",
+                          timeout=90)
+            # The refund went to the demo's own shop: made there (under load the shop's start can outlast the run,
+            # which then goes without it).
+            if "done" in _refunds_made(folder / "demo-inbox.db"):
                 orders = json.loads((folder / "shop.json").read_text())["orders"]
                 assert orders["881"]["refunded"] > 0
             assert not _port_listens(webhook_port), "the demo bound the owner's webhook port"
             term.send("\x11")  # ctrl+q
-            term.child.expect(pexpect.EOF, timeout=30)
+            term.child.expect(pexpect.EOF, timeout=60)
         finally:
             term.child.close(force=True)
         assert term.child.exitstatus == 0, term.text()
