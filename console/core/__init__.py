@@ -5,7 +5,7 @@ from console.core.base import OutcomeUnknown, SendError, StaleGeneration
 from console.core.caps import CapReached, HeldMessage
 from console.core.db import MIN_SQLITE
 from console.core.errors import InboxIncomplete, InboxMoved, InboxMoving, MoveRefusal, StoreError, StoreUnavailable
-from console.core.inbox import MAX_PAYLOAD_DEPTH
+from console.core.intake import MAX_PAYLOAD_DEPTH
 from console.core.models import (
     DEAD_REASONS,
     STATUSES,

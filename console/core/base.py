@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from console.core.backend import AttemptEntry, Backend, Connection
-from console.core.models import ApprovalDraft, Lease, MemoryWrite, StrandedAnswer, ToolCallRecord
+from console.core.models import ApprovalDraft, Event, Lease, MemoryWrite, StrandedAnswer, ToolCallRecord
 from console.core.options import StoreOptions
 from console.core.statements import INSERT_EVENT, LOG_ATTEMPT
 
@@ -53,6 +53,32 @@ def loads(text: str | None) -> Any:
     return None if text is None else json.loads(text)
 
 
+# Refused copies not yet written: (source, source_id) -> (copies, when the last was refused) (core/intake.py).
+RefusalTally = dict[tuple[str, str], tuple[int, int]]
+
+
+def event_from_row(row: Sequence[Any]) -> Event:
+    """An Event from a row of statements.EVENT_COLUMNS."""
+    return Event(
+        id=row[0],
+        source=row[1],
+        source_id=row[2],
+        payload=loads(row[3]),
+        status=row[4],
+        attempts=row[5],
+        claim_gen=row[6],
+        error=row[7],
+        created_at=row[8],
+        updated_at=row[9],
+        next_attempt_at=row[10],
+        duplicates=row[11],
+        pruned_at=row[12],
+        dead_reason=row[13],
+        trace=row[14],
+        failed_with=row[15],
+    )
+
+
 def one(conn: Any, sql: str, params: Any = ()) -> Any:
     """The first column of the first row, or None."""
     for row in conn.execute(sql, params):
@@ -66,6 +92,7 @@ class StoreBase:
     path: str
     options: StoreOptions
     _rng: random.Random
+    _refused: RefusalTally  # refused copies counted in memory (core/intake.py), set empty by Store.__init__
 
     def write_transaction(self, *, guarded: bool = True, relaxed: bool = False) -> AbstractContextManager[object]:
         """A write transaction on this inbox (Backend.write_transaction), the storage's run-time errors as
@@ -179,7 +206,19 @@ class StoreBase:
     # declared here, its one body in the mixin named, which the Store (listing every mixin) supplies. mypy holds
     # each body to its declaration.
     def encode_event(self, source: str, source_id: str, payload: Any, *, by_engine: bool = False) -> str:
-        """Validate one event and return its payload as JSON text (InboxMixin)."""
+        """Validate one event and return its payload as JSON text (IntakeMixin)."""
+        raise NotImplementedError
+
+    def _write_refusals(self) -> None:
+        """Inside the caller's write transaction: the refused copies held in memory are written (IntakeMixin)."""
+        raise NotImplementedError
+
+    def _keep_refusals(self, held: RefusalTally) -> None:
+        """A transaction that took the held tally did not commit: put it back (IntakeMixin)."""
+        raise NotImplementedError
+
+    def _with_refusals(self, events: list[Event]) -> list[Event]:
+        """Events as this store sees them, its refused copies not yet written included (IntakeMixin)."""
         raise NotImplementedError
 
     def first_ids_at(self, moments: Sequence[int]) -> list[int]:

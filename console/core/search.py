@@ -12,8 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from console.core.base import StoreBase
-from console.core.inbox import event_from_row
+from console.core.base import StoreBase, event_from_row
 from console.core.models import STATUSES, EventSearch, OutboxMessage, OutboxSearch
 from console.core.statements import EVENT_COLUMNS
 

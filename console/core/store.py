@@ -18,9 +18,11 @@ from console.core.audit import AuditMixin
 from console.core.backend import Backend, ChangeFeed, QuickCheck
 from console.core.caps import CapsMixin
 from console.core.chats import ChatMixin
+from console.core.drain import DrainMixin
 from console.core.errors import MoveRefusal, StoreError, move_refusal
 from console.core.inbox import InboxMixin
 from console.core.insights import InsightsMixin
+from console.core.intake import IntakeMixin
 from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
 from console.core.mail import MailMixin
@@ -84,9 +86,9 @@ def open_store(
 
 
 class Store(
-    InboxMixin, LeaseMixin, TimersMixin, ApprovalsMixin, PhoneMixin, OutboxMixin, JournalMixin, MemoryMixin, AuditMixin,
-    RetentionMixin, ReplayMixin, ChatMixin, MailMixin, InsightsMixin, AgentStateMixin, ToolHealthMixin, SpendMixin,
-    SearchMixin, StrandedMixin, CapsMixin,
+    IntakeMixin, DrainMixin, InboxMixin, LeaseMixin, TimersMixin, ApprovalsMixin, PhoneMixin, OutboxMixin, JournalMixin,
+    MemoryMixin, AuditMixin, RetentionMixin, ReplayMixin, ChatMixin, MailMixin, InsightsMixin, AgentStateMixin,
+    ToolHealthMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
 ):
     """Every part of the Store over one Backend. Each mixin derives from StoreBase alone (what one asks of
     another is declared there), so their order here does not matter."""

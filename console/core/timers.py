@@ -8,7 +8,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from console.core.base import RESERVED_SOURCES, StoreBase, dumps, loads
-from console.core.inbox import check_payload_shape
+from console.core.intake import check_payload_shape
 from console.core.models import Timer
 
 CATCH_UP_POLICIES = ("coalesce", "each")

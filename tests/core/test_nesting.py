@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from console.core import Store
-from console.core.inbox import MAX_PAYLOAD_DEPTH, payload_depth
+from console.core.intake import MAX_PAYLOAD_DEPTH, payload_depth
 
 
 def nested(depth: int, kind: str = "dict") -> Any:

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from console.core import STATUSES, Store
-from console.core.inbox import MAX_KEY_CHARS
+from console.core.intake import MAX_KEY_CHARS
 
 T0 = 1_000_000
 LIMIT = 4_096  # a small payload limit keeps "over the limit" examples cheap

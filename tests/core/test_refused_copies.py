@@ -12,7 +12,7 @@ import textwrap
 from pathlib import Path
 
 from console.core import Store
-from console.core.inbox import REFUSAL_HOLD_SECONDS, REFUSALS_HELD
+from console.core.intake import REFUSAL_HOLD_SECONDS, REFUSALS_HELD
 
 T = 1_700_000_000
 HOLDER = "worker:1"
