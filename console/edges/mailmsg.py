@@ -10,7 +10,9 @@ message makes this raise.
 Trust: a message is the owner's only when its From is one address in `trusted_senders` AND the
 Authentication-Results header added by the owner's own server (the topmost one bearing its authserv-id; that
 server removes copies a sender forged, RFC 8601 §5) says dmarc=pass for the From's domain, or dkim=pass with a
-signing domain aligned with it. A From header alone proves nothing: anyone can write one.
+signing domain aligned with it. The header is read as RFC 8601 writes it (quoted strings, comments, escapes: the
+authres library), raw, never split on a ";" inside a quoted string: the parts a sender controls there (an envelope
+address, a reason) cannot add a result. A From header alone proves nothing: anyone can write one.
 """
 
 from __future__ import annotations
@@ -329,35 +331,55 @@ class Verdict:
     why: str   # in the owner's words: "dmarc=pass by mail.example.org" or why not
 
 
-_RESULT = re.compile(r"([a-z0-9_\-]+)\s*=\s*([a-z0-9_\-]+)", re.IGNORECASE)
-_PROP = re.compile(r"(header\.[a-z]+|smtp\.[a-z]+)\s*=\s*(\"[^\"]*\"|[^\s;()]+)", re.IGNORECASE)
+AUTH_RESULTS_CAP = 8_000  # characters of one Authentication-Results header read (a real one is a few hundred)
+_UNFOLD = re.compile(r"\r?\n(?=[ \t])")
+_LEADING_COMMENTS = re.compile(r"^(?:\s|\((?:[^()\\]|\\.)*\))*")
 
 
-def _strip_comments(value: str) -> str:
-    depth, kept = 0, []
-    for char in value:
-        if char == "(":
-            depth += 1
-        elif char == ")" and depth:
-            depth -= 1
-        elif not depth:
-            kept.append(char)
-    return "".join(kept)
+@dataclass(frozen=True)
+class AuthResults:
+    """One Authentication-Results header: its authserv-id (lowercased), and its results [(method, result,
+    {"ptype.property": value})] in order, or None when the header cannot be read (`problem` says why)."""
+
+    authserv_id: str
+    results: list[tuple[str, str, dict[str, str]]] | None
+    problem: str | None = None
 
 
-def parse_auth_results(value: str) -> tuple[str, list[tuple[str, str, dict[str, str]]]]:
-    """(authserv-id, [(method, result, {property: value})]) of one Authentication-Results header (RFC 8601)."""
-    clean = _strip_comments(value)
-    head, _, rest = clean.partition(";")
-    authserv = head.strip().split()[0].lower() if head.strip() else ""
-    results: list[tuple[str, str, dict[str, str]]] = []
-    for clause in rest.split(";"):
-        match = _RESULT.search(clause)
-        if not match:
-            continue
-        props = {key.lower(): prop.strip('"').lower() for key, prop in _PROP.findall(clause)}
-        results.append((match.group(1).lower(), match.group(2).lower(), props))
-    return authserv, results
+def parse_auth_results(value: str) -> AuthResults:
+    """One Authentication-Results header's value read as RFC 8601 says (authres, the RFC's grammar: quoted strings,
+    comments, escapes, an optional version), never raising. A header that cannot be read still names its
+    authserv-id when its start can be read, so that the owner's server's own header, unreadable, counts as a
+    failure rather than being passed over for a copy below it."""
+    value = _UNFOLD.sub("", value).strip()
+    if len(value) > AUTH_RESULTS_CAP:
+        return AuthResults(_authserv_of(value), None, f"longer than {AUTH_RESULTS_CAP:,} characters")
+    try:
+        import authres  # type: ignore[import-untyped]  # no type hints of its own: read through this function only
+
+        header = authres.AuthenticationResultsHeader.parse_value(value)
+        results = [(str(r.method).lower(), str(r.result).lower(),
+                    {f"{p.type}.{p.name}".lower(): str(p.value) for p in r.properties}) for r in header.results]
+        return AuthResults(str(header.authserv_id).lower(), results)
+    except (Exception, RecursionError) as exc:  # a syntax error, an unknown version, comments nested too deep
+        said = " ".join(str(exc).split()).split(" at: ", 1)[0]  # not the header's text: a sender wrote some of it
+        return AuthResults(_authserv_of(value), None, said[:120] or type(exc).__name__)
+
+
+def _authserv_of(value: str) -> str:
+    """The authserv-id a header starts with (after any comments; a quoted one unquoted), read leniently."""
+    rest = _LEADING_COMMENTS.sub("", value, count=1)
+    word = re.split(r"[\s;(]", rest, maxsplit=1)[0]
+    return word.strip('"').lower()
+
+
+def _header_raw(message: Message, name: str) -> list[str]:
+    """A header's values as they came, top to bottom, before any decoding: Authentication-Results holds no
+    RFC 2047 encoded words, and decoding one could turn text inside a quoted string into a quote and a result."""
+    try:
+        return [str(value) for key, value in message.raw_items() if key.lower() == name.lower()]
+    except Exception:
+        return []
 
 
 def _aligned(signer: str, domain: str) -> bool:
@@ -371,7 +393,12 @@ def _aligned(signer: str, domain: str) -> bool:
 
 
 def judge(message: Message, *, trusted_senders: Sequence[str], authserv_id: str | None) -> Verdict:
-    """Whether this message is the owner's, proven by the owner's own server (module docstring)."""
+    """Whether this message is the owner's, proven by the owner's own server (module docstring).
+
+    Only the topmost Authentication-Results header bearing the owner's authserv-id counts, read whole: unreadable,
+    it proves nothing (and no copy below it is read instead). In it, dmarc=pass counts when every dmarc result
+    passed and names the From's domain (header.from, aligned); dkim=pass when its signing domain is aligned and no
+    dmarc result failed. A header that contradicts itself proves nothing."""
     address, _, count = sender_of(message)
     if address is None:
         return Verdict(False, "no single sender address" if count != 1 else "no sender")
@@ -380,20 +407,30 @@ def judge(message: Message, *, trusted_senders: Sequence[str], authserv_id: str 
     if not authserv_id:
         return Verdict(False, "email.authserv_id is not set, so no sender can be proven")
     domain = address.rsplit("@", 1)[1]
-    for header in _header_all(message, "Authentication-Results"):
-        server, results = parse_auth_results(header)
-        if server != authserv_id.lower():
+    ours = authserv_id.strip().lower()
+    for header in _header_raw(message, "Authentication-Results"):
+        read = parse_auth_results(header)
+        if read.authserv_id != ours:
             continue
-        for method, result, props in results:  # only the topmost header of the owner's server counts
-            if method == "dmarc" and result == "pass" and _aligned(props.get("header.from", domain), domain):
-                return Verdict(True, f"dmarc=pass for {domain} by {server}")
-        for method, result, props in results:
-            signer = props.get("header.d") or props.get("header.i", "").rsplit("@", 1)[-1]
-            if method == "dkim" and result == "pass" and signer and _aligned(signer, domain):
-                return Verdict(True, f"dkim=pass (aligned, d={signer}) by {server}")
-        verdicts = ", ".join(f"{m}={r}" for m, r, _ in results) or "no results"
-        return Verdict(False, f"{server} did not authenticate {address} ({verdicts})")
+        if read.results is None:
+            return Verdict(False, f"the Authentication-Results header of {ours} could not be read ({read.problem})")
+        return _verdict(read.results, address, domain, ours)
     return Verdict(False, f"no Authentication-Results from {authserv_id}: the sender of {address} is not proven")
+
+
+def _verdict(results: list[tuple[str, str, dict[str, str]]], address: str, domain: str, server: str) -> Verdict:
+    dmarc = [(result, props) for method, result, props in results if method == "dmarc"]
+    verdicts = ", ".join(f"{m}={r}" for m, r, _ in results) or "no results"
+    refused = Verdict(False, f"{server} did not authenticate {address} ({verdicts})")
+    if any(result == "fail" for result, _ in dmarc):
+        return refused
+    if dmarc and all(result == "pass" and _aligned(props.get("header.from", ""), domain) for result, props in dmarc):
+        return Verdict(True, f"dmarc=pass for {domain} by {server}")
+    for method, result, props in results:
+        signer = props.get("header.d") or props.get("header.i", "").rsplit("@", 1)[-1]
+        if method == "dkim" and result == "pass" and signer and _aligned(signer, domain):
+            return Verdict(True, f"dkim=pass (aligned, d={signer}) by {server}")
+    return refused
 
 
 def _clean(value: Any) -> Any:
