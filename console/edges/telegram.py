@@ -12,7 +12,8 @@ an edit `<chat id>:<message id>:<edit date>`), stored in the transaction that mo
 past it: a crash between the two repeats nothing, and the inbox refuses a copy anyway. Only the engine holding
 the lease polls. A run's reply goes back to the chat its messages came from, as a reply to the last of them, cut
 at Telegram's 4096 characters on paragraph boundaries and sent without parse_mode (no character of the model's
-is read as markup). Other chats never start a run: counted, and told at most once an hour that the bot is
+is read as markup), never with a link preview (link_preview_options.is_disabled: Telegram's servers would fetch
+the link). Other chats never start a run: counted, and told at most once an hour that the bot is
 private. A few commands are answered by the engine itself, without the model (COMMANDS).
 
 The Bot API methods are called with aiohttp directly rather than through python-telegram-bot: that library
@@ -55,6 +56,7 @@ TYPING_EVERY = 4.5         # Telegram shows "typing…" for 5 seconds or until t
 UNAUTHORIZED_RETRY = 300.0  # a revoked token: looked at again every five minutes (one notice, not one a poll)
 CONFLICT_RETRY = 30.0      # another program polls the same bot: retried slowly
 ANSWER_WORDS = {"y": "yes", "n": "no"}
+PREVIEWING_METHODS = frozenset({"sendMessage", "editMessageText"})  # the methods whose text Telegram previews links of
 UPDATE_KINDS = ["message", "edited_message", "callback_query"]
 MEDIA_KINDS = ("photo", "video", "voice", "audio", "document", "sticker", "animation", "video_note")
 HELP = "\n".join(["Write here and the agent reads it. Commands:", *(f"/{name} – {words}"
@@ -183,6 +185,10 @@ class TelegramChannel(PhoneChannel):
         """One Bot API method; its result, or SendError worded without the URL (it holds the token)."""
         from aiohttp import ClientError, ClientTimeout  # loaded once the channel runs
 
+        if method in PREVIEWING_METHODS:
+            # Never a link preview: Telegram's servers would fetch the message's first link to build it, with no tap
+            # by anyone, and a link can carry what a run read (docs/security.md, the confidentiality model).
+            payload = {**payload, "link_preview_options": {"is_disabled": True}}
         url = f"{self.api_base}/bot{self._token.reveal()}/{method}"
         try:
             async with self.session.post(url, json=payload, timeout=ClientTimeout(

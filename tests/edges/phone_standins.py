@@ -19,6 +19,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from console.callview import find_urls
+
 _ID_CHARS = string.ascii_letters + string.digits
 
 
@@ -233,6 +235,9 @@ class StandInBotApi(_Server):
     user_message_id: int = 10
     conflicts: int = 0                                              # getUpdates calls that overlapped
     delivered: list[int] = field(default_factory=list)             # update ids getUpdates returned, each time
+    # The links Telegram's servers would have fetched to build a preview (the first link of each message sent or
+    # edited without link_preview_options.is_disabled), as they would: at once, with no tap by anyone.
+    previewed: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         _Server.__init__(self)
@@ -259,6 +264,9 @@ class StandInBotApi(_Server):
                                         "bot instance is running")
             return self._error(status, "Unauthorized" if status == 401 else "stand-in failure")
         payload = json.loads(await request.read() or b"{}")
+        if method in ("sendMessage", "editMessageText") and not (payload.get("link_preview_options") or {}).get(
+                "is_disabled"):
+            self.previewed += find_urls(str(payload.get("text") or ""))[:1]
         handler = {"sendMessage": self._send, "editMessageText": self._edit, "getUpdates": self._get_updates,
                    "answerCallbackQuery": self._answer_callback, "sendChatAction": self._chat_action,
                    "setMyCommands": self._set_commands, "setWebhook": self._webhook,

@@ -4,6 +4,7 @@ burst as one run, edits, media, commands, and what goes wrong (401, 409, 429, ma
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from pathlib import Path
@@ -399,3 +400,19 @@ async def test_a_long_reply_whose_send_failed_midway_sends_only_the_pieces_left(
         assert [m["text"][:12] for m in sent] == ["Noted: parag", "paragraph 4:", "paragraph 8:"], \
             [m["text"][:12] for m in sent]
         assert sent[0]["reply_to_message_id"] == asked and "reply_to_message_id" not in sent[1]
+
+
+async def test_no_message_goes_out_with_a_link_preview(tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
+    """Telegram's servers fetch a message's first link to build its preview, with no tap by anyone: a link with a
+    run's words in it would reach its host at once. Every text the bot sends or edits turns previews off."""
+    async with running(phone_settings(tmp_path, table(bot, chat_id=OWNER)), clock, ENV, tune=quick) as engine:
+        await bot.write(OWNER, "look at https://attacker.example/c?d=4711")
+        [reply] = await until(lambda: replies(bot, OWNER), "the reply in the chat")
+        assert "https://attacker.example/c?d=4711" in reply["text"]
+        await engine.write(lambda s: s.request_approval("apr-link", "open https://attacker.example/c?d=4711",
+                                                        now=clock.now(), expires_in=60))
+        await bot.write(OWNER, "/pending")
+        await until(lambda: bot.cards(OWNER), "the card")
+        texts = [json.loads(r.body) for r in bot.requests if r.path.endswith(("/sendMessage", "/editMessageText"))]
+    assert len(texts) >= 2 and all(t["link_preview_options"] == {"is_disabled": True} for t in texts)
+    assert bot.previewed == []
