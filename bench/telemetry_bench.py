@@ -3,7 +3,7 @@
     python bench/telemetry_bench.py [--events 400] [--rounds 3] [--batch-cap 1] [--dir /tmp/x]
 
 N chat events ingested at once and drained by the offline agent, once with telemetry on (spans and metrics
-to telemetry.jsonl beside the inbox, through the SDK's batch processor) and once off, alternating, each on a
+to the inbox's telemetry file beside it, through the SDK's batch processor) and once off, alternating, each on a
 fresh inbox, after one uncounted warm-up round each (the SDK is imported once a process, with the first span: about
 0.2 s, not throughput); the median of the rounds is reported. --batch-cap 1 makes every event its own run (one
 invoke_agent span and its tool spans per event): the worst case for tracing. Prints one JSON line last.
@@ -47,7 +47,8 @@ async def throughput(folder: Path, count: int, *, traced: bool, batch_cap: int) 
         rate, cpu_rate = count / (time.perf_counter() - start), count / (time.process_time() - cpu)
     finally:
         await engine.stop()
-    return rate, cpu_rate, [str(span["name"]) for span in telemetry.read_spans(folder)]
+    own = settings.telemetry_file
+    return rate, cpu_rate, [str(span["name"]) for span in telemetry.read_spans(own.parent, own.name)]
 
 
 async def measure(base: Path, events: int, rounds: int, batch_cap: int) -> dict[str, float | int]:

@@ -193,7 +193,8 @@ class System:
         if self.engine is not None:
             await self.engine.prepare()
         else:  # the engine configures telemetry as it starts; alone, each delivery's `ingest` span needs it here
-            telemetry.configure(self.settings.inbox_folder, enabled=self.settings.telemetry)
+            telemetry.configure(self.settings.telemetry_file.parent, name=self.settings.telemetry_file.name,
+                                inbox=self.settings.inbox_name, enabled=self.settings.telemetry)
             # Loaded before the receiver listens, in a thread: the first delivery's span would otherwise hold the
             # event loop, and every request behind it, for the SDK's import (0.3-0.6 s on a loaded machine).
             await asyncio.to_thread(telemetry.preload)

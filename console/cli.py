@@ -481,15 +481,25 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
 @click.argument("event_id", type=SQLITE_COUNT)
 @click.pass_obj
 def trace(state: CliState, event_id: int) -> None:
-    """Print the runs of one event as trace trees with timings (from telemetry.jsonl beside the inbox)."""
+    """Print the runs of one event as trace trees with timings (from the inbox's telemetry file beside it)."""
     from console import telemetry  # reads the file as JSON: the OpenTelemetry SDK is not loaded
 
-    folder = state.settings().inbox_folder
-    spans = telemetry.read_spans(folder)
-    runs = telemetry.runs_of_event(spans, event_id)
+    settings = state.settings()
+    own = settings.telemetry_file
+    # The inbox's own file, and the one every inbox in the folder shared before: a run there is this inbox's only
+    # when this inbox's history has its holder claiming its event under its generation.
+    spans = telemetry.read_spans(settings.inbox_folder) + telemetry.read_spans(own.parent, own.name)
+    with state.reader() as store:
+        claims: dict[int, set[tuple[str | None, int | None]]] = {}
+
+        def claimed(event: int, holder: str, generation: int) -> bool:
+            if event not in claims:
+                claims[event] = {(a.holder, a.gen) for a in store.history(event) if a.kind == "claim"}
+            return (holder, generation) in claims[event]
+
+        runs = telemetry.runs_of_event(spans, event_id, claimed=claimed)
     if not runs:
-        raise UserError(f"no run of event {event_id} in {telemetry.file_path(folder)} (not run yet, telemetry off, "
-                        f"or rotated away)")
+        raise UserError(f"no run of event {event_id} in {own} (not run yet, telemetry off, or rotated away)")
     zone = state.zone()
     for number, tree in enumerate(runs, 1):
         root = tree[0][1]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import stat
 import time
 import tomllib
@@ -38,6 +39,7 @@ from console.redact import redact_url
 APP_NAME = "agent-console"
 ENV_PREFIX = "AGENT_CONSOLE_"
 DEFAULT_WEBHOOK_READ_TIMEOUT = 15
+TELEMETRY_SUFFIX = "telemetry.jsonl"  # an inbox's telemetry file is named by the inbox, then this
 DEFAULT_WEBHOOK_MAX_CONNECTIONS = 256
 # The agents the `agent` setting may name. The registry (console/agents/registry.py) builds them; a test keeps
 # the two lists equal, so the settings never import the agents they configure.
@@ -117,7 +119,7 @@ class Settings:
     timezone: str = field(default_factory=local_zone_name)  # this machine's zone (UTC if it cannot tell)
     theme: str = "agent-dark"
     approval_bell: bool = False     # ring the terminal's bell when an approval arrives in the console
-    # Traces and metrics of every run (OpenTelemetry): to telemetry.jsonl beside the inbox, and to an OTLP
+    # Traces and metrics of every run (OpenTelemetry): to the inbox's own file beside it, and to an OTLP
     # endpoint when OTEL_EXPORTER_OTLP_* names one. false turns them off.
     telemetry: bool = True
     webhooks: dict[str, Any] = field(default_factory=dict)
@@ -142,6 +144,24 @@ class Settings:
         if isinstance(self.db, Path):
             return self.db.parent
         return Path(platformdirs.user_data_dir(APP_NAME))
+
+    @property
+    def inbox_name(self) -> str:
+        """The inbox as it names itself on every span it records: its file's path, or for an inbox on PostgreSQL
+        its server, database and schema (never a password)."""
+        if isinstance(self.db, Path):
+            return str(self.db)
+        return parse_target(self.db).display
+
+    @property
+    def telemetry_file(self) -> Path:
+        """This inbox's own telemetry file, named by it in inbox_folder: inbox.db's is inbox.db.telemetry.jsonl, and
+        an inbox on PostgreSQL's is postgresql-<user_host_port_database_schema>.telemetry.jsonl. (Before, every
+        inbox in a folder, and every PostgreSQL inbox, wrote to one telemetry.jsonl: `trace` reads that file too.)"""
+        if isinstance(self.db, Path):
+            return self.db.with_name(f"{self.db.name}.{TELEMETRY_SUFFIX}")
+        where = re.sub(r"[^A-Za-z0-9.-]+", "_", self.inbox_name.split("://", 1)[-1]).strip("_")[:160]
+        return self.inbox_folder / f"postgresql-{where}.{TELEMETRY_SUFFIX}"
 
     def budget_defaults(self) -> BudgetDefaults:
         """The budgets these settings give, where each came from, and the owner's time zone. A budget

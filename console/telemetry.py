@@ -6,10 +6,11 @@ with `telemetry = "off"` (or OTEL_SDK_DISABLED=true), every one of them is a no-
 SDK itself is imported on the first span or metric, never at import time: the console's first frame never waits
 for it (a test checks with python -X importtime).
 
-Where it goes: always an OTLP JSON-lines file in the data folder (`telemetry.jsonl`, owner-only, rotated by
-size; one ExportTraceServiceRequest or ExportMetricsServiceRequest a line in OTLP/JSON, written from the SDK's
-spans and metrics without protobuf); and OTLP/HTTP as well when the standard OTEL_EXPORTER_OTLP_* variables name an
-endpoint (the SDK's exporter reads them; protobuf loads only then). Message contents, tool arguments and results
+Where it goes: always an OTLP JSON-lines file of the inbox's own beside it (Settings.telemetry_file, owner-only,
+rotated by size; every span names its inbox, the resource's agent_console.inbox; one ExportTraceServiceRequest or
+ExportMetricsServiceRequest a line in OTLP/JSON, written from the SDK's spans and metrics without protobuf); and
+OTLP/HTTP as well when the standard OTEL_EXPORTER_OTLP_* variables name an endpoint (the SDK's exporter reads them;
+protobuf loads only then). Message contents, tool arguments and results
 are recorded only with the standard opt-in OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT=true, and only as the
 caller scrubbed them.
 """
@@ -22,12 +23,13 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-FILE_NAME = "telemetry.jsonl"
+FILE_NAME = "telemetry.jsonl"  # the file every inbox in a folder shared before each had its own (Settings)
+INBOX_ATTRIBUTE = "agent_console.inbox"
 MAX_FILE_BYTES = 16 * 1024 * 1024  # then the file is rotated: telemetry.jsonl.1 .. .KEEP_FILES
 KEEP_FILES = 3
 CAPTURE_CONTENT_ENV = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
@@ -108,6 +110,8 @@ class _Config:
     folder: Path
     env: Mapping[str, str]
     max_bytes: int = MAX_FILE_BYTES
+    name: str = FILE_NAME
+    inbox: str | None = None
 
 
 @dataclass
@@ -130,15 +134,18 @@ _live: _Live | None = None
 
 
 def configure(folder: Path | None, *, enabled: bool = True, env: Mapping[str, str] | None = None,
-              max_bytes: int = MAX_FILE_BYTES) -> None:
-    """Telemetry for this process: to `folder`/telemetry.jsonl (and OTLP/HTTP when the environment names an
-    endpoint), or off. Loads nothing yet; a reconfiguration flushes and closes what was there."""
+              max_bytes: int = MAX_FILE_BYTES, name: str = FILE_NAME, inbox: str | None = None) -> None:
+    """Telemetry for this process: to `folder`/`name` (and OTLP/HTTP when the environment names an endpoint), or
+    off. inbox: the inbox this process serves, named on every span (the resource's agent_console.inbox), so that
+    spans of several inboxes in one place (a collector) are told apart. Loads nothing yet; a reconfiguration
+    flushes and closes what was there."""
     global _config
     environment = dict(os.environ if env is None else env)
     shutdown()
     disabled = environment.get("OTEL_SDK_DISABLED", "").strip().lower() == "true"
     with _lock:
-        _config = _Config(folder, environment, max_bytes) if enabled and folder is not None and not disabled else None
+        _config = (_Config(folder, environment, max_bytes, name, inbox)
+                   if enabled and folder is not None and not disabled else None)
 
 
 def enabled() -> bool:
@@ -174,8 +181,8 @@ def preload() -> None:
     _ensure()
 
 
-def file_path(folder: Path) -> Path:
-    return folder / FILE_NAME
+def file_path(folder: Path, name: str = FILE_NAME) -> Path:
+    return folder / name
 
 
 def _ensure() -> _Live | None:
@@ -202,8 +209,9 @@ def _load(config: _Config) -> _Live:
 
     env = config.env
     resource = Resource.create({"service.name": env.get("OTEL_SERVICE_NAME") or SCOPE,
-                                "service.version": __version__})
-    sink = JsonLinesFile(file_path(config.folder), max_bytes=config.max_bytes)
+                                "service.version": __version__,
+                                **({INBOX_ATTRIBUTE: config.inbox} if config.inbox else {})})
+    sink = JsonLinesFile(file_path(config.folder, config.name), max_bytes=config.max_bytes)
     tracer_provider = TracerProvider(resource=resource)
     tracer_provider.add_span_processor(BatchSpanProcessor(_file_span_exporter(sink)))
     readers = [PeriodicExportingMetricReader(_file_metric_exporter(sink), export_interval_millis=60_000)]
@@ -569,10 +577,10 @@ def _set_count(encoded: dict[str, Any], key: str, value: int | None) -> None:
         encoded[key] = value
 
 
-def read_spans(folder: Path) -> list[dict[str, Any]]:
+def read_spans(folder: Path, name: str = FILE_NAME) -> list[dict[str, Any]]:
     """Every span in the local file (and its rotated copies, oldest first), each a dict in the OTLP/JSON form
     with its resource's and scope's names left out: {"traceId", "spanId", "parentSpanId", "name", ...}."""
-    path = file_path(folder)
+    path = file_path(folder, name)
     spans: list[dict[str, Any]] = []
     for part in [path.with_name(f"{path.name}.{n}") for n in range(KEEP_FILES, 0, -1)] + [path]:
         if not part.exists():
@@ -866,14 +874,18 @@ def monotonic() -> float:
 
 
 # --- reading the file back: `agent-console trace EVENT_ID` ---------------------------------------------
-def runs_of_event(spans: Sequence[Mapping[str, Any]], event_id: int) -> list[list[tuple[int, Mapping[str, Any]]]]:
+def runs_of_event(spans: Sequence[Mapping[str, Any]], event_id: int, *,
+                  claimed: Callable[[int, str, int], bool] | None = None) -> list[list[tuple[int, Mapping[str, Any]]]]:
     """The traces of the runs that took `event_id`, oldest first: each its spans in tree order as (depth, span),
-    its invoke_agent span first."""
+    its invoke_agent span first. claimed(event id, holder, generation): whether the inbox asked about saw that
+    holder claim that event under that generation; a run none of whose events it claimed so is another inbox's
+    (event ids repeat across inboxes, a lease holder's id does not), and left out."""
     by_trace: dict[str, list[Mapping[str, Any]]] = {}
     for span in spans:
         by_trace.setdefault(str(span.get("traceId")), []).append(span)
     roots = [span for span in spans if str(span.get("name", "")).startswith("invoke_agent")
-             and event_id in _run_events(attributes_of(span))]
+             and event_id in _run_events(attributes_of(span))
+             and (claimed is None or _claimed_by_run(attributes_of(span), claimed))]
     roots.sort(key=lambda span: int(span.get("startTimeUnixNano", 0)))
     runs: list[list[tuple[int, Mapping[str, Any]]]] = []
     for root in roots:
@@ -894,6 +906,13 @@ def ancestors(spans: Sequence[Mapping[str, Any]], span: Mapping[str, Any]) -> li
         found.append(parent)
         parent = by_id.get((str(parent.get("traceId")), str(parent.get("parentSpanId", ""))))
     return found
+
+
+def _claimed_by_run(attrs: Mapping[str, Any], claimed: Callable[[int, str, int], bool]) -> bool:
+    holder, generation = attrs.get("agent_console.lease.holder"), attrs.get("agent_console.lease.generation")
+    if not isinstance(holder, str) or not isinstance(generation, int):
+        return False
+    return any(claimed(int(event), holder, generation) for event in attrs.get("agent_console.event.ids") or [])
 
 
 def _run_events(attrs: Mapping[str, Any]) -> list[int]:

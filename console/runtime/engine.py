@@ -134,7 +134,8 @@ class Engine:
         for set_up in self._set_up:
             await self.write(set_up)
         # Nothing is loaded yet: the SDK comes with the first span (a run), never before the console's first frame.
-        telemetry.configure(self.settings.inbox_folder, enabled=self.settings.telemetry)
+        telemetry.configure(self.settings.telemetry_file.parent, name=self.settings.telemetry_file.name,
+                            inbox=self.settings.inbox_name, enabled=self.settings.telemetry)
         channel_services = await self._start_service_channels()
         loop_tasks = [
             ("worker", self.worker.run()),

@@ -105,7 +105,7 @@ async def test_a_delivery_a_send_and_a_timer_are_spans_and_the_traceparent_trave
         await receiver.stop()
         await engine.stop()
 
-    spans = telemetry.read_spans(tmp_path)
+    spans = telemetry.read_spans(tmp_path, "inbox.db.telemetry.jsonl")  # the inbox's own file
     [ingest] = [s for s in spans if s["name"] == "ingest home"
                 and telemetry.attributes_of(s)["agent_console.event.source_id"] == "traced-1"]
     assert (ingest["traceId"], ingest["parentSpanId"]) == (SENDER_TRACE, SENDER_SPAN)

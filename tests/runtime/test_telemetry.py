@@ -29,6 +29,7 @@ from tests.support import read_until
 
 REFUND = "mcp__rec__refund"
 LOOKUP = "mcp__rec__lookup_order"
+OWN_FILE = "inbox.db.telemetry.jsonl"  # the inbox's own file (Settings.telemetry_file) beside inbox.db
 SERVER_SECRET = "tok-" + "9f3b" * 6  # substituted into the MCP server's env: never in any telemetry byte
 
 
@@ -58,7 +59,7 @@ class Rig:
 def spans_by_trace() -> Callable[[Path], dict[str, list[dict[str, Any]]]]:
     def read(folder: Path) -> dict[str, list[dict[str, Any]]]:
         traces: dict[str, list[dict[str, Any]]] = {}
-        for span in telemetry.read_spans(folder):
+        for span in telemetry.read_spans(folder, OWN_FILE):
             traces.setdefault(span["traceId"], []).append(span)
         return traces
     return read
@@ -67,7 +68,7 @@ def spans_by_trace() -> Callable[[Path], dict[str, list[dict[str, Any]]]]:
 def metric_points(folder: Path) -> dict[str, list[dict[str, Any]]]:
     """Each metric in the file, by name: its data points' attributes."""
     found: dict[str, list[dict[str, Any]]] = {}
-    for line in telemetry.file_path(folder).read_text().splitlines():
+    for line in telemetry.file_path(folder, OWN_FILE).read_text().splitlines():
         for resource in json.loads(line).get("resourceMetrics", []):
             for scope in resource.get("scopeMetrics", []):
                 for metric in scope.get("metrics", []):
@@ -192,10 +193,10 @@ async def test_each_run_is_one_trace_with_chat_and_tool_spans_and_the_approval_a
     missing = CliRunner().invoke(main, ["--db", str(tmp_path / "inbox.db"), "trace", "999"])
     assert missing.exit_code == 2 and "no run of event 999" in missing.output
 
-    raw = b"".join(p.read_bytes() for p in tmp_path.glob("telemetry.jsonl*"))
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("*telemetry.jsonl*"))
     assert b"QZX881" not in raw and b"refund order" not in raw and b"Refunded" not in raw  # no content by default
     assert FAKE_KEY.encode() not in raw and SERVER_SECRET.encode() not in raw
-    assert stat.S_IMODE(telemetry.file_path(tmp_path).stat().st_mode) == 0o600
+    assert stat.S_IMODE(telemetry.file_path(tmp_path, OWN_FILE).stat().st_mode) == 0o600
 
 
 async def test_content_is_recorded_only_on_the_standard_opt_in_and_still_without_secrets(
@@ -210,12 +211,12 @@ async def test_content_is_recorded_only_on_the_standard_opt_in_and_still_without
     finally:
         await engine.stop()
         rig.agent.close()
-    spans = telemetry.read_spans(tmp_path)
+    spans = telemetry.read_spans(tmp_path, OWN_FILE)
     [lookup] = [s for s in spans if s["name"] == f"execute_tool {LOOKUP}"]
     assert '"QZX881"' in telemetry.attributes_of(lookup)["gen_ai.tool.call.arguments"]
     chat = telemetry.attributes_of(named(spans, "chat")[0])
     assert "refund order QZX881 please" in chat["gen_ai.input.messages"]
-    raw = b"".join(p.read_bytes() for p in tmp_path.glob("telemetry.jsonl*"))
+    raw = b"".join(p.read_bytes() for p in tmp_path.glob("*telemetry.jsonl*"))
     assert FAKE_KEY.encode() not in raw and SERVER_SECRET.encode() not in raw
 
 
@@ -228,6 +229,6 @@ async def test_telemetry_off_writes_nothing(tmp_path: Path, claude: FakeClaude) 
     finally:
         await engine.stop()
         rig.agent.close()
-    assert not list(tmp_path.glob("telemetry.jsonl*"))
+    assert not list(tmp_path.glob("*telemetry.jsonl*"))
     [recorded] = [c for c in read_calls(rig.calls_log) if c["tool"] == "lookup_order"]
     assert recorded["traceparent"] is None
