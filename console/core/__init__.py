@@ -1,7 +1,7 @@
 """The durable core: one SQLite file per inbox. The only code that speaks SQL; never imports Textual."""
 
 from console.core.approvals import approval_id
-from console.core.base import OutcomeUnknown, SendError, StaleGeneration
+from console.core.base import OutcomeUnknown, SendError, StaleGeneration, conversation_key
 from console.core.caps import CapReached, HeldMessage
 from console.core.db import MIN_SQLITE
 from console.core.errors import InboxIncomplete, InboxMoved, InboxMoving, MoveRefusal, StoreError, StoreUnavailable
@@ -92,4 +92,5 @@ __all__ = [
     "ToolCallRecord",
     "approval_id",
     "approved_step_key",
+    "conversation_key",
 ]

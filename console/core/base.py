@@ -21,6 +21,21 @@ RESERVED_SOURCES = ("approval", "timer", "telegram", "email")
 CHAT_SOURCES = ("telegram", "email")
 
 
+def conversation_key(source: str, source_id: str, payload: Any) -> str | None:
+    """The conversation an event belongs to, where a reply to it would go: a chat source's chat ('telegram:<chat
+    id>'), an e-mail's sender ('email:<address>', else the message itself); None for every other source (its run's
+    messages go to the owner's own channels). A run never holds two conversations (Worker), and a reply goes back
+    to one only when every event of the run came from it (conversation_of): the owner's private question batched
+    with a group's message must not be answered in the group."""
+    if source == "email":
+        sender = payload.get("from") if isinstance(payload, Mapping) else None
+        address = sender.get("address") if isinstance(sender, Mapping) else None
+        return f"email:{address.lower()}" if isinstance(address, str) and address else f"email:{source_id}"
+    if source in CHAT_SOURCES:
+        return f"{source}:{source_id.split(':', 1)[0]}"
+    return None
+
+
 class SendError(Exception):
     """Raised by a channel's send. permanent=True (a 4xx, say) marks the batch failed for good."""
 

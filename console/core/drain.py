@@ -7,7 +7,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import fields
 from typing import Any
 
-from console.core.base import CHAT_SOURCES, StoreBase, event_from_row
+from console.core.base import CHAT_SOURCES, StoreBase, conversation_key, event_from_row, loads
 from console.core.models import (
     ApprovalDraft,
     CapNotice,
@@ -253,18 +253,23 @@ class DrainMixin(StoreBase):
             return True
 
     def conversation_of(self, ids: Sequence[int]) -> str | None:
-        """'<source>:<source id>' of the last chat-source message among these events (what a run's reply
-        answers), or None when none came from a chat source."""
-        if not ids:
+        """'<source>:<source id>' of the last chat-source message among these events (what a run's reply answers)
+        when every one of them came from that one conversation (conversation_key); None otherwise: the reply
+        goes to the owner's own channels, never into a chat some of the run's events did not come from."""
+        wanted = set(ids)
+        if not wanted:
             return None
-        marks = ", ".join("?" for _ in ids)
+        marks = ", ".join("?" for _ in wanted)
         places = ", ".join("?" for _ in CHAT_SOURCES)
-        row = self._conn.execute(
-            f"""SELECT source, source_id FROM inbox WHERE id IN ({marks}) AND source IN ({places})
-                ORDER BY id DESC LIMIT 1""",
-            (*ids, *CHAT_SOURCES),
+        rows = self._conn.execute(
+            f"""SELECT id, source, source_id, payload FROM inbox WHERE id IN ({marks}) AND source IN ({places})
+                ORDER BY id""",
+            (*wanted, *CHAT_SOURCES),
         ).fetchall()
-        return f"{row[0][0]}:{row[0][1]}" if row else None
+        keys = {conversation_key(source, source_id, loads(payload)) for _, source, source_id, payload in rows}
+        if len(rows) != len(wanted) or len(keys) != 1:
+            return None
+        return f"{rows[-1][1]}:{rows[-1][2]}"
 
     def explain_claim(self) -> dict[str, list[str]]:
         """The query plans of claim_batch's statements (for tests and benchmarks: claiming must read

@@ -15,7 +15,16 @@ from typing import TypeVar
 from console import telemetry
 from console.agents.base import Agent, RunContext
 from console.agents.errors import AgentPaused, AgentUnavailable, EventFailed, ProviderBusy
-from console.core import AgentState, Event, Lease, RunOutcome, StaleGeneration, Store, StoreUnavailable
+from console.core import (
+    AgentState,
+    Event,
+    Lease,
+    RunOutcome,
+    StaleGeneration,
+    Store,
+    StoreUnavailable,
+    conversation_key,
+)
 from console.redact import redact_urls
 from console.runtime.host import ServiceHost, service_loop
 from console.timefmt import span
@@ -42,6 +51,17 @@ def wait_seconds(retry_after: float | None, waits_before: int) -> int:
     if retry_after is None:
         return int(min(MAX_DEFAULT_WAIT, DEFAULT_WAIT * 2 ** min(waits_before, 10)))
     return max(1, min(MAX_WAIT, math.ceil(retry_after)))
+
+
+def one_conversation(events: list[Event]) -> tuple[list[Event], list[Event]]:
+    """A claimed batch cut to the conversation of its first event (core.conversation_key: one chat, one e-mail
+    sender, or none at all), and the rest: a run never mixes chats, so its reply can go back to where every one of
+    its events came from (the owner's private question is never answered in a group it was batched with)."""
+    if not events:
+        return events, []
+    first = conversation_key(events[0].source, events[0].source_id, events[0].payload)
+    mine = [e for e in events if conversation_key(e.source, e.source_id, e.payload) == first]
+    return mine, [e for e in events if conversation_key(e.source, e.source_id, e.payload) != first]
 
 
 class Worker:
@@ -128,6 +148,9 @@ class Worker:
         if not events:
             retry_at = await host.read(lambda store: store.next_retry_at())
             return host.seconds_until(retry_at)
+        events, others = one_conversation(events)
+        if others:  # another chat's messages, claimed with these: each conversation is a run of its own
+            await self._hand_back(gen, {event.id: "another conversation's: it runs on its own" for event in others})
         host.publish("events", f"claimed {len(events)}")
         self._current = asyncio.create_task(self._run(gen, events))
         try:

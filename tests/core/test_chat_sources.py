@@ -58,7 +58,6 @@ def test_health_changes_are_said_once(store: Store) -> None:
 
 
 def test_a_runs_reply_answers_the_last_chat_message_of_its_batch(store: Store) -> None:
-    store.ingest("github", "d1", {"x": 1}, now=NOW)
     store.take_chat_updates("telegram", "telegram", now=NOW, cursor="3",
                             events=[("5:1", {"text": "a"}), ("5:2", {"text": "b"})])
     gen = store.acquire("w", now=NOW)
@@ -68,6 +67,22 @@ def test_a_runs_reply_answers_the_last_chat_message_of_its_batch(store: Store) -
     assert store.finish("w", gen, ids, now=NOW, messages=["noted"])
     [message] = store.event_replies(ids[0])
     assert store.outbox_reply_to(message.id) == "telegram:5:2" and message.urgent
+
+
+def test_a_reply_goes_back_to_a_chat_only_when_every_event_of_the_run_came_from_it(store: Store) -> None:
+    """Issue 31: the owner's private question batched with a group's message must not be answered in the group;
+    a webhook's delivery batched with a chat's message is not that chat's to read."""
+    store.ingest("github", "d1", {"x": 1}, now=NOW)
+    store.take_chat_updates("telegram", "telegram", now=NOW, cursor="3",
+                            events=[("5:1", {"text": "a"}), ("-100:7", {"text": "b"}), ("5:2", {"text": "c"})])
+    store.take_mail("email", MailCursor(5, 10, NOW), now=NOW, events=[
+        ("5:9", {"kind": "email", "from": {"address": "Me@example.org"}}),
+        ("5:10", {"kind": "email", "from": {"address": "me@example.org"}})])
+    hook, dm, group, dm2, mail, mail2 = (e.id for e in sorted(store.events(), key=lambda e: e.id))
+    assert store.conversation_of([dm, dm2]) == "telegram:5:2"
+    assert store.conversation_of([mail, mail2]) == "email:5:10"  # one sender: one conversation
+    for mixed in ([hook, dm], [dm, group], [group, dm2], [dm, mail], [hook]):
+        assert store.conversation_of(mixed) is None, mixed
 
 
 def test_the_owners_pause_holds_until_the_owner_resumes(store: Store) -> None:

@@ -19,6 +19,9 @@ from tests.edges.phone_harness import START, phone_settings, running, stored, un
 from tests.edges.phone_standins import StandInBotApi
 from tests.edges.telegram_harness import ENV, OWNER
 
+GROUP = -100123
+MEMBER = 777
+
 
 @pytest.fixture
 def clock() -> ManualClock:
@@ -27,6 +30,10 @@ def clock() -> ManualClock:
 
 def table(bot: StandInBotApi, **extra: Any) -> dict[str, Any]:
     return {"type": "telegram", "token_env": "TG_TEST_TOKEN", "api_base": bot.url, "batch_window": 0, **extra}
+
+
+def noted(bot: StandInBotApi, chat: int) -> list[str]:
+    return [m["text"] for m in bot.sent_to(chat) if m["text"].startswith("Noted")]
 
 
 def refunding(refunded: list[str]) -> OfflineAgent:
@@ -79,3 +86,27 @@ async def test_the_owners_own_requests_stay_trusted_after_the_yes(tmp_path: Path
             ({"order": "881"}, "done", True, f"a run from your telegram #{asked.event_id}", []),
             ({"order": "882"}, "done", True, f"a run from your email #{mailed.event_id}", [])]
         assert refunded == ["881", "882"]
+
+
+async def test_a_private_question_and_a_group_message_are_separate_runs_each_answered_where_it_came_from(
+        tmp_path: Path, clock: ManualClock, bot: StandInBotApi) -> None:
+    """The owner writes to the bot directly and, in the same moment, a member writes in a paired group: one burst,
+    stored in one transaction. They are two runs: the owner's question is answered in the owner's chat only, the
+    group's message in the group only (before, one run answered both in the group)."""
+    from console.edges.chatsource import code_hash
+
+    async with running(phone_settings(tmp_path, table(bot, chat_id=OWNER, batch_window=0.4)), clock, ENV) as engine:
+        await engine.write(lambda s: s.new_pair_code("telegram", code_hash("GRP23456"), expires_at=START + 600))
+        await bot.write(GROUP, "/pair GRP23456", from_id=OWNER, chat_type="supergroup")
+        await until(lambda: any(m["text"].startswith("Paired") for m in bot.sent_to(GROUP)), "the group paired")
+        _, private = await bot.write(OWNER, "what is my bank PIN?")
+        _, public = await bot.write(GROUP, "hello group", from_id=MEMBER, chat_type="supergroup")
+        await stored(engine, lambda s: s.counts()["done"] == 2, "both messages done")
+        await until(lambda: noted(bot, OWNER) and noted(bot, GROUP), "a reply in each chat")
+        assert noted(bot, OWNER) == ["Noted: what is my bank PIN?"]
+        assert noted(bot, GROUP) == ["Noted: hello group"]
+        assert [m.get("reply_to_message_id") for m in bot.sent_to(OWNER) if m["text"].startswith("Noted")] == [private]
+        assert [m.get("reply_to_message_id") for m in bot.sent_to(GROUP) if m["text"].startswith("Noted")] == [public]
+        assert engine.worker.runs == 2
+        history = await engine.read(lambda s: s.history(s.find_event("telegram", f"{GROUP}:{public}").id))
+        assert [a.kind for a in history][:2] == ["claim", "deferred"], history  # claimed with the other, handed back
