@@ -14,9 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from console import telemetry
+from console.agents.provenance import group_chat
 from console.callview import announcement, request_view
 from console.config import ConfigError
 from console.core import (
+    OWNER_ONLY,
     ApprovalDraft,
     CapNotice,
     CapReached,
@@ -105,6 +107,11 @@ class RunContext:
     # What made this run's conversations untrusted, once each ([]: every one stayed trusted); None until the
     # agent says (record_trust). The runtime may not judge trust itself: it reads this for the run's span.
     tainted_by: list[str] | None = None
+    # Where this run's words may go (docs/security.md, the confidentiality model), from what its conversations had
+    # read as each message was said: private data (read_private), and untrusted content with it (confined). Told
+    # by the tool gateway and the agent as they read (reading); never unset within a run.
+    read_private: bool = False
+    confined: bool = False
     _reporting_outcome: bool = field(default=False, repr=False)
 
     def record_trust(self, tainted_by: Iterable[str]) -> None:
@@ -114,6 +121,24 @@ class RunContext:
         kept.extend(why for why in tainted_by if why not in kept)
         self.tainted_by = kept
 
+    def reading(self, *, private: bool, confined: bool) -> None:
+        """A conversation of this run has read private data / untrusted content with it (Provenance.private,
+        .confined): what it says from now on goes where such words may."""
+        self.read_private = self.read_private or private
+        self.confined = self.confined or confined
+
+    def _owner_only(self) -> bool:
+        """Whether what the run says now may reach only the owner's direct channels: it read untrusted content and
+        private data (a sink would be someone else), or it is about a group chat and may not answer there (the
+        group may read a run's words only when every event of the run came from that group and the run read no
+        private data); then it goes to the owner's direct chat, never into the group or to a mail's sender."""
+        if self.confined:
+            return True
+        groups = {group_chat(event) for event in self.events}
+        if groups <= {None}:
+            return False
+        return self.read_private or len(groups) > 1
+
     def say(self, text: str, urgent: bool = False, *, announces: ApprovalRequest | None = None) -> None:
         """Queue a message; it enters the outbox only when this run's finish commits.
 
@@ -122,8 +147,10 @@ class RunContext:
         reporting_outcome() every message is urgent too."""
         self.check_fence()
         if text.strip():
+            owner_only = self._owner_only()
             self.messages.append(OutboxDraft(text, urgent or announces is not None or self._reporting_outcome,
-                                             None if announces is None else announces.request_id))
+                                             None if announces is None else announces.request_id,
+                                             OWNER_ONLY if owner_only else None, not owner_only))
 
     def announce(self, request: ApprovalRequest) -> None:
         """Tell the owner about a request this run made: the urgent message a phone channel sends as its card,

@@ -228,6 +228,7 @@ class ClaudeAgent:
             shared = any(group_chat(event) is not None for event in fresh)
             opening = render_notes(ctx.memory_entries(), self.memory_chars, provenance, shared=shared) + \
                 render_events(fresh, payload_chars)
+            ctx.reading(private=provenance.private, confined=provenance.confined)
             self._converse(ctx, Conversation(key, [{"role": "user", "content": opening}],
                                              event_ids=tuple(event.id for event in fresh),
                                              sources=ctx.sources(fresh), provenance=provenance))

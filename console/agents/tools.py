@@ -401,13 +401,18 @@ class ToolGateway:
         self, ctx: RunContext, call: ToolCall, *, event: Event, sources: list[dict[str, Any]], session: Any = None,
         may_ask: bool = True, provenance: Provenance | None = None, covers: Sequence[Event] = (),
     ) -> ToolOutcome:
-        """One call the model made, in its `execute_tool` span (see _call)."""
+        """One call the model made, in its `execute_tool` span (see _call). The run's context learns what the
+        conversation had read before and after it (RunContext.reading): where its words may go."""
+        if provenance is None:  # read from the events themselves (what each message was), never their names
+            provenance = Provenance.of_events([event, *(e for e in covers if e.id != event.id)])
+        ctx.reading(private=provenance.private, confined=provenance.confined)
         with self._span(call) as span:
             outcome = self._call(ctx, call, event=event, sources=sources, session=session, may_ask=may_ask,
                                  provenance=provenance, covers=covers)
             if telemetry.capture_content():
                 span.content("gen_ai.tool.call.result", self._scrubbed(outcome.text))
-            return outcome
+        ctx.reading(private=provenance.private, confined=provenance.confined)
+        return outcome
 
     def _span(self, call: ToolCall) -> AbstractContextManager[telemetry.Span]:
         """The `execute_tool` span of one call: its arguments recorded (scrubbed) only on the content opt-in."""
@@ -502,11 +507,15 @@ class ToolGateway:
                          provenance: Provenance | None = None, session: Any = None) -> ToolOutcome:
         """An approval's answer acted on, in its `execute_tool` span (see _execute_approved)."""
         call = ToolCall(f"approval:{resumed.request_id}", resumed.tool or "ask_owner", dict(resumed.arguments or {}))
+        if provenance is None:
+            provenance = Provenance.restored(None, sources=resumed.sources, origin=resumed.origin)
+        ctx.reading(private=provenance.private, confined=provenance.confined)
         with self._span(call) as span:
             outcome = self._execute_approved(ctx, resumed, event=event, provenance=provenance, session=session)
             if telemetry.capture_content():
                 span.content("gen_ai.tool.call.result", self._scrubbed(outcome.text))
-            return outcome
+        ctx.reading(private=provenance.private, confined=provenance.confined)
+        return outcome
 
     def _execute_approved(self, ctx: RunContext, resumed: Resumed, *, event: Event,
                           provenance: Provenance | None = None, session: Any = None) -> ToolOutcome:

@@ -8,6 +8,7 @@ from console.core.errors import InboxIncomplete, InboxMoved, InboxMoving, MoveRe
 from console.core.intake import MAX_PAYLOAD_DEPTH
 from console.core.models import (
     DEAD_REASONS,
+    OWNER_ONLY,
     STATUSES,
     AgentState,
     Approval,
@@ -46,6 +47,7 @@ __all__ = [
     "DEAD_REASONS",
     "MAX_PAYLOAD_DEPTH",
     "MIN_SQLITE",
+    "OWNER_ONLY",
     "STATUSES",
     "AgentState",
     "Approval",

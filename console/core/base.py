@@ -282,17 +282,17 @@ class StoreBase:
 
     def _write_outbox(
         self, body: str, *, urgent: bool, now: int, event_id: int | None, approval_id: str | None = None,
-        reply_to: str | None = None,
+        reply_to: str | None = None, audience: str | None = None,
     ) -> int:
         """The one writer of an outbox row (inside the caller's transaction); returns its id.
 
         A message that announces an approval (approval_id) or answers a chat (reply_to) always takes the
         urgent lane: the owner waits on it."""
         return int(self._conn.execute(
-            "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id, reply_to) VALUES (?, ?, ?, ?, ?, ?) "
-            "RETURNING id",
+            "INSERT INTO outbox (body, urgent, created_at, event_id, approval_id, reply_to, audience) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
             (body, int(urgent or approval_id is not None or reply_to is not None), now, event_id, approval_id,
-             reply_to),
+             reply_to, audience),
         ).fetchall()[0][0])
 
     def _insert_event(self, source: str, source_id: str, text: str, now: int, trace: str | None = None) -> bool:

@@ -144,16 +144,16 @@ class CapsMixin(StoreBase):
         left out)."""
         with self.write_transaction():
             rows = self._conn.execute(
-                """SELECT id, body, urgent, event_id, reply_to FROM held_messages INDEXED BY held_messages_waiting
-                   WHERE released_at IS NULL ORDER BY id""").fetchall()
+                """SELECT id, body, urgent, event_id, reply_to, audience FROM held_messages
+                   INDEXED BY held_messages_waiting WHERE released_at IS NULL ORDER BY id""").fetchall()
             wanted = None if ids is None else set(ids)
             released: list[int] = []
-            for held_id, body, urgent, event_id, reply_to in rows:
+            for held_id, body, urgent, event_id, reply_to, audience in rows:
                 if wanted is not None and held_id not in wanted:
                     continue
                 # A reply to a chat goes back to that conversation, as it would have had it not been held.
                 outbox_id = self._write_outbox(body, urgent=bool(urgent), now=now, event_id=event_id,
-                                               reply_to=reply_to)
+                                               reply_to=reply_to, audience=audience)
                 self._conn.execute("UPDATE held_messages SET released_at = ?, outbox_id = ? WHERE id = ?",
                                    (now, outbox_id, held_id))
                 released.append(int(held_id))
@@ -170,20 +170,23 @@ def queue_run_messages(
     An approval's announcement is counted but never held (an approval the owner cannot see would
     expire unanswered); notices of a cap are neither counted nor held, and each is queued once.
     reply_to: the chat message the run answers (see ChatMixin.conversation_of); its replies go at once
-    (the owner is in the conversation), the way urgent messages do."""
+    (the owner is in the conversation), the way urgent messages do. A message that may not answer it (a run that
+    read private data, in a group) goes to the owner's direct chat instead (OutboxDraft.answers, audience)."""
     cap = store.options.max_messages_per_hour
     used = uses(store, "message", now) if cap else 0
     held = 0
     for draft in outgoing:
+        answering = reply_to if draft.answers else None
         if cap and used >= cap and draft.announces is None:
             store._conn.execute(
-                "INSERT INTO held_messages (body, urgent, created_at, event_id, reply_to) VALUES (?, ?, ?, ?, ?)",
-                (draft.body, int(draft.urgent), now, event_id, reply_to),
+                "INSERT INTO held_messages (body, urgent, created_at, event_id, reply_to, audience) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (draft.body, int(draft.urgent), now, event_id, answering, draft.audience),
             )
             held += 1
             continue
         store._write_outbox(draft.body, urgent=draft.urgent, now=now, event_id=event_id, approval_id=draft.announces,
-                            reply_to=reply_to)
+                            reply_to=answering, audience=draft.audience)
         store._conn.execute("INSERT INTO cap_uses (kind, at, event_id) VALUES ('message', ?, ?)", (now, event_id))
         used += 1
     pending = list(notices)

@@ -240,6 +240,22 @@ class Batch:
     approval_ids: list[str | None] = field(default_factory=list)
     # Beside bodies: the chat message each one answers ('<source>:<chat>:<message>'), or None.
     reply_tos: list[str | None] = field(default_factory=list)
+    # Beside bodies: who may read each one (OWNER_ONLY: the owner's own direct channels only), or None (anyone).
+    audiences: list[str | None] = field(default_factory=list)
+
+    def owner_only(self, index: int) -> bool:
+        """Whether message `index` may reach only the owner's own direct channels (see OWNER_ONLY)."""
+        return index < len(self.audiences) and self.audiences[index] == OWNER_ONLY
+
+    def for_others(self) -> Batch:
+        """This batch as a channel that reaches others may send it: without its owner-only messages."""
+        keep = [index for index in range(len(self.bodies)) if not self.owner_only(index)]
+
+        def kept(values: list[Any]) -> list[Any]:
+            return [values[index] for index in keep if index < len(values)]
+
+        return Batch(self.key, kept(self.bodies), self.urgent, self.attempt, kept(self.message_ids),
+                     kept(self.approval_ids), kept(self.reply_tos), kept(self.audiences))
 
     def approval_of(self, index: int) -> str | None:
         return self.approval_ids[index] if index < len(self.approval_ids) else None
@@ -307,6 +323,16 @@ class OutboxDraft:
     body: str
     urgent: bool = False
     announces: str | None = None
+    # Who may read it: OWNER_ONLY (a run that read untrusted content and the owner's private data, or whose reply
+    # may not go to its group) or None (every channel). answers: it may go as a reply into the chat or mail the run
+    # answers (False: to the owner's direct chat instead).
+    audience: str | None = None
+    answers: bool = True
+
+
+# A message only the owner's own direct channels may carry: the console, a file, a phone channel's direct chat with
+# the owner (never a group), an ntfy topic; never an HTTP or apprise channel, a group chat or a reply by mail.
+OWNER_ONLY = "owner"
 
 
 @dataclass(frozen=True)

@@ -311,12 +311,14 @@ class OutboxMixin(StoreBase):
                 (now + self.options.send_timeout, batch_id),
             )
             rows = self._conn.execute(
-                "SELECT id, body, approval_id, reply_to FROM outbox WHERE batch_id = ? ORDER BY id", (batch_id,)
+                "SELECT id, body, approval_id, reply_to, audience FROM outbox WHERE batch_id = ? ORDER BY id",
+                (batch_id,),
             ).fetchall()
             attempt = attempts + 1
         else:
             rows = self._conn.execute(
-                "SELECT id, body, approval_id, reply_to FROM outbox INDEXED BY outbox_queued WHERE status = 'queued' "
+                "SELECT id, body, approval_id, reply_to, audience FROM outbox INDEXED BY outbox_queued "
+                "WHERE status = 'queued' "
                 "AND urgent = 1 ORDER BY id"
             ).fetchall()
             urgent = 1 if rows else 0
@@ -327,7 +329,7 @@ class OutboxMixin(StoreBase):
                 if last is not None and now - last < self.options.outbox_gap:
                     return None
                 rows = self._conn.execute(
-                    "SELECT id, body, approval_id, reply_to FROM outbox INDEXED BY outbox_queued "
+                    "SELECT id, body, approval_id, reply_to, audience FROM outbox INDEXED BY outbox_queued "
                     "WHERE status = 'queued' AND urgent = 0 ORDER BY id"
                 ).fetchall()
             if not rows:
@@ -346,7 +348,7 @@ class OutboxMixin(StoreBase):
         return batch_id, Batch(
             key=key, bodies=[row[1] for row in rows], urgent=bool(urgent), attempt=attempt,
             message_ids=[row[0] for row in rows], approval_ids=[row[2] for row in rows],
-            reply_tos=[row[3] for row in rows],
+            reply_tos=[row[3] for row in rows], audiences=[row[4] for row in rows],
         )
 
     def _mark_sent(self, batch_id: int, now: int) -> None:

@@ -211,7 +211,11 @@ class HttpChannel:
 
     2xx is delivered; timeouts, connection errors, 5xx, 408, 425 and 429 are retried; any other 4xx
     (and a 3xx: redirects are not followed) fails the batch for good.
+
+    It reaches others: whoever runs the endpoint reads what it gets, so owner-only messages never go to it.
     """
+
+    reaches_others = True
 
     def __init__(self, url: str, *, name: str = "http", at_most_once: bool = False,
                  timeout: float = DEFAULT_HTTP_TIMEOUT) -> None:
@@ -256,9 +260,13 @@ class AppriseChannel:
     Apprise carries no idempotency key, so the channel remembers, for recent batch keys, which URLs
     already took the batch and retries only the others. That memory lives in this process: after a
     restart a retried batch goes to every URL again (at-least-once).
+
+    It reaches others (a Slack channel, a mail list, a service that unfurls links): owner-only messages never go
+    to it.
     """
 
     REMEMBERED_KEYS = 256
+    reaches_others = True
 
     def __init__(self, urls: Sequence[str], *, name: str = "apprise", at_most_once: bool = False,
                  title: str = "agent-console") -> None:

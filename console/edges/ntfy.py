@@ -84,13 +84,13 @@ class NtfyChannel(PhoneChannel):
         await host.write(lambda s: s.start_phone_cursor(self.name, str(now), now=now))
 
     # --- publishing -----------------------------------------------------------------------------
-    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None,
+    async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None, owner_only: bool = False,
                    outbox_id: int | None = None, retried: bool = False) -> list[str]:
         await self._publish({"message": shorten(text, MESSAGE_LIMIT),
                              "priority": self.priority if urgent else DEFAULT_PRIORITY}, slot)
         return [slot]
 
-    async def post_card(self, body: str, approval: Approval, *, slot: str) -> str:
+    async def post_card(self, body: str, approval: Approval, *, slot: str, owner_only: bool = False) -> str:
         answer_url = f"{self.server}/{self.answer_topic}"
         actions = [
             {"action": "http", "label": label, "url": answer_url, "method": "POST",

@@ -280,12 +280,14 @@ class PhoneChannel:
         if approval is None:
             # A run's reply to a chat source's message goes back to that conversation (the outbox's reply_to).
             pieces = await self.post(body, slot=slot, urgent=batch.urgent, reply_to=batch.reply_to_of(index),
-                                     outbox_id=outbox_id, retried=batch.attempt > 1)
+                                     outbox_id=outbox_id, retried=batch.attempt > 1,
+                                     owner_only=batch.owner_only(index))
         elif approval.outcome is None:
-            pieces, shown = [await self.post_card(body, approval, slot=slot)], "ask"
+            pieces, shown = [await self.post_card(body, approval, slot=slot, owner_only=batch.owner_only(index))], "ask"
         else:  # settled before its card went out: sent as it ends, without buttons
             shown = approval.outcome
-            pieces = await self.post(card_text(body, shown, approval.answered_via), slot=slot, urgent=False)
+            pieces = await self.post(card_text(body, shown, approval.answered_via), slot=slot, urgent=False,
+                                     owner_only=batch.owner_only(index))
         if outbox_id is not None:
             now = host.clock.now()
             await host.write(lambda s: s.record_phone_message(self.name, outbox_id, pieces[0], now=now,
@@ -294,16 +296,17 @@ class PhoneChannel:
 
     # --- what each service does -----------------------------------------------------------------
     async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None,
-                   outbox_id: int | None = None, retried: bool = False) -> list[str]:
+                   outbox_id: int | None = None, retried: bool = False, owner_only: bool = False) -> list[str]:
         """Send a message; returns the service's handles of the pieces it went in (one, unless the service cut it;
         the first is the message's handle). SendError says what failed. reply_to: the chat message
         ('<source>:<chat>:<message>') a run's reply answers; a channel that is not that source ignores it.
         outbox_id: the outbox message it is, and retried: an earlier try may have sent some of its pieces (a
-        channel that cuts messages records each piece as it goes, and sends only the rest)."""
+        channel that cuts messages records each piece as it goes, and sends only the rest). owner_only: only the
+        owner's direct chat may read it, never a group (OWNER_ONLY)."""
         raise NotImplementedError
 
-    async def post_card(self, body: str, approval: Approval, *, slot: str) -> str:
-        """Send an approval's announcement with Yes / No buttons; returns the handle."""
+    async def post_card(self, body: str, approval: Approval, *, slot: str, owner_only: bool = False) -> str:
+        """Send an approval's announcement with Yes / No buttons; returns the handle. owner_only: as for post."""
         raise NotImplementedError
 
     async def replace_card(self, card: PhoneCard, text: str) -> None:

@@ -240,6 +240,19 @@ class TelegramChannel(PhoneChannel):
             return int(pairing.chat_id)
         raise SendError(f"{self.name}: no chat is paired yet (run `agent-console telegram pair`)", permanent=False)
 
+    async def direct_chat(self) -> int:
+        """The owner's own direct chat with the bot (never a group): where an owner-only message goes, and where
+        a run's reply goes when it may not answer its group. SendError when none is paired."""
+        if self.chat_id is not None and self.chat_id > 0:
+            return self.chat_id
+        pairings = await self.host.read(lambda s: s.chat_pairings(SOURCE))
+        for pairing in pairings:
+            if pairing.kind == "private" and pairing.chat_id.isdigit():
+                return int(pairing.chat_id)
+        raise SendError(f"{self.name}: no direct chat with the owner is paired (`agent-console telegram pair` from "
+                        "your own chat with the bot): a message only you may read never goes to a group",
+                        permanent=True)
+
     # --- sending --------------------------------------------------------------------------------
     def _ref(self, chat_id: int, result: Any) -> str:
         if not isinstance(result, dict) or not isinstance(result.get("message_id"), int):
@@ -247,9 +260,10 @@ class TelegramChannel(PhoneChannel):
         return f"{chat_id}:{result['message_id']}"
 
     async def post(self, text: str, *, slot: str, urgent: bool, reply_to: str | None = None,
-                   outbox_id: int | None = None, retried: bool = False) -> list[str]:
-        chat_id, answering = await self.default_chat(), None
-        if reply_to is not None and reply_to.startswith(f"{SOURCE}:"):
+                   outbox_id: int | None = None, retried: bool = False, owner_only: bool = False) -> list[str]:
+        chat_id, answering = await (self.direct_chat() if owner_only else self.default_chat()), None
+        if reply_to is not None and reply_to.startswith(f"{SOURCE}:") and not (owner_only and reply_to.startswith(
+                f"{SOURCE}:-")):  # an owner-only message never answers in a group (Telegram's group ids are < 0)
             parts = reply_to.split(":")
             if len(parts) >= 3 and parts[1].lstrip("-").isdigit() and parts[2].isdigit():
                 chat_id, answering = int(parts[1]), int(parts[2])
@@ -277,8 +291,8 @@ class TelegramChannel(PhoneChannel):
     async def _record_piece(self, outbox_id: int, ref: str, piece: int, pieces: int) -> None:
         await self.host.write(lambda s: s.record_phone_piece(self.name, outbox_id, ref, piece=piece, pieces=pieces))
 
-    async def post_card(self, body: str, approval: Approval, *, slot: str) -> str:
-        chat_id = await self.default_chat()
+    async def post_card(self, body: str, approval: Approval, *, slot: str, owner_only: bool = False) -> str:
+        chat_id = await (self.direct_chat() if owner_only else self.default_chat())
         buttons = [(label, callback_data(word, approval.request_id, self.mac(approval.request_id, word)))
                    for label, word in (("Yes", "yes"), ("No", "no"))]
         payload: dict[str, Any] = {"chat_id": chat_id, "text": shorten(body, TEXT_LIMIT)}

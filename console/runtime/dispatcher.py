@@ -122,6 +122,12 @@ class TracedChannel:
         self.on_loop = inspect.iscoroutinefunction(channel.send)
 
     def send_blocking(self, batch: Batch) -> ChannelOutcome:
+        if getattr(self.channel, "reaches_others", False):
+            # A channel that reaches others (HTTP, apprise) never carries an owner-only message (what a run that
+            # read untrusted content and private data wrote): it is the owner's direct channels' alone.
+            batch = batch.for_others()
+            if not batch.bodies:
+                return ChannelOutcome(self.name)
         try:
             with self._span(batch):  # the span records a failure, as the exception passes through it
                 self.channel.send(batch)
