@@ -52,6 +52,7 @@ from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
 from console.tui.panes import PANES, LivePane
 from console.tui.read_only import MAIN_SCREEN_WRITES
 from console.tui.state import ConsoleState, default_state_path
+from console.tui.textual_8_2 import bindings_by_key, has_registered_themes, keymap, withdraw_toast
 from console.tui.theme_files import DEFAULT_THEME, load_themes, status_variables
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.console_footer import ConsoleFooter
@@ -234,7 +235,7 @@ class ConsoleApp(App[None]):
             self.set_keymap(dict(settings.keys))
         # Without [keys] there is nothing to check (and the checks would import every screen to read its keys).
         self._key_problems = unknown_key_ids(dict(settings.keys), binding_ids()) if settings.keys else []
-        self._key_clashes = key_clashes(self._keymap, () if demo else DEMO_ACTIONS) if settings.keys else []
+        self._key_clashes = key_clashes(keymap(self), () if demo else DEMO_ACTIONS) if settings.keys else []
 
     def get_default_screen(self) -> Screen[Any]:
         """The main screen, made with the breakpoint classes of the terminal's size (-wide or -narrow, -tall or
@@ -291,26 +292,27 @@ class ConsoleApp(App[None]):
     def key_for(self, binding_id: str) -> str | None:
         """The key that runs a binding as the footer shows it, after `[keys]` remaps; None when it is not
         available here (a demo key outside the demo)."""
-        for bindings in self._bindings.key_to_bindings.values():
+        for bindings in bindings_by_key(self).values():
             for binding in bindings:
                 if binding.id != binding_id:
                     continue
                 if self.check_action(binding.action.split("(")[0], ()) is False:
                     return None
-                key = self._keymap.get(binding_id, binding.key).split(",")[0].strip()
+                key = keymap(self).get(binding_id, binding.key).split(",")[0].strip()
                 return self.get_key_display(binding.with_key(key, key_display=None))
         return None
 
     def relabel(self, binding_id: str, description: str) -> None:
         """A binding's footer label changed in place (Textual has no public call for it); remaps still apply,
         as they are looked up by id."""
-        for key, bindings in self._bindings.key_to_bindings.items():
-            self._bindings.key_to_bindings[key] = [
+        by_key = bindings_by_key(self)
+        for key, bindings in by_key.items():
+            by_key[key] = [
                 replace(b, description=description) if b.id == binding_id else b for b in bindings]
         self.refresh_bindings()
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
-        theme = self.current_theme if self._registered_themes else None
+        theme = self.current_theme if has_registered_themes(self) else None
         return {**super().get_theme_variable_defaults(), **status_variables(theme)}
 
     # --- lifecycle ------------------------------------------------------------------------------
@@ -424,8 +426,7 @@ class ConsoleApp(App[None]):
 
     def untoast(self, notification: Notification) -> None:
         """Take a toast away before its time (an approval settled elsewhere); gone already is fine."""
-        if notification in self._notifications:
-            self._unnotify(notification)
+        withdraw_toast(self, notification)
 
     async def action_quit(self) -> None:
         await self.shutdown_engine()  # releases the lease before the screen goes away
@@ -478,7 +479,7 @@ class ConsoleApp(App[None]):
         helps = [help_text for node in (self.focused.ancestors_with_self if self.focused else ())
                  if isinstance(help_text := getattr(node, "HELP", None), str)]
         actions = [b.action.split("(")[0] for b in self.BINDINGS if isinstance(b, Binding)]
-        rows = key_rows(self._keymap, None if self.demo else [a for a in actions if a not in DEMO_ACTIONS])
+        rows = key_rows(keymap(self), None if self.demo else [a for a in actions if a not in DEMO_ACTIONS])
         self.push_screen(KeysScreen(rows, plain_help(helps[0]) if helps else ""))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:

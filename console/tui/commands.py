@@ -12,6 +12,7 @@ from textual.content import Content
 
 from console.core import STATUSES
 from console.tui.keys import key_for_id
+from console.tui.textual_8_2 import keymap
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
 
@@ -70,7 +71,7 @@ def key_of(app: ConsoleApp, action: str) -> str | None:
     own = {"detail": "events.detail", **TABLE_ACTIONS, **PANE_ACTIONS}
     binding_id = own.get(action) or next(
         (b.id for b in app.BINDINGS if isinstance(b, Binding) and b.action == action), None)
-    return None if binding_id is None else key_for_id(binding_id, app._keymap)
+    return None if binding_id is None else key_for_id(binding_id, keymap(app))
 
 
 def run(app: ConsoleApp, action: str) -> Callable[[], object]:

@@ -15,9 +15,10 @@ from dataclasses import dataclass
 
 from textual.binding import Binding
 from textual.dom import DOMNode
-from textual.keys import _normalize_key_list, format_key
+from textual.keys import format_key
 
 from console.textsafe import terminal_safe
+from console.tui.textual_8_2 import normalized_keys
 
 # Where each class's keys work, as the help screen titles them (the main screen's widgets share its keys).
 PLACES: dict[str, str] = {
@@ -92,7 +93,7 @@ def unknown_key_ids(keys: Mapping[str, str], known: set[str]) -> list[str]:
 def keys_of(binding: Binding, keymap: Mapping[str, str]) -> list[str]:
     """The keys a binding answers to after the remaps, in Textual's long form (question_mark, not ?)."""
     keys = keymap.get(binding.id, binding.key) if binding.id else binding.key
-    return [key.strip() for key in _normalize_key_list(keys).split(",") if key.strip()]
+    return [key.strip() for key in normalized_keys(keys).split(",") if key.strip()]
 
 
 def shown_key(key: str) -> str:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from textual.app import ComposeResult
 from textual.widgets import Footer
-from textual.widgets._footer import FooterKey
+
+from console.tui.textual_8_2 import FooterKey
 
 
 class ConsoleFooter(Footer):
