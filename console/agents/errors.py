@@ -20,6 +20,18 @@ class EventFailed(Exception):
         self.event_id = event_id
 
 
+class CallNotSent(Exception):
+    """A tool call that was never sent: its server could not be reached (down, restarting, not started yet).
+    Nothing happened, so it may be made later as if for the first time. str() is safe to show the model."""
+
+
+class AnswerWaits(EventFailed):
+    """An owner's yes whose approved call could not be sent (CallNotSent). Not the answer's failure: its event
+    gives the attempt back and is tried again with the run's backoff while the server comes back, until the
+    approval's own deadline; then it is parked dead as a stranded answer the owner can retry
+    (Store.finish_run's `not_sent`)."""
+
+
 class AgentUnavailable(Exception):
     """The agent cannot run anything right now. The message is the reason shown to the owner."""
 

@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 
 import console
 from console import telemetry
+from console.agents.errors import CallNotSent
 from console.agents.mcp_config import McpServerConfig, expanded_with_secrets
 from console.config import ConfigError
 from console.core import OutcomeUnknown
@@ -113,6 +114,10 @@ class McpCallUnknown(McpToolError, OutcomeUnknown):
     the server died mid-call, the hub closed under it. It may or may not have happened."""
 
 
+class McpServerUnavailable(McpToolError, CallNotSent):
+    """The call was not sent: its server is down or restarting, or the hub is not running. Nothing happened."""
+
+
 class _HubClosedMidCall(McpToolError):
     """The hub was closed while a submitted coroutine ran."""
 
@@ -175,6 +180,11 @@ class _Server:
         self.last_stderr = ""                 # shown with a failed connect: often the server's own complaint
         self.scrub = _Scrubber()
         self.session_id: str | None = None    # an HTTP server's Mcp-Session-Id (telemetry's mcp.session.id)
+        # A call that finds the server down cuts the backoff's sleep short (wake) and waits for that attempt's end
+        # (attempts_ended moves, news is set): a server back from a restart is used at once, not a backoff later.
+        self.wake: anyio.Event | None = None
+        self.news: anyio.Event | None = None
+        self.attempts_ended = 0
 
     def mark_lost(self, reason: str) -> None:
         if self.lost is not None and not self.lost.is_set():
@@ -380,7 +390,8 @@ class McpHub:
         try:
             return self._submit(
                 self._call(server, parts[1], name, arguments, idempotency_key, telemetry.traceparent()),
-                timeout=server.config.call_timeout + 1.0,
+                # A server found down is given one attempt to connect first (_try_now).
+                timeout=server.config.connect_timeout + server.config.list_timeout + server.config.call_timeout + 1.0,
             )
         except concurrent.futures.TimeoutError:
             raise McpCallUnknown(
@@ -415,13 +426,13 @@ class McpHub:
         if not usable or loop is None:
             if asyncio.iscoroutine(work):
                 work.close()
-            raise McpToolError("the MCP hub is closed" if self._closed else "the MCP hub is not started")
+            raise McpServerUnavailable("the MCP hub is closed" if self._closed else "the MCP hub is not started")
         try:
             future = asyncio.run_coroutine_threadsafe(cast(Any, work), loop)
         except RuntimeError:  # the loop has ended (it failed, or close() is under way)
             if asyncio.iscoroutine(work):
                 work.close()
-            raise McpToolError("the MCP hub is not running") from None
+            raise McpServerUnavailable("the MCP hub is not running") from None
         with self._lock:
             self._pending.add(future)
         try:
@@ -468,11 +479,13 @@ class McpHub:
         self, server: _Server, tool: str, name: str, arguments: dict[str, Any], key: str, parent: str | None = None
     ) -> dict[str, Any]:
         config = server.config
+        if server.state != "up" or server.client is None:
+            await self._try_now(server)
         client = server.client
         if server.state != "up" or client is None:
             with self._lock:
                 why = self._status_text(server, time.monotonic()).removeprefix("down: ")
-            raise McpToolError(f"{name}: MCP server {config.name} is unavailable ({why})")
+            raise McpServerUnavailable(f"{name}: MCP server {config.name} is unavailable ({why})")
         if tool not in server.tools:
             raise McpToolError(f"unknown tool {name}: server {config.name} does not offer a tool {tool!r}")
         # The W3C trace context of the call's span, as MCP carries it (_meta.traceparent): the server's own spans
@@ -502,9 +515,26 @@ class McpHub:
             raise McpToolError(f"{name}: the call to MCP server {config.name} failed: {reason}") from None
         return _result(result, server.scrub)
 
+    async def _try_now(self, server: _Server) -> None:
+        """The server is down or still connecting: connect it now rather than at the backoff's end, and wait
+        for that attempt (or the one under way) to end, bounded by its connect and list timeouts."""
+        seen = server.attempts_ended
+        if server.wake is not None:
+            server.wake.set()
+        with anyio.move_on_after(server.config.connect_timeout + server.config.list_timeout):
+            while server.state != "up" and server.attempts_ended == seen and server.news is not None:
+                await server.news.wait()
+
+    def _attempt_ended(self, server: _Server) -> None:
+        server.attempts_ended += 1
+        if server.news is not None:
+            server.news.set()
+        server.news = anyio.Event()
+
     async def _supervise(self, server: _Server) -> None:
         """Connects the server, keeps its session until it is lost, then reconnects after a backoff. While it
         reconnects it stays down with the last reason ("retrying in 0 s"): only the first attempt is "connecting"."""
+        server.news = anyio.Event()
         while True:
             server.marked_down = False
             try:
@@ -517,7 +547,10 @@ class McpHub:
             if not server.marked_down:
                 self._mark_down(server, "the session ended")
             server.first_attempt.set()
-            await anyio.sleep(max(0.0, server.retry_at - time.monotonic()))
+            self._attempt_ended(server)
+            server.wake = anyio.Event()
+            with anyio.move_on_after(max(0.0, server.retry_at - time.monotonic())):
+                await server.wake.wait()
 
     def _mark_down(self, server: _Server, reason: str) -> None:
         now = time.monotonic()
@@ -552,6 +585,7 @@ class McpHub:
                 server.up_since = time.monotonic()
                 self._set(server, state="up", reason="", tools={tool.tool: tool for tool in tools})
                 server.first_attempt.set()
+                self._attempt_ended(server)
                 logger.info("MCP server %s is up with %d tools", config.name, len(tools))
                 await server.lost.wait()
                 # Down before the session is torn down (a stdio server gets seconds to exit): calls meanwhile

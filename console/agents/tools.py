@@ -31,6 +31,7 @@ from typing import Any, Literal, Protocol, TypeVar
 
 from console import telemetry
 from console.agents.base import Resumed, RunContext
+from console.agents.errors import AnswerWaits, CallNotSent
 from console.agents.policy import Decision, Policy, Ruling
 from console.agents.provenance import Provenance, note_private, note_taint
 from console.callview import QUESTION_LIMIT, compact_call, cut_middle, find_urls, message_from_run
@@ -567,8 +568,12 @@ class ToolGateway:
         if spec is None or changes_world(spec):  # counted against the caps, never stopped by them: the owner said yes
             ctx.take_call_slot(key, tool, event=event, capped=False)
         repeatable = self._repeatable(tool)
-        outcome = self._run(ctx, tool, arguments, key, event, "approved", provenance, spec,
-                            interrupted="redo" if repeatable else "unknown")
+        try:
+            outcome = self._run(ctx, tool, arguments, key, event, "approved", provenance, spec,
+                                interrupted="redo" if repeatable else "unknown")
+        except CallNotSent as exc:  # nothing happened: the yes is kept, and the answer tried again (AnswerWaits)
+            raise AnswerWaits(event.id, f"the approved call {summary(tool, arguments)} (request "
+                                        f"{resumed.request_id}) was not sent: {exc}") from None
         outcome = ToolOutcome(outcome.outcome, outcome.text, "approved", resumed.request_id, outcome.result,
                               outcome.made, outcome.replayed)
         self._record(ctx, event, call, outcome, rule, trust)
@@ -727,6 +732,10 @@ class ToolGateway:
         except OutcomeUnknown as exc:
             why = str(exc).removeprefix(f"{name}: ")
             return ToolOutcome("unknown", f"{name} may or may not have happened: {why}", decision, made=True)
+        except CallNotSent as exc:
+            if decision == "approved":
+                raise  # an owner's yes is not spent on a server that could not be reached (_execute_approved)
+            return ToolOutcome("error", f"{name} failed: {exc}", decision)
         except Exception as exc:
             if type(exc).__name__ == "StaleGeneration":
                 raise  # the run lost its lease: it stops, the tool's outcome does not count

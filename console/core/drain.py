@@ -23,6 +23,10 @@ from console.core.models import (
 from console.core.outcome import commit_outcome
 from console.core.statements import CLAIM_ONE, SELECT_DUE_RETRY, SELECT_HAND_RETRY, SELECT_LOST
 
+# Tries of an answer's event that could not send its approved call, since its last retry by hand.
+_COUNT_UNSENT = """SELECT COUNT(*) FROM attempts WHERE event_id = ? AND kind = 'unsent'
+                   AND id > (SELECT COALESCE(MAX(id), 0) FROM attempts WHERE event_id = ? AND kind = 'retry')"""
+
 
 class DrainMixin(StoreBase):
     # --- claim and finish ---------------------------------------------------------------------
@@ -110,6 +114,37 @@ class DrainMixin(StoreBase):
             )
         return True
 
+    def _answer_not_sent(self, event_id: int, holder: str, gen: int, now: int, error: str) -> bool:
+        """The run of an answer's event could not send the approved call (its server unreachable): nothing
+        happened, so the answer is not charged. It gives the claim's attempt back (keeping one, so it waits in
+        the retry index) and is tried again after the run's backoff, counted in the tries that could not send,
+        at least a second and never past its approval's deadline. A try at or past the deadline that still
+        cannot send parks it dead (`unsent`), and the owner is told the call was not made and how to run it. False
+        when the event is not running under gen."""
+        running = self._conn.execute(
+            """SELECT a.expires_at FROM inbox i LEFT JOIN approvals a ON a.request_id = i.source_id
+               WHERE i.id = ? AND i.status = 'running' AND i.claim_gen = ? AND i.source = 'approval'""",
+            (event_id, gen),
+        ).fetchall()
+        if not running:
+            return self._finish_failed(event_id, holder, gen, now, error)
+        deadline = running[0][0]
+        if deadline is None or now >= deadline:
+            self._log_attempt(event_id, now, "unsent", holder, gen, f"{error}; the approval's deadline has passed")
+            self._mark_dead(event_id, now, "unsent", error, holder, gen)
+            return True
+        tries = int(self._scalar(_COUNT_UNSENT, (event_id, event_id)))
+        retry_at = min(int(deadline), now + max(1, self._backoff(tries + 1)))
+        self._log_attempt(event_id, now, "unsent", holder, gen,
+                          f"{error}; attempt not counted, tried again in {retry_at - now} s (until the approval's "
+                          f"deadline, in {int(deadline) - now} s)")
+        self._conn.execute(
+            """UPDATE inbox SET status = 'pending', attempts = CASE WHEN attempts > 1 THEN attempts - 1 ELSE 1 END,
+                                error = ?, next_attempt_at = ?, updated_at = ? WHERE id = ?""",
+            (error, retry_at, now, event_id),
+        )
+        return True
+
     def _spare_batch_mate(self, event_id: int, holder: str, gen: int, now: int, error: str, poison_id: int) -> bool:
         """The run failed on poison_id, not on this event: back to pending at once with the claim's attempt
         taken back and its own error untouched, to be claimed alone next. False when the event is not running
@@ -180,7 +215,7 @@ class DrainMixin(StoreBase):
 
     def finish_run(
         self, holder: str, gen: int, ids: Sequence[int], outcome: RunOutcome, *, now: int, error: str | None = None,
-        blame: int | None = None,
+        blame: int | None = None, not_sent: bool = False,
     ) -> bool:
         """Record a run's outcome and queue its messages, in one fenced transaction.
 
@@ -198,6 +233,11 @@ class DrainMixin(StoreBase):
         their history), and each runs alone next. Without it, or naming no event of the batch, every event
         is charged and retried alone after its backoff, as the run's failure may be any of theirs.
 
+        not_sent: the run failed because the approved call of the blamed event (an answer) could not be sent,
+        its server unreachable. Nothing happened, so that event is not charged: it waits, tried again with the
+        backoff until its approval's deadline, and is then parked dead for the owner to retry
+        (`_answer_not_sent`).
+
         Messages count against max_messages_per_hour and past it are held (console/core/caps.py); notices
         (a cap the run reached) are queued once per crossing.
 
@@ -214,14 +254,14 @@ class DrainMixin(StoreBase):
         """
         held = self._refused
         try:
-            return self._finish(holder, gen, ids, outcome, now, error, blame)
+            return self._finish(holder, gen, ids, outcome, now, error, blame, not_sent)
         except BaseException:
             self._keep_refusals(held)
             raise
 
     def _finish(
         self, holder: str, gen: int, ids: Sequence[int], outcome: RunOutcome, now: int, error: str | None,
-        blame: int | None,
+        blame: int | None, not_sent: bool = False,
     ) -> bool:
         # A run that succeeded and staged nothing, no copies held to write: the backend may finish it whole
         # (Backend.try_finish; PostgreSQL, one round trip), or decline having written nothing when it does not apply
@@ -242,7 +282,9 @@ class DrainMixin(StoreBase):
                 moved = len(done)
             else:
                 poison = blame if blame in ids and len(set(ids)) > 1 else None
-                moved = sum(self._finish_failed(event_id, holder, gen, now, error)
+                unsent = blame if not_sent and blame in ids else None
+                moved = sum(self._answer_not_sent(event_id, holder, gen, now, error) if event_id == unsent
+                            else self._finish_failed(event_id, holder, gen, now, error)
                             if poison is None or event_id == poison
                             else self._spare_batch_mate(event_id, holder, gen, now, error, poison)
                             for event_id in ids)

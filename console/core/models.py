@@ -48,7 +48,7 @@ def failed_with_batch(poison_id: int) -> str:
 
 # Why an event died (Event.dead_reason): its last attempt's run failed; its last attempt's worker lost the
 # lease mid-run; or it was found waiting for a retry with no attempts left (max_attempts lowered meanwhile).
-DEAD_REASONS = ("failed", "lost", "out_of_attempts")
+DEAD_REASONS = ("failed", "lost", "out_of_attempts", "unsent")
 
 
 def death_in_words(reason: str | None, attempts: int, error: str | None) -> str:
@@ -61,6 +61,8 @@ def death_in_words(reason: str | None, attempts: int, error: str | None) -> str:
         return f"{last}; out of attempts ({tried})"
     if reason == "out_of_attempts":
         return f"out of attempts ({tried}); last error: {last}"
+    if reason == "unsent":
+        return f"its approved call could not be sent before the approval's deadline: {last}"
     return last  # died before the reason had its own field: error holds the sentence it was given then
 
 
@@ -184,6 +186,8 @@ class StrandedAnswer:
             return f"its worker died on its last attempt of {self.attempts}"
         if self.dead_reason == "failed":
             return f"failed {self.attempts} attempt{'' if self.attempts == 1 else 's'}: {error}"
+        if self.dead_reason == "unsent":
+            return f"its call could not be sent before the approval's deadline: {error}"
         return f"out of attempts ({self.attempts}): {error}"
 
     def in_words(self) -> str:
@@ -211,6 +215,10 @@ class StrandedAnswer:
         carried = "the expiry" if self.outcome == "expired" else "your answer"
         dead = f"the event that carries {carried}, #{self.event_id}, is dead ({self.death()})"
         retry = f"`agent-console retry {self.event_id}`"
+        if self.call == "not_run" and self.dead_reason == "unsent":
+            return (f"Your yes to {asked} was not carried out: the call was not made, because its tool's server "
+                    f"could not be reached before the approval's deadline ({self.error or 'no reason recorded'}). "
+                    f"Nothing was done. {retry} runs it, once.")
         if self.call == "not_run":
             return f"Your yes to {asked} was not run: {dead}. Nothing was done. {retry} runs it, once."
         if self.call == "unknown":

@@ -14,7 +14,7 @@ from typing import TypeVar
 
 from console import telemetry
 from console.agents.base import Agent, RunContext
-from console.agents.errors import AgentPaused, AgentUnavailable, EventFailed, ProviderBusy
+from console.agents.errors import AgentPaused, AgentUnavailable, AnswerWaits, EventFailed, ProviderBusy
 from console.core import (
     AgentState,
     Event,
@@ -207,6 +207,7 @@ class Worker:
 
         error: str | None = None
         blame: int | None = None  # the event the run failed on, when the agent named one (a poison event)
+        not_sent = False  # blame is an answer whose approved call could not be sent: it waits, uncharged
         staged = RunOutcome()
         unavailable: AgentUnavailable | None = None
         try:
@@ -219,7 +220,9 @@ class Worker:
         except Exception as exc:
             error = redact_urls(f"{type(exc).__name__}: {exc}")  # it is stored and shown: no credentials
             blame = exc.event_id if isinstance(exc, EventFailed) else None
-            log.warning("run %s failed: %s", self.runs, error)
+            not_sent = isinstance(exc, AnswerWaits)
+            log.warning("run %s failed: %s%s", self.runs, error,
+                        "; the owner's yes is kept and tried again while the server comes back" if not_sent else "")
             # The calls it made in the world stand (journalled): its failed finish writes them to the audit trail.
             staged = RunOutcome(tool_calls=list(contexts[0].tool_log)) if contexts else RunOutcome()
         finally:
@@ -247,7 +250,7 @@ class Worker:
             if deferred:
                 await self._hand_back(gen, deferred)
                 ids = [event_id for event_id in ids if event_id not in deferred]
-        finished = await self._finish(gen, ids, staged, error, blame)
+        finished = await self._finish(gen, ids, staged, error, blame, not_sent)
         if finished is None:
             return  # stopping: the lease's release returns the events to pending
         if not finished:
@@ -272,7 +275,8 @@ class Worker:
         host.wake()
 
     async def _finish(
-        self, gen: int, ids: list[int], staged: RunOutcome, error: str | None, blame: int | None
+        self, gen: int, ids: list[int], staged: RunOutcome, error: str | None, blame: int | None,
+        not_sent: bool = False,
     ) -> bool | None:
         """Record the run's outcome, trying again until the inbox takes it; None if the engine stops first.
 
@@ -284,26 +288,29 @@ class Worker:
         pause = 0.05
         while True:
             try:
-                return await host.on("writer", self._finishing(gen, ids, staged, error, blame, host.clock.now()))
+                return await host.on("writer", self._finishing(gen, ids, staged, error, blame, not_sent,
+                                                               host.clock.now()))
             except StoreUnavailable as exc:
                 host.note_error(f"run {self.runs}: could not record its outcome ({exc}); trying again")
             except Exception as exc:  # the outcome itself cannot be stored: record the run as failed instead
                 host.note_error(f"run {self.runs}: could not record its outcome: {type(exc).__name__}: {exc}")
                 error, staged = f"could not record the run's outcome ({type(exc).__name__})", RunOutcome()
-                blame = None  # every event's failure now, not the poison event's
+                blame, not_sent = None, False  # every event's failure now, not the poison event's
             if host.stopping:
                 return None
             await asyncio.sleep(pause)  # a back-off between attempts, not a wait for a result
             pause = min(pause * 2, host.idle_cap)
 
     def _finishing(
-        self, gen: int, ids: list[int], staged: RunOutcome, error: str | None, blame: int | None, now: int
+        self, gen: int, ids: list[int], staged: RunOutcome, error: str | None, blame: int | None, not_sent: bool,
+        now: int,
     ) -> Callable[[Store], bool]:
         holder = self.host.holder
         # A failed run's outputs are dropped (its retry produces them again), but for the calls it made, which the
         # audit trail records with the failure.
         outcome = RunOutcome(tool_calls=staged.tool_calls) if error else staged
-        return lambda store: store.finish_run(holder, gen, ids, outcome, now=now, error=error, blame=blame)
+        return lambda store: store.finish_run(holder, gen, ids, outcome, now=now, error=error, blame=blame,
+                                              not_sent=not_sent)
 
     # --- the agent as a whole: waiting out back-pressure, paused by a refused configuration ----------------
     async def _agent_gate(self, gen: int, now: int) -> float | None:

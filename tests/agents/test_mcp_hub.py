@@ -10,6 +10,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from typing import Any
 import psutil
 import pytest
 
+from console.agents.errors import CallNotSent
 from console.agents.mcp import IDEMPOTENCY_META_KEY, McpHub, McpToolError
 from console.agents.mcp_config import McpServerConfig
 from tests.agents import mcp_servers
@@ -229,12 +231,35 @@ def test_a_killed_server_is_restarted_with_backoff_and_works_again(
 
     down = wait_until(lambda: (s := hub.status()["local"]).startswith("down:") and s, "the hub to see it die")
     assert re.fullmatch(r"down: the server closed the connection; retrying in [01] s", down)
-    with pytest.raises(McpToolError, match="MCP server local is unavailable"):
-        hub.call("mcp__local__echo", {"text": "x"}, idempotency_key="k2")
     wait_until(lambda: hub.status()["local"] == "up", "the server to be restarted")
     second = hub.call("mcp__local__pid", {}, idempotency_key="k3")["structured"]["result"]
     assert second != first
     assert not psutil.pid_exists(first)
+
+
+def test_a_call_that_finds_its_server_down_connects_it_at_once_rather_than_after_the_backoff(
+    tmp_path: Path, hubs: Callable[..., McpHub]
+) -> None:
+    """Issue 37: a server restarting when a call comes (an owner's yes resuming) is tried again for that call,
+    not only a backoff later; a call that still cannot be sent says so (CallNotSent: nothing happened)."""
+    hub = hubs(local(tmp_path), backoff_base=60.0, backoff_max=60.0)
+    first = hub.call("mcp__local__pid", {}, idempotency_key="k1")["structured"]["result"]
+    os.kill(first, signal.SIGKILL)
+    down = wait_until(lambda: (s := hub.status()["local"]).startswith("down:") and s, "the hub to see it die")
+    assert re.fullmatch(r"down: the server closed the connection; retrying in (60|59) s", down)
+
+    began = time.monotonic()
+    second = hub.call("mcp__local__pid", {}, idempotency_key="k2")["structured"]["result"]
+
+    assert second != first and time.monotonic() - began < 30  # well before the 60 s backoff's end
+    assert hub.status()["local"] == "up"
+    assert [call["key"] for call in read_calls(tmp_path / "local.calls")] == ["k1", "k2"]
+
+
+def test_a_call_to_a_server_that_cannot_start_was_not_sent(tmp_path: Path, hubs: Callable[..., McpHub]) -> None:
+    hub = hubs(McpServerConfig("missing", command=str(tmp_path / "no-such-program")), backoff_base=60.0)
+    with pytest.raises(CallNotSent, match=r"mcp__missing__echo: MCP server missing is unavailable \(\[Errno 2\]"):
+        hub.call("mcp__missing__echo", {"text": "x"}, idempotency_key="k")
 
 
 def test_an_http_server_that_goes_away_is_reconnected_when_it_is_back(hubs: Callable[..., McpHub]) -> None:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from console.agents.base import RunContext
-from console.core import StaleGeneration, Store, approved_step_key
+from console.core import RunOutcome, StaleGeneration, Store, approved_step_key
 
 T = 1_000_000
 TTL = 60
@@ -221,3 +221,51 @@ def lose_every_attempt_of_both(store: Store, start: int) -> None:
         gen = store.acquire(f"worker-{attempt}", now=at)
         assert gen is not None
         store.claim_batch(f"worker-{attempt}", gen, now=at)
+
+
+def test_a_yes_whose_call_could_not_be_sent_waits_uncharged_until_the_approvals_deadline(inbox_target: str) -> None:
+    """Issue 37 item 1: a run that could not send the approved call (its server unreachable) is not the
+    answer's failure: the event gives its attempt back, waits the backoff (counted in the tries that could not
+    send, at least 1 s, never past the approval's deadline) and is tried again, more often than max_attempts
+    would allow; the first try at the deadline that still cannot send parks it dead (`unsent`), and the owner
+    is told the call was not made and how to run it."""
+    with Store.open(inbox_target, lease_ttl=TTL, max_attempts=2, backoff_base=10, backoff_jitter=0,
+                    seed=7) as store:
+        request_id, _asker = ask(store)  # the approval's deadline: T + 3600
+        assert store.answer_approval(request_id, "yes", now=T + 1, via="cli") == "yes"
+        answer = store.find_event("approval", request_id)
+        assert answer is not None
+        gen = store.acquire("w", now=T + 1)
+        assert gen is not None
+        at, waits = T + 1, []
+        for _ in range(5):  # past max_attempts (2): a try that could not send costs no attempt
+            (claimed,) = store.claim_batch("w", gen, now=at)
+            assert claimed.id == answer.id and claimed.attempts <= 2
+            assert store.finish_run("w", gen, [answer.id], RunOutcome(), now=at, error="not sent: down",
+                                    blame=answer.id, not_sent=True)
+            event = store.event(answer.id)
+            assert event is not None
+            assert (event.status, event.attempts, event.error) == ("pending", 1, "not sent: down")
+            waits.append(event.next_attempt_at - at)
+            at = event.next_attempt_at
+            gen = store.acquire("w", now=at)
+            assert gen is not None
+        assert waits == [10, 20, 40, 80, 160]
+        assert notices(store, answer.id) == []
+
+        at = T + 3600  # the last try, at the deadline, still cannot send
+        gen = store.acquire("w", now=at)
+        assert gen is not None
+        (claimed,) = store.claim_batch("w", gen, now=at)
+        assert store.finish_run("w", gen, [answer.id], RunOutcome(), now=at, error="not sent: still down",
+                                blame=answer.id, not_sent=True)
+        event = store.event(answer.id)
+        assert event is not None and (event.status, event.dead_reason) == ("dead", "unsent")
+        [(body, urgent)] = notices(store, answer.id)
+        assert urgent and body == (
+            f"Your yes to {ACTION} (request {request_id}) was not carried out: the call was not made, because its "
+            "tool's server could not be reached before the approval's deadline (not sent: still down). Nothing was "
+            f"done. `agent-console retry {answer.id}` runs it, once.")
+        (stranded,) = store.stranded_answers()
+        assert stranded.call == "not_run" and "could not be sent before the approval's deadline" in stranded.in_words()
+        assert [a.kind for a in store.history(answer.id)].count("unsent") == 6
