@@ -180,11 +180,15 @@ class _Server:
         self.last_stderr = ""                 # shown with a failed connect: often the server's own complaint
         self.scrub = _Scrubber()
         self.session_id: str | None = None    # an HTTP server's Mcp-Session-Id (telemetry's mcp.session.id)
-        # A call that finds the server down cuts the backoff's sleep short (wake) and waits for that attempt's end
-        # (attempts_ended moves, news is set): a server back from a restart is used at once, not a backoff later.
+        # A call that finds the server down asks for an attempt now (wanted, and wake cuts the backoff's sleep
+        # short) and waits for it to end (ended reaches it; news is set at each end): a server back from a restart
+        # is used at once, not a backoff later.
+        self.wanted = False
         self.wake: anyio.Event | None = None
         self.news: anyio.Event | None = None
-        self.attempts_ended = 0
+        self.attempts = 0            # connection attempts started
+        self.ended = 0               # the last attempt that ended (up, or failed)
+        self.connecting = False      # an attempt is under way
 
     def mark_lost(self, reason: str) -> None:
         if self.lost is not None and not self.lost.is_set():
@@ -518,15 +522,22 @@ class McpHub:
     async def _try_now(self, server: _Server) -> None:
         """The server is down or still connecting: connect it now rather than at the backoff's end, and wait
         for that attempt (or the one under way) to end, bounded by its connect and list timeouts."""
-        seen = server.attempts_ended
-        if server.wake is not None:
-            server.wake.set()
+        if server.connecting:
+            awaited = server.attempts
+        else:
+            awaited = server.attempts + 1
+            server.wanted = True
+            if server.wake is not None:
+                server.wake.set()
         with anyio.move_on_after(server.config.connect_timeout + server.config.list_timeout):
-            while server.state != "up" and server.attempts_ended == seen and server.news is not None:
+            while server.state != "up" and server.ended < awaited and server.news is not None:
                 await server.news.wait()
 
     def _attempt_ended(self, server: _Server) -> None:
-        server.attempts_ended += 1
+        if not server.connecting:
+            return
+        server.connecting = False
+        server.ended = server.attempts
         if server.news is not None:
             server.news.set()
         server.news = anyio.Event()
@@ -537,6 +548,8 @@ class McpHub:
         server.news = anyio.Event()
         while True:
             server.marked_down = False
+            server.attempts += 1
+            server.connecting = True
             try:
                 await self._connect_and_serve(server)
             except Exception as exc:
@@ -549,8 +562,10 @@ class McpHub:
             server.first_attempt.set()
             self._attempt_ended(server)
             server.wake = anyio.Event()
-            with anyio.move_on_after(max(0.0, server.retry_at - time.monotonic())):
-                await server.wake.wait()
+            if not server.wanted:
+                with anyio.move_on_after(max(0.0, server.retry_at - time.monotonic())):
+                    await server.wake.wait()
+            server.wanted = False
 
     def _mark_down(self, server: _Server, reason: str) -> None:
         now = time.monotonic()

@@ -23,7 +23,7 @@ import select
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, suppress
 from decimal import Decimal
 from typing import Any
 
@@ -214,7 +214,7 @@ class PgConnection:
     def executemany(self, sql: str, seq: Sequence[Sequence[Any]]) -> None:
         self._wrote = True
         self.statements += 1
-        with self._usable().cursor() as cursor:
+        with session_errors(), self._usable().cursor() as cursor:
             cursor.executemany(translate(sql), list(seq))
             self._changes = cursor.rowcount
 
@@ -222,7 +222,7 @@ class PgConnection:
         if not _READS.match(sql):
             self._wrote = True
         self.statements += 1
-        with self._usable().cursor() as cursor:
+        with session_errors(), self._usable().cursor() as cursor:
             cursor.execute(translate(sql), tuple(params) if params is not None else ())
             self._changes = cursor.rowcount
             return _Rows(cursor.fetchall() if cursor.description is not None else [])
@@ -259,9 +259,11 @@ class PgConnection:
             cursor = raw.execute(opening.encode())
             self._wrote = False
             mark = _last_result(cursor) if guarded else []
-        except psycopg.OperationalError as exc:
+        except psycopg.Error as exc:
             self._abandon(raw)
-            raise StoreUnavailable(f"the inbox database cannot be written: {_first_line(exc)}") from None
+            if session_gone(exc):
+                raise StoreUnavailable(f"the inbox database cannot be written: {_first_line(exc)}") from None
+            raise
         if mark:
             self._abandon(raw)
             raise move_refusal(*mark[0])
@@ -279,8 +281,10 @@ class PgConnection:
                 closing = f"SELECT pg_notify('{self.target.channel}', ''); COMMIT"
             raw.execute(closing.encode())
             self.commits += 1
-        except psycopg.Error:
+        except psycopg.Error as exc:
             self._abandon(raw)
+            if session_gone(exc):  # e.g. 25P03: the server ended the transaction while this process was frozen
+                raise StoreUnavailable(f"the inbox database cannot be written: {_first_line(exc)}") from None
             raise
 
     def locked_then_flushed(self, statement: str, params: Sequence[Any]) -> list[tuple[Any, ...]]:
@@ -301,6 +305,11 @@ class PgConnection:
                 cursor.nextset()  # past BEGIN's and the lock's results, to the statement's
                 cursor.nextset()
                 rows = cursor.fetchall()
+        except psycopg.Error as exc:
+            self._abandon(raw)
+            if session_gone(exc):
+                raise StoreUnavailable(f"the inbox database cannot be written: {_first_line(exc)}") from None
+            raise
         except BaseException:
             self._abandon(raw)
             raise
@@ -494,14 +503,44 @@ class ChangeFeed:
             self._closer = None
 
 
+# What says "the inbox's server or this session is gone, or cannot serve now" (issue 37): StoreUnavailable, one
+# kind for every caller, tried again later. By SQLSTATE class: 08 connection exception, 53 insufficient resources
+# (disk full, out of memory, too many connections), 57 operator intervention (57P01 admin shutdown, 57P02 crash
+# shutdown, 57P03 cannot connect now, 57P04 database dropped, 57P05 idle session timeout, 57014 query canceled),
+# 58 system error (I/O error); and one by one: 25P03 (idle-in-transaction timeout: the server ended the
+# transaction of a process that was frozen inside it, and the session with it; psycopg calls it an InternalError),
+# 25006 (a read-only standby), 55P03 (lock timeout: the inbox is busy), 40001 / 40P01 (serialization failure,
+# deadlock: the transaction is undone whole). A connection lost mid-statement has no SQLSTATE
+# (psycopg.OperationalError: "server closed the connection unexpectedly", "consuming input failed"), nor has a
+# connection psycopg itself closed (psycopg.InterfaceError).
+GONE_CLASSES = ("08", "53", "57", "58")
+GONE_STATES = frozenset({"25P03", "25006", "55P03", "40001", "40P01"})
+
+
+def session_gone(exc: BaseException) -> bool:
+    """Whether a psycopg error means the server or the session is gone or cannot serve now (GONE_CLASSES)."""
+    if isinstance(exc, psycopg.OperationalError | psycopg.InterfaceError):
+        return True
+    state = getattr(exc, "sqlstate", None)
+    return isinstance(state, str) and (state[:2] in GONE_CLASSES or state in GONE_STATES)
+
+
 @contextmanager
-def storage_errors() -> Iterator[None]:
-    """A server that went away or refused a write (read-only standby, disk full) is the same kind of trouble
-    as a busy or full SQLite file: StoreUnavailable, and the caller tries again later."""
+def session_errors(what: str = "reached") -> Iterator[None]:
+    """A statement's error that means the server or the session is gone, as StoreUnavailable ("the inbox database
+    cannot be <what>: ..."); others as they are (a constraint, a bug in a statement)."""
     try:
         yield
-    except (psycopg.OperationalError, psycopg.errors.ReadOnlySqlTransaction, psycopg.errors.DiskFull) as exc:
-        raise StoreUnavailable(f"the inbox database cannot be written: {_first_line(exc)}") from exc
+    except psycopg.Error as exc:
+        if session_gone(exc):
+            raise StoreUnavailable(f"the inbox database cannot be {what}: {_first_line(exc)}") from exc
+        raise
+
+
+def storage_errors() -> AbstractContextManager[None]:
+    """A server that went away or refused a write (read-only standby, disk full) is the same kind of trouble
+    as a busy or full SQLite file: StoreUnavailable, and the caller tries again later."""
+    return session_errors("written")
 
 
 class PgBackend:
