@@ -8,6 +8,7 @@ what the owner sends to the bot against it.
 from __future__ import annotations
 
 import os
+import socket
 
 import click
 
@@ -15,6 +16,7 @@ from console.cli_common import CliState, UserError, _now, _print_json, _say, rej
 from console.core.chats import PAIR_CODE_SECONDS, code_hash, pair_code
 
 SOURCE = "telegram"
+GET_ME_SECONDS = 10  # the bot token's check with Telegram, before a code is made
 
 
 @click.group()
@@ -26,12 +28,43 @@ def telegram() -> None:
 @click.pass_obj
 def telegram_pair(state: CliState) -> None:
     """Print a one-time code (good for 10 minutes) to send to the bot as `/pair CODE`: the chat it comes from
-    becomes yours (in a group, only you are trusted there). A new code replaces the last one."""
-    code = pair_code()
+    becomes yours (in a group, only you are trusted there). A new code replaces the last one. Only when the code can
+    be received: a Telegram channel configured, its bot token accepted by Telegram, and an engine holding this
+    inbox's lease to read what the bot is sent; otherwise one line says which is missing."""
+    from console.edges.phone_config import NoTelegramChannel, telegram_bot  # loaded here: see `telegram webhook`
+    from console.edges.telegram_webhook import bot_api_call
+
+    try:
+        api_base, token, _secret = telegram_bot(state.settings(), os.environ)
+    except NoTelegramChannel:
+        raise UserError('no Telegram channel to pair with: add a [[channels]] table with type = "telegram" and '
+                        "token_env (README, Telegram), start the engine, then pair") from None
+    try:
+        bot_api_call(api_base, token, "getMe", {}, timeout=GET_ME_SECONDS)
+    except ValueError as exc:
+        raise UserError(f"Telegram did not accept the bot token ({exc}): put the token @BotFather gave you in the "
+                        f"channel's token_env variable (or check its api_base and the network)") from None
     with state.store() as store, rejecting_bad_input():
-        store.new_pair_code(SOURCE, code_hash(code), expires_at=_now() + PAIR_CODE_SECONDS)
-    _say(f"Send this to your bot within {PAIR_CODE_SECONDS // 60} minutes (the engine must be running):")
+        now = _now()
+        lease = store.lease()
+        if lease is None or not lease.is_live(now):
+            raise UserError("no engine is running on this inbox to receive /pair: start `agent-console run` (or the "
+                            "console) with the Telegram channel, then pair")
+        code = pair_code()
+        store.new_pair_code(SOURCE, code_hash(code), expires_at=now + PAIR_CODE_SECONDS)
+    _say(f"Send this to your bot within {PAIR_CODE_SECONDS // 60} minutes ({receiver_in_words(lease.holder)}):")
     _say(f"/pair {code}")
+
+
+def receiver_in_words(holder: str) -> str:
+    """Which engine reads the bot's messages, from its lease holder id (host:pid:tag, runtime/engine.py)."""
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if not host or not pid.isdigit():
+        return f"the engine holding the lease, {holder}, receives it"
+    if host == socket.gethostname():
+        return f"the engine on this machine, process {pid}, receives it"
+    return f"the engine on another machine, {host}, receives it"
 
 
 @telegram.command("unpair")

@@ -119,9 +119,13 @@ def telegram_webhook(settings: Settings, environ: Mapping[str, str]) -> Telegram
     return None
 
 
+class NoTelegramChannel(ConfigError):
+    """The config has no Telegram channel (a command about one says what to add)."""
+
+
 def telegram_bot(settings: Settings, environ: Mapping[str, str]) -> tuple[str, Secret, Secret | None]:
     """The configured Telegram channel's API base, bot token and webhook secret (None: it polls), for the
-    `agent-console telegram webhook` command; ConfigError when there is no telegram channel."""
+    `agent-console telegram pair|webhook` commands; NoTelegramChannel when there is no telegram channel."""
     channels = settings.channels if isinstance(settings.channels, list) else []
     for index, raw in enumerate(channels):
         if isinstance(raw, Mapping) and raw.get("type") == "telegram":
@@ -130,4 +134,4 @@ def telegram_bot(settings: Settings, environ: Mapping[str, str]) -> tuple[str, S
             assert token is not None
             api_base = _base_url(raw.get("api_base", DEFAULT_API_BASE), f"{where}.api_base")
             return api_base, token, _webhook_secret(raw, where, settings, environ)
-    raise ConfigError("channels: no [[channels]] table with type = \"telegram\"")
+    raise NoTelegramChannel("channels: no [[channels]] table with type = \"telegram\"")

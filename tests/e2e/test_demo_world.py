@@ -10,17 +10,14 @@ seen a thing.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import socket
 import stat
 import sys
-import threading
 import time
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
 
 import pytest
 from aiohttp import web
@@ -29,12 +26,10 @@ from console.core import Store
 from tests.agents.mcp_servers import THIS_FILE as RECORDING_MCP_SERVER
 from tests.agents.stand_in import serve_stand_in
 from tests.e2e.test_console_pty import Terminal
-from tests.edges.phone_standins import StandInBotApi, StandInNtfy, _Server
+from tests.edges.phone_standins import StandInBotApi, StandInNtfy, _Server, served_in_a_thread
 from tests.mail_servers import free_port
 
 pexpect = pytest.importorskip("pexpect")
-
-T = TypeVar("T")
 
 
 class Recorder(_Server):
@@ -47,45 +42,15 @@ class Recorder(_Server):
         app.router.add_route("*", "/{tail:.*}", anything)
 
 
-class Loop:
-    """An event loop in a thread for the aiohttp stand-ins, while the test drives a terminal."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-
-    def run(self, coroutine: Callable[[], Coroutine[Any, Any, T]]) -> T:
-        return asyncio.run_coroutine_threadsafe(coroutine(), self.loop).result(30)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
-
-
 @contextlib.contextmanager
 def stand_ins() -> Iterator[tuple[StandInBotApi, StandInNtfy, Recorder]]:
-    loop = Loop()
-    bot, ntfy, collector = loop.run(lambda: _make(StandInBotApi)), loop.run(
-        lambda: _make(StandInNtfy, lambda: int(time.time()))), loop.run(lambda: _make(Recorder))
-    servers: list[_Server] = [bot, ntfy, collector]
-    try:
-        for server in servers:
-            loop.run(server.start)
+    with (served_in_a_thread(StandInBotApi) as bot, served_in_a_thread(lambda: StandInNtfy(lambda: int(time.time())))
+          as ntfy, served_in_a_thread(Recorder) as collector):
         # The owner's real message, waiting at Telegram: whoever takes it confirms it there.
         bot.updates.append({"update_id": 900, "message": {
             "message_id": 5, "date": int(time.time()), "text": "buy milk",
             "chat": {"id": 4242, "type": "private"}, "from": {"id": 4242, "is_bot": False, "first_name": "Me"}}})
         yield bot, ntfy, collector
-    finally:
-        for server in servers:
-            loop.run(server.stop)
-        loop.close()
-
-
-async def _make(kind: Callable[..., T], *args: Any) -> T:
-    return kind(*args)  # made on the loop they serve on (their conditions belong to it)
 
 
 def _port_listens(port: int) -> bool:

@@ -9,12 +9,14 @@ button of a card the way the ntfy app (an HTTP request) or a Telegram client (a 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import secrets
 import string
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 from aiohttp import web
@@ -22,6 +24,7 @@ from aiohttp import web
 from console.callview import find_urls
 
 _ID_CHARS = string.ascii_letters + string.digits
+T = TypeVar("T")
 
 
 @dataclass
@@ -62,6 +65,36 @@ class _Server:
         self.requests.append(Request(request.method, request.path, dict(request.query), dict(request.headers), body))
         response: web.StreamResponse = await handler(request)
         return response
+
+
+S = TypeVar("S", bound=_Server)
+
+
+@contextlib.contextmanager
+def served_in_a_thread(make: Callable[[], S]) -> Iterator[S]:
+    """A stand-in made and served on an event loop of its own in a thread, for a test that blocks meanwhile (a
+    command run in-process, a terminal driven from the test)."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+
+    def run(coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, loop).result(30)
+
+    async def made() -> S:
+        return make()  # on the loop it serves on: its conditions belong to that loop
+
+    try:
+        server = run(made())
+        run(server.start())
+        try:
+            yield server
+        finally:
+            run(server.stop())
+    finally:
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(10)
+        loop.close()
 
 
 # --- ntfy ------------------------------------------------------------------------------------------------
@@ -270,7 +303,7 @@ class StandInBotApi(_Server):
         handler = {"sendMessage": self._send, "editMessageText": self._edit, "getUpdates": self._get_updates,
                    "answerCallbackQuery": self._answer_callback, "sendChatAction": self._chat_action,
                    "setMyCommands": self._set_commands, "setWebhook": self._webhook,
-                   "deleteWebhook": self._webhook}.get(method)
+                   "deleteWebhook": self._webhook, "getMe": self._get_me}.get(method)
         if handler is None:
             return self._error(404, "Not Found")
         return await handler(payload)
@@ -349,6 +382,10 @@ class StandInBotApi(_Server):
     async def _chat_action(self, payload: dict[str, Any]) -> web.Response:
         self.actions.append(payload)
         return self._ok(True)
+
+    async def _get_me(self, payload: dict[str, Any]) -> web.Response:
+        return self._ok({"id": int(self.token.split(":")[0]), "is_bot": True, "first_name": "Stand-in",
+                         "username": "stand_in_bot"})
 
     async def _webhook(self, payload: dict[str, Any]) -> web.Response:
         return self._ok(True)  # what was asked is in self.requests
