@@ -22,7 +22,7 @@ from console.clock import WallClock
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings, open_inbox
 from console.core import MAX_PAYLOAD_DEPTH, Store, StoreError
 from console.core.errors import reporting_damage
-from console.core.pg_target import is_postgres
+from console.core.store import inbox_location
 from console.textsafe import json_terminal_safe, terminal_safe
 
 PROG = "agent-console"
@@ -79,9 +79,13 @@ class InboxTarget(FilePath):
     """An inbox: a file's path, or a PostgreSQL URL (kept as text: a path would fold its //)."""
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
-        if is_postgres(value):
-            return str(value)
-        return super().convert(value, param, ctx)
+        try:
+            target = inbox_location(str(value))
+        except StoreError as exc:
+            self.fail(str(exc), param, ctx)
+        if isinstance(target, Path):
+            return super().convert(value, param, ctx)
+        return target
 
 
 # An id or a count the inbox can hold (SQLite integers are 64-bit): a larger one is a usage error, not an overflow.

@@ -30,8 +30,9 @@ from console.core import Store
 from console.core.errors import StoreError
 from console.core.models import BudgetDefaults
 from console.core.options import STORE_OPTION_NAMES, StoreOptions
-from console.core.pg_target import is_postgres, parse_target, with_inbox_params
+from console.core.pg_target import parse_target
 from console.core.spend import check_budget_usd
+from console.core.store import inbox_location, settled_location
 from console.core.timers import validate_cron
 from console.pricing import parse_prices
 from console.redact import redact_url
@@ -287,12 +288,12 @@ def _path(value: Any, from_text: bool) -> Path:
 def _inbox(value: Any, from_text: bool) -> Path | str:
     """The path of an inbox file, or a PostgreSQL URL (checked here, so a typo is caught at start)."""
     text = _text(value, from_text)
-    if not is_postgres(text):
-        return Path(text).expanduser()
     try:
-        parse_target(text)
+        target = inbox_location(text)
     except StoreError as exc:
         raise ValueError(str(exc)) from None
+    if isinstance(target, Path):
+        return target
     if urlsplit(text).password:
         raise ValueError("a PostgreSQL URL must not carry the password (it would sit in the config file and "
                          "show in process lists): use PGPASSWORD, ~/.pgpass or the password_env setting")
@@ -499,13 +500,11 @@ def load_settings(
         values[name] = _check(name, value, f"the command-line option --{name.replace('_', '-')}")
         origins[name] = f"the command-line option --{name.replace('_', '-')}"
 
-    if "db" in values and not is_postgres(values["db"]):
-        values["db"] = Path(values["db"]).absolute()
-    elif "db" in values:
-        # The schema and the password's variable travel in the URL, so every way an inbox is opened from
-        # these settings (the engine's threads, the receiver, each command) finds the same one.
-        values["db"] = with_inbox_params(values["db"], schema=values.get("db_schema"),
-                                         password_env=values.get("password_env"))
+    if "db" in values:
+        # A URL's schema and password variable travel in it, so every way an inbox is opened from these settings
+        # (the engine's threads, the receiver, each command) finds the same one.
+        values["db"] = settled_location(values["db"], schema=values.get("db_schema"),
+                                        password_env=values.get("password_env"))
     return Settings(**values, origins=origins)
 
 

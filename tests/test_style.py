@@ -119,6 +119,24 @@ def test_no_backend_neutral_module_imports_the_sqlite_driver(tmp_path: Path) -> 
         "console.core.planted"]
 
 
+def backend_tests(tree: ast.Module) -> list[int]:
+    """Lines that test which backend an inbox is on by name (is_postgres, _is_postgres, ...)."""
+    return [node.lineno for node in ast.walk(tree)
+            if (isinstance(node, ast.Name) and "is_postgres" in node.id)
+            or (isinstance(node, ast.Attribute) and "is_postgres" in node.attr)
+            or (isinstance(node, ast.FunctionDef) and "is_postgres" in node.name)
+            or (isinstance(node, ast.alias) and "is_postgres" in node.name)]
+
+
+def test_the_backend_is_chosen_only_by_the_opener() -> None:
+    """console/core/store.py reads a target as a file or a server and opens it (inbox_location, settled_location,
+    open_backend); the settings and the command line ask it, never test the text themselves."""
+    testers = {module_name(path) for path in sorted(CONSOLE.rglob("*.py")) if backend_tests(parsed(path))}
+    assert testers == {"console.core.store"}
+    assert backend_tests(ast.parse("from console.core.pg_target import is_postgres\nif is_postgres(db): pass")) == [
+        1, 2]
+
+
 def store_openers(tree: ast.Module) -> int:
     return sum(1 for node in ast.walk(tree) if isinstance(node, ast.Attribute) and node.attr == "open"
                and isinstance(node.value, ast.Name) and node.value.id == "Store")

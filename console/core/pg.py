@@ -34,7 +34,7 @@ from psycopg.pq import TransactionStatus
 from console.core.backend import AttemptEntry, MoveMark, QuickCheck
 from console.core.errors import StoreError, StoreUnavailable, move_refusal, newer_schema, older_schema_to_read
 from console.core.migrations import numbered_migrations
-from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, is_postgres, parse_target
+from console.core.pg_target import DEFAULT_SCHEMA, PgTarget, parse_target
 from console.core.statements import (
     CLAIM_SET,
     COUNT_A_COPY,
@@ -46,8 +46,7 @@ from console.core.statements import (
     SELECT_FRESH,
 )
 
-__all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgBackend", "PgConnection", "PgTarget", "connect", "is_postgres",
-           "parse_target"]
+__all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgBackend", "PgConnection", "PgTarget", "connect", "parse_target"]
 CONNECT_TIMEOUT = 10  # seconds; a server that is down is one clear line, not a hang
 IDLE_IN_WRITE_MS = 5_000
 # A transaction's commit record is on disk once the WAL is flushed past the insert position read after it. When it is

@@ -10,13 +10,6 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from console.core.errors import StoreError
 
 DEFAULT_SCHEMA = "agent_console"
-POSTGRES_SCHEMES = ("postgresql://", "postgres://")
-
-
-def is_postgres(target: object) -> bool:
-    """A PostgreSQL URL (a str) rather than the path of an inbox file."""
-    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
-
 _SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 

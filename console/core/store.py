@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+from pathlib import Path
 from typing import Any
 
 from console.core.agent_state import AgentStateMixin
@@ -30,7 +31,7 @@ from console.core.memory import MemoryMixin
 from console.core.models import BudgetDefaults
 from console.core.options import StoreOptions
 from console.core.outbox import OutboxMixin
-from console.core.pg_target import is_postgres
+from console.core.pg_target import parse_target, with_inbox_params
 from console.core.phone import PhoneMixin
 from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
@@ -44,6 +45,31 @@ from console.core.tool_health import ToolHealthMixin
 RECENT_APPROVALS = 10  # settled approvals listed by status(), newest first
 
 
+POSTGRES_SCHEMES = ("postgresql://", "postgres://")
+
+
+def _is_postgres(target: object) -> bool:
+    """A PostgreSQL URL (a str) rather than the path of an inbox file: the choice of backend, made here only."""
+    return isinstance(target, str) and target.startswith(POSTGRES_SCHEMES)
+
+
+def inbox_location(text: str) -> Path | str:
+    """What an inbox setting names, read as the opener will open it: a PostgreSQL URL (its schema checked: a
+    StoreError says what is wrong) kept as text, or the path of a SQLite file (~ expanded)."""
+    if not _is_postgres(text):
+        return Path(text).expanduser()
+    parse_target(text)
+    return text
+
+
+def settled_location(target: Path | str, *, schema: str | None = None, password_env: str | None = None) -> Path | str:
+    """An inbox as every process opened from the same settings finds it: a file's absolute path, or the URL carrying
+    the inbox's schema and the password's variable where it names none."""
+    if isinstance(target, Path) or not _is_postgres(target):
+        return Path(target).absolute()
+    return with_inbox_params(target, schema=schema, password_env=password_env)
+
+
 def open_backend(
     target: str | os.PathLike[str],
     *,
@@ -55,7 +81,7 @@ def open_backend(
 ) -> Backend:
     """The one place the storage is chosen: a PostgreSQL URL opens a schema there, anything else is the path
     of a SQLite file. vfs is SQLite's (the power-cut tests), schema and password_env PostgreSQL's."""
-    if is_postgres(target):
+    if _is_postgres(target):
         from console.core.pg import PgBackend  # psycopg is loaded only for a PostgreSQL inbox
 
         return PgBackend.open(str(target), read_only=read_only, schema=schema, password_env=password_env)
