@@ -373,3 +373,25 @@ def test_the_give_up_rule_is_the_same_for_one_send_and_for_channels(inbox_target
         one, channels = sorted(store.outbox_messages(), key=lambda m: m.id)
         assert (one.status, one.error) == ("failed", "gave up after 2 attempts: connection refused")
         assert (channels.status, channels.error) == ("failed", "gone: gave up after 2 attempts: connection refused")
+
+
+def test_an_owner_only_message_keeps_its_audience_and_never_answers_its_chat(outbox: Store) -> None:
+    """A run's message only the owner may read (it read untrusted content and private data) is stored so: the
+    batch says so, a channel that reaches others gets the batch without it, and it answers no chat."""
+    from console.core import OWNER_ONLY, OutboxDraft, RunOutcome
+    from console.core.mail import MailCursor
+
+    mail = {"kind": "email", "from": {"address": "me@example.org"}, "text": "hi", "trusted": True}
+    assert outbox.take_mail("email", MailCursor(1700000000, 7, T), now=T, events=[("1700000000:7", mail)]) == [True]
+    gen = outbox.acquire("w", now=T)
+    assert gen is not None
+    ids = [e.id for e in outbox.claim_batch("w", gen, now=T)]
+    secret, hello = OutboxDraft("the notes", True, audience=OWNER_ONLY, answers=False), OutboxDraft("hello")
+    assert outbox.finish_run("w", gen, ids, RunOutcome(messages=[secret, hello]), now=T)
+    channel = Channel()
+    assert outbox.dispatch(channel, now=T) == 2
+    [batch] = channel.sent
+    assert batch.bodies == ["the notes", "hello"] and batch.audiences == [OWNER_ONLY, None]
+    assert batch.reply_tos == [None, "email:1700000000:7"]
+    others = batch.for_others()
+    assert (others.bodies, others.message_ids, others.key) == (["hello"], batch.message_ids[1:], batch.key)
