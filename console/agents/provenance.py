@@ -212,20 +212,30 @@ def event_taint(event: Event) -> str | None:
 
 def _chat_taint(event: Event) -> str | None:
     """A chat source's message carries someone else's words when another member of a paired group wrote it,
-    when the owner forwarded it, or when it quotes the message it replies to (in the owner's chat with the bot
-    that may be the agent's own message from an untrusted run: replying to it must not launder it)."""
+    when an inline bot wrote its text (via_bot), when the owner forwarded it, when it replies to a message from
+    another chat (external_reply), or when it quotes a message that is not the owner's own words (reply_to_own:
+    in the owner's chat with the bot that may be the agent's own message from an untrusted run, and replying to
+    it must not launder it)."""
     payload = event.payload if isinstance(event.payload, Mapping) else {}
     where = f"(#{event.id})"
     if payload.get("owner") is not True:
         return f"{event.source} message from someone other than you {where}"
-    forwarded = payload.get("forwarded_from")
-    if forwarded is not None:
-        who = " ".join(str(forwarded).split())
-        who = who if len(who) <= SHORT_ID_CHARS * 3 else who[: SHORT_ID_CHARS * 3 - 1] + "…"
-        return f"{event.source} message forwarded from {who} {where}"
-    if payload.get("reply_to_text") is not None:
+    if payload.get("via_bot") is not None:
+        return f"{event.source} message written by the inline bot {_named(payload['via_bot'])} {where}"
+    if payload.get("forwarded_from") is not None:
+        return f"{event.source} message forwarded from {_named(payload['forwarded_from'])} {where}"
+    if payload.get("external_reply") is not None:
+        return f"{event.source} reply quoting a message from another chat {where}"
+    if (payload.get("reply_to_text") is not None or payload.get("quote") is not None) \
+            and payload.get("reply_to_own") is not True:
         return f"{event.source} reply quoting another message {where}"
     return None
+
+
+def _named(who: Any) -> str:
+    """A name from a message, on one line and short enough to read in a taint."""
+    words = " ".join(str(who).split())
+    return words if len(words) <= SHORT_ID_CHARS * 3 else words[: SHORT_ID_CHARS * 3 - 1] + "…"
 
 
 def _mail_taint(event: Event) -> str | None:
