@@ -41,8 +41,8 @@ class DemoEngine(Protocol):
 # written yet) then cannot find them, rather than each having to be told to look away.
 KEPT_VARIABLES = frozenset({"PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LANGUAGE", "TERM", "COLORTERM",
                             "TERM_PROGRAM", "TERM_PROGRAM_VERSION", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR",
-                            "TMPDIR", "TZ", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME", "PYTHONUTF8",
-                            "PYTHONIOENCODING", "SYSTEMROOT"})
+                            "COLORFGBG", "ESCDELAY", "TMPDIR", "TZ", "VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME",
+                            "PYTHONUTF8", "PYTHONIOENCODING", "SYSTEMROOT"})
 KEPT_PREFIXES = ("LC_", "XDG_", "TEXTUAL")
 
 
