@@ -95,3 +95,22 @@ class ReplayMixin(StoreBase):
     def replay_ledger_size(self) -> int:
         """Bodies the ledger remembers now (expired rows not yet swept included)."""
         return int(self._scalar("SELECT COUNT(*) FROM replay_ledger"))
+
+    # --- what the receiver met that is not a delivery ------------------------------------------------------
+    def count_receiver(self, counts: Mapping[str, int], *, now: int) -> None:
+        """Add to the receiver's counts (e.g. {"malformed": 3}: malformed HTTP requests), in one transaction."""
+        with self.write_transaction():
+            for name, count in counts.items():
+                self._conn.execute(
+                    """INSERT INTO receiver_counts (name, count, last_at) VALUES (?, ?, ?)
+                       ON CONFLICT (name) DO UPDATE SET count = receiver_counts.count + excluded.count,
+                                                        last_at = excluded.last_at""",
+                    (name, int(count), now))
+
+    def receiver_counts(self) -> dict[str, Any]:
+        """The receiver's counts as `status --json` shows them ({"malformed": n, "malformed_last_at": t}): 0 and
+        None for what never came."""
+        found = {name: (int(count), int(last_at)) for name, count, last_at in
+                 self._conn.execute("SELECT name, count, last_at FROM receiver_counts")}
+        count, last_at = found.get("malformed", (0, None))
+        return {"malformed": count, "malformed_last_at": last_at}

@@ -286,4 +286,5 @@ class Store(
             "telegram": self.chat_status("telegram"),
             "email": self.mail_status(),
             "tools": self.tool_health(),
+            "receiver": self.receiver_counts(),
         }

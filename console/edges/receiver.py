@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import hdrs, web
+from aiohttp.http_exceptions import HttpProcessingError
 from multidict import CIMultiDict
 
 from console import telemetry
@@ -43,7 +44,8 @@ from console.edges.writer import IngestWriter
 log = logging.getLogger("agent_console.webhooks")
 
 VERDICTS = ("stored", "duplicate", "replay", "challenge", "unauthorized", "not_found", "too_large", "bad_request",
-            "timeout", "hung_up", "unavailable")
+            "timeout", "hung_up", "unavailable", "malformed")
+MALFORMED_SAVE_GAP = 1.0  # seconds: malformed requests are added to the inbox's count at most this often
 _READ_CHUNK = 64 * 1024
 _PLAIN_SOURCE = re.compile(r"[a-z0-9._-]+")  # what config allows a source name: nothing in it needs quoting
 # The answers to a delivery taken, made once: json_response's bytes and header, without its work each request.
@@ -57,6 +59,25 @@ def printable(text: str, limit: int = 120) -> str:
     """A sender-chosen string made safe for one log line (no control characters, bounded length)."""
     cleaned = "".join(ch if ch.isprintable() else "?" for ch in text[:limit])
     return cleaned + ("…" if len(text) > limit else "")
+
+
+class _ParseErrorLog(logging.LoggerAdapter):  # type: ignore[type-arg]
+    """aiohttp's request handler logs a request it cannot parse (data after `Connection: close`, a header line
+    over its limit, `HTTP/9.9`, `Content-Length: -1`, ...) as an error with its traceback, from inside aiohttp
+    (RequestHandler.handle_error), and answers it 400 itself: anyone who can reach the port could grow the log
+    by 10-15 lines a request. Given to aiohttp as the handler's logger (AppRunner passes it on), this makes each
+    one line, counted by the receiver; everything else aiohttp logs passes as it was."""
+
+    def __init__(self, on_malformed: Callable[[str, HttpProcessingError], None]) -> None:
+        super().__init__(logging.getLogger("aiohttp.server"), {})
+        self._on_malformed = on_malformed
+
+    def log(self, level: int, msg: object, *args: object, exc_info: Any = None, **kwargs: Any) -> None:
+        if isinstance(exc_info, HttpProcessingError):
+            remote = args[0] if args else None
+            self._on_malformed(str(remote or "?"), exc_info)
+            return
+        self.logger.log(level, msg, *args, exc_info=exc_info, **kwargs)
 
 
 class WebhookReceiver:
@@ -89,6 +110,8 @@ class WebhookReceiver:
         self._verifiers = dict(verifiers)
         self._on_stored = on_stored
         self._runner: web.AppRunner | None = None
+        self._malformed_unsaved = 0
+        self._malformed_saving: asyncio.TimerHandle | None = None
         self.gate: ConnectionGate | None = None
         self.host = config.host
         self.port = config.port
@@ -115,7 +138,7 @@ class WebhookReceiver:
         # keepalive_timeout closes a kept-alive connection whose next request head does not arrive in
         # time; the gate does the same for the first head, and the handler times the body.
         runner = web.AppRunner(self.app(), access_log=None, handle_signals=False,
-                               keepalive_timeout=self.config.read_timeout)
+                               keepalive_timeout=self.config.read_timeout, logger=_ParseErrorLog(self._malformed))
         await runner.setup()
         assert runner.server is not None
         gate = ConnectionGate(runner.server, cap=connection_cap(self.config.max_connections),
@@ -142,6 +165,10 @@ class WebhookReceiver:
             self._runner = None
         if self.gate is not None:
             self.gate.close()
+        if self._malformed_saving is not None:
+            self._malformed_saving.cancel()
+            self._malformed_saving = None
+        await self._save_malformed()
         await asyncio.to_thread(self.writer.stop)
 
     @property
@@ -155,6 +182,31 @@ class WebhookReceiver:
         connections = {"open": gate.open, "refused": gate.refused, "timed_out": gate.timed_out} if gate else {}
         return {"url": self.url, "sources": sorted(self._verifiers), "counts": dict(self.counts),
                 "connections": connections, "writer": self.writer.stats.as_dict()}
+
+    # --- requests aiohttp could not parse ------------------------------------------------------
+    def _malformed(self, remote: str, exc: HttpProcessingError) -> None:
+        """One line for a request aiohttp could not parse (it answered 400 itself), counted here and, at most
+        once a second, in the inbox (`status --json` receiver.malformed)."""
+        self.counts["malformed"] += 1
+        self._malformed_unsaved += 1
+        what = printable(" ".join(str(exc.message or type(exc).__name__).split()), 200)
+        log.warning("malformed request from %s: %s; answered 400 (verdict=malformed)", printable(remote, 64), what)
+        if self._malformed_saving is None:
+            loop = asyncio.get_running_loop()
+            self._malformed_saving = loop.call_later(
+                MALFORMED_SAVE_GAP, lambda: loop.create_task(self._save_malformed()))
+
+    async def _save_malformed(self) -> None:
+        self._malformed_saving = None
+        unsaved, self._malformed_unsaved = self._malformed_unsaved, 0
+        if not unsaved:
+            return
+        now = self.clock.now()
+        try:
+            await self.writer.call(lambda store: store.count_receiver({"malformed": unsaved}, now=now))
+        except (StoreError, RuntimeError) as exc:  # kept for the next try; the requests were answered anyway
+            self._malformed_unsaved += unsaved
+            log.debug("could not count %s malformed request(s) in the inbox: %s", unsaved, exc)
 
     # --- requests -----------------------------------------------------------------------------
     async def _health(self, request: web.Request) -> web.Response:
