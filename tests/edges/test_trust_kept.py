@@ -11,7 +11,7 @@ import pytest
 
 from console.agents.offline import OfflineAgent
 from console.agents.policy import DEFAULT_ALLOW, Policy
-from console.agents.tools import PythonTool, ToolGateway
+from console.agents.tools import PythonTool, ToolGateway, tool_hints
 from console.clock import ManualClock
 from console.core import Store
 from console.core.audit import audit_record
@@ -37,7 +37,9 @@ def noted(bot: StandInBotApi, chat: int) -> list[str]:
 
 
 def refunding(refunded: list[str]) -> OfflineAgent:
-    """The offline agent with an in-process refund tool that asks (no MCP server to start)."""
+    """The offline agent with an in-process refund tool that asks (no MCP server to start); closed-world, so its
+    own result taints nothing and what a test sees is the trust the run had."""
+    @tool_hints(open_world=False)
     def refund(order: str) -> str:
         """Refund an order."""
         refunded.append(order)
@@ -172,3 +174,38 @@ async def test_an_inline_bots_text_in_the_owners_chat_asks_as_an_untrusted_run(t
         [card] = await until(lambda: bot.cards(OWNER), "the card")
         assert "untrusted" in card["text"] and "@evilbot" in card["text"]
         assert refunded == []
+
+
+def test_a_resume_taken_over_after_its_worker_died_keeps_the_trust_it_had(store: Store) -> None:
+    """The owner's own Telegram request asks; after the yes, the worker running the resume dies before its finish
+    (its lease lapses); the next worker takes the answer over: the call is made once (the journal), and it is
+    still the owner's trusted run, from what the approval saved, not from the source's name."""
+    from console.agents.base import RunContext
+    from console.edges.telegram import event_of
+
+    refunded: list[str] = []
+    agent = refunding(refunded)
+    made = event_of({"message_id": 7, "chat": {"id": OWNER, "type": "private"}, "from": ME, "date": START,
+                     "text": "refund order 881"}, edited=False, owner=True, owner_id=OWNER)
+    assert made is not None
+    store.take_chat_updates("telegram", "telegram", now=START, events=[made])
+
+    def run(holder: str, now: int, *, finish: bool = True) -> RunContext:
+        gen = store.acquire(holder, now=now)
+        assert gen is not None
+        ctx = RunContext(store, store.claim_batch(holder, gen, now=now), now, holder, gen, approval_expiry=600)
+        agent.run(ctx)
+        assert not finish or ctx.finish()
+        return ctx
+
+    run("w1", START)
+    [asked] = store.pending_approvals()
+    assert store.answer_approval(asked.request_id, "yes", now=START + 5, via="telegram") == "yes"
+    died = run("w1", START + 10, finish=False)  # the call is made, the finish never comes
+    assert refunded == ["881"] and died.tainted_by == []
+    taken_over = run("w2", START + 1000)  # w1's lease lapsed long ago
+    assert taken_over.tainted_by == [] and refunded == ["881"]
+    [call] = [audit_record(r) for r in store.audit_rows() if r.kind == "call" and r.body.get("decision") == "approved"]
+    assert (call["trusted"], call["provenance"]) == (True, f"a run from your telegram #{asked.event_id}")
+    assert [m.body for m in store.outbox_messages(limit=10) if m.body.startswith("Done")] == [
+        'Done: refund(order="881") (approved, ' + asked.request_id + '): refunded 881']
