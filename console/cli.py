@@ -22,7 +22,6 @@ from zoneinfo import ZoneInfo
 import click
 
 from console import __version__
-from console.callview import RequestView, origin_line, request_view
 from console.cli_common import (
     PROG,
     SQLITE_COUNT,
@@ -67,6 +66,7 @@ from console.timefmt import (
     span,
     via_in_words,
 )
+from console.trust.callview import RequestView, origin_line, request_view
 
 if TYPE_CHECKING:
     from console.assembly import System

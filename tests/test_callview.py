@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from console.agents.policy import TRUSTED_SOURCES
-from console.callview import (
+from console.trust.callview import (
     COMPACT_LIMIT,
     OWNERS_SOURCES,
     Origin,
@@ -23,6 +22,7 @@ from console.callview import (
     request_view,
     wrapped_call,
 )
+from console.trust.policy import TRUSTED_SOURCES
 
 # The call: a memo long enough to push `to_account` past a 160-character line that sorted arguments.
 MEMO = ("Invoice 2291 for the spring consulting work: see the attached statement for the hours, the rates and "

@@ -244,7 +244,7 @@ def test_the_rules_catch_what_they_look_for() -> None:
 # --- rooms: who may import whom ------------------------------------------------------------------
 # Modules everyone may use: small, and they import nothing of the rooms above them.
 LEAVES = ("console.clock", "console.futures", "console.notices", "console.redact", "console.textsafe",
-          "console.timefmt", "console.spendfmt", "console.callview", "console.pricing", "console.telemetry")
+          "console.timefmt", "console.spendfmt", "console.trust.callview", "console.pricing", "console.telemetry")
 # Each room, and the console modules it may import (a prefix allows the modules under it). First match wins.
 ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("console.core", ("console.core",)),
@@ -256,13 +256,15 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("console.timefmt", ()),
     ("console.pricing", ()),
     ("console.spendfmt", ("console.core",)),
-    ("console.callview", ("console.textsafe",)),
+    # The room for trust: pure rules and what the owner sees of them; the call view is everyone's (a leaf).
+    ("console.trust.callview", ("console.textsafe",)),
+    ("console.trust", ("console.core", "console.config", "console.trust", *LEAVES)),
     ("console.telemetry", ()),
     ("console.examples", ()),
     # The settings check an agent's name against a constant, never the agents' registry (prices are a leaf).
     ("console.config", ("console.core", *LEAVES)),
     ("console.demo", ("console.core", "console.config", *LEAVES)),
-    ("console.agents", ("console.core", "console.config", "console.agents", *LEAVES)),
+    ("console.agents", ("console.core", "console.config", "console.agents", "console.trust", *LEAVES)),
     ("console.edges", ("console.core", "console.config", "console.edges", *LEAVES)),
     # The composition root: the one module that wires agents, channels and the engine together.
     ("console.assembly", ("console.core", "console.config", "console.agents", "console.edges",

@@ -273,8 +273,8 @@ def test_an_http_mcp_call_carries_its_traceparent_to_the_server(
     tmp_path: Path
 ) -> None:
     from console.agents.mcp import McpHub, McpServerConfig
-    from console.agents.policy import Policy
     from console.agents.tools import ToolCall, ToolGateway
+    from console.trust.policy import Policy
     from tests.agents.mcp_servers import serve_http
 
     telemetry.configure(tmp_path)

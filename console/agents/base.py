@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
 from console import telemetry
-from console.agents.provenance import group_chat
-from console.callview import announcement, request_view
 from console.config import ConfigError
 from console.core import (
     OWNER_ONLY,
@@ -35,6 +33,8 @@ from console.core import (
 )
 from console.core.journal import Interrupted
 from console.core.memory import check_memory
+from console.trust.callview import announcement, request_view
+from console.trust.provenance import group_chat
 
 T = TypeVar("T")
 

@@ -65,7 +65,6 @@ from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
 from console import telemetry
 from console.agents.base import AgentSetupError, Resumed, RunContext
 from console.agents.errors import AgentPaused, ProviderBusy
-from console.agents.provenance import Provenance, group_chat, note_private, note_taint
 from console.agents.spending import Meter, SpendGuard
 from console.agents.tools import ToolCall, ToolGateway, quoted_notes
 from console.config import Settings
@@ -73,6 +72,7 @@ from console.core import Event, MemoryEntry
 from console.pricing import Usage
 from console.redact import install_log_redaction, redact_url, redact_urls
 from console.spendfmt import money
+from console.trust.provenance import Provenance, group_chat, note_private, note_taint
 
 log = logging.getLogger("agent_console.claude")
 

@@ -21,9 +21,9 @@ from typing import Any
 
 from console.agents.base import ApprovalRequest, Resumed, RunContext
 from console.agents.errors import EventFailed
-from console.agents.provenance import Provenance
 from console.agents.tools import ToolCall, ToolGateway, ToolOutcome, summary
 from console.core import Event
+from console.trust.provenance import Provenance
 
 DIGEST_TIMER_ID = "daily-digest"
 DAY = 86400

@@ -13,9 +13,9 @@ from console.agents.base import Agent, AgentSetupError
 from console.agents.mcp import McpHub
 from console.agents.mcp_config import McpServerConfig, parse_mcp_servers
 from console.agents.offline import OfflineAgent
-from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.tools import ToolGateway, load_python_tools
 from console.config import Settings
+from console.trust.policy import DEFAULT_ALLOW, Policy
 
 CLAUDE_EXTRA_MISSING = "the claude agent needs the 'claude' extra: pip install 'agent-console[claude]'"
 

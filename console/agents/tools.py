@@ -32,13 +32,13 @@ from typing import Any, Literal, Protocol, TypeVar
 from console import telemetry
 from console.agents.base import Resumed, RunContext
 from console.agents.errors import AnswerWaits, CallNotSent
-from console.agents.policy import Decision, Policy, Ruling
-from console.agents.provenance import Provenance, note_private, note_taint
-from console.callview import QUESTION_LIMIT, compact_call, cut_middle, find_urls, message_from_run
 from console.config import ConfigError
 from console.core import Event, MemoryEntry, OutcomeUnknown, ToolCallRecord, approved_step_key
 from console.core.journal import Interrupted
 from console.redact import redact_urls
+from console.trust.callview import QUESTION_LIMIT, compact_call, cut_middle, find_urls, message_from_run
+from console.trust.policy import Decision, Policy, Ruling
+from console.trust.provenance import Provenance, note_private, note_taint
 
 
 class ListedTool(Protocol):
@@ -191,7 +191,7 @@ def canonical(arguments: Mapping[str, Any]) -> str:
 
 def summary(name: str, arguments: Mapping[str, Any]) -> str:
     """`tool(key=value, ...)` on one line naming every argument, long values shortened in their middle (an
-    ask_owner question: its words): what the owner is asked about (console.callview says how)."""
+    ask_owner question: its words): what the owner is asked about (console.trust.callview says how)."""
     if name == "ask_owner" and isinstance(arguments.get("question"), str):
         return cut_middle(" ".join(str(arguments["question"]).split()), QUESTION_LIMIT)
     return compact_call(name, arguments)

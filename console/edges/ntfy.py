@@ -29,10 +29,10 @@ import urllib.parse
 from pathlib import Path
 from typing import Any, ClassVar
 
-from console.callview import APPROVAL_OPENING, QUESTION_OPENING, request_view
 from console.core import Approval, PhoneCard, SendError
 from console.edges.phone import PhoneChannel, describe, read_json, shorten
 from console.edges.secretfile import Secret
+from console.trust.callview import APPROVAL_OPENING, QUESTION_OPENING, request_view
 
 DEFAULT_SERVER = "https://ntfy.sh"
 TOPIC = re.compile(r"^[-_A-Za-z0-9]{1,64}$")

@@ -34,13 +34,13 @@ from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any, ClassVar
 
-from console.callview import announcement, request_view
 from console.core import Approval, PhoneCard, SendError, Store
 from console.core.models import BudgetDefaults
 from console.edges.chatsource import COMMANDS, PRIVATE_REPLY, code_hash, split_text
 from console.edges.phone import PhoneChannel, PhoneHost, describe, read_json, shorten, tap_reply
 from console.edges.secretfile import Secret
 from console.timefmt import coarse_span
+from console.trust.callview import announcement, request_view
 
 log = logging.getLogger("agent_console.telegram")
 
@@ -145,7 +145,7 @@ def event_of(message: dict[str, Any], *, edited: bool, owner: bool,
     paired owner sent it; owner_id: the owner's user id, by which a message it replies to is known as the owner's
     own (unknown: every quoted message counts as someone else's). What the payload says of someone else's words
     in it (via_bot, forwarded_from, external_reply, a quote of a message not the owner's own) makes the run that
-    reads it untrusted (console.agents.provenance)."""
+    reads it untrusted (console.trust.provenance)."""
     chat, message_id = _dig(message, "chat", "id"), message.get("message_id")
     if not isinstance(chat, int) or not isinstance(message_id, int):
         return None

@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from datetime import tzinfo
 from typing import Any
 
-from console.callview import request_view
 from console.core import Event, Store
 from console.core.models import death_in_words
 from console.timefmt import agent_in_words, clock_text, span
+from console.trust.callview import request_view
 
 AHEAD_LIMIT = 100  # older pending events counted, at most: "100+ ahead" says enough
 

@@ -20,7 +20,6 @@ import pytest
 
 from console.agents.base import AgentSetupError, RunContext
 from console.agents.claude import ClaudeAgent, ClaudeError
-from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.registry import CLAUDE_EXTRA_MISSING, build_agent
 from console.agents.tools import PythonTool, ToolGateway
 from console.assembly import build_engine
@@ -28,6 +27,7 @@ from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings
 from console.core import Event, Store, approval_id
 from console.runtime.engine import Engine
+from console.trust.policy import DEFAULT_ALLOW, Policy
 from tests.agents.stand_in import FakeClaude, as_blocks, text, text_of, tool
 from tests.support import read_until
 

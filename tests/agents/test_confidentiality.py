@@ -18,11 +18,11 @@ import pytest
 from console.agents.claude import ClaudeAgent
 from console.agents.mcp import McpHub
 from console.agents.mcp_config import McpServerConfig, parse_mcp_servers
-from console.agents.policy import DEFAULT_UNTRUSTED_ALLOW, Policy
-from console.agents.provenance import Provenance
 from console.agents.tools import CONFINED_RULE, RECALL_PRIVATE_RULE, PythonTool, ToolGateway, tool_hints
-from console.callview import announcement, defang_urls, find_urls, request_view
 from console.core import Store
+from console.trust.callview import announcement, defang_urls, find_urls, request_view
+from console.trust.policy import DEFAULT_UNTRUSTED_ALLOW, Policy
+from console.trust.provenance import Provenance
 from tests.agents.mcp_servers import HttpServer, serve_http
 from tests.agents.stand_in import FakeClaude
 from tests.agents.test_provenance import FAKE_KEY, LOOKUP, World

@@ -28,10 +28,10 @@ import pytest
 from console.agents.claude import ClaudeAgent, ClaudeError
 from console.agents.mcp import McpCallUnknown, McpHub
 from console.agents.mcp_config import McpServerConfig
-from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.tools import MAX_JOURNAL_CHARS, PythonTool, ToolGateway, tool_hints
 from console.core import OutcomeUnknown, Store
 from console.redact import HIDDEN
+from console.trust.policy import DEFAULT_ALLOW, Policy
 from tests.agents.mcp_servers import THIS_FILE, read_calls, stdio_command
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY, run

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from console.agents.policy import DEFAULT_ALLOW, DEFAULT_UNTRUSTED_ALLOW, Policy, Ruling, untrusted_sources
 from console.agents.registry import read_instructions
 from console.agents.tools import BUILTINS, ToolHints, ToolSpec, changes_world
 from console.config import ConfigError, Settings
+from console.trust.policy import DEFAULT_ALLOW, DEFAULT_UNTRUSTED_ALLOW, Policy, Ruling, untrusted_sources
 
 POLICY = Policy.from_settings({
     "allow": ["send_message", "recall", "mcp__shop__lookup_*"],

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from console.agents.base import RunContext
-from console.agents.policy import Policy
 from console.agents.tools import ToolCall, ToolGateway, load_python_tools
 from console.core import Store
+from console.trust.policy import Policy
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "tools"
 NOW = 1_790_000_000

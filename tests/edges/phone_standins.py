@@ -21,7 +21,7 @@ from typing import Any, TypeVar
 import aiohttp
 from aiohttp import web
 
-from console.callview import find_urls
+from console.trust.callview import find_urls
 
 _ID_CHARS = string.ascii_letters + string.digits
 T = TypeVar("T")

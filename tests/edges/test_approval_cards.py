@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from console.agents.base import RunContext
-from console.agents.policy import Policy
-from console.agents.provenance import Provenance
 from console.agents.tools import PythonTool, ToolCall, ToolGateway
 from console.clock import ManualClock
+from console.trust.policy import Policy
+from console.trust.provenance import Provenance
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInBotApi, StandInNtfy
 from tests.edges.test_telegram_channel import OWNER, quick

@@ -18,12 +18,12 @@ import pytest
 from console.agents.claude import ClaudeAgent
 from console.agents.mcp import McpHub
 from console.agents.mcp_config import McpServerConfig
-from console.agents.policy import Policy
 from console.agents.tools import ToolGateway
 from console.clock import ManualClock
 from console.core.mail import MailCursor
 from console.edges.chatsource import code_hash
 from console.runtime.engine import Engine
+from console.trust.policy import Policy
 from tests.agents.mcp_servers import HttpServer, serve_http
 from tests.agents.stand_in import FakeClaude, serve_stand_in
 from tests.edges.phone_harness import START, phone_settings, running, stored, until

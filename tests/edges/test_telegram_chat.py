@@ -13,7 +13,6 @@ from typing import Any
 import pytest
 
 from console.agents.base import RunContext
-from console.agents.provenance import event_taint
 from console.assembly import build_engine
 from console.clock import ManualClock
 from console.core import Store
@@ -21,6 +20,7 @@ from console.edges.channels import build_channels
 from console.edges.chatsource import PRIVATE_REPLY, code_hash, split_text
 from console.edges.phone import PhoneChannel
 from console.edges.telegram import PENDING_SHOWN, TelegramChannel
+from console.trust.provenance import event_taint
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInBotApi
 from tests.edges.telegram_harness import ENV, OWNER, TOKEN

@@ -20,13 +20,13 @@ import apsw
 import pytest
 
 from console.agents.claude import ClaudeAgent
-from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.tools import PythonTool, ToolGateway
 from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
 from console.core.audit import AUDIT_FIELDS, audit_record
+from console.trust.policy import DEFAULT_ALLOW, Policy
 from tests.agents import mcp_servers
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY, Shop

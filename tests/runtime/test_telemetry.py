@@ -16,11 +16,11 @@ from click.testing import CliRunner
 from console import telemetry
 from console.agents.claude import ClaudeAgent
 from console.agents.mcp import McpHub, McpServerConfig
-from console.agents.policy import DEFAULT_ALLOW, Policy
 from console.agents.tools import ToolGateway
 from console.assembly import build_engine
 from console.cli import main
 from console.runtime.engine import Engine
+from console.trust.policy import DEFAULT_ALLOW, Policy
 from tests.agents.mcp_servers import read_calls, stdio_command
 from tests.agents.stand_in import FakeClaude, serve_stand_in, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY

@@ -15,11 +15,11 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.callview import cut_middle, ordered, origin_line, request_view
 from console.clock import Clock
 from console.core import Approval, StoreError
 from console.textsafe import terminal_safe
 from console.timefmt import via_in_words
+from console.trust.callview import cut_middle, ordered, origin_line, request_view
 from console.tui.detail import clock_text
 from console.tui.read_only import read_only
 from console.tui.reads import ApprovalView
@@ -186,7 +186,7 @@ class ApprovalScreen(ModalScreen[str | None]):
 
 
 def _argument_parts(arguments: dict[str, object]) -> list[Part]:
-    """name = value, one argument a line, identifying and short ones first (console.callview's order)."""
+    """name = value, one argument a line, identifying and short ones first (console.trust.callview's order)."""
     parts: list[Part] = []
     for name, value in ordered(arguments):
         parts += [(f"  {name}", "bold"), " = ", value, "\n"]

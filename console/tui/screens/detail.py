@@ -23,11 +23,11 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.callview import origin_line, request_view
 from console.core import Approval, Event, StoreError
 from console.core.inbox import REVIVABLE
 from console.textsafe import json_terminal_safe, terminal_safe
 from console.timefmt import span, via_in_words
+from console.trust.callview import origin_line, request_view
 from console.tui.detail import DetailView, clock_text
 from console.tui.read_only import READ_ONLY_WORDS, read_only
 

@@ -15,7 +15,10 @@ from textual.notifications import Notification
 from textual.reactive import reactive
 from textual.widgets import DataTable, Static
 
-from console.callview import (
+from console.core import Approval
+from console.textsafe import terminal_safe
+from console.timefmt import VIA_SHORT, coarse_span, span
+from console.trust.callview import (
     APPROVAL_OPENING,
     MIN_VALUE,
     QUESTION_OPENING,
@@ -24,9 +27,6 @@ from console.callview import (
     request_view,
     wrapped,
 )
-from console.core import Approval
-from console.textsafe import terminal_safe
-from console.timefmt import VIA_SHORT, coarse_span, span
 from console.tui.panes import PaneHost
 from console.tui.reads import ApprovalsView, read_approval, read_approvals
 from console.tui.render import show

@@ -21,10 +21,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.agents.policy import TRUSTED_SOURCES
 from console.core import Event
 from console.core.base import CHAT_SOURCES
 from console.core.models import MemoryEntry, origin_private, origin_trusted
+from console.trust.policy import TRUSTED_SOURCES
 
 SHORT_ID_CHARS = 12  # of a delivery's id in a taint's words: enough to find it, short enough to read
 

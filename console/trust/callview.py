@@ -213,7 +213,7 @@ def _words(value: Any) -> tuple[str, ...]:
 
 # --- where it came from ---------------------------------------------------------------------------------
 
-# The sources the owner or the engine wrote (console.agents.policy.TRUSTED_SOURCES; a test keeps them equal).
+# The sources the owner or the engine wrote (console.trust.policy.TRUSTED_SOURCES; a test keeps them equal).
 OWNERS_SOURCES = frozenset({"chat", "timer", "approval"})
 
 
