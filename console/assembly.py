@@ -22,7 +22,7 @@ from console import telemetry
 from console.agents.base import Agent
 from console.clock import Clock, WallClock
 from console.config import ConfigError, Settings
-from console.core import Store, StoreError
+from console.core import Store, StoreError, StoreUnavailable
 from console.core.outbox import OutboxChannel
 from console.edges.channels import build_channels
 from console.runtime.engine import Engine, SetUp
@@ -33,6 +33,17 @@ if TYPE_CHECKING:
     from console.edges.receiver import WebhookReceiver
 
 log = logging.getLogger("agent_console.assembly")
+
+# A start that meets a passing fault (the inbox's server unreachable, its lock busy past the wait, a session the
+# server ended) is tried again, as the same fault is once running: 1 s, doubling to a minute, one line each time.
+START_RETRY_FIRST = 1.0
+START_RETRY_MAX = 60.0
+
+
+def passing_fault(exc: BaseException) -> bool:
+    """A fault a start waits out (StoreUnavailable: the server or the lock or the session, an inbox being moved),
+    not one it exits on (damage, a moved inbox, a refused login, a newer schema: StoreError, ConfigError)."""
+    return isinstance(exc, StoreUnavailable)
 
 
 def default_timers(settings: Settings, clock: Clock) -> SetUp:
@@ -189,7 +200,34 @@ class System:
         self._build_receiver = receiver
         self._engine_started = False
 
-    async def start(self, *, on_receiver_error: ReceiverError | None = None) -> None:
+    async def start(self, *, on_receiver_error: ReceiverError | None = None,
+                    stopping: asyncio.Event | None = None, on_retry: Callable[[str], None] | None = None) -> bool:
+        """Start, waiting out a passing fault (passing_fault) with the running engine's backoff, one line each try
+        (logged, and given to on_retry: the console shows it), until it starts (True) or `stopping` is set (False,
+        nothing left running). A permanent fault raises."""
+        pause = START_RETRY_FIRST
+        while True:
+            try:
+                await self._start_once(on_receiver_error)
+                return True
+            except Exception as exc:
+                if not passing_fault(exc):
+                    raise
+                line = f"could not start: {exc}; trying again in {pause:g} s"
+                log.warning("%s", line)
+                if on_retry is not None:
+                    on_retry(line)
+            if stopping is None:
+                await asyncio.sleep(pause)  # the backoff between tries, not a wait for a result
+            else:
+                try:
+                    await asyncio.wait_for(stopping.wait(), pause)
+                    return False
+                except TimeoutError:
+                    pass
+            pause = min(pause * 2, START_RETRY_MAX)
+
+    async def _start_once(self, on_receiver_error: ReceiverError | None) -> None:
         if self.engine is not None:
             await self.engine.prepare()
         else:  # the engine configures telemetry as it starts; alone, each delivery's `ingest` span needs it here
@@ -222,7 +260,8 @@ class System:
         stopping = stop or asyncio.Event()
         remove_handlers = on_stop_signals(stopping.set)
         try:
-            await self.start()
+            if not await self.start(stopping=stopping):
+                return
             try:
                 if on_ready is not None:
                     on_ready(self)
@@ -241,7 +280,7 @@ class System:
             receiver = self._build_receiver()
             await receiver.start()
         except (ConfigError, StoreError, OSError) as exc:
-            if on_error is None:
+            if on_error is None or passing_fault(exc):  # a passing fault: the whole start is tried again
                 raise
             on_error(exc)
             return

@@ -182,6 +182,8 @@ class PgConnection:
                                   **extra)
         except psycopg.Error as exc:
             where = self.target.display
+            if _REFUSED_LOGIN.search(str(exc)):  # permanent until someone changes the settings: not tried again
+                raise StoreError(f"the inbox database {where} refused the login: {_refused_line(exc)}") from None
             raise StoreUnavailable(f"cannot reach the inbox database {where}: {_first_line(exc)}") from None
         raw.adapters.register_loader("numeric", _NumericAsNumber)
         raw.adapters.register_dumper(bool, _BoolAsInteger)
@@ -328,6 +330,18 @@ def _last_result(cursor: psycopg.Cursor[Any]) -> list[tuple[Any, ...]]:
     while cursor.nextset():
         pass
     return cursor.fetchall()
+
+
+# What a server says when it refuses the login itself (libpq gives these no SQLSTATE): a wrong or missing password,
+# a role or database that does not exist, pg_hba.conf, no CONNECT privilege. Nothing a retry changes.
+_REFUSED_LOGIN = re.compile(r"password authentication failed|no password supplied|role \"[^\"]*\" does not exist|"
+                            r"database \"[^\"]*\" does not exist|pg_hba\.conf rejects|no pg_hba\.conf entry|"
+                            r"permission denied for database|authentication failed for user")
+
+
+def _refused_line(exc: BaseException) -> str:
+    found = re.search(r"FATAL:\s*(.*)", str(exc))
+    return found.group(1).strip().splitlines()[0] if found else _first_line(exc)
 
 
 def _first_line(exc: BaseException) -> str:

@@ -366,7 +366,7 @@ class ConsoleApp(App[None]):
         await drawn.wait()
         self._release_collector()
         try:
-            await self.system.start(on_receiver_error=self._receiver_not_started)
+            await self.system.start(on_receiver_error=self._receiver_not_started, on_retry=self._start_retried)
         except (StoreError, ConfigError) as exc:
             self.start_error = str(exc)
             self.exit(return_code=2, message=str(exc))
@@ -384,6 +384,10 @@ class ConsoleApp(App[None]):
     async def on_unmount(self) -> None:
         self._release_collector()  # closed before its first frame
         await self.shutdown_engine()
+
+    def _start_retried(self, line: str) -> None:
+        """A passing fault at start (the inbox's server unreachable, its lock busy): the start is tried again."""
+        self.notify(line, title="Not started yet", severity="warning", timeout=10)
 
     def _receiver_not_started(self, exc: Exception) -> None:
         """The webhook receiver runs inside the console when the config enables it (not --read-only: it stores);
