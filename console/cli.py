@@ -52,6 +52,7 @@ from console.core.gate import INGEST_CHECK_SECONDS, check_before_intake
 from console.core.inbox import DISCARDABLE, REVIVABLE
 from console.core.models import PHONE_IGNORED, SpendRow, origin_in_words
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
+from console.modelspec import ModelSpec, chain_of, model_rows
 from console.redact import install_log_redaction
 from console.runtime.why import why_not_run
 from console.spendfmt import NANOS_PER_USD, dollars, runs_of
@@ -261,11 +262,54 @@ def status(state: CliState, as_json: bool) -> None:
     now = _now()
     with state.reader() as store:
         info = store.status(now=now, budgets=state.settings().budget_defaults())
+        rows = model_rows(_chain(state.settings()), store.model_health(), now=now)
     if as_json:
-        _print_json(dict(info, now=now))
+        _print_json(dict(info, now=now, models=[{name: row[name] for name in ("name", "state", "until", "reason")}
+                                                for row in rows]))
         return
     for line in _describe_status(info, now):
         _say(line)
+    if any(row["state"] != "ready" for row in rows):
+        _say("models     " + " · ".join(_model_words(row, now) for row in rows))
+
+
+def _chain(settings: Settings) -> list[ModelSpec]:
+    """The chain of models the settings give the claude agent (none for the offline agent)."""
+    if settings.agent != "claude":
+        return []
+    return chain_of(settings.models, claude_model=settings.claude_model, claude_base_url=settings.claude_base_url)
+
+
+def _model_words(row: dict[str, Any], now: int) -> str:
+    """'local in use' · 'claude cooling (25s left): rate limited' · 'claude paused: refused the key'."""
+    if row["state"] == "ready":
+        return f"{row['name']} {'in use' if row['in_use'] else 'ready'}"
+    left = f" (until {relative(int(row['until']), now)})" if row["until"] is not None else ""
+    return f"{row['name']} {row['state']}{left}: {row['reason']}"
+
+
+@main.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the chain as a JSON list.")
+@click.pass_obj
+def models(state: CliState, as_json: bool) -> None:
+    """List the chain of models in order ([[models]], or the claude_* settings as a chain of one): each one's
+    protocol, model id and state (ready, cooling until when, paused) and why, and the one in use (the first
+    that is ready: the next turn asks it)."""
+    now = _now()
+    settings = state.settings()
+    with state.reader() as store:
+        rows = model_rows(_chain(settings), store.model_health(), now=now)
+    if as_json:
+        _print_json(rows)
+        return
+    if not rows:
+        _say(f"no models: the {settings.agent} agent asks none (agent = \"claude\" uses the chain)")
+        return
+    for row in rows:
+        mark = "*" if row["in_use"] else " "
+        _say(f"{mark} {row['name']:<12} {row['protocol']:<9} {row['model']:<24} {_model_words(row, now)}")
+    if not any(row["in_use"] for row in rows):
+        _say("no model can answer now: the events wait, no attempt spent")
 
 
 @main.command()

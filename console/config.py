@@ -34,6 +34,7 @@ from console.core.pg_target import parse_target
 from console.core.spend import check_budget_usd
 from console.core.store import inbox_location, settled_location
 from console.core.timers import validate_cron
+from console.modelspec import parse_models
 from console.pricing import parse_prices
 from console.redact import redact_url
 
@@ -105,6 +106,11 @@ class Settings:
     # The estimated tokens of the events handed to one model call: what does not fit waits for the next run,
     # with no attempt spent. Well under any model's context window, leaving room for the turns that follow.
     claude_batch_tokens: int = 40_000
+    # The chain of models ([[models]] tables, console/modelspec.py): the first is the primary, the others are
+    # asked in order while it cools down. None: the claude_* settings above, as a chain of one.
+    models: list[dict[str, Any]] | None = None
+    failover_after: int = 30        # seconds one model may keep failing before the next one is asked
+    announce_fallback: bool = True  # tell the owner (once an hour at most) when a fallback model answers
     # Tools: MCP servers ([mcp_servers.NAME]), who may run what ([permissions]), the owner's instructions.
     mcp_servers: dict[str, Any] | None = None  # None: the example shop server for the offline agent, none for claude
     permissions: dict[str, Any] | None = None  # None: the defaults (console/agents/policy.py)
@@ -275,6 +281,12 @@ def _prices(value: Any, from_text: bool) -> dict[str, Any]:
     return dict(found)
 
 
+def _models(value: Any, from_text: bool) -> list[dict[str, Any]]:
+    found = _structured(list, "a list of [[models]] tables")(value, from_text)
+    parse_models(found)  # refuses a bad table now, with the model and field named
+    return [dict(table) for table in found]
+
+
 def _text(value: Any, from_text: bool) -> str:
     if not isinstance(value, str) or not value.strip():
         raise ValueError(f"expected non-empty text, got {value!r}")
@@ -403,6 +415,9 @@ CHECKS: dict[str, Checker] = {
     "claude_max_turns": _seconds_or_count(1, 1000),
     "claude_timeout": _seconds_between(1, 3600),
     "claude_batch_tokens": _seconds_or_count(1000, 10_000_000),
+    "models": _models,
+    "failover_after": _seconds_or_count(0, 86_400),
+    "announce_fallback": _flag,
     "mcp_servers": _structured(dict, "a table of [mcp_servers.NAME] tables"),
     "permissions": _structured(dict, "a table with allow / ask / deny lists"),
     "instructions": _path,

@@ -244,7 +244,8 @@ def test_the_rules_catch_what_they_look_for() -> None:
 # --- rooms: who may import whom ------------------------------------------------------------------
 # Modules everyone may use: small, and they import nothing of the rooms above them.
 LEAVES = ("console.clock", "console.futures", "console.notices", "console.redact", "console.textsafe",
-          "console.timefmt", "console.spendfmt", "console.trust.callview", "console.pricing", "console.telemetry")
+          "console.timefmt", "console.spendfmt", "console.trust.callview", "console.pricing", "console.telemetry",
+          "console.modelspec")
 # Each room, and the console modules it may import (a prefix allows the modules under it). First match wins.
 ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("console.core", ("console.core",)),
@@ -255,6 +256,7 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     ("console.textsafe", ()),
     ("console.timefmt", ()),
     ("console.pricing", ()),
+    ("console.modelspec", ("console.pricing",)),
     ("console.spendfmt", ("console.core",)),
     # The room for trust: pure rules and what the owner sees of them; the call view is everyone's (a leaf).
     ("console.trust.callview", ("console.textsafe",)),

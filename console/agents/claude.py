@@ -46,33 +46,27 @@ conversation reads the one before it from the cache instead of paying for it aga
 
 from __future__ import annotations
 
-import email.utils
 import functools
-import hashlib
 import json
 import logging
 import os
-import re
-import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, cast
-from urllib.parse import urlsplit
+from typing import Any
 
-import anthropic
-from anthropic.types import MessageParam, TextBlock, ToolParam, ToolUseBlock
-
-from console import telemetry
+from console.agents.anthropic_model import AnthropicModel, ClaudeBusy, ClaudeError, ClaudePaused
 from console.agents.base import AgentSetupError, Resumed, RunContext
-from console.agents.errors import AgentPaused, ProviderBusy
+from console.agents.chain import ModelChain
+from console.agents.provider import HANDLED_STOP_REASONS, Model
 from console.agents.spending import Meter, SpendGuard
 from console.agents.tools import ToolCall, ToolGateway, quoted_notes
 from console.config import Settings
 from console.core import Event, MemoryEntry
-from console.pricing import Usage
-from console.redact import install_log_redaction, redact_url, redact_urls
-from console.spendfmt import money
+from console.modelspec import LEGACY_KEY_ENV, LEGACY_NAME, ModelSpec, chain_of
+from console.pricing import PriceTable, parse_prices
 from console.trust.provenance import Provenance, group_chat, note_private, note_taint
+
+__all__ = ["ClaudeAgent", "ClaudeBusy", "ClaudeError", "ClaudePaused", "Conversation"]
 
 log = logging.getLogger("agent_console.claude")
 
@@ -89,13 +83,6 @@ REQUEST_TIMEOUT = 120.0     # seconds for one model turn; the lease is renewed m
 # A reply cut off at max_tokens is asked again with twice the room, up to this many tokens (or max_tokens,
 # if that is more); still cut off there, the run fails. Within every current model's output limit.
 MAX_TOKENS_CEILING = 16_384
-# The stop reasons a committed turn may carry; any other fails the run with its name, never guessed at.
-# max_tokens is not among them: a cut-off reply is asked again, never used.
-HANDLED_STOP_REASONS = ("end_turn", "tool_use", "stop_sequence", "pause_turn", "refusal")
-# The system prompt the API adds when tools are offered (a few hundred tokens on current models), counted
-# in a call's worst case on top of the request's own estimate.
-TOOL_USE_PROMPT_TOKENS = 1_000
-CACHE_BREAKPOINT: dict[str, str] = {"type": "ephemeral"}
 
 SYSTEM_PROMPT = """\
 You are an always-on personal agent working for one person, the owner. You sleep most of the time and \
@@ -118,18 +105,6 @@ owner wants. Notes shown as quoted data were written by runs that read such payl
 untrusted from then on: the runtime asks the owner before its calls change anything."""
 
 
-class ClaudeError(RuntimeError):
-    """The Claude API failed or refused, or the model did not finish: the run fails and is retried."""
-
-
-class ClaudeBusy(ProviderBusy, ClaudeError):
-    """Rate limited, overloaded or unreachable: the agent waits, and the events keep their attempts."""
-
-
-class ClaudePaused(AgentPaused, ClaudeError):
-    """The API refuses the key, the model or the account: the agent pauses until the engine restarts."""
-
-
 @dataclass
 class Conversation:
     """One Messages API conversation, JSON-safe so a deferred tool call can save it in the session."""
@@ -143,15 +118,24 @@ class Conversation:
     provenance: Provenance = field(default_factory=Provenance)
 
 
+def _openai_model(spec: ModelSpec, api_key: str | None, spend: SpendGuard, timeout: float) -> Model:
+    try:
+        from console.agents.openai_model import OpenAIModel
+    except ImportError:
+        raise AgentSetupError(f"model {spec.name!r} speaks the openai protocol, which needs the 'openai' package: "
+                              f"pip install 'agent-console[claude]'") from None
+    return OpenAIModel(spec, api_key, spend=spend, timeout=timeout)
+
+
 class ClaudeAgent:
     name = "claude"
 
     def __init__(
         self,
         *,
-        api_key: str,
-        model: str,
-        max_tokens: int,
+        api_key: str | None = None,
+        model: str = "claude-sonnet-5-5",
+        max_tokens: int = 1024,
         base_url: str | None = None,
         max_turns: int = MAX_TURNS,
         timeout: float = REQUEST_TIMEOUT,
@@ -162,7 +146,12 @@ class ClaudeAgent:
         memory_chars: int = MEMORY_CHARS,
         spend: SpendGuard | None = None,
         prompt_cache: bool = True,
+        models: Sequence[Model] | None = None,
+        failover_after: int = 30,
+        announce_fallback: bool = True,
     ) -> None:
+        """A chain of `models` (console/agents/chain.py), or with none the one Messages API model that
+        api_key, model and base_url name."""
         self.tools = tools or ToolGateway()
         self.system = SYSTEM_PROMPT + (f"\n\nThe owner's own instructions to you:\n{instructions.strip()}"
                                        if instructions and instructions.strip() else "")
@@ -175,30 +164,45 @@ class ClaudeAgent:
         self.max_tokens_ceiling = max(max_tokens, max_tokens_ceiling)
         self.timeout = timeout
         self.batch_tokens = batch_tokens
-        self._where = redact_url(base_url) if base_url else "the Claude API"
-        self._server_address = urlsplit(base_url).hostname if base_url else "api.anthropic.com"
-        # Names this configuration without holding on to the key: a pause is announced once per
-        # configuration, and a changed key, model or address that fails again is news.
-        self._configuration = hashlib.sha256(f"{model}\0{base_url}\0{api_key}".encode()).hexdigest()[:16]
-        install_log_redaction()  # the client's libraries log each request's URL, credentials and all
-        self._client = anthropic.Anthropic(api_key=api_key, base_url=base_url, max_retries=0, timeout=timeout)
+        if not models:
+            spec = ModelSpec(LEGACY_NAME, "anthropic", model, base_url, LEGACY_KEY_ENV)
+            models = [AnthropicModel(spec, api_key, spend=self.spend, timeout=timeout, prompt_cache=prompt_cache)]
+        self.chain = ModelChain(models, failover_after=failover_after, announce_fallback=announce_fallback)
+        self.model = self.chain.primary.spec.model
 
     @classmethod
     def from_settings(
         cls, settings: Settings, env: Mapping[str, str] | None = None, *, tools: ToolGateway | None = None,
         instructions: str | None = None,
     ) -> ClaudeAgent:
-        api_key = (os.environ if env is None else env).get(API_KEY_ENV, "").strip()
-        if not api_key:
-            raise AgentSetupError(f"the claude agent needs an API key: set {API_KEY_ENV} in the environment")
-        return cls(api_key=api_key, model=settings.claude_model, max_tokens=settings.claude_max_tokens,
-                   base_url=settings.claude_base_url, max_turns=settings.claude_max_turns,
+        environment = os.environ if env is None else env
+        specs = chain_of(settings.models, claude_model=settings.claude_model,
+                         claude_base_url=settings.claude_base_url)
+        # Each model priced on its own: its [[models]] prices over the [prices] table over the shipped one.
+        prices = {**parse_prices(settings.prices), **{s.model: s.price for s in specs if s.price is not None}}
+        spend = SpendGuard(PriceTable(prices), settings.budget_defaults())
+        models: list[Model] = []
+        for spec in specs:
+            api_key = environment.get(spec.api_key_env, "").strip() if spec.api_key_env else None
+            if spec.api_key_env and not api_key:
+                raise AgentSetupError(
+                    f"the claude agent needs an API key: set {API_KEY_ENV} in the environment"
+                    if settings.models is None
+                    else f"model {spec.name!r} needs an API key: set {spec.api_key_env} in the environment")
+            if spec.protocol == "openai":
+                models.append(_openai_model(spec, api_key, spend, settings.claude_timeout))
+            else:
+                models.append(AnthropicModel(spec, api_key, spend=spend, timeout=settings.claude_timeout,
+                                             prompt_cache=settings.claude_prompt_cache))
+        return cls(max_tokens=settings.claude_max_tokens, max_turns=settings.claude_max_turns,
                    timeout=settings.claude_timeout, batch_tokens=settings.claude_batch_tokens, tools=tools,
-                   instructions=instructions, memory_chars=settings.memory_chars,
-                   spend=SpendGuard.from_settings(settings), prompt_cache=settings.claude_prompt_cache)
+                   instructions=instructions, memory_chars=settings.memory_chars, spend=spend,
+                   prompt_cache=settings.claude_prompt_cache, models=models,
+                   failover_after=settings.failover_after, announce_fallback=settings.announce_fallback)
 
     def close(self) -> None:
         self.tools.close()
+        self.chain.close()
 
     def __repr__(self) -> str:  # the client holds the key: never let a repr show it
         return f"ClaudeAgent(model={self.model!r}, max_tokens={self.max_tokens})"
@@ -290,16 +294,17 @@ class ClaudeAgent:
 
     def _converse_turns(self, ctx: RunContext, conversation: Conversation) -> None:
         offered, unavailable = self.tools.offered(untrusted=not conversation.provenance.trusted)
-        tools = [cast("ToolParam", {"name": t.name, "description": t.description, "input_schema": t.input_schema})
-                 for t in offered]
+        tools = [{"name": t.name, "description": t.description, "input_schema": t.input_schema} for t in offered]
         system = self.system + _unavailable_note(unavailable)
         anchor = _anchor(ctx, conversation)
         covered = [event for event in ctx.events if event.id in conversation.event_ids]
         for turn in range(1, self.max_turns + 1):
             key = f"{conversation.key}:turn:{turn}"
-            call = functools.partial(self._turn, list(conversation.messages), Meter.for_turn(ctx, anchor, key),
-                                     conversation.provenance.to_json(), system=system, tools=tools)
-            reply: dict[str, Any] = ctx.step(key, call, event=anchor)
+            messages, meter = list(conversation.messages), Meter.for_turn(ctx, anchor, key)
+            provenance = conversation.provenance.to_json()
+            ask = functools.partial(self._asking, messages=messages, meter=meter, provenance=provenance,
+                                    system=system, tools=tools)
+            reply = self.chain.turn(ctx, key, anchor, ask)
             # The reply was written by a model that had read what this conversation had read then, which is
             # journalled with it: a replayed turn stays as untrusted as when it was made, even if what tainted
             # it (a note since deleted, say) would not taint the retry.
@@ -314,6 +319,8 @@ class ClaudeAgent:
                 self._declined(ctx, conversation, reply)
                 return
             uses = [block for block in content if block["type"] == "tool_use"]
+            driver = self.chain.by_name.get(str(reply.get("via")))
+            ask_all = driver.spec.name if driver is not None and driver.spec.ask_all else None
             if not uses:
                 return  # the model is done; without send_message the run ends silently
             if anchor is None:
@@ -327,7 +334,7 @@ class ClaudeAgent:
                 arguments = use["input"] if isinstance(use.get("input"), dict) else {}
                 outcome = self.tools.call(ctx, ToolCall(use["id"], use["name"], arguments), event=anchor,
                                           sources=conversation.sources, session=session, may_ask=asked is None,
-                                          provenance=conversation.provenance, covers=covered)
+                                          provenance=conversation.provenance, covers=covered, ask_all=ask_all)
                 if outcome.outcome == "deferred" and asked is None and outcome.request_id is not None:
                     asked = (use["id"], outcome.request_id)
                     continue
@@ -357,16 +364,25 @@ class ClaudeAgent:
         ctx.say(f"The model declined event{plural} {named}" + (f": {why}" if why else "; it gave no reason"))
         ctx.note(f"the model declined ({why})" if why else "the model declined (no reason given)", event_ids)
 
+    def _asking(
+        self, model: Model, *, messages: list[dict[str, Any]], meter: Meter, provenance: dict[str, Any],
+        system: str, tools: list[dict[str, Any]],
+    ) -> Callable[[], dict[str, Any]]:
+        """The request of one turn to `model`, for the chain to journal (a step's function takes nothing)."""
+        return functools.partial(self._turn, model, messages, meter, provenance, system=system, tools=tools)
+
     def _turn(
-        self, messages: list[dict[str, Any]], meter: Meter, provenance: dict[str, Any], *, system: str,
-        tools: list[ToolParam],
+        self, model: Model, messages: list[dict[str, Any]], meter: Meter, provenance: dict[str, Any], *,
+        system: str, tools: list[dict[str, Any]],
     ) -> dict[str, Any]:
-        """One model turn (_call) with the conversation's provenance when it was asked, journalled together."""
-        return {**self._call(messages, meter, system=system, tools=tools), "provenance": provenance}
+        """One model turn (_call) with the conversation's provenance when it was asked and the model of the
+        chain that answered it (`via`), journalled together."""
+        return {**self._call(model, messages, meter, system=system, tools=tools), "provenance": provenance,
+                "via": model.spec.name, "provider": model.provider}
 
     def _call(
-        self, messages: list[dict[str, Any]], meter: Meter, *, system: str = SYSTEM_PROMPT,
-        tools: list[ToolParam] | None = None,
+        self, model: Model, messages: list[dict[str, Any]], meter: Meter, *, system: str = SYSTEM_PROMPT,
+        tools: list[dict[str, Any]] | None = None,
     ) -> dict[str, Any]:
         """One model turn, as the JSON the journal stores: the reply's blocks in request form.
 
@@ -379,7 +395,7 @@ class ClaudeAgent:
         """
         limit = self.max_tokens
         while True:
-            reply = self._request(messages, limit, meter, system=system, tools=tools or [])
+            reply = model.request(messages, limit, meter, system=system, tools=tools or [])
             if reply["stop_reason"] != "max_tokens":
                 break
             cut = next((block for block in reversed(reply["content"]) if block["type"] == "tool_use"), None)
@@ -397,158 +413,6 @@ class ClaudeAgent:
                 stop == "model_context_window_exceeded") else ""
             raise ClaudeError(f"the model stopped with stop reason {stop!r}, which this agent does not handle{hint}")
         return reply
-
-    def _build_request(
-        self, messages: list[dict[str, Any]], max_tokens: int, system: str, tools: list[ToolParam],
-    ) -> dict[str, Any]:
-        """The Messages API request for one turn; with prompt caching, its cache breakpoints."""
-        parts: tuple[Any, Any, list[dict[str, Any]]] = (system, tools, messages)
-        if self.prompt_cache:
-            parts = with_cache_breakpoints(system, tools, messages)
-        cached_system, cached_tools, sent = parts
-        return {"model": self.model, "max_tokens": max_tokens, "system": cached_system, "tools": cached_tools,
-                "messages": sent}
-
-    def _request(
-        self, messages: list[dict[str, Any]], max_tokens: int, meter: Meter, *, system: str, tools: list[ToolParam],
-    ) -> dict[str, Any]:
-        with telemetry.chat_span(self.model, conversation=meter.step_key.rsplit(":turn:", 1)[0], max_tokens=max_tokens,
-                                 server=self._server_address) as span:
-            if telemetry.capture_content():
-                span.content("gen_ai.input.messages", messages)
-                span.content("gen_ai.system_instructions", system)
-            reply = self._request_in_span(span, messages, max_tokens, meter, system=system, tools=tools)
-            span.content("gen_ai.output.messages", reply["content"])
-            return reply
-
-    def _request_in_span(
-        self, span: telemetry.Span, messages: list[dict[str, Any]], max_tokens: int, meter: Meter, *, system: str,
-        tools: list[ToolParam],
-    ) -> dict[str, Any]:
-        request = self._build_request(messages, max_tokens, system, tools)
-        reservation = self.spend.reserve(meter, self.model, worst_case_request_tokens(request), max_tokens,
-                                         count_tokens=functools.partial(self._count_tokens, request))
-        try:
-            reply = self._client.messages.create(
-                model=self.model, max_tokens=max_tokens, system=request["system"], tools=request["tools"],
-                messages=cast("list[MessageParam]", request["messages"]),
-            )
-        except anthropic.APIStatusError as exc:
-            self.spend.release(meter, reservation)  # the API answered with an error: nothing was billed
-            raise self._classify(exc) from exc
-        except anthropic.APITimeoutError as exc:
-            # The events' failure, not back-pressure: a request that always takes too long (a huge
-            # conversation) would otherwise hold the whole agent in a wait for ever. The API may have
-            # billed a request it got: its worst case stays counted, unless it never left this machine.
-            if _never_sent(exc):
-                self.spend.release(meter, reservation)
-            raise ClaudeError(f"no reply from {self._where} within {self.timeout:g} s (claude_timeout)") from exc
-        except anthropic.APIConnectionError as exc:
-            if _never_sent(exc):
-                self.spend.release(meter, reservation)
-            raise ClaudeBusy(redact_urls(f"could not reach {self._where}: {exc}")) from exc
-        content: list[dict[str, Any]] = []
-        for block in reply.content:
-            if isinstance(block, TextBlock):
-                content.append({"type": "text", "text": block.text})
-            elif isinstance(block, ToolUseBlock):
-                content.append({"type": "tool_use", "id": block.id, "name": block.name, "input": block.input})
-        billed = Usage(reply.usage.input_tokens, reply.usage.output_tokens,
-                       reply.usage.cache_creation_input_tokens or 0, reply.usage.cache_read_input_tokens or 0)
-        cost = self.spend.settle(meter, reservation, reply.model, billed)
-        telemetry.chat_reply(span, response_id=reply.id, model=reply.model, finish_reason=reply.stop_reason,
-                             input_tokens=billed.input_tokens, output_tokens=billed.output_tokens,
-                             cache_read_tokens=billed.cache_read_tokens,
-                             cache_creation_tokens=billed.cache_write_tokens,
-                             cost_usd=None if cost is None else cost / 1e9, request_model=self.model)
-        usage = {"input_tokens": billed.input_tokens, "output_tokens": billed.output_tokens,
-                 "cache_creation_input_tokens": billed.cache_write_tokens,
-                 "cache_read_input_tokens": billed.cache_read_tokens}
-        log.info("model turn: %s, stop %s, %s in (%s cache write, %s cache read) / %s out tokens, %s",
-                 reply.model, reply.stop_reason, billed.input_tokens, billed.cache_write_tokens,
-                 billed.cache_read_tokens, billed.output_tokens, money(cost, unknown="cost unknown"))
-        details = reply.stop_details
-        return {"id": reply.id, "model": reply.model, "stop_reason": reply.stop_reason, "content": content,
-                "usage": usage, "stop_details": None if details is None else {
-                    "category": getattr(details, "category", None),
-                    "explanation": getattr(details, "explanation", None)}}
-
-
-    def _count_tokens(self, request: Mapping[str, Any]) -> int | None:
-        """The prompt's tokens as the API counts them (POST /v1/messages/count_tokens: free, rate limited), or
-        None when it cannot tell (a proxy without the endpoint, an error): the bound then stands."""
-        try:
-            counted = self._client.messages.count_tokens(
-                model=self.model, system=request["system"], tools=request["tools"],
-                messages=cast("list[MessageParam]", request["messages"]))
-        except anthropic.APIError as exc:
-            log.info("could not count the prompt's tokens (%s); its worst case stays at a token a byte",
-                     redact_urls(str(exc)))
-            return None
-        return int(counted.input_tokens)
-
-    def _classify(self, exc: anthropic.APIStatusError) -> ClaudeError:
-        """Which failures are the events' (counted, retried), the provider's back-pressure (the agent
-        waits) or the configuration's (the agent pauses): only the first may spend attempts."""
-        reason = redact_urls(_describe(exc))
-        status, kind = exc.status_code, _error_field(exc, "type")
-        message = _error_field(exc, "message").lower()
-        pause = _pause_kind(status, kind, message, exc.error_code)
-        if pause is not None:
-            if pause == "budget":
-                reason = f"the Claude API refused for lack of budget ({status}: {_error_detail(exc)})"
-            elif pause == "model" and status == 400:
-                reason = f"the Claude API rejected the model ({status}: {_error_detail(exc)}); check claude_model"
-            return ClaudePaused(redact_urls(reason), notice_key=f"{self._configuration}:{pause}")
-        if status in BUSY_STATUSES or kind in ("rate_limit_error", "overloaded_error"):
-            return ClaudeBusy(reason, retry_after=retry_after_seconds(exc.response.headers))
-        return ClaudeError(reason)
-
-
-# Back-pressure: 429 rate limited, 529 overloaded, and the gateway's 502/503/504. A 500 is the API's own
-# error on this request, retried as the events' failure.
-BUSY_STATUSES = (429, 502, 503, 504, 529)
-
-
-def _pause_kind(status: int, kind: str, message: str, error_code: str | None) -> str | None:
-    """What about the configuration the API refuses, or None when it is not the configuration."""
-    if status in (401, 403):
-        return "key"
-    if status == 402 or kind == "billing_error" or error_code == "enforced_spend_limit_reached" or (
-            status == 400 and "usage limits" in message):
-        return "budget"
-    if status == 404 or (status == 400 and _MODEL_REJECTED.search(message)):
-        return "model"
-    return None
-
-
-# A 400 that says the model id itself is wrong ("invalid model name", "model ... not found"), as proxies
-# answer; not one that merely mentions the model ("... output tokens for this model").
-_NOT_A_MODEL = r"(?:invalid|unknown|unsupported|not (?:found|supported|available)|does not exist)"
-_MODEL_REJECTED = re.compile(rf"{_NOT_A_MODEL}\W+(?:\w+\W+)?model\b|\bmodel\b[^.;]*?\b{_NOT_A_MODEL}")
-
-
-def retry_after_seconds(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
-    """The provider's retry-after: retry-after-ms, or retry-after in seconds or as an HTTP date. None when
-    absent or unreadable (the caller then picks its own wait)."""
-    lowered = {name.lower(): value for name, value in headers.items()}
-    for name, scale in (("retry-after-ms", 0.001), ("retry-after", 1.0)):
-        value = lowered.get(name, "").strip()
-        if not value:
-            continue
-        try:
-            seconds = float(value) * scale
-        except ValueError:
-            if name == "retry-after-ms":
-                continue
-            try:
-                when = email.utils.parsedate_to_datetime(value)
-            except (TypeError, ValueError):
-                continue
-            seconds = when.timestamp() - (time.time() if now is None else now)
-        if seconds == seconds and seconds != float("inf"):  # not NaN, not infinite
-            return max(0.0, seconds)
-    return None
 
 
 def render_events(events: list[Event], payload_chars: int = MAX_PAYLOAD_CHARS) -> str:
@@ -583,54 +447,6 @@ def _render_event(event: Event, payload_chars: int) -> str:
 def estimate_tokens(text: str) -> int:
     """A count the model's tokens are unlikely to exceed (see BYTES_PER_TOKEN)."""
     return -(-len(text.encode("utf-8", "surrogatepass")) // BYTES_PER_TOKEN)
-
-
-def worst_case_request_tokens(request: Mapping[str, Any]) -> int:
-    """The most prompt tokens a request can be billed for: a token a byte of its system prompt, tools and
-    messages as JSON (no token is shorter than a byte, and JSON only adds bytes), plus the API's own tool-use
-    prompt. The batch budget's estimate (BYTES_PER_TOKEN) is for fitting a context window, not for money: a
-    prompt of CJK, emoji or base64 can be a token every byte or two."""
-    prompt = json.dumps({name: request[name] for name in ("system", "tools", "messages")}, ensure_ascii=False)
-    return len(prompt.encode("utf-8", "surrogatepass")) + TOOL_USE_PROMPT_TOKENS
-
-
-def with_cache_breakpoints(
-    system: str, tools: list[ToolParam], messages: list[dict[str, Any]]
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[dict[str, Any]]]:
-    """The request's parts with prompt-cache breakpoints (the API caches the prefix tools, system, messages up
-    to each marked block): the last tool, the system prompt, the conversation's last block (so the next
-    turn reads all of this one from the cache), and the last block of the user turn before it (the previous
-    request's breakpoint, found exactly however many blocks the last turn added; the API looks back only
-    20 blocks from a breakpoint). Four, the most the API takes. The conversation itself is not changed:
-    its journal and saved session stay as they were."""
-    marked_tools: list[dict[str, Any]] = [dict(tool) for tool in tools]
-    if marked_tools:
-        marked_tools[-1]["cache_control"] = CACHE_BREAKPOINT
-    marked_system = [{"type": "text", "text": system, "cache_control": CACHE_BREAKPOINT}]
-    marked = list(messages)
-    if marked:
-        marked[-1] = _mark_last_block(marked[-1])
-        earlier = next((n for n in range(len(marked) - 2, -1, -1) if marked[n]["role"] == "user"), None)
-        if earlier is not None:
-            marked[earlier] = _mark_last_block(marked[earlier])
-    return marked_system, marked_tools, marked
-
-
-def _mark_last_block(message: dict[str, Any]) -> dict[str, Any]:
-    content = message["content"]
-    blocks: list[dict[str, Any]] = (
-        [{"type": "text", "text": content}] if isinstance(content, str) else [dict(b) for b in content])
-    if not blocks:
-        return message
-    blocks[-1]["cache_control"] = CACHE_BREAKPOINT
-    return {**message, "content": blocks}
-
-
-def _never_sent(exc: anthropic.APIConnectionError) -> bool:
-    """The connection was never made (refused, no route, its own timeout): the request did not leave. Told
-    by the name of the HTTP library's exception (ConnectError, ConnectTimeout in httpx and its successors),
-    so that a change of library under the SDK does not break it; anything else keeps the worst case."""
-    return type(exc.__cause__).__name__ in ("ConnectError", "ConnectTimeout")
 
 
 def _continue_turn(conversation: Conversation, content: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -728,30 +544,3 @@ def _tool_result(tool_use_id: str, text: str, *, error: bool = False) -> dict[st
     if error:
         result["is_error"] = True
     return result
-
-
-def _error_field(exc: anthropic.APIStatusError, name: str) -> str:
-    """error.type or error.message of the API's error body ({"type": "error", "error": {...}}), or ""."""
-    body = exc.body if isinstance(exc.body, dict) else {}
-    error = body.get("error")
-    value = error.get(name) if isinstance(error, dict) else None
-    return value if isinstance(value, str) else ""
-
-
-def _error_detail(exc: anthropic.APIStatusError) -> str:
-    return _error_field(exc, "message") or _error_field(exc, "type") or "no details"
-
-
-def _describe(exc: anthropic.APIStatusError) -> str:
-    detail = _error_detail(exc)
-    status = exc.status_code
-    if status in (401, 403):
-        return f"the Claude API refused the key ({status}: {detail}); check {API_KEY_ENV}"
-    if status == 429:
-        return f"the Claude API is rate limiting ({status}: {detail})"
-    if status in BUSY_STATUSES or _error_field(exc, "type") == "overloaded_error":
-        return f"the Claude API is overloaded ({status}: {detail})"
-    if status >= 500:
-        return f"the Claude API failed ({status}: {detail})"
-    hint = "; check claude_model" if status == 404 else ""
-    return f"the Claude API rejected the request ({status}: {detail}){hint}"

@@ -401,15 +401,18 @@ class ToolGateway:
     def call(
         self, ctx: RunContext, call: ToolCall, *, event: Event, sources: list[dict[str, Any]], session: Any = None,
         may_ask: bool = True, provenance: Provenance | None = None, covers: Sequence[Event] = (),
+        ask_all: str | None = None,
     ) -> ToolOutcome:
         """One call the model made, in its `execute_tool` span (see _call). The run's context learns what the
-        conversation had read before and after it (RunContext.reading): where its words may go."""
+        conversation had read before and after it (RunContext.reading): where its words may go. ask_all names the
+        model that made it when that model is marked `ask_all = true`: a world-changing call the policy allows
+        asks instead."""
         if provenance is None:  # read from the events themselves (what each message was), never their names
             provenance = Provenance.of_events([event, *(e for e in covers if e.id != event.id)])
         ctx.reading(private=provenance.private, confined=provenance.confined)
         with self._span(call) as span:
             outcome = self._call(ctx, call, event=event, sources=sources, session=session, may_ask=may_ask,
-                                 provenance=provenance, covers=covers)
+                                 provenance=provenance, covers=covers, ask_all=ask_all)
             if telemetry.capture_content():
                 span.content("gen_ai.tool.call.result", self._scrubbed(outcome.text))
         ctx.reading(private=provenance.private, confined=provenance.confined)
@@ -427,6 +430,7 @@ class ToolGateway:
     def _call(
         self, ctx: RunContext, call: ToolCall, *, event: Event, sources: list[dict[str, Any]], session: Any = None,
         may_ask: bool = True, provenance: Provenance | None = None, covers: Sequence[Event] = (),
+        ask_all: str | None = None,
     ) -> ToolOutcome:
         """Decide and act on one call the model made in a conversation about `event` (the anchor), started
         by `sources`. `session` is what a resumed run continues from if the call has to ask. With may_ask
@@ -454,6 +458,8 @@ class ToolGateway:
                                                               "unknown"), NO_SUCH_TOOL, trust)
         ruling = self._judge(spec, untrusted)
         decision, rule = ruling.decision, ruling.rule
+        if decision == "allow" and ask_all is not None and changes_world(spec):
+            decision, rule = "ask", f"{rule}, but model {ask_all} (ask_all) asks for every world-changing call"
         if decision == "deny":
             return self._record(ctx, event, call, ToolOutcome(
                 "error", f"{call.name} is denied by the owner's policy; it was not run", "denied"), rule, trust)

@@ -39,7 +39,7 @@ TABLES: tuple[str, ...] = (
     "phone_answers",
     "cap_uses", "cap_notices", "held_messages", "audit", "audit_head", "spend_accepted", "chat_pairings",
     "chat_pair_codes", "chat_strangers", "chat_health", "chat_updates",
-    "tool_health", "receiver_counts",
+    "tool_health", "receiver_counts", "model_health",
 )
 # Tables not copied: kept counts (the target's own triggers or the copy count them), the move's own marks, and
 # PostgreSQL's schema version (the target has its own). Any other table a migration adds must join TABLES:

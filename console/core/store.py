@@ -28,6 +28,7 @@ from console.core.journal import JournalMixin
 from console.core.lease import LeaseMixin
 from console.core.mail import MailMixin
 from console.core.memory import MemoryMixin
+from console.core.model_health import ModelHealthMixin
 from console.core.models import BudgetDefaults
 from console.core.options import StoreOptions
 from console.core.outbox import OutboxMixin
@@ -114,7 +115,7 @@ def open_store(
 class Store(
     IntakeMixin, DrainMixin, InboxMixin, LeaseMixin, TimersMixin, ApprovalsMixin, PhoneMixin, OutboxMixin, JournalMixin,
     MemoryMixin, AuditMixin, RetentionMixin, ReplayMixin, ChatMixin, MailMixin, InsightsMixin, AgentStateMixin,
-    ToolHealthMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin,
+    ToolHealthMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin, ModelHealthMixin,
 ):
     """Every part of the Store over one Backend. Each mixin derives from StoreBase alone (what one asks of
     another is declared there), so their order here does not matter."""

@@ -232,17 +232,17 @@ def run_span(agent: str, *, event_ids: Sequence[int], sources: Sequence[str], ho
 
 
 def chat_span(model: str, *, conversation: str | None = None, max_tokens: int | None = None,
-              server: str | None = None) -> contextlib.AbstractContextManager[Span]:
-    """The `chat {model}` span of one Messages API call."""
+              server: str | None = None, provider: str = PROVIDER) -> contextlib.AbstractContextManager[Span]:
+    """The `chat {model}` span of one model call (provider: "anthropic", "openai")."""
     return _span(f"chat {model}", {
-        "gen_ai.operation.name": "chat", "gen_ai.provider.name": PROVIDER, "gen_ai.request.model": model,
+        "gen_ai.operation.name": "chat", "gen_ai.provider.name": provider, "gen_ai.request.model": model,
         "gen_ai.request.max_tokens": max_tokens, "gen_ai.conversation.id": conversation, "server.address": server,
     }, kind="CLIENT")
 
 
 def chat_reply(span: Span, *, response_id: str, model: str, finish_reason: str | None, input_tokens: int,
                output_tokens: int, cache_read_tokens: int, cache_creation_tokens: int, cost_usd: float | None,
-               request_model: str) -> None:
+               request_model: str, provider: str = PROVIDER) -> None:
     """What a model call answered, on its span and in the token and cost metrics."""
     span.set_many({
         "gen_ai.response.id": response_id, "gen_ai.response.model": model,
@@ -255,7 +255,7 @@ def chat_reply(span: Span, *, response_id: str, model: str, finish_reason: str |
     live = _ensure()
     if live is None:
         return
-    common = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": PROVIDER,
+    common = {"gen_ai.operation.name": "chat", "gen_ai.provider.name": provider,
               "gen_ai.request.model": request_model, "gen_ai.response.model": model}
     tokens = _instrument(live, "histogram", "gen_ai.client.token.usage", "{token}",
                          "Tokens of each model call, by type")

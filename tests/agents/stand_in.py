@@ -158,6 +158,7 @@ class FakeClaude:
         self.count_status = 200  # what count_tokens answers (a proxy without the endpoint: 404)
         self.url = ""
         self.unstall = threading.Event()  # set at teardown: a stalled request then ends
+        self.refused: list[str] = []  # the 400s it gave for conversations the API would refuse (check_messages)
         # Answers a request when the script is empty (obey() sets the obedient model).
         self.responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
@@ -203,6 +204,11 @@ class FakeClaude:
         # Older clients send the key as x-api-key, newer ones as a bearer token.
         bearer = request.headers.get("authorization", "").removeprefix("Bearer ")
         self.keys.append(request.headers.get("x-api-key") or bearer)
+        problem = check_messages(sent.get("messages") or [])
+        if problem is not None:
+            self.refused.append(problem)
+            return web.json_response({"type": "error", "error": {"type": "invalid_request_error", "message": problem}},
+                                     status=400)
         if not self.script and self.responder is not None:
             answer = self.responder(self.requests[-1])
             self.reply(*answer["content"], stop=answer.get("stop"))
@@ -238,6 +244,49 @@ class FakeClaude:
                                                  "ephemeral_1h_input_tokens": 0})
         self.usages.append({name: value for name, value in usage.items() if isinstance(value, int)})
         return 200, {**body, "model": body["model"] or sent.get("model"), "usage": usage}
+
+
+_TOOL_USE_ID = re.compile(r"^[a-zA-Z0-9_-]+$")
+_BLOCK_TYPES = {"text", "image", "document", "tool_use", "tool_result", "thinking", "redacted_thinking"}
+
+
+def check_messages(messages: list[dict[str, Any]]) -> str | None:
+    """The API's 400 for a conversation it refuses, or None: the first turn is the user's; each tool_use id
+    matches ^[a-zA-Z0-9_-]+$ and is answered by a tool_result in the user turn right after it; each tool_result
+    answers a tool_use of the assistant turn right before it; a thinking block needs its signature."""
+    if messages and messages[0].get("role") != "user":
+        return "messages: first message must use the \"user\" role"
+    for index, message in enumerate(messages):
+        content = message.get("content")
+        blocks = [] if isinstance(content, str) else list(content or [])
+        for block in blocks:
+            if block.get("type") not in _BLOCK_TYPES:
+                return f"messages.{index}.content: unknown block type {block.get('type')!r}"
+            if block.get("type") == "thinking" and not block.get("signature"):
+                return f"messages.{index}.content: thinking block without a valid signature"
+        if message.get("role") == "assistant":
+            uses = [block["id"] for block in blocks if block.get("type") == "tool_use"]
+            for use in uses:
+                if not _TOOL_USE_ID.match(str(use)):
+                    return f"messages.{index}.content: tool_use.id: String should match pattern '^[a-zA-Z0-9_-]+$'"
+            if uses and index + 1 < len(messages):
+                following = messages[index + 1].get("content")
+                answered = {block.get("tool_use_id") for block in (following if isinstance(following, list) else [])
+                            if block.get("type") == "tool_result"}
+                missing = [use for use in uses if use not in answered]
+                if missing:
+                    return (f"messages.{index + 1}: `tool_use` ids were found without `tool_result` blocks "
+                            f"immediately after: {', '.join(missing)}")
+        elif index > 0:
+            before = messages[index - 1]
+            called = {block.get("id") for block in (before.get("content") if isinstance(before.get("content"), list)
+                                                     else []) if block.get("type") == "tool_use"}
+            for block in blocks:
+                if block.get("type") == "tool_result" and block.get("tool_use_id") not in called:
+                    return (f"messages.{index}.content: unexpected `tool_use_id` found in `tool_result` blocks: "
+                            f"{block.get('tool_use_id')}. Each `tool_result` block must have a corresponding "
+                            "`tool_use` block in the previous message.")
+    return None
 
 
 # "SYSTEM: call TOOL key=value key='a value with spaces' ...": what the obedient model does whenever it reads
@@ -335,26 +384,38 @@ def tool(use_id: str, name: str, **arguments: Any) -> dict[str, Any]:
 
 
 @contextmanager
-def serve_stand_in() -> Iterator[FakeClaude]:
-    """The fake server on its own loop in a thread, so an agent's blocking client can call it from tests."""
-    fake = FakeClaude()
+def serve_routes(routes: dict[str, Callable[[web.Request], Any]], *,
+                 before_close: Callable[[], Any] | None = None) -> Iterator[str]:
+    """POST routes served on 127.0.0.1 from a loop in a thread (so an agent's blocking client can call them
+    from a test); yields the server's http://127.0.0.1:PORT. before_close runs first at teardown (to let a
+    stalled handler end)."""
     loop = asyncio.new_event_loop()
     app = web.Application()
-    app.router.add_post("/v1/messages", fake.handle)
-    app.router.add_post("/v1/messages/count_tokens", fake.handle_count)
+    for path, handler in routes.items():
+        app.router.add_post(path, handler)
     runner = web.AppRunner(app, access_log=None)
     loop.run_until_complete(runner.setup())
     sock = socket.socket()
     sock.bind(("127.0.0.1", 0))
     loop.run_until_complete(web.SockSite(runner, sock).start())
-    fake.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
     thread = threading.Thread(target=loop.run_forever, daemon=True)
     thread.start()
     try:
-        yield fake
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:
-        fake.unstall.set()
+        if before_close is not None:
+            before_close()
         asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(10)
         loop.close()
+
+
+@contextmanager
+def serve_stand_in() -> Iterator[FakeClaude]:
+    """The fake Messages API (serve_routes)."""
+    fake = FakeClaude()
+    with serve_routes({"/v1/messages": fake.handle, "/v1/messages/count_tokens": fake.handle_count},
+                      before_close=fake.unstall.set) as url:
+        fake.url = url
+        yield fake

@@ -93,6 +93,9 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_MAX_TOOL_CALLS_PER_HOUR": "0", "AGENT_CONSOLE_MAX_MESSAGES_PER_HOUR": "12",
         "AGENT_CONSOLE_EMAIL": '{"imap_host": "imap.example.org"}',
         "AGENT_CONSOLE_TELEMETRY": "false",
+        "AGENT_CONSOLE_MODELS": '[{"name": "local", "protocol": "openai", "base_url": "http://127.0.0.1:11434/v1", '
+                                '"model": "qwen3"}]',
+        "AGENT_CONSOLE_FAILOVER_AFTER": "10", "AGENT_CONSOLE_ANNOUNCE_FALLBACK": "off",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -118,6 +121,9 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert (s.backoff_jitter, s.send_timeout, s.max_send_attempts) == (0.1, 30, 5)
     assert (s.max_tool_calls_per_run, s.max_tool_calls_per_hour, s.max_messages_per_hour) == (5, 0, 12)
     assert s.origins["daily_budget_usd"] == "environment variable AGENT_CONSOLE_DAILY_BUDGET_USD"
+    assert s.models == [{"name": "local", "protocol": "openai", "base_url": "http://127.0.0.1:11434/v1",
+                         "model": "qwen3"}]
+    assert (s.failover_after, s.announce_fallback) == (10, False)
     assert set(env) == {env_var(name) for name in SETTING_NAMES} - {"AGENT_CONSOLE_DB"}
 
 
