@@ -9,14 +9,17 @@ message is counted (or held) by the run's fenced finish.
 
 - A call past a cap is not made: take_call_slot answers which cap it reached, and the gateway turns the call
   into an approval instead. A call is counted once by its journal step, so a replayed step costs no slot.
-- A message past the cap is held (held_messages), neither sent nor dropped, until the owner releases it.
+- A message past the cap is held (held_messages), neither sent nor dropped, until the owner releases it. So is
+  the card of a question or approval asked by a run that read untrusted content (issue 31: 8 GitHub deliveries
+  must not make 8 cards past a cap of 3): its request waits in the console and `status`, answerable there, and
+  the card goes out with its buttons if the owner releases it. A trusted run's card is counted, never held.
 - The owner is told once per crossing: a notice is queued only when none for that cap was queued within its
   window (an hour for the hourly caps; ever, for one event's per-run cap).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 
 from console.core.base import StaleGeneration, StoreBase
@@ -65,6 +68,7 @@ class HeldMessage:
     urgent: bool
     created_at: int
     event_id: int | None
+    approval_id: str | None = None  # the request a held card announces
 
 
 class CapsMixin(StoreBase):
@@ -126,9 +130,10 @@ class CapsMixin(StoreBase):
     def held_messages(self, *, limit: int = 100) -> list[HeldMessage]:
         """Messages held past max_messages_per_hour and not yet released, oldest first."""
         return [
-            HeldMessage(int(row[0]), str(row[1]), bool(row[2]), int(row[3]), row[4])
+            HeldMessage(int(row[0]), str(row[1]), bool(row[2]), int(row[3]), row[4], row[5])
             for row in self._conn.execute(
-                """SELECT id, body, urgent, created_at, event_id FROM held_messages INDEXED BY held_messages_waiting
+                """SELECT id, body, urgent, created_at, event_id, approval_id FROM held_messages
+                   INDEXED BY held_messages_waiting
                    WHERE released_at IS NULL ORDER BY id LIMIT ?""",
                 (limit,),
             )
@@ -144,16 +149,17 @@ class CapsMixin(StoreBase):
         left out)."""
         with self.write_transaction():
             rows = self._conn.execute(
-                """SELECT id, body, urgent, event_id, reply_to, audience FROM held_messages
+                """SELECT id, body, urgent, event_id, reply_to, audience, approval_id FROM held_messages
                    INDEXED BY held_messages_waiting WHERE released_at IS NULL ORDER BY id""").fetchall()
             wanted = None if ids is None else set(ids)
             released: list[int] = []
-            for held_id, body, urgent, event_id, reply_to, audience in rows:
+            for held_id, body, urgent, event_id, reply_to, audience, approval_id in rows:
                 if wanted is not None and held_id not in wanted:
                     continue
-                # A reply to a chat goes back to that conversation, as it would have had it not been held.
+                # A reply to a chat goes back to that conversation, and a card carries its request (a phone sends
+                # it with its buttons, or as settled if it was answered meanwhile), as had it not been held.
                 outbox_id = self._write_outbox(body, urgent=bool(urgent), now=now, event_id=event_id,
-                                               reply_to=reply_to, audience=audience)
+                                               reply_to=reply_to, audience=audience, approval_id=approval_id)
                 self._conn.execute("UPDATE held_messages SET released_at = ?, outbox_id = ? WHERE id = ?",
                                    (now, outbox_id, held_id))
                 released.append(int(held_id))
@@ -164,24 +170,26 @@ class CapsMixin(StoreBase):
 
 def queue_run_messages(
     store: StoreBase, outgoing: Iterable[OutboxDraft], event_id: int | None, now: int,
-    notices: Sequence[CapNotice], *, reply_to: str | None = None,
+    notices: Sequence[CapNotice], *, reply_to: str | None = None, untrusted_requests: Collection[str] = (),
 ) -> None:
     """Queue a run's messages, counting each against max_messages_per_hour; past it a message is held.
-    An approval's announcement is counted but never held (an approval the owner cannot see would
-    expire unanswered); notices of a cap are neither counted nor held, and each is queued once.
-    reply_to: the chat message the run answers (see ChatMixin.conversation_of); its replies go at once
-    (the owner is in the conversation), the way urgent messages do. A message that may not answer it (a run that
-    read private data, in a group) goes to the owner's direct chat instead (OutboxDraft.answers, audience)."""
+    The card of a request asked by a trusted run is counted but never held (the owner's own conversation); a
+    card of one in untrusted_requests (asked by a run that read untrusted content) is held like a message: its
+    request waits, listed and answerable, in the console and `status`. Notices of a cap are neither counted nor
+    held, and each is queued once. reply_to: the chat message the run answers (see ChatMixin.conversation_of);
+    its replies go at once (the owner is in the conversation), the way urgent messages do. A message that may not
+    answer it (a run that read private data, in a group) goes to the owner's direct chat instead
+    (OutboxDraft.answers, audience)."""
     cap = store.options.max_messages_per_hour
     used = uses(store, "message", now) if cap else 0
     held = 0
     for draft in outgoing:
         answering = reply_to if draft.answers else None
-        if cap and used >= cap and draft.announces is None:
+        if cap and used >= cap and (draft.announces is None or draft.announces in untrusted_requests):
             store._conn.execute(
-                "INSERT INTO held_messages (body, urgent, created_at, event_id, reply_to, audience) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (draft.body, int(draft.urgent), now, event_id, answering, draft.audience),
+                "INSERT INTO held_messages (body, urgent, created_at, event_id, reply_to, audience, approval_id) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (draft.body, int(draft.urgent), now, event_id, answering, draft.audience, draft.announces),
             )
             held += 1
             continue
@@ -194,7 +202,10 @@ def queue_run_messages(
         pending.append(CapNotice(MESSAGE_CAP, (
             f"The agent reached its cap of {cap} messages to you per hour ({MESSAGE_CAP}). Further messages "
             f"are held, not sent and not dropped: see them with `agent-console held`, send them with "
-            f"`agent-console held release`. Raise {MESSAGE_CAP} in the config to change the cap."), HOUR))
+            f"`agent-console held release`. Questions and approvals asked by runs that read untrusted content "
+            f"are held too: they wait in the console and in `agent-console status`, where you can answer them "
+            f"(`agent-console approve REQUEST_ID yes|no`). Raise {MESSAGE_CAP} in the config to change the cap."),
+            HOUR))
     for notice in pending:
         notify_once(store, notice, now)
 

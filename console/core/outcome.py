@@ -5,10 +5,19 @@ the audit trail's), so no table is written from two places."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from console.core.base import StoreBase
 from console.core.caps import queue_run_messages
 from console.core.models import RunOutcome
+
+
+def _trusted(origin: Any, details: Any) -> bool:
+    """Whether a request was asked by a trusted run: its origin says so (a request without one is trusted only
+    when its details name nothing untrusted)."""
+    if isinstance(origin, dict) and "trusted" in origin:
+        return origin["trusted"] is True
+    return not (isinstance(details, dict) and details.get("untrusted"))
 
 
 def commit_outcome(store: StoreBase, outcome: RunOutcome, ids: Sequence[int], now: int) -> None:
@@ -18,7 +27,9 @@ def commit_outcome(store: StoreBase, outcome: RunOutcome, ids: Sequence[int], no
     nothing, and then no cap is counted and no conversation looked up."""
     if outcome.messages or outcome.notices:
         queue_run_messages(store, outcome.messages, ids[0] if ids else None, now, outcome.notices,
-                           reply_to=store.conversation_of(ids) if outcome.messages else None)
+                           reply_to=store.conversation_of(ids) if outcome.messages else None,
+                           untrusted_requests={draft.request_id for draft in outcome.approvals
+                                               if not _trusted(draft.origin, draft.details)})
     for draft in outcome.approvals:
         if store._insert_approval(draft, now, draft.request_id):  # a request that already stands keeps its session
             store._write_session(draft.request_id, draft.session, now)

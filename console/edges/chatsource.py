@@ -30,6 +30,7 @@ COMMANDS = {
     "pending": "the soonest pending approvals, with Yes / No buttons",
     "pause": "pause the agent: your messages are kept, nothing runs until /resume",
     "resume": "let the agent run again",
+    "show": "the whole of a request you are asked about, nothing shortened: /show REQUEST_ID",
     "help": "what the bot understands",
 }
 PRIVATE_REPLY = "This bot is private: it answers only its owner's paired chats."
@@ -54,8 +55,9 @@ class ChatSource(Protocol):
         or else to the owner's chat; returns the service's handle of the (first) message sent."""
         ...
 
-    async def answer_command(self, chat_id: int, command: str) -> None:
-        """commands: answer one of COMMANDS (no model involved) in the chat it came from."""
+    async def answer_command(self, chat_id: int, command: str, argument: str = "", *, private: bool = True) -> None:
+        """commands: answer one of COMMANDS (no model involved) in the chat it came from (argument: what followed
+        the command; private: the chat is the owner's direct chat, not a group)."""
         ...
 
 

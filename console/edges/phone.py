@@ -36,6 +36,7 @@ from console.core.phone import AGAIN
 from console.edges.answerkey import answer_key, answer_mac, mac_matches
 from console.edges.secretfile import Secret
 from console.notices import NoticeKind
+from console.textsafe import terminal_safe_lines
 from console.timefmt import via_in_words
 
 if TYPE_CHECKING:
@@ -126,7 +127,7 @@ def card_text(body: str, state: str, via: str | None) -> str:
     words = card_state_words(state)
     if via and not state.startswith(AGAIN) and state != "expired":
         words += f" ({via_in_words(via)})"
-    return f"{body}\n\n{words}"
+    return f"{terminal_safe_lines(body)}\n\n{words}"
 
 
 def tap_reply(answer: PhoneAnswer) -> str:
@@ -272,6 +273,7 @@ class PhoneChannel:
 
     async def _deliver_one(self, batch: Batch, index: int, body: str) -> None:
         host = self.host
+        body = terminal_safe_lines(body)  # what reaches a phone shows its invisible and bidi characters as escapes
         outbox_id = batch.message_ids[index] if index < len(batch.message_ids) else None
         slot = f"{self.slot_prefix}{outbox_id}" if outbox_id is not None else f"{batch.key}-{index}"
         request_id = batch.approval_of(index)

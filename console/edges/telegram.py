@@ -37,10 +37,11 @@ from typing import Any, ClassVar
 from console.core import Approval, PhoneCard, SendError, Store
 from console.core.models import BudgetDefaults
 from console.edges.chatsource import COMMANDS, PRIVATE_REPLY, code_hash, split_text
-from console.edges.phone import PhoneChannel, PhoneHost, describe, read_json, shorten, tap_reply
+from console.edges.phone import PhoneChannel, PhoneHost, card_state_words, describe, read_json, shorten, tap_reply
 from console.edges.secretfile import Secret
+from console.textsafe import terminal_safe
 from console.timefmt import coarse_span
-from console.trust.callview import announcement, request_view
+from console.trust.callview import announcement, request_view, whole_request
 
 log = logging.getLogger("agent_console.telegram")
 
@@ -337,13 +338,9 @@ class TelegramChannel(PhoneChannel):
 
     async def post_card(self, body: str, approval: Approval, *, slot: str, owner_only: bool = False) -> str:
         chat_id = await (self.direct_chat() if owner_only else self.default_chat())
-        buttons = [(label, callback_data(word, approval.request_id, self.mac(approval.request_id, word)))
-                   for label, word in (("Yes", "yes"), ("No", "no"))]
-        payload: dict[str, Any] = {"chat_id": chat_id, "text": shorten(body, TEXT_LIMIT)}
-        if all(data is not None for _, data in buttons):
-            payload["reply_markup"] = {"inline_keyboard": [[{"text": label, "callback_data": data}
-                                                            for label, data in buttons]]}
-        else:  # a request id too long for a button: answered in the console or with `approve`
+        payload: dict[str, Any] = {"chat_id": chat_id, "text": shorten(body, TEXT_LIMIT),
+                                   **self._buttons(approval.request_id)}
+        if "reply_markup" not in payload:  # a request id too long for a button: answered in the console or `approve`
             payload["text"] = shorten(f"{body}\n\n(answer with: agent-console approve {approval.request_id} yes|no)",
                                       TEXT_LIMIT)
         return self._ref(chat_id, await self.call("sendMessage", payload))
@@ -531,7 +528,8 @@ class TelegramChannel(PhoneChannel):
             if command is not None and owner and (command[0] in COMMANDS or command[0] == "start"):
                 await flush()
                 await self._pass(next_cursor, kept=kept_of([update_id]))
-                await self.answer_command(chat_id, command[0])
+                await self.answer_command(chat_id, command[0], command[1],
+                                          private=_dig(message, "chat", "type") in (None, "private"))
                 continue
             taken = event_of(message, edited=edited, owner=owner, owner_id=owners[chat_id])
             if taken is None:
@@ -586,9 +584,11 @@ class TelegramChannel(PhoneChannel):
         await self._say(chat_id, f"Paired: {where} now talks to your agent. /help lists the commands.")
 
     # --- commands ---------------------------------------------------------------------------------
-    async def answer_command(self, chat_id: int, command: str) -> None:
+    async def answer_command(self, chat_id: int, command: str, argument: str = "", *, private: bool = True) -> None:
         if command in ("help", "start"):  # /start: what every Telegram client sends first
             await self._say(chat_id, HELP)
+        elif command == "show":
+            await self._show_whole(chat_id, argument.strip(), private=private)
         elif command == "status":
             now = self.host.clock.now()
             # What the answer says, read alone: Store.status would read every waiting approval to count them.
@@ -634,12 +634,7 @@ class TelegramChannel(PhoneChannel):
         for approval in approvals:
             # The same words as its card: every argument named, where it came from; a question as a question.
             text = announcement(request_view(approval), f"{coarse_span(approval.seconds_left(now))} left")
-            buttons = [(label, callback_data(word, approval.request_id, self.mac(approval.request_id, word)))
-                       for label, word in (("Yes", "yes"), ("No", "no"))]
-            payload: dict[str, Any] = {"chat_id": chat_id, "text": shorten(text, TEXT_LIMIT)}
-            if all(data is not None for _, data in buttons):
-                payload["reply_markup"] = {"inline_keyboard": [[{"text": label, "callback_data": data}
-                                                                for label, data in buttons]]}
+            payload: dict[str, Any] = {"chat_id": chat_id, "text": text, **self._buttons(approval.request_id)}
             try:
                 await self.call("sendMessage", payload)
             except SendError as exc:
@@ -647,6 +642,51 @@ class TelegramChannel(PhoneChannel):
         if waiting > len(approvals):
             await self._say(chat_id, f"{waiting - len(approvals)} more waiting; the {len(approvals)} soonest are "
                                      "above. /pending again once they are answered, or see them all in the console.")
+
+    async def _show_whole(self, chat_id: int, request_id: str, *, private: bool) -> None:
+        """/show REQUEST_ID: the whole request, nothing shortened, in as many messages as it takes (numbered), the
+        Yes / No buttons under the last while it waits. Only in the owner's direct chat: asked in a group (a place
+        others read), it goes there."""
+        if not private:
+            try:
+                direct = await self.direct_chat()
+            except SendError:
+                await self._say(chat_id, "Ask /show in your direct chat with the bot: a request's details are not "
+                                         "shown in a group.")
+                return
+            await self._say(chat_id, "Sent to your direct chat with the bot.")
+            chat_id = direct
+        if not request_id:
+            await self._say(chat_id, "Which request? /show REQUEST_ID (the id in [brackets] on its card).")
+            return
+        approval = await self.host.read(lambda s: s.approval(request_id))
+        if approval is None:
+            await self._say(chat_id, f"No request {terminal_safe(shorten(request_id, 80))} is known here.")
+            return
+        now = self.host.clock.now()
+        state = (f"{coarse_span(approval.seconds_left(now))} left" if approval.outcome is None
+                 else card_state_words(approval.outcome).lower())
+        text = whole_request(request_view(approval), state)
+        pieces = split_text(text, TEXT_LIMIT - 16)
+        for number, piece in enumerate(pieces, 1):
+            payload: dict[str, Any] = {"chat_id": chat_id,
+                                       "text": piece if len(pieces) == 1 else f"({number}/{len(pieces)}) {piece}"}
+            if number == len(pieces) and approval.outcome is None:
+                payload.update(self._buttons(approval.request_id))
+            try:
+                await self.call("sendMessage", payload)
+            except SendError as exc:
+                self.host.note_error(f"{self.name}: could not show request {approval.request_id}: {exc}")
+                return
+
+    def _buttons(self, request_id: str) -> dict[str, Any]:
+        """The Yes / No keyboard for a request (none when its id is too long for a button's 64 bytes)."""
+        buttons = [(label, callback_data(word, request_id, self.mac(request_id, word)))
+                   for label, word in (("Yes", "yes"), ("No", "no"))]
+        if any(data is None for _, data in buttons):
+            return {}
+        return {"reply_markup": {"inline_keyboard": [[{"text": label, "callback_data": data}
+                                                      for label, data in buttons]]}}
 
     async def _pass(self, cursor: str, *, kept: list[tuple[str, int]]) -> None:
         """Move past an update taken care of without storing anything (a command answered)."""

@@ -24,13 +24,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from console.textsafe import terminal_safe
+from console.textsafe import INVISIBLE, escape_char, terminal_safe
 
-COMPACT_LIMIT = 240        # characters of a call on one line (messages, cards, status, the stored action)
+COMPACT_LIMIT = 240        # characters of a call on one line (messages, status, the stored action)
 QUESTION_LIMIT = 500       # characters of a question on one line
 PANE_VALUE_LIMIT = 160     # characters of one value in the wrapped form a pane shows (the screen shows all)
 SHORT_VALUE = 40           # a value this long or shorter counts as short: it comes before the long ones
-MIN_VALUE = 16             # the compact form never shortens a value below this (names are never dropped)
+MIN_VALUE = 9              # a value is never shortened below this: a quote, its head, "…", its tail, a quote
+MIN_SIDE = 3               # characters of a shortened value's head and of its tail, at the least
+# The longest card: a phone card is one message (Telegram takes 4,096 characters, ntfy 3,500 before it turns a
+# message into an attachment), and under it goes the outcome line when the card is replaced ("Already answered:
+# yes", "Approved (from the command line)") and, on Telegram, how to answer a request too long for a button.
+CARD_LIMIT = 3300
 
 # Argument names that say "this identifies who or what is acted on": shown first.
 _IDENTIFYING = re.compile(
@@ -41,25 +46,42 @@ _IDENTIFYING = re.compile(
 APPROVAL_OPENING = "Approval needed"   # the first words of a tool call's announcement
 QUESTION_OPENING = "Question for you"  # the first words of a question's announcement
 UNTRUSTED_MESSAGE_OPENING = "From a run that read untrusted content"
-# A run's message may not open with a card's words: a card's look is the runtime's alone.
-_CARD_OPENINGS = re.compile(rf"^\W*({APPROVAL_OPENING}|{QUESTION_OPENING})\b", re.IGNORECASE)
+SHORTENED_NOTE = "Values shortened to fit; the whole call: /show {request_id} (Telegram), or the console."
 
 
 def cut_middle(text: str, limit: int) -> str:
-    """`text` in at most about `limit` characters: its start and its end, and between them how much was cut."""
+    """`text` in at most about `limit` characters: its head and its tail (MIN_SIDE characters each at the
+    least), and between them how much was cut ("…[120 chars cut]…", or "…" where that mark would not fit). A
+    JSON string keeps its quotes: its inside is cut. Below 2 × MIN_SIDE + 1 characters only "…" is left (a
+    card with more arguments than room: every name stays, some values go)."""
     if len(text) <= limit:
         return text
-    mark_len = len(f"…[{len(text)} chars cut]…")
-    keep = max(2, limit - mark_len)
+    if len(text) >= 2 and text[0] == text[-1] == '"':
+        return f'"{cut_middle(text[1:-1], limit - 2)}"'
+    if limit <= 2 * MIN_SIDE:
+        return "…"
+    keep = limit - len(f"…[{len(text)} chars cut]…")
+    if keep >= 4 * MIN_SIDE:
+        mark = f"…[{len(text) - keep} chars cut]…"
+    else:
+        keep, mark = limit - 1, "…"
     head = (keep + 1) // 2
     tail = keep - head
-    cut = len(text) - head - tail
-    return f"{text[:head]}…[{cut} chars cut]…{text[len(text) - tail:] if tail else ''}"
+    return f"{text[:head]}{mark}{text[len(text) - tail:]}"
 
 
 def value_text(value: Any) -> str:
     """One argument's value as the model gave it (JSON), on one line and safe for a terminal."""
     return terminal_safe(json.dumps(value, ensure_ascii=False, default=repr))
+
+
+def identifier_text(name: str) -> str:
+    """A tool's or an argument's name, or a request id: safe for a terminal, and any space but the plain one
+    (a no-break space, an ideographic space) shown as an escape: a name never hides what it is."""
+    return _ODD_SPACE.sub(lambda found: escape_char(found.group()), terminal_safe(name))
+
+
+_ODD_SPACE = re.compile(r"[^\S ]")
 
 
 def is_identifying(name: str) -> bool:
@@ -69,34 +91,51 @@ def is_identifying(name: str) -> bool:
 def ordered(arguments: Mapping[str, Any]) -> list[tuple[str, str]]:
     """Every argument as (name, value text): short identifying values first, then short others, then the long
     ones (identifying before others); by length within each, the model's order breaking ties."""
-    items = [(terminal_safe(str(name)), value_text(value)) for name, value in arguments.items()]
+    items = [(identifier_text(str(name)), value_text(value)) for name, value in arguments.items()]
     ranked = sorted(enumerate(items), key=lambda pair: (
         len(pair[1][1]) > SHORT_VALUE, not is_identifying(pair[1][0]), len(pair[1][1]), pair[0]))
     return [item for _, item in ranked]
 
 
-def _fit(values: Sequence[int], budget: int) -> list[int]:
-    """How many characters each value may keep so that together they fit `budget` (the shortest keep all of
-    theirs, the longest share what is left equally, none below MIN_VALUE)."""
-    allowed = list(values)
-    order = sorted(range(len(values)), key=lambda i: values[i])
-    left, remaining = budget, len(values)
-    for index in order:
-        share = max(MIN_VALUE, left // remaining) if remaining else MIN_VALUE
-        allowed[index] = min(values[index], share)
-        left -= allowed[index]
-        remaining -= 1
-    return allowed
+def _fit(values: Sequence[int], budget: int, whole_first: Sequence[bool] = ()) -> list[int]:
+    """How many characters each value may keep so that together they fit `budget`: the values marked
+    whole_first (short identifying ones: an account, an amount) keep all of theirs while they take at most half
+    of it; the rest are shortened in proportion to their length, none below MIN_VALUE while there is room for
+    that (with less, they share what is left alike)."""
+    sizes = list(values)
+    if sum(sizes) <= budget:
+        return sizes
+    first = list(whole_first) + [False] * (len(sizes) - len(whole_first))
+    if sum(size for i, size in enumerate(sizes) if first[i]) > budget // 2:
+        first = [False] * len(sizes)  # not even that: every value is shortened alike
+    kept = [size if first[i] else 0 for i, size in enumerate(sizes)]
+    room = budget - sum(kept)
+    rest = [i for i in range(len(sizes)) if not first[i]]
+    floor = min(MIN_VALUE, max(0, room // max(1, len(rest))))
+    floors = {i: min(sizes[i], floor) for i in rest}
+    # The largest scale s such that every other value keeping max(its floor, s × its length) fits the room.
+    low, high = 0.0, 1.0
+    for _ in range(40):
+        middle = (low + high) / 2
+        if sum(max(floors[i], int(sizes[i] * middle)) for i in rest) <= room:
+            low = middle
+        else:
+            high = middle
+    for i in rest:
+        kept[i] = min(sizes[i], max(floors[i], int(sizes[i] * low)))
+    return kept
 
 
 def compact_call(tool: str, arguments: Mapping[str, Any], limit: int = COMPACT_LIMIT) -> str:
-    """`tool(name=value, ...)` on one line naming every argument, within about `limit` characters: the longest
-    values are shortened in their middle first. Many arguments may make it longer: a name is never dropped."""
+    """`tool(name=value, ...)` on one line naming every argument, within about `limit` characters: short
+    identifying values (an account, an amount) whole, the others shortened in their middle in proportion to
+    their length, each keeping its head and tail. Many arguments may make it longer: a name is never dropped."""
     pairs = ordered(arguments)
-    fixed = len(terminal_safe(tool)) + 2 + sum(len(name) + 1 for name, _ in pairs) + 2 * max(0, len(pairs) - 1)
-    allowed = _fit([len(value) for _, value in pairs], limit - fixed)
+    fixed = len(identifier_text(tool)) + 2 + sum(len(name) + 1 for name, _ in pairs) + 2 * max(0, len(pairs) - 1)
+    allowed = _fit([len(value) for _, value in pairs], limit - fixed,
+                   [len(value) <= SHORT_VALUE and is_identifying(name) for name, value in pairs])
     shown = ", ".join(f"{name}={cut_middle(value, size)}" for (name, value), size in zip(pairs, allowed, strict=True))
-    return f"{terminal_safe(tool)}({shown})"
+    return f"{identifier_text(tool)}({shown})"
 
 
 def wrapped_call(tool: str, arguments: Mapping[str, Any], width: int,
@@ -107,10 +146,10 @@ def wrapped_call(tool: str, arguments: Mapping[str, Any], width: int,
     width = max(12, width)
     pairs = [(name, value if value_limit is None else cut_middle(value, value_limit))
              for name, value in ordered(arguments)]
-    one_line = f"{terminal_safe(tool)}(" + ", ".join(f"{name}={value}" for name, value in pairs) + ")"
+    one_line = f"{identifier_text(tool)}(" + ", ".join(f"{name}={value}" for name, value in pairs) + ")"
     if len(one_line) <= width:
         return [one_line]
-    lines = _wrap(f"{terminal_safe(tool)}(", width, "")
+    lines = _wrap(f"{identifier_text(tool)}(", width, "")
     for index, (name, value) in enumerate(pairs):
         tail = "," if index < len(pairs) - 1 else ")"
         lines += _wrap(f"{name}={value}{tail}", width, "  ", "    ")
@@ -170,6 +209,20 @@ class RequestView:
     outgoing: str | None = None
     private_read: tuple[str, ...] = ()
     private_notes: tuple[str, ...] = ()  # the private notes an untrusted run's recall would read
+
+    @property
+    def shows(self) -> tuple[tuple[str, str], ...]:
+        """What the request shows besides its call, each a (label, text) line under it (the card fits the texts
+        with the call's values, before them): the private notes a recall would read; where text would go and
+        the whole text (links defanged: the card must not open them itself); the private data the run read."""
+        shown: list[tuple[str, str]] = []
+        if self.private_notes:
+            shown.append(("It would read your private notes", ", ".join(self.private_notes)))
+        if self.sink is not None and self.outgoing is not None:
+            shown.append((f"⚠ It would send to {self.sink} this text, whole", defang_urls(self.outgoing)))
+            if self.private_read and (self.origin is None or "private data" not in self.origin.summary):
+                shown.append(("The run had read your private data", ", ".join(self.private_read)))
+        return tuple(shown)
 
     @property
     def is_question(self) -> bool:
@@ -271,46 +324,121 @@ def _named(sources: list[dict[str, Any]], most: int = 3) -> str:
 
 # --- the texts a message or card carries ----------------------------------------------------------------
 
-def announcement(what: RequestView, expires: str) -> str:
-    """The urgent message announcing a request, which the phone channels send as its card. Opens with
-    'Approval needed [id]:' for a call, 'Question for you [id]:' for a question; the origin on its own line,
-    a warning sign before it when the run read untrusted content."""
+def announcement(what: RequestView, expires: str, limit: int = CARD_LIMIT) -> str:
+    """The urgent message announcing a request, which the phone channels send as its card, within `limit`
+    characters. The origin line comes first (a warning sign before it when the run read untrusted content),
+    then 'Approval needed [id]:' and the call for a call, 'Question for you [id]:' and its words for a question,
+    then what the request shows besides (RequestView.shows). Nothing is cut at the end: every argument's name
+    stays, the values are shortened in proportion, each keeping its head and tail, and a card that had to
+    shorten says where the whole call is (/show on Telegram, the console)."""
+    whole = _card(what, expires, None)
+    return whole if len(whole) <= limit else _card(what, expires, limit)
+
+
+def _card(what: RequestView, expires: str, limit: int | None) -> str:
     opening = QUESTION_OPENING if what.is_question else APPROVAL_OPENING
-    body = f"“{what.compact()}”" if what.is_question else what.compact()
-    lines = [f"{opening} [{what.request_id}]: {body} ({expires})"]
-    if what.unknown is not None:
-        lines.append(f"Run it again? It was called before and {what.unknown.partition(' ')[2] or what.unknown}; "
-                     f"yes runs it again, no leaves it as it is.")
-    if what.origin is not None:
-        lines.append(origin_line(what.origin))
-    lines += confidential_lines(what)
+    before = [] if what.origin is None else [origin_line(what.origin)]
+    lead = f"{opening} [{identifier_text(what.request_id)}]: "
+    after = [] if what.unknown is None else [
+        f"Run it again? It was called before and {what.unknown.partition(' ')[2] or what.unknown}; "
+        f"yes runs it again, no leaves it as it is."]
+    labels = [f"{label}: " for label, _ in what.shows]
+    # A text shown ", whole" that the card had to shorten says so instead (its label's room is kept for that).
+    cut_labels = [label.replace(", whole: ", " (shortened here; /show has it whole): ") for label in labels]
+    extras = [text for _, text in what.shows]
+    note = [] if limit is None else [SHORTENED_NOTE.format(request_id=identifier_text(what.request_id))]
+    fixed = sum(len(line) + 1 for line in before + after + note) + len(lead) + len(f" ({expires})") + \
+        sum(len(label) + 1 for label in cut_labels)
+    budget = None if limit is None else limit - fixed
+    if what.call is None:
+        words = what.question or terminal_safe(what.action)
+        shown = extras if budget is None else [cut_middle(t, max(MIN_VALUE, budget // 4)) for t in extras]
+        room = None if budget is None else max(MIN_VALUE, budget - 2 - sum(map(len, shown)))
+        body = f"“{words if room is None else cut_middle(words, room)}”"
+    else:
+        tool, arguments = what.call
+        pairs = ordered(arguments)
+        values = [value for _, value in pairs]
+        names = len(identifier_text(tool)) + 2 + sum(len(name) + 1 for name, _ in pairs) + 2 * max(0, len(pairs) - 1)
+        shown, call_values = extras, values
+        if budget is not None:
+            # What the request shows besides (the exact text it sends) comes before the call's values: they get
+            # what it leaves, each at least "…".
+            room = budget - names
+            extra_room = min(sum(map(len, extras)), max(0, room - 3 * len(values)))
+            shown = [cut_middle(text, size) for text, size in zip(extras, _fit(
+                [len(text) for text in extras], extra_room, [len(text) <= SHORT_VALUE for text in extras]),
+                strict=True)]
+            sizes = _fit([len(value) for value in values], room - sum(map(len, shown)),
+                         [len(value) <= SHORT_VALUE and is_identifying(name) for name, value in pairs])
+            call_values = [cut_middle(value, size) for value, size in zip(values, sizes, strict=True)]
+        body = f"{identifier_text(tool)}(" + ", ".join(
+            f"{name}={value}" for (name, _), value in zip(pairs, call_values, strict=True)) + ")"
+        if budget is not None and len(body) + sum(map(len, shown)) > budget:
+            body = _names_only(tool, [name for name, _ in pairs], budget - sum(map(len, shown)))
+    lines = [*before, f"{lead}{body} ({expires})", *after,
+             *(f"{label if text == whole else cut_label}{text}"
+               for label, cut_label, text, whole in zip(labels, cut_labels, shown, extras, strict=True)), *note]
     return "\n".join(lines)
 
 
+def whole_request(what: RequestView, state: str) -> str:
+    """Everything a request asks, nothing shortened (Telegram's /show, in as many messages as it takes): the
+    origin line, the opening with its state, then one argument a line, then what it shows besides."""
+    opening = QUESTION_OPENING if what.is_question else APPROVAL_OPENING
+    lines = [] if what.origin is None else [origin_line(what.origin)]
+    lines.append(f"{opening} [{identifier_text(what.request_id)}] ({state}):")
+    if what.call is None:
+        lines.append(f"“{what.question or terminal_safe(what.action)}”")
+    else:
+        tool, arguments = what.call
+        lines.append(f"{identifier_text(tool)}(")
+        lines += [f"  {name}={value}," for name, value in ordered(arguments)]
+        lines.append(")")
+    if what.unknown is not None:
+        lines.append(f"It was called before and {what.unknown.partition(' ')[2] or what.unknown}.")
+    lines += [f"{label}: {text}" for label, text in what.shows]
+    return "\n".join(lines)
+
+
+def _names_only(tool: str, names: list[str], budget: int) -> str:
+    """More arguments than a card holds even with every value shortened to a mark: the names (as many as fit:
+    the rest counted), each value shown as "…"."""
+    shown: list[str] = []
+    used = len(identifier_text(tool)) + 2
+    for index, name in enumerate(names):
+        more = f", and {len(names) - index} more arguments"
+        if used + len(name) + 4 + len(more) > budget and index < len(names) - 1:
+            return f"{identifier_text(tool)}(" + ", ".join(shown) + more + ")"
+        shown.append(f"{name}=…")
+        used += len(name) + 4
+    return f"{identifier_text(tool)}(" + ", ".join(shown) + ")"
+
+
 def confidential_lines(what: RequestView) -> list[str]:
-    """What the owner must see of a request the confidentiality rule made: the private notes a recall would
-    read, or where text would go and the whole text (links defanged: the card must not open them itself)."""
-    lines: list[str] = []
-    if what.private_notes:
-        lines.append("It would read your private notes: " + ", ".join(what.private_notes))
-    if what.sink is not None and what.outgoing is not None:
-        lines.append(f"⚠ It would send to {what.sink} this text, whole: {defang_urls(what.outgoing)}")
-        if what.private_read and (what.origin is None or "private data" not in what.origin.summary):
-            lines.append("The run had read your private data: " + ", ".join(what.private_read))
-    return lines
+    """What the owner must see of a request the confidentiality rule made, whole (RequestView.shows)."""
+    return [f"{label}: {text}" for label, text in what.shows]
 
 
 def origin_line(origin: Origin) -> str:
     return origin.summary if origin.trusted else f"⚠ {origin.summary}"
 
 
+# A run's message may not open a line with a card's words (a card's look is the runtime's alone): the words
+# the cards open with, and the origin line's, compared on what a reader sees (see _as_seen).
+_CARD_WORDS = re.compile(
+    rf"^\W*({APPROVAL_OPENING}|{QUESTION_OPENING}|asked by a run|{UNTRUSTED_MESSAGE_OPENING})\b", re.IGNORECASE)
+
+
 def message_from_run(text: str, untrusted_from: str | None) -> str:
-    """A message a run sends the owner, as the owner gets it. A run never writes a card's opening words
-    (those are the runtime's, for requests it records), and a message from a run that read untrusted content
-    opens with a fixed line saying so, which the run cannot leave out or word away, and shows every link in it
-    defanged (defang_urls): no app makes it a link, previews it or opens it on a tap."""
-    if _CARD_OPENINGS.match(text):
-        text = f"(message) {text}"
+    """A message a run sends the owner, as the owner gets it. Its invisible and bidi characters are shown as
+    escapes; a line of it that opens with a card's words (those are the runtime's, for requests it records),
+    however written (a zero-width space, a no-break space, a Cyrillic "А"), is marked "(message)"; and a
+    message from a run that read untrusted content opens with a fixed line saying so, which the run cannot
+    leave out or word away, and shows every link in it defanged (defang_urls): no app makes it a link, previews
+    it or opens it on a tap."""
+    text = "\n".join(f"(message) {terminal_safe(line)}" if _CARD_WORDS.match(_as_seen(line)) else terminal_safe(line)
+                     for line in text.split("\n"))
     if untrusted_from:
         return f"{UNTRUSTED_MESSAGE_OPENING} ({untrusted_from}); not an approval request:\n{defang_urls(text)}"
     return text
@@ -347,3 +475,24 @@ def defang_urls(text: str) -> str:
         return f"{shown.replace('.', '[.]')} [link to {url_host(kept).replace('.', '[.]')}]{trail}"
 
     return _URL.sub(defanged, text)
+
+
+def _as_seen(line: str) -> str:
+    """A line as a reader takes it in: compatibility forms folded (NFKC), what is invisible (and its escape)
+    gone, every kind of space a space, and each letter that looks like a Latin one (a Cyrillic "А", a Greek
+    "Ο") that Latin letter."""
+    import unicodedata
+
+    line = unicodedata.normalize("NFKC", _INVISIBLE.sub("", line))
+    line = re.sub(r"\s+", " ", line)
+    if line.isascii():
+        return line
+    from confusable_homoglyphs import confusables  # its table is loaded the first time a line is not ASCII
+
+    found = confusables.is_confusable(line, greedy=True, preferred_aliases=["latin", "common"]) or []
+    latin = {item["character"]: next((g["c"] for g in item["homoglyphs"] if g["c"].isascii()), item["character"])
+             for item in found}
+    return "".join(latin.get(char, char) for char in line)
+
+
+_INVISIBLE = re.compile(f"[\x00-\x1f\x7f-\x9f{INVISIBLE}]")

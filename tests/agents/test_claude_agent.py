@@ -269,7 +269,8 @@ def test_a_run_started_by_a_webhook_asks_before_anything_not_allowed_for_untrust
     assert said(resumed)[0] == ("From a run that read untrusted content (github delivery d-1 (#1), "
                                    "tool lookup_order); not an approval request:\n"
                                    "Order 9 is paid.", True)  # the approved lookup's outcome: urgent
-    assert resumed.messages[1].body.startswith("Approval needed") and len(store.pending_approvals()) == 1
+    assert resumed.messages[1].body.split("\n")[1].startswith("Approval needed")  # under its origin line
+    assert len(store.pending_approvals()) == 1
 
 
 def test_memory_is_kept_across_runs_and_shown_at_the_start(
@@ -549,10 +550,11 @@ async def test_the_engine_runs_a_chat_and_an_approval_through_claude(engine: Eng
     assert answer["content"] == "The owner answered yes to: Deploy web to prod now?"
     bodies = await engine.read(lambda s: [m.body for m in s.outbox_messages()])
     # An ask_owner question is announced as a question, not as a call to approve.
-    assert "Deploying." in bodies and any(b.startswith(f"Question for you [{approval.request_id}]") for b in bodies)
+    assert "Deploying." in bodies and any(
+        f"\nQuestion for you [{approval.request_id}]" in b for b in bodies)
     linked = await engine.read(lambda s: [(m.body, m.urgent) for m in s.outbox_messages()
                                           if m.approval_id == approval.request_id])
-    assert len(linked) == 1 and linked[0][0].startswith("Question for you") and linked[0][1]  # the card's message
+    assert len(linked) == 1 and "\nQuestion for you" in linked[0][0] and linked[0][1]  # the card's message
     assert len(claude.requests) == 5 and json.dumps(claude.requests).count(FAKE_KEY) == 0
 
 

@@ -51,8 +51,9 @@ def test_a_risky_request_asks_for_approval_urgently(store: Store) -> None:
     assert [a.action for a in ctx.approvals] == ["please refund order 881"]
     (text, urgent), = said(ctx)
     # A question to the owner (no tool behind it), worded as one, with where it came from.
-    assert urgent and text.startswith(f"Question for you [{ctx.approvals[0].request_id}]: “please refund order 881”")
-    assert text.endswith("\nasked by a run from your chat #1")
+    assert urgent and text.startswith("asked by a run from your chat #1\n")  # the origin line first (issue 31)
+    request_id = ctx.approvals[0].request_id
+    assert text.split("\n")[1].startswith(f"Question for you [{request_id}]: “please refund order 881”")
     pending = store.pending_approvals()
     assert [(p.request_id, p.expires_at) for p in pending] == [(ctx.approvals[0].request_id, NOW + 600)]
     assert store.load_session(ctx.approvals[0].request_id)["action"] == "please refund order 881"

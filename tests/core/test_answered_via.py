@@ -70,7 +70,7 @@ def test_an_announcement_carries_its_request_into_the_batch(store: Store) -> Non
     [batch] = sent
     assert batch.urgent and batch.approval_ids == [None, request.request_id]
     # The offline agent asks the owner a question about a refund (ask_owner): announced as a question.
-    assert batch.bodies[1].startswith(f"Question for you [{request.request_id}]")
+    assert batch.bodies[1].split("\n")[1].startswith(f"Question for you [{request.request_id}]")  # under its origin
     assert [m.approval_id for m in store.outbox_messages()] == [request.request_id, None]
 
 

@@ -27,6 +27,11 @@ _ID_CHARS = string.ascii_letters + string.digits
 T = TypeVar("T")
 
 
+def is_card(text: str) -> bool:
+    """A card's text: its opening on its first line, or on its second under the origin line (issue 31)."""
+    return any(line.startswith(("Approval needed", "Question for you")) for line in text.split("\n")[:2])
+
+
 @dataclass
 class Request:
     method: str
@@ -223,8 +228,7 @@ class StandInNtfy(_Server):
         return latest
 
     def cards(self, topic: str) -> list[dict[str, Any]]:
-        return [m for m in self.shown(topic).values()
-                if m.get("message", "").startswith(("Approval needed", "Question for you"))]
+        return [m for m in self.shown(topic).values() if is_card(m.get("message", ""))]
 
     async def tap(self, message: dict[str, Any], label: str) -> int:
         """What the ntfy app does when a button of type http is tapped: the request it describes, as is."""
@@ -403,7 +407,7 @@ class StandInBotApi(_Server):
         return next((m for m in self.chats.get(chat_id, []) if m["message_id"] == message_id), None)
 
     def cards(self, chat_id: int) -> list[dict[str, Any]]:
-        return [m for m in self.chats.get(chat_id, []) if m["text"].startswith(("Approval needed", "Question for you"))]
+        return [m for m in self.chats.get(chat_id, []) if is_card(m["text"])]
 
     async def push(self, update: dict[str, Any]) -> int:
         self.next_update_id += 1

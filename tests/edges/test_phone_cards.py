@@ -19,7 +19,7 @@ from console.core import Store
 from console.edges.phone import PhoneChannel
 from console.edges.telegram import TelegramChannel
 from tests.edges.phone_harness import RISKY, START, performed, phone_settings, running, stored, until
-from tests.edges.phone_standins import StandInBotApi, StandInNtfy, Tap
+from tests.edges.phone_standins import StandInBotApi, StandInNtfy, Tap, is_card
 
 NTFY_TOKEN = "tk_stand_in_token_0123456789"
 BOT_TOKEN = "123456:stand-in-token-AAbbCC"
@@ -84,7 +84,7 @@ class NtfyPhone:
 
     def cards_sent(self) -> int:
         return len({m["sequence_id"] for m in self.server.messages if m["topic"] == "agent"
-                    and m.get("message", "").startswith("Approval needed")})
+                    and is_card(m.get("message", ""))})
 
     def ref(self, card: dict[str, Any]) -> str:
         return str(card["sequence_id"])
@@ -176,7 +176,9 @@ async def ask(engine: Any, phone: Phone, source_id: str = "c1") -> tuple[str, di
 async def test_yes_settles_once_and_the_card_says_approved(tmp_path: Path, clock: ManualClock, phone: Phone) -> None:
     async with engine_for(phone, tmp_path, clock) as engine:
         request_id, card = await ask(engine, phone)
-        assert phone.asks(card) and phone.text(card).startswith(f"Approval needed [{request_id}]")
+        origin, opening = phone.text(card).split("\n")[:2]  # the origin line first (issue 31)
+        assert origin == "asked by a run from your chat #1" and opening.startswith(f"Approval needed [{request_id}]")
+        assert phone.asks(card)
         phone.check_question(card, request_id)
         tapped = await phone.tap(card, "Yes")
         await until(lambda: phone.text(card).endswith(f"\n\nApproved (from {phone.label})"), "the card changed")
