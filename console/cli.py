@@ -927,29 +927,58 @@ def prune(state: CliState, days: int, dry_run: bool) -> None:
 @click.option("--csv", "as_csv", is_flag=True, help="Print the rows as CSV, with a header line.")
 @click.option("--verify", is_flag=True,
               help="Check the hash chain: 'N rows, chain intact' (exit 0), or the first bad row (exit 2).")
+@click.option("--against", metavar="HASH",
+              help="With --verify: also prove the trail still holds the row whose hash you pinned (--pin).")
+@click.option("--pin", is_flag=True,
+              help="Check the chain and print its head: the last row's number and hash, to keep somewhere else.")
 @click.pass_obj
-def audit(state: CliState, since_text: str | None, as_json: bool, as_csv: bool, verify: bool) -> None:
+def audit(state: CliState, since_text: str | None, as_json: bool, as_csv: bool, verify: bool, against: str | None,
+          pin: bool) -> None:
     """The audit trail: every tool call and every approval's answer, oldest first.
 
     Each row says the run and event, whether the run was trusted and what it had read, the policy rule that
     decided (`allow: mcp__shop__lookup_*`, `default`), the decision (allowed, asked, denied, approved,
     declined, expired), who answered and how (console, cli, ntfy, telegram, clock), and the outcome (done,
     refused, failed, unknown; deferred while it waits on an answer). Secrets are never stored in it. Rows are
-    chained by hash: --verify finds a row edited, inserted or deleted since it was written."""
+    chained by hash: --verify finds a row edited, inserted or deleted since it was written. A prune is a row of
+    the chain too. --pin prints the head's hash (the daily digest sends it as well): kept somewhere else, `audit
+    --verify --against HASH` proves later that the trail still holds that row, so a trail rewritten whole, or
+    emptied, is found too."""
     if as_json and as_csv:
         raise UserError("give one of --json or --csv")
-    if verify and (as_json or as_csv or since_text is not None):
-        raise UserError("--verify checks the whole trail: give it alone")
+    if (verify or pin) and (as_json or as_csv or since_text is not None):
+        raise UserError(f"--{'verify' if verify else 'pin'} checks the whole trail: give it alone")
+    if against is not None and not verify:
+        raise UserError("--against goes with --verify: agent-console audit --verify --against HASH")
+    if verify and pin:
+        raise UserError("give one of --verify or --pin")
+    if against is not None and not re.fullmatch(r"[0-9a-fA-F]{64}", against.strip()):
+        raise UserError("--against takes a row's hash: 64 hex digits, as `audit --pin` prints it")
     now = _now()
     since = None if since_text is None else _parse_since(since_text, state.zone(), now)
     zone = state.zone()
     with state.reader() as store:
-        if verify:
+        if verify or pin:
             check = store.verify_audit()
             if not check.intact:
                 raise UserError(f"the audit trail is broken: {check.problem}")
-            head = f"; last hash {check.head}" if check.rows else ""
-            click.echo(f"{plural(check.rows, 'row')}, chain intact{head}")
+            missing = store.audit_pin(against) if against is not None else None
+            if missing is not None:
+                raise UserError(f"the audit trail does not hold the pinned row: {missing}")
+            seq, head = store.audit_head()
+            if pin:
+                if not seq:
+                    raise UserError("the audit trail is empty: nothing to pin yet")
+                click.echo(f"row {seq}, hash {head}")
+                click.echo(f"keep it somewhere else; later `agent-console audit --verify --against {head}` proves "
+                           "the trail still holds it")
+                return
+            if not check.rows:
+                click.echo("0 rows: the trail is empty, nothing was recorded yet (a trail emptied with its head "
+                           "is told only by --against a pinned hash)")
+                return
+            held = f"; it holds the pinned row {against.strip().lower()}" if against is not None else ""
+            click.echo(f"{plural(check.rows, 'row')}, chain intact; last hash {check.head}{held}")
             return
         records = []
         for row in store.audit_rows(since=since):

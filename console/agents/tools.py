@@ -599,7 +599,8 @@ class ToolGateway:
         judge a call the confidentiality rule stopped (_confidential), kept in the approval's details."""
         question = call.name == "ask_owner"
         action = summary(call.name, call.arguments)
-        details: dict[str, Any] = {"tool": call.name, "arguments": call.arguments, "rule": rule}
+        details: dict[str, Any] = {"tool": call.name, "arguments": call.arguments, "rule": rule,
+                                   **self._recorded(call.arguments)}
         if not provenance.trusted:
             details["untrusted"] = list(provenance.tainted_by)
         if provenance.private and not provenance.trusted:
@@ -772,7 +773,7 @@ class ToolGateway:
             return ToolOutcome("unknown", f"{why}. It is not run again unless the owner asks for it; the owner "
                                           f"was told.", decision)
         details: dict[str, Any] = {"tool": call.name, "arguments": call.arguments, "outcome_unknown": why,
-                                   "rule": OUTCOME_UNKNOWN_RULE}
+                                   "rule": OUTCOME_UNKNOWN_RULE, **self._recorded(call.arguments)}
         if not provenance.trusted:
             details["untrusted"] = list(provenance.tainted_by)
         request = ctx.ask(f"run again? {shown} may or may not have happened ({why.split(': ', 1)[-1]})", details,
@@ -830,6 +831,11 @@ class ToolGateway:
             self._scrubbed(_cut(outcome.text, MAX_RECORD_CHARS)), outcome.request_id, rule=rule,
             provenance=provenance, run=run, made=outcome.made, replayed=outcome.replayed))
         return outcome
+
+    def _recorded(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """What an approval keeps for the audit trail's rows about it (its answer, a stranded yes): the arguments
+        scrubbed of secrets, as the call's own row has them (the approval's arguments stay exact: they run)."""
+        return {"recorded_arguments": self._scrubbed(arguments)}
 
     def _scrubbed(self, value: Any) -> Any:
         """value with every string in it scrubbed of secrets (the MCP hub knows the substituted values)."""

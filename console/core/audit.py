@@ -5,15 +5,19 @@ writes the row (a run's fenced finish; an answer's own transaction), so a row ed
 deleted afterwards breaks the chain where it happened, and verify_audit() names the first row that does.
 audit_head keeps the last row's number and hash (a row cut from the end is seen too) and the anchor a prune
 leaves: rows go oldest first, and the anchor is the number and hash of the last one pruned, so the rows left
-still check; a `pruned` row in the chain records each prune.
+still check. A prune is itself a row in the chain, written before it deletes anything (`pruned`: how many
+rows, through which row, that row's hash), and the anchor must be where the last one says: deleting the oldest
+rows and moving the anchor, or deleting every row and moving it to the head, is found (issue 31).
 
 A chain shows what was changed by anyone who did not recompute every later hash; someone who can write the file
 and recomputes them all cannot be caught by the file alone. The head's hash (`audit --verify` prints it), kept
-somewhere else, pins every row up to it.
+somewhere else, pins every row up to it: `audit --pin` prints it, the daily digest carries it, and
+`audit --verify --against HASH` proves the trail still holds that row.
 
 Secrets: the rows hold what the gateway recorded, which it scrubs of the values substituted from ${VAR} and of
-URL credentials before a run's finish writes them (agents/tools.py); a call's result is not kept, only a short
-reason when it did not succeed.
+URL credentials before a run's finish writes them (agents/tools.py); a row about an approval (its answer, a
+stranded yes) takes the scrubbed copy the gateway kept on it, never the exact arguments it runs with; a call's
+result is not kept, only a short reason when it did not succeed.
 """
 
 from __future__ import annotations
@@ -81,6 +85,15 @@ def audit_record(row: AuditRow) -> dict[str, Any]:
         "decision": body.get("decision"), "answered_via": body.get("answered_via"), "outcome": body.get("outcome"),
         "detail": detail, "prev_hash": row.prev_hash, "hash": row.hash,
     }
+
+
+def recorded_arguments(details: Any, arguments: Any) -> Any:
+    """The arguments a row about an approval records: the copy the gateway scrubbed of secrets when it asked
+    (details["recorded_arguments"]: the values substituted from ${VAR}, URL credentials), never the row's own,
+    which must stay exact to run on yes. A request asked without that copy recorded nothing to scrub."""
+    if isinstance(details, dict) and "recorded_arguments" in details:
+        return details["recorded_arguments"]
+    return arguments
 
 
 # What became of an approved call whose answer's event died (StrandedAnswer.call), as the trail says it.
@@ -176,7 +189,7 @@ class AuditMixin(StoreBase):
         decision = {"yes": "approved", "no": "declined"}.get(answer, "expired")
         self._audit("answer", now, event_id, {
             "run": None, "tool": tool or "ask_owner",
-            "arguments": loads(arguments) if tool is not None else {"question": action},
+            "arguments": recorded_arguments(details, loads(arguments) if tool is not None else {"question": action}),
             "request_id": request_id, "rule": details.get("rule"),
             "provenance": origin if isinstance(origin, dict) else details.get("provenance"),
             "decision": decision, "answered_via": "clock" if decision == "expired" else answered_via(via),
@@ -200,7 +213,8 @@ class AuditMixin(StoreBase):
         details = loads(details_text)
         origin = loads(origin_text)
         self._audit("call", now, stranded.event_id, {
-            "run": None, "tool": stranded.tool, "arguments": loads(arguments), "request_id": stranded.request_id,
+            "run": None, "tool": stranded.tool, "arguments": recorded_arguments(details, loads(arguments)),
+            "request_id": stranded.request_id,
             "provenance": origin if isinstance(origin, dict) else None,
             "rule": details.get("rule") if isinstance(details, dict) else None, "decision": "approved",
             "answered_via": answered_via(via), "outcome": _STRANDED_OUTCOMES.get(stranded.call, "unknown"),
@@ -243,6 +257,20 @@ class AuditMixin(StoreBase):
         if not head:
             return AuditCheck(0, "", None, "the trail's head record is missing (audit_head was emptied)")
         head_seq, head_hash, base_seq, base_hash = int(head[0][0]), str(head[0][1]), int(head[0][2]), str(head[0][3])
+        # Rows go only by a prune, and a prune is a row: the anchor must be where the last `pruned` row says. A row
+        # the prune named as its last must still have the hash it recorded (checked in the walk below).
+        prune = self._last_prune()
+        named_through, named_hash = (prune[1], prune[2]) if prune is not None else (0, "")
+        if base_seq > 0 and prune is None:
+            return AuditCheck(0, "", 1, f"rows 1 to {base_seq} are gone and no `pruned` row records a prune: "
+                                        "they were deleted (the anchor was moved)")
+        if base_seq > named_through:
+            return AuditCheck(0, "", named_through + 1, f"rows {named_through + 1} to {base_seq} are gone, past what "
+                                                        f"the last prune recorded (through row {named_through}): "
+                                                        "they were deleted (the anchor was moved)")
+        if base_seq > 0 and base_seq == named_through and base_hash != named_hash:
+            return AuditCheck(0, "", base_seq, f"the trail starts after row {base_seq}, which is not the row the last "
+                                               "prune recorded: the anchor was changed")
         stray = self._scalar("SELECT MAX(seq) FROM audit WHERE seq <= ?", (base_seq,))
         if stray is not None:
             return AuditCheck(0, "", int(stray), f"row {stray} is older than the trail's start (rows up to "
@@ -265,6 +293,9 @@ class AuditMixin(StoreBase):
                 before = seq - 1
                 return AuditCheck(checked, prev_hash, before, f"row {before} is not the row that row {seq} was "
                                                               "chained to: it was changed or replaced")
+            if seq == named_through and digest != named_hash:
+                return AuditCheck(checked, prev_hash, seq, f"row {seq} is not the row the last prune recorded as "
+                                                           "its last: it was changed or replaced")
             prev_hash, expected, checked = str(digest), seq + 1, checked + 1
         if expected - 1 < head_seq:
             gone = f"row {head_seq} is" if expected == head_seq else f"rows {expected} to {head_seq} are"
@@ -299,29 +330,70 @@ class AuditMixin(StoreBase):
                                 (base, self._audit_prunable(cutoff))))
 
     def _prune_audit(self, cutoff: int, now: int, chunk: int) -> int:
-        """Delete the rows written before cutoff, oldest first, `chunk` rows a transaction; each transaction
-        moves the anchor to the last row it deleted, so the chain left checks at every moment. A `pruned` row
-        then records what went. Returns the rows deleted."""
-        deleted = 0
+        """Delete the rows written before cutoff, oldest first. A `pruned` row is appended first, in the chain,
+        saying what goes: how many rows, through which row, and that row's hash. Then `chunk` rows go a
+        transaction, each moving the anchor to the last row it deleted, so the chain left checks at every moment
+        (verify_audit holds the anchor to the last `pruned` row: rows deleted without one, or past it, are
+        found). Returns the rows deleted."""
         through = self._audit_prunable(cutoff)
+        if through <= int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0):
+            return 0  # nothing to prune: no write transaction taken
+        with self.write_transaction():
+            base = int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0)
+            last_hash = self._scalar("SELECT hash FROM audit WHERE seq = ?", (through,)) if through > base else None
+            if last_hash is None:  # nothing (more) to prune, or a row is missing: leave the chain as it is
+                return 0
+            count = int(self._scalar("SELECT COUNT(*) FROM audit WHERE seq > ? AND seq <= ?", (base, through)))
+            self._audit("pruned", now, None, {"rows": count, "through": through, "hash": str(last_hash),
+                                              "before": cutoff})
+        deleted = 0
         while int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0) < through:
             with self.write_transaction():
                 base = int(self._scalar("SELECT base_seq FROM audit_head WHERE one = 1") or 0)
                 upto = min(base + chunk, through)
-                last_hash = self._scalar("SELECT hash FROM audit WHERE seq = ?", (upto,)) if upto > base else None
-                if last_hash is None:  # nothing (more) to prune, or a row is missing: leave the chain as it is
+                anchor = self._scalar("SELECT hash FROM audit WHERE seq = ?", (upto,))
+                if anchor is None:  # a row is missing: leave the chain as it is (verify names it)
                     break
                 self._conn.execute("DELETE FROM audit WHERE seq > ? AND seq <= ?", (base, upto))
                 deleted += self._conn.changes()
                 self._conn.execute("UPDATE audit_head SET base_seq = ?, base_hash = ? WHERE one = 1",
-                                   (upto, last_hash))
-        if deleted:
-            with self.write_transaction():
-                base_seq, base_hash = self._conn.execute(
-                    "SELECT base_seq, base_hash FROM audit_head WHERE one = 1").fetchall()[0]
-                self._audit("pruned", now, None, {"rows": deleted, "through": int(base_seq), "hash": str(base_hash),
-                                                  "before": cutoff})
+                                   (upto, anchor))
         return deleted
+
+    def _last_prune(self) -> tuple[int, int, str] | None:
+        """The last `pruned` row in the trail: (its number, the row it pruned through, that row's hash)."""
+        rows = self._conn.execute(
+            "SELECT seq, body FROM audit WHERE kind = 'pruned' ORDER BY seq DESC LIMIT 1").fetchall()
+        if not rows:
+            return None
+        body = loads(rows[0][1])
+        body = body if isinstance(body, dict) else {}
+        return int(rows[0][0]), int(body.get("through") or 0), str(body.get("hash") or "")
+
+    def audit_digest_line(self, *, since: int) -> str | None:
+        """The daily digest's line carrying the trail's head to the owner (None when no row was written since
+        `since`: the head the owner was last sent still stands)."""
+        if self._scalar("SELECT 1 FROM audit INDEXED BY audit_at WHERE at >= ? LIMIT 1", (since,)) is None:
+            return None
+        seq, head = self.audit_head()
+        return (f"Audit trail: its head is row {seq}, hash {head}. Keep it somewhere else: `agent-console audit "
+                f"--verify --against {head}` proves later that the trail still holds that row.")
+
+    def audit_pin(self, pinned: str) -> str | None:
+        """Whether the trail still holds the row whose hash the owner pinned (`audit --verify --against`): None
+        when a row of the (verified) chain has that hash, else why not."""
+        pinned = pinned.strip().lower()
+        found = self._scalar("SELECT seq FROM audit WHERE hash = ?", (pinned,))
+        if found is not None:
+            return None
+        base_seq, base_hash = self._conn.execute(
+            "SELECT base_seq, base_hash FROM audit_head WHERE one = 1").fetchall()[0]
+        if pinned == str(base_hash) and int(base_seq) > 0:
+            return None  # the last row pruned: the chain left starts from it, and a `pruned` row records it
+        if int(base_seq) > 0:
+            return (f"no row of the trail has the hash {pinned}: it was never a row of it, or it was among the rows "
+                    f"pruned (rows up to {base_seq} were pruned; the `pruned` rows say when): pin the current head")
+        return f"no row of the trail has the hash {pinned}: the trail no longer holds the row you pinned"
 
 
 def _about(body: Any, event_id: Any) -> str:

@@ -29,6 +29,7 @@ from console.redact import redact_urls
 from console.runtime.host import ServiceHost, service_loop
 from console.timefmt import span
 
+DAY = 86_400  # the digest carries the trail's head when a row was written within the last day
 log = logging.getLogger("agent_console.worker")
 
 T = TypeVar("T")
@@ -197,6 +198,12 @@ class Worker:
                                     holder=holder, generation=gen, parent=parent, links=links) as span:
                 try:
                     self.agent.run(ctx)
+                    if any(_is_digest(event) for event in events):
+                        # The trail's head reaches the owner with the daily digest, from the runtime, whatever the
+                        # agent (or its model) wrote: kept elsewhere, it pins every row up to it (issue 31).
+                        pin = store.audit_digest_line(since=started - DAY)
+                        if pin is not None:
+                            ctx.say(pin)
                 finally:  # the agents side judges trust (the runtime may not): it leaves its verdict on ctx
                     if ctx.tainted_by is not None:
                         span.set_many({"agent_console.trusted": not ctx.tainted_by,
@@ -553,3 +560,8 @@ class Worker:
             except Exception as exc:
                 host.note_error(f"could not release the lease: {exc}")
             self.gen = None
+
+
+def _is_digest(event: Event) -> bool:
+    """The daily digest timer's event (its payload's task; the timer is installed by the assembly)."""
+    return event.source == "timer" and isinstance(event.payload, dict) and event.payload.get("task") == "digest"

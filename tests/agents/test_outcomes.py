@@ -336,6 +336,26 @@ def test_an_error_result_quoting_a_configured_secret_reaches_no_model_request_jo
     assert files and all(secret.encode() not in p.read_bytes() for p in files)
 
 
+def test_a_configured_secret_in_an_asked_calls_arguments_reaches_no_audit_row_when_answered(
+    rig: Callable[..., Rig], claude: FakeClaude, store: Store
+) -> None:
+    # Issue 31: the call's own row was scrubbed, the answer's row kept the secret.
+    secret = "sec-" + secrets.token_hex(10)
+    shop = rig(env={"ECHO_TOKEN": "${LEAKY}"})
+    shop.environment = {"LEAKY": secret}
+    agent = shop.agent(ask=("mcp__rec__echo",))
+    store.ingest("chat", "m1", {"text": "echo it"}, now=NOW)
+    claude.reply(tool("t1", "mcp__rec__echo", text=f"the token is {secret}"))
+    run(agent, store)
+    [approval] = store.pending_approvals()
+    assert approval.arguments == {"text": f"the token is {secret}"}  # what runs on yes stays exact
+    assert store.answer_approval(approval.request_id, "no", now=NOW + 5, via="cli") == "no"
+    rows = [row.body for row in store.audit_rows()]
+    assert [row["decision"] for row in rows] == ["asked", "declined"]
+    assert all(row["arguments"] == {"text": f"the token is {HIDDEN}"} for row in rows)
+    assert secret not in json.dumps(rows)
+
+
 def test_a_ten_megabyte_result_is_kept_once_capped_with_a_note(
     rig: Callable[..., Rig], claude: FakeClaude, store: Store, db_path: Path
 ) -> None:

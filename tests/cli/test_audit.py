@@ -49,12 +49,19 @@ def test_an_empty_trail_says_so_and_verifies(inbox_target: str) -> None:
     assert invoke(["--db", inbox_target, "audit"]).output == "no audit rows\n"
     assert invoke(["--db", inbox_target, "audit", "--since", "2h"]).output.startswith("no audit rows since ")
     assert invoke(["--db", inbox_target, "audit", "--json"]).output.strip() == "[]"
-    assert invoke(["--db", inbox_target, "audit", "--verify"]).output == "0 rows, chain intact\n"
+    # Never "0 rows, chain intact" (issue 31): an empty trail says it is empty, and that only a pin tells more.
+    assert invoke(["--db", inbox_target, "audit", "--verify"]).output.startswith("0 rows: the trail is empty")
+    result = invoke(["--db", inbox_target, "audit", "--pin"])
+    assert_user_error(result.exit_code, result.stdout, result.stderr, "the audit trail is empty: nothing to pin yet")
 
 
 @pytest.mark.parametrize(("args", "words"), [
     (["--json", "--csv"], "give one of --json or --csv"),
     (["--verify", "--since", "1d"], "--verify checks the whole trail: give it alone"),
+    (["--pin", "--json"], "--pin checks the whole trail: give it alone"),
+    (["--against", "ab" * 32], "--against goes with --verify"),
+    (["--verify", "--against", "not-a-hash"], "--against takes a row's hash: 64 hex digits"),
+    (["--verify", "--pin"], "give one of --verify or --pin"),
     (["--since", "yesterday"], "--since takes epoch seconds, an ISO 8601 time (2030-01-31T09:00) or an age"),
     (["--since", "99999999999999999999"], "--since takes epoch seconds"),
 ])
@@ -75,6 +82,25 @@ def test_verify_names_a_deleted_row_in_one_line(inbox_target: str) -> None:
 
     assert_user_error(result.exit_code, result.stdout, result.stderr,
                       "the audit trail is broken: row 2 is missing before row 3: deleted")
+
+
+def test_a_pinned_head_is_proved_held_until_the_trail_is_rewritten_or_emptied(inbox_target: str) -> None:
+    answered(inbox_target, 3, at=wall() - 100)
+    pinned = invoke(["--db", inbox_target, "audit", "--pin"])
+    assert pinned.exit_code == 0, pinned.output
+    seq, head = pinned.output.split("\n")[0].removeprefix("row ").split(", hash ")
+    assert seq == "3" and len(head) == 64 and f"--verify --against {head}" in pinned.output
+    held = invoke(["--db", inbox_target, "audit", "--verify", "--against", head.upper()])
+    assert held.exit_code == 0 and held.output.startswith("3 rows, chain intact; last hash ")
+    assert held.output.rstrip().endswith(f"it holds the pinned row {head}")
+    # Every row deleted and the head set back to nothing: by itself an empty trail; against the pin, not.
+    with Store.open(inbox_target) as store:
+        store.connection.execute("DELETE FROM audit")
+        store.connection.execute("UPDATE audit_head SET seq = 0, hash = '' WHERE one = 1")
+    assert invoke(["--db", inbox_target, "audit", "--verify"]).output.startswith("0 rows: the trail is empty")
+    result = invoke(["--db", inbox_target, "audit", "--verify", "--against", head])
+    assert_user_error(result.exit_code, result.stdout, result.stderr,
+                      f"the audit trail does not hold the pinned row: no row of the trail has the hash {head}")
 
 
 def test_prune_says_it_deleted_the_oldest_rows(inbox_target: str) -> None:

@@ -231,6 +231,121 @@ def test_a_prune_with_nothing_old_in_the_trail_keeps_it_whole(store: Store) -> N
     assert [r.seq for r in store.audit_rows()] == [1, 2, 3, 4] and store.verify_audit().intact
 
 
+def move_anchor(store: Store, through: int) -> None:
+    """What someone deleting the oldest rows does to make the rest check: the anchor moved to the last one."""
+    last = store.connection.execute("SELECT hash FROM audit WHERE seq = ?", (through,)).fetchall()[0][0]
+    sql(store, "DELETE FROM audit WHERE seq <= ?", (through,))
+    sql(store, "UPDATE audit_head SET base_seq = ?, base_hash = ? WHERE one = 1", (through, last))
+
+
+def test_deleting_the_oldest_rows_and_moving_the_anchor_is_found(store: Store) -> None:
+    seeded(store)
+    head = store.audit_head()
+    move_anchor(store, 2)  # passed before issue 31: the same last hash, the rows left checking from the anchor
+
+    check = store.verify_audit()
+
+    assert store.audit_head() == head and not check.intact and check.bad_seq == 1
+    assert "rows 1 to 2 are gone and no `pruned` row records a prune: they were deleted" in str(check.problem)
+
+
+def test_deleting_every_row_is_never_an_intact_empty_trail(store: Store) -> None:
+    seeded(store)
+    move_anchor(store, 4)  # every row gone, the anchor at the head: "0 rows, chain intact" before issue 31
+
+    check = store.verify_audit()
+
+    assert not check.intact and "rows 1 to 4 are gone" in str(check.problem)
+
+
+def test_a_prune_is_a_row_first_and_rows_deleted_past_it_are_found(store: Store) -> None:
+    seeded(store)
+    finish_run(store, "m3", [("lookup", "allowed", "done", "allow: lookup*")], now=T + 3 * DAY)  # row 5
+    store.prune(older_than=2 * DAY, now=T + 2 * DAY + 10, chunk=3)  # row 6 says: through row 4
+    finish_run(store, "m4", [("lookup", "allowed", "done", "allow: lookup*")], now=T + 3 * DAY + 5)  # row 7
+    assert store.verify_audit().intact
+
+    move_anchor(store, 5)  # one row more than the prune recorded
+
+    check = store.verify_audit()
+    assert not check.intact and check.bad_seq == 5
+    assert "rows 5 to 5 are gone, past what the last prune recorded (through row 4)" in str(check.problem)
+
+
+def test_a_prune_cut_short_leaves_a_verifiable_trail_that_the_next_prune_finishes(
+        store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    seeded(store)
+    finish_run(store, "m3", [("lookup", "allowed", "done", "allow: lookup*")], now=T + 3 * DAY)  # row 5
+    # The prune's row is written and its first chunk deleted (rows 1-2), then the process dies.
+    real_prune, real_transaction = Store._prune_audit, Store.write_transaction
+    transactions: list[int] = []
+
+    def counted(self: Store) -> object:
+        if transactions:
+            transactions.append(1)
+            if len(transactions) == 4:  # the start, the prune's row, the first chunk, then the second chunk
+                raise OSError("killed")
+        return real_transaction(self)
+
+    def pruning(self: Store, cutoff: int, now: int, chunk: int) -> int:
+        transactions.append(1)
+        return real_prune(self, cutoff, now, chunk)
+
+    monkeypatch.setattr(Store, "write_transaction", counted)
+    monkeypatch.setattr(Store, "_prune_audit", pruning)
+    with pytest.raises(OSError):
+        store.prune(older_than=2 * DAY, now=T + 2 * DAY + 10, chunk=2)
+    monkeypatch.undo()
+    assert [r.seq for r in store.audit_rows()] == [3, 4, 5, 6] and store.verify_audit().intact
+    store.prune(older_than=2 * DAY, now=T + 2 * DAY + 20, chunk=2)
+    assert [r.kind for r in store.audit_rows()] == ["call", "pruned", "pruned"] and store.verify_audit().intact
+
+
+def test_a_pinned_head_is_proved_held_and_a_rewritten_trail_is_not(store: Store) -> None:
+    seeded(store)
+    _, pinned = store.audit_head()
+    finish_run(store, "m3", [("lookup", "allowed", "done", "allow: lookup*")], now=T + 3 * DAY)
+    assert store.audit_pin(pinned) is None and store.audit_pin(pinned.upper()) is None
+    # The whole trail rewritten from row 1 with every hash recomputed: intact by itself, but not the pinned one.
+    sql(store, "UPDATE audit SET body = ? WHERE seq = 2", (body_of(store, 2).replace("asked", "allowed"),))
+    prev = ""
+    for seq in range(1, 6):
+        sql(store, "UPDATE audit SET prev_hash = ? WHERE seq = ?", (prev, seq))
+        rehash(store, seq)
+        prev = str(store.connection.execute("SELECT hash FROM audit WHERE seq = ?", (seq,)).fetchall()[0][0])
+    sql(store, "UPDATE audit_head SET hash = ? WHERE one = 1", (prev,))
+    assert store.verify_audit().intact
+    assert "no row of the trail has the hash" in str(store.audit_pin(pinned))
+
+
+def test_a_pinned_row_pruned_since_is_said_so(store: Store) -> None:
+    seeded(store)
+    _, pinned = store.audit_head()  # row 4
+    finish_run(store, "m3", [("lookup", "allowed", "done", "allow: lookup*")], now=T + 3 * DAY)  # row 5
+    store.prune(older_than=2 * DAY, now=T + 2 * DAY + 10)
+    assert store.audit_pin(pinned) is None  # the last row pruned: the anchor, recorded by the prune's row
+    store.prune(older_than=DAY, now=T + 4 * DAY + 10)  # rows 5 and 6 go too
+    assert "it was never a row of it, or it was among the rows pruned (rows up to 6 were pruned" in str(
+        store.audit_pin(pinned))
+
+
+def test_an_answer_row_records_the_scrubbed_arguments_the_gateway_kept(store: Store) -> None:
+    store.ingest("chat", "m9", {"text": "hi"}, now=T)
+    gen = store.acquire("w", now=T)
+    assert gen is not None
+    [event] = store.claim_batch("w", gen, now=T)
+    secret = {"order": "881", "token": "tok-very-secret"}
+    draft = ApprovalDraft("apr-9", "refund", 600, {"rule": "ask: refund", "recorded_arguments": {
+        "order": "881", "token": "***"}}, {"state": 1}, event.id, "refund", secret,
+        [{"event_id": event.id, "source": "chat", "source_id": "m9"}], origin=TRUSTED)
+    assert store.finish("w", gen, [event.id], now=T, approvals=[draft])
+    assert store.answer_approval("apr-9", "no", now=T + 1, via="cli") == "no"
+    [answer] = [r for r in store.audit_rows() if r.kind == "answer"]
+    assert answer.body["arguments"] == {"order": "881", "token": "***"}
+    assert "tok-very-secret" not in json.dumps([r.body for r in store.audit_rows()])
+    assert store.approval("apr-9").arguments == secret  # what runs on yes stays exact
+
+
 # --- an approved call whose answer's event died -----------------------------------------------------------------
 
 @pytest.fixture
