@@ -316,13 +316,18 @@ def test_a_reused_tool_use_id_never_makes_a_different_call_skipped(
 
 # --- 8. MCP error results are scrubbed; results are kept once, capped ------------------------------------------
 
-def test_an_error_result_quoting_a_configured_secret_reaches_no_model_request_journal_or_message(
-    rig: Callable[..., Rig], claude: FakeClaude, store: Store, db_path: Path
-) -> None:
+def leaky(rig: Callable[..., Rig], **policy: tuple[str, ...]) -> tuple[str, ClaudeAgent]:
+    """A secret substituted from ${LEAKY} into the recording server's ECHO_TOKEN, and an agent under `policy`."""
     secret = "sec-" + secrets.token_hex(10)
     shop = rig(env={"ECHO_TOKEN": "${LEAKY}"})
     shop.environment = {"LEAKY": secret}
-    agent = shop.agent(allow=("mcp__rec__leak",))
+    return secret, shop.agent(**policy)
+
+
+def test_an_error_result_quoting_a_configured_secret_reaches_no_model_request_journal_or_message(
+    rig: Callable[..., Rig], claude: FakeClaude, store: Store, db_path: Path
+) -> None:
+    secret, agent = leaky(rig, allow=("mcp__rec__leak",))
     store.ingest("chat", "m1", {"text": "try it"}, now=NOW)
     claude.reply(tool("t1", "mcp__rec__leak"))
     claude.reply(tool("t2", "send_message", text="It failed."))
@@ -340,10 +345,7 @@ def test_a_configured_secret_in_an_asked_calls_arguments_reaches_no_audit_row_wh
     rig: Callable[..., Rig], claude: FakeClaude, store: Store
 ) -> None:
     # Issue 31: the call's own row was scrubbed, the answer's row kept the secret.
-    secret = "sec-" + secrets.token_hex(10)
-    shop = rig(env={"ECHO_TOKEN": "${LEAKY}"})
-    shop.environment = {"LEAKY": secret}
-    agent = shop.agent(ask=("mcp__rec__echo",))
+    secret, agent = leaky(rig, ask=("mcp__rec__echo",))
     store.ingest("chat", "m1", {"text": "echo it"}, now=NOW)
     claude.reply(tool("t1", "mcp__rec__echo", text=f"the token is {secret}"))
     run(agent, store)
