@@ -64,6 +64,7 @@ class MailChannel:
         self.reconnect_base = 1.0
         self.reconnect_max = 60.0
         self.login_retry = LOGIN_RETRY
+        self._reached = False  # the session logged in and selected the folder: its failure restarts the backoff
         self._host: PhoneHost | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._tag = ""
@@ -116,6 +117,7 @@ class MailChannel:
             if host.mode != "active" or self.fence.lost(host):  # only the lease holder reads the mailbox
                 await host.sleep(wake, 1.0)
                 continue
+            self._reached = False
             try:
                 await asyncio.to_thread(self._session)
                 failures = 0
@@ -130,7 +132,10 @@ class MailChannel:
                                                 "fix the user or password, then restart")
                 delay = self.login_retry
             except Exception as exc:  # a network or server failure: reconnect after a backoff
-                failures += 1
+                # Counted from the last session that reached the folder: an IDLE session never ends cleanly, so
+                # counting every failure of the listener's life made each server restart wait longer than the one
+                # before (the next message not stored within 45 s of a restart, status saying ok).
+                failures = 1 if self._reached else failures + 1
                 delay = min(self.reconnect_max, self.reconnect_base * 2 ** (failures - 1)) * random.uniform(0.5, 1)
                 await self._health_is("offline", f"{_describe(exc)}; reconnecting")
                 log.info("%s: %s; reconnecting in %.1f s", self.name, _describe(exc), delay)
@@ -169,6 +174,7 @@ class MailChannel:
         client = self._connect()
         try:
             selected = client.select_folder(self.settings.folder)
+            self._reached = True
             self._call(lambda: self._health_is("ok", None))
             idle = client.has_capability("IDLE")
             self._take_new(client, selected)
