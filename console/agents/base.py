@@ -102,7 +102,7 @@ class RunContext:
     replayed_steps: set[str] = field(default_factory=set)  # journal steps an earlier attempt made: replayed here
     cap_notices: list[CapNotice] = field(default_factory=list)  # caps this run reached, for the owner
     # How many times each allowed call (by its events, tool and arguments) was made so far in this run: its
-    # journal key's position (console.agents.tools.call_keys).
+    # journal key's position (console.agents.gateway.call_keys).
     call_positions: dict[str, int] = field(default_factory=dict)
     # What made this run's conversations untrusted, once each ([]: every one stayed trusted); None until the
     # agent says (record_trust). The runtime may not judge trust itself: it reads this for the run's span.

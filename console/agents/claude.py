@@ -57,9 +57,9 @@ from typing import Any
 from console.agents.anthropic_model import AnthropicModel, ClaudeBusy, ClaudeError, ClaudePaused
 from console.agents.base import AgentSetupError, Resumed, RunContext
 from console.agents.chain import ModelChain
+from console.agents.gateway import ToolCall, ToolGateway, quoted_notes
 from console.agents.provider import HANDLED_STOP_REASONS, Model
 from console.agents.spending import Meter, SpendGuard
-from console.agents.tools import ToolCall, ToolGateway, quoted_notes
 from console.config import Settings
 from console.core import Event, MemoryEntry
 from console.modelspec import LEGACY_KEY_ENV, LEGACY_NAME, ModelSpec, chain_of

@@ -435,7 +435,7 @@ class Worker:
             self._tools_changed.set()
 
     async def _keep_tool_health(self, changed: asyncio.Event) -> None:
-        # Duck-typed as in _record_tool_health: the gateway (console.agents.tools.ToolGateway) starts the servers
+        # Duck-typed as in _record_tool_health: the gateway (console.agents.gateway.ToolGateway) starts the servers
         # and tells of each change from the hub's thread.
         tools = getattr(self.agent, "tools", None)
         start, watch = getattr(tools, "start_servers", None), getattr(tools, "watch_health", None)
@@ -466,7 +466,7 @@ class Worker:
     async def _record_tool_health(self, gen: int) -> None:
         """Store each MCP server's state when it changed since the last run (status --json "tools", the
         console): the hub lives in this process, so nobody else can tell that a server is down."""
-        # Duck-typed: an agent with MCP tools has a gateway (console.agents.tools.ToolGateway.health), which
+        # Duck-typed: an agent with MCP tools has a gateway (console.agents.gateway.ToolGateway.health), which
         # this room may not import; an agent without one has nothing to say.
         read_health = getattr(getattr(self.agent, "tools", None), "health", None)
         if not callable(read_health):

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from console.agents.base import RunContext
-from console.agents.tools import PythonTool, ToolCall, ToolGateway
+from console.agents.gateway import PythonTool, ToolCall, ToolGateway
 from console.clock import ManualClock
 from console.edges.phone import PhoneChannel
 from console.edges.telegram import TelegramChannel

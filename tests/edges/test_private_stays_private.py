@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from console.agents.claude import ClaudeAgent
+from console.agents.gateway import ToolGateway
 from console.agents.mcp import McpHub
 from console.agents.mcp_config import McpServerConfig
-from console.agents.tools import ToolGateway
 from console.clock import ManualClock
 from console.core import MemoryWrite, Store
 from console.core.mail import MailCursor

@@ -20,7 +20,7 @@ import apsw
 import pytest
 
 from console.agents.claude import ClaudeAgent
-from console.agents.tools import PythonTool, ToolGateway
+from console.agents.gateway import PythonTool, ToolGateway
 from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings

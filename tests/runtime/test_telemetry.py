@@ -15,8 +15,8 @@ from click.testing import CliRunner
 
 from console import telemetry
 from console.agents.claude import ClaudeAgent
+from console.agents.gateway import ToolGateway
 from console.agents.mcp import McpHub, McpServerConfig
-from console.agents.tools import ToolGateway
 from console.assembly import build_engine
 from console.cli import main
 from console.runtime.engine import Engine

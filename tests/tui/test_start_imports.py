@@ -43,7 +43,7 @@ FIRST_FRAME_ALLOWED = {
 NOT_BEFORE_FIRST_FRAME = ("console.tui.screens", "console.tui.commands", "textual.widgets._text_area",
                           "textual.highlight", "textual.document", "textual.widgets._markdown", "pygments",
                           "markdown_it", "tree_sitter", "importlib.metadata", "console.agents.offline",
-                          "console.agents.tools", "console.edges.phone", "console.edges.phone_config",
+                          "console.agents.gateway", "console.edges.phone", "console.edges.phone_config",
                           "console.edges.mailsource", "urllib.request", "http.client", "email", "smtplib")
 SHOW_MODULES = "import json, sys; print(json.dumps(sorted(sys.modules)))"
 HEAVY = {"mcp", "mcp_types", "aiohttp", "apprise", "pydantic", "pydantic_core", "anyio", "httpx2", "jsonschema",

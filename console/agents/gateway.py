@@ -144,7 +144,7 @@ def tool_hints(*, open_world: bool = True, read_only: bool | None = None, idempo
                destructive: bool | None = None, private: bool = False) -> Callable[[F], F]:
     """Declare what a Python tool is, as MCP annotations do for a server's tools:
 
-        from console.agents.tools import tool_hints
+        from console.agents.gateway import tool_hints
 
         @tool_hints(open_world=False, read_only=True)
         def lookup_order(order: str) -> dict[str, str]: ...
