@@ -272,8 +272,9 @@ def test_the_console_draws_its_first_frame_before_any_opentelemetry_module_is_im
 def test_an_http_mcp_call_carries_its_traceparent_to_the_server(
     tmp_path: Path
 ) -> None:
-    from console.agents.gateway import ToolCall, ToolGateway
+    from console.agents.gateway import ToolGateway
     from console.agents.mcp import McpHub, McpServerConfig
+    from console.agents.tools import ToolCall
     from console.trust.policy import Policy
     from tests.agents.mcp_servers import serve_http
 

@@ -1,7 +1,7 @@
 """The Claude agent: one Messages API conversation per run, behind the same protocol as the offline agent.
 
 A run renders its claimed events as one user turn and loops: model turn, tool calls, tool results, until
-the model stops calling tools. Its tools come through the policy-checked gateway (agents/tools.py): the
+the model stops calling tools. Its tools come through the policy-checked gateway (agents/gateway.py): the
 built-ins (send_message, set_timer, remember, recall, forget, ask_owner), Python tools and MCP servers'
 tools; denied ones are not offered. A run that never calls send_message says nothing, which is how the
 guide's quiet runs end. A call the policy says to ask about becomes an approval bound to that exact call:
@@ -57,9 +57,10 @@ from typing import Any
 from console.agents.anthropic_model import AnthropicModel, ClaudeBusy, ClaudeError, ClaudePaused
 from console.agents.base import AgentSetupError, Resumed, RunContext
 from console.agents.chain import ModelChain
-from console.agents.gateway import ToolCall, ToolGateway, quoted_notes
+from console.agents.gateway import ToolGateway, quoted_notes
 from console.agents.provider import HANDLED_STOP_REASONS, Model
 from console.agents.spending import Meter, SpendGuard
+from console.agents.tools import ToolCall
 from console.config import Settings
 from console.core import Event, MemoryEntry
 from console.modelspec import LEGACY_KEY_ENV, LEGACY_NAME, ModelSpec, chain_of

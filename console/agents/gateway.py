@@ -1,4 +1,5 @@
-"""The one gateway through which an agent uses tools: every call is checked by the owner's policy.
+"""The one gateway through which an agent uses tools, the enforcement point: every call is decided by the owner's
+policy, asked, checked, run once approved, and recorded. What a tool is lives in agents/tools.py.
 
 Tools come from three places, all under the same policy: the built-ins (send_message, set_timer, remember,
 recall, forget, ask_owner), Python functions exposed through the entry-point group `agent_console.tools`,
@@ -18,289 +19,42 @@ Every call is recorded for the event's transcript with the decision and what cam
 from __future__ import annotations
 
 import hashlib
-import inspect
 import json
 import logging
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass, field
 from datetime import datetime
-from importlib.metadata import entry_points
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any
 
 from console import telemetry
 from console.agents.base import Resumed, RunContext
 from console.agents.errors import AnswerWaits, CallNotSent
-from console.config import ConfigError
+from console.agents.tools import (
+    BUILTINS,
+    MAX_JOURNAL_CHARS,
+    MAX_RECORD_CHARS,
+    MAX_RESULT_CHARS,
+    ListedTool,
+    PythonTool,
+    ToolCall,
+    ToolHints,
+    ToolHub,
+    ToolInputError,
+    ToolOutcome,
+    ToolSpec,
+    canonical,
+    summary,
+    text_argument,
+)
 from console.core import Event, MemoryEntry, OutcomeUnknown, ToolCallRecord, approved_step_key
 from console.core.journal import Interrupted
 from console.redact import redact_urls
-from console.trust.callview import QUESTION_LIMIT, compact_call, cut_middle, find_urls, message_from_run
+from console.trust.callview import find_urls, message_from_run
 from console.trust.policy import Decision, Policy, Ruling
 from console.trust.provenance import Provenance, note_private, note_taint
 
-
-class ListedTool(Protocol):
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def description(self) -> str: ...
-
-    @property
-    def input_schema(self) -> dict[str, Any]: ...
-
-
-class ToolHub(Protocol):
-    """What the gateway needs of the MCP side (console.agents.mcp.McpHub)."""
-
-    def start(self, *, wait: bool = True) -> None: ...
-
-    def close(self) -> None: ...
-
-    def tools(self) -> tuple[Sequence[ListedTool], dict[str, str]]: ...
-
-    def call(self, name: str, arguments: dict[str, Any], *, idempotency_key: str) -> dict[str, Any]: ...
-
-    def repeatable(self, name: str) -> bool: ...
-
-    def status(self) -> dict[str, str]: ...
-
-    def watch(self, callback: Callable[[], None]) -> None: ...
-
 log = logging.getLogger("agent_console.tools")
-
-ENTRY_POINT_GROUP = "agent_console.tools"
-MAX_RESULT_CHARS = 8000      # of one tool result handed back to the model
-MAX_RECORD_CHARS = 2000      # of one result kept in the transcript
-MAX_JOURNAL_CHARS = 64_000   # of one tool result kept in the journal (what a replay hands back)
-TOOL_NAME_CHARS = 64         # the Messages API's limit on a tool's name
-
-Outcome = Literal["done", "error", "deferred", "refused", "unknown"]
-
-
-@dataclass(frozen=True)
-class ToolHints:
-    """What a tool says about itself: an MCP tool's annotations (readOnlyHint, destructiveHint, idempotentHint,
-    openWorldHint), a Python tool's tool_hints(...). None: not declared. trusted_server: the owner marked its
-    MCP server `trusted = true` (the owner's word, never the server's)."""
-
-    read_only: bool | None = None
-    destructive: bool | None = None
-    idempotent: bool | None = None
-    open_world: bool | None = None
-    trusted_server: bool = False
-    # Its results are the owner's private data: a Python tool's tool_hints(private=True), or an MCP server the
-    # owner marked `private = true` (the owner's word, never the server's).
-    private: bool = False
-
-
-@dataclass(frozen=True)
-class ToolSpec:
-    name: str
-    description: str
-    input_schema: dict[str, Any]
-    kind: str  # builtin | python | mcp
-    hints: ToolHints = ToolHints()
-
-    @property
-    def reads_open_world(self) -> bool:
-        """Whether its result may carry text someone else wrote: reading it makes a conversation untrusted.
-        An MCP tool unless its server is trusted and it is not annotated openWorldHint: true; a Python tool
-        unless it declares open_world=False; never a built-in (recall judges the notes it returns itself)."""
-        if self.kind == "builtin":
-            return False
-        if self.kind == "mcp":
-            return not self.hints.trusted_server or self.hints.open_world is True
-        return self.hints.open_world is not False
-
-    @property
-    def reads_private(self) -> bool:
-        """Whether its result is the owner's private data (reading it makes a conversation private). recall
-        judges the notes it returns itself."""
-        return self.kind != "builtin" and self.hints.private
-
-    @property
-    def sink(self) -> str | None:
-        """Where its arguments go when that is to someone other than the owner (None: they stay with the
-        owner): an open-world tool's server. A built-in is judged by what it sends (gateway._sink)."""
-        if self.kind == "builtin" or not self.reads_open_world:
-            return None
-        return f"the arguments of {self.name}, an open-world tool"
-
-    @property
-    def read_only_default(self) -> bool:
-        """A read-only, closed-world tool of a trusted server: allowed by default where no rule names it."""
-        return self.kind == "mcp" and self.hints.read_only is True and not self.reads_open_world
-
-
-HINTS_ATTRIBUTE = "__agent_console_hints__"
-
-F = TypeVar("F", bound=Callable[..., Any])
-
-
-def tool_hints(*, open_world: bool = True, read_only: bool | None = None, idempotent: bool | None = None,
-               destructive: bool | None = None, private: bool = False) -> Callable[[F], F]:
-    """Declare what a Python tool is, as MCP annotations do for a server's tools:
-
-        from console.agents.gateway import tool_hints
-
-        @tool_hints(open_world=False, read_only=True)
-        def lookup_order(order: str) -> dict[str, str]: ...
-
-    open_world=False says its result holds only the owner's own data, so reading it keeps a run trusted. The
-    default is open-world: a tool that forgot to say so and does return outside text (a web page, an e-mail, a
-    customer's note) would otherwise let that text steer a trusted run; a closed-world tool that forgot costs
-    only an extra question.
-
-    private=True says its result is the owner's private data (a balance, a mailbox, a calendar): a run that
-    has read it and untrusted content then sends nothing to a sink unasked (docs/security.md)."""
-    def mark(function: F) -> F:
-        setattr(function, HINTS_ATTRIBUTE, ToolHints(read_only, destructive, idempotent, open_world,
-                                                     private=private))
-        return function
-
-    return mark
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One call the model made (or the offline agent), with the id the conversation knows it by."""
-
-    use_id: str
-    name: str
-    arguments: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    outcome: Outcome
-    text: str                       # what goes back to the model as the tool's result
-    decision: str                   # allowed | asked | denied | unknown | approved | declined | expired
-    request_id: str | None = None   # the approval it asked for (deferred) or ran under (approved)
-    result: Any = None              # the tool's own result, when it ran
-    made: bool = False              # it went out (a journal step that stands), for the audit trail
-    replayed: bool = False          # ... in an earlier attempt: the journal answered it here
-
-
-def canonical(arguments: Mapping[str, Any]) -> str:
-    """Arguments as one canonical JSON text: what an approval is bound to."""
-    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
-
-
-def summary(name: str, arguments: Mapping[str, Any]) -> str:
-    """`tool(key=value, ...)` on one line naming every argument, long values shortened in their middle (an
-    ask_owner question: its words): what the owner is asked about (console.trust.callview says how)."""
-    if name == "ask_owner" and isinstance(arguments.get("question"), str):
-        return cut_middle(" ".join(str(arguments["question"]).split()), QUESTION_LIMIT)
-    return compact_call(name, arguments)
-
-
-# --- built-in tools ---------------------------------------------------------------------------------------
-
-def _schema(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {"type": "object", "properties": properties, "required": required, "additionalProperties": False}
-
-
-BUILTINS: dict[str, ToolSpec] = {spec.name: spec for spec in (
-    ToolSpec("send_message", "Queue a message to the owner. Leave it out when nothing is worth saying.", _schema({
-        "text": {"type": "string", "description": "The message, plain text."},
-        "urgent": {"type": "boolean", "description": "Skip the outbox's pacing. Rarely.", "default": False},
-    }, ["text"]), "builtin"),
-    ToolSpec("set_timer", "Wake yourself later: once at a time, or on a cron schedule. The timer's text comes "
-             "back to you as an event when it fires.", _schema({
-                 "text": {"type": "string", "description": "What to do when it fires."},
-                 "at": {"type": "string", "description": "Once, at this ISO 8601 time (with an offset), e.g. "
-                                                         "2026-12-01T09:00:00+01:00."},
-                 "cron": {"type": "string", "description": "Or on this cron schedule, e.g. '0 9 * * 1'."},
-                 "tz": {"type": "string", "description": "The IANA time zone of a cron schedule."},
-                 "timer_id": {"type": "string", "description": "A name, to replace a timer set before."},
-             }, ["text"]), "builtin"),
-    ToolSpec("remember", "Keep a short note for later runs (replaces a note of the same key).", _schema({
-        "key": {"type": "string"}, "value": {"type": "string"}}, ["key", "value"]), "builtin"),
-    ToolSpec("recall", "Read your notes (all of them, or those whose key contains `query`).", _schema({
-        "query": {"type": "string"}}, []), "builtin"),
-    ToolSpec("forget", "Drop a note.", _schema({"key": {"type": "string"}}, ["key"]), "builtin"),
-    ToolSpec("ask_owner", "Ask the owner a yes/no question and stop; you are resumed with the answer.", _schema({
-        "question": {"type": "string", "description": "The question, complete on its own."}}, ["question"]),
-        "builtin"),
-)}
-
-
-class ToolInputError(ValueError):
-    """The model's arguments do not fit the tool: it gets the reason back and may correct itself."""
-
-
-def _text(arguments: Mapping[str, Any], name: str, *, required: bool = True) -> str | None:
-    value = arguments.get(name)
-    if value is None and not required:
-        return None
-    if not isinstance(value, str) or not value.strip():
-        raise ToolInputError(f"needs a non-empty text {name!r}")
-    return value.strip()
-
-
-# --- Python tools through entry points -------------------------------------------------------------------
-
-@dataclass
-class PythonTool:
-    """A function exposed through the entry-point group `agent_console.tools`; its schema comes from its type
-    hints and docstring (pydantic), and its arguments are validated the same way before it runs."""
-
-    name: str
-    function: Callable[..., Any]
-    spec: ToolSpec = field(init=False)
-    _model: Any = field(init=False, repr=False)
-
-    def __post_init__(self) -> None:
-        import pydantic
-
-        signature = inspect.signature(self.function)
-        fields_: dict[str, Any] = {}
-        for parameter in signature.parameters.values():
-            if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
-                raise ConfigError(f"tool {self.name!r}: *args and **kwargs cannot be described to a model")
-            annotation = parameter.annotation if parameter.annotation is not parameter.empty else Any
-            default = parameter.default if parameter.default is not parameter.empty else ...
-            fields_[parameter.name] = (annotation, default)
-        self._model = pydantic.create_model(f"{self.name}_arguments", **fields_)
-        schema = self._model.model_json_schema()
-        schema.pop("title", None)
-        doc = inspect.getdoc(self.function) or f"The {self.name} tool."
-        hints = getattr(self.function, HINTS_ATTRIBUTE, None)
-        self.spec = ToolSpec(self.name, doc.split("\n\n")[0].strip(), schema, "python",
-                             hints if isinstance(hints, ToolHints) else ToolHints())
-
-    def call(self, arguments: Mapping[str, Any]) -> Any:
-        import pydantic
-
-        try:
-            checked = self._model.model_validate(dict(arguments))
-        except pydantic.ValidationError as exc:
-            raise ToolInputError(str(exc).replace("\n", "; ")) from None
-        return self.function(**{name: getattr(checked, name) for name in type(checked).model_fields})
-
-
-def load_python_tools(group: str = ENTRY_POINT_GROUP) -> dict[str, PythonTool]:
-    """Every function installed under the entry-point group. A tool that fails to load is left out with a
-    warning naming it (one broken package must not stop the agent)."""
-    found: dict[str, PythonTool] = {}
-    for point in entry_points(group=group):
-        name = point.name
-        if not name.replace("_", "").replace("-", "").isalnum() or len(name) > TOOL_NAME_CHARS or name in BUILTINS \
-                or name.startswith("mcp__"):
-            log.warning("python tool %r left out: a tool name is letters, digits, _ and - (not a built-in's "
-                        "name, not mcp__...)", name)
-            continue
-        try:
-            function = point.load()
-            if not callable(function):
-                raise TypeError(f"{point.value} is not callable")
-            found[name] = PythonTool(name, function)
-        except Exception as exc:  # a third-party package's import error: leave the tool out, say why
-            log.warning("python tool %r (%s) left out: %s: %s", name, point.value, type(exc).__name__, exc)
-    return found
 
 
 # --- the gateway -----------------------------------------------------------------------------------------
@@ -667,27 +421,27 @@ class ToolGateway:
                 pass  # the server's schema is broken: let the server judge the call
             return
         if call.name == "send_message":
-            _text(arguments, "text")
+            text_argument(arguments, "text")
         elif call.name == "set_timer":
-            _text(arguments, "text")
+            text_argument(arguments, "text")
             if ("at" in arguments) == ("cron" in arguments):
                 raise ToolInputError("give either `at` (once) or `cron` (repeating), not both or neither")
             if "at" in arguments:
-                _moment(_text(arguments, "at") or "")
+                _moment(text_argument(arguments, "at") or "")
             else:
                 self._cron(arguments)
         elif call.name == "remember":
-            _text(arguments, "key"), _text(arguments, "value")
+            text_argument(arguments, "key"), text_argument(arguments, "value")
         elif call.name == "forget":
-            _text(arguments, "key")
+            text_argument(arguments, "key")
         elif call.name == "ask_owner":
-            _text(arguments, "question")
+            text_argument(arguments, "question")
 
     def _cron(self, arguments: Mapping[str, Any]) -> tuple[str, str]:
         from console.core.timers import validate_cron
 
-        cron = _text(arguments, "cron") or ""
-        zone = _text(arguments, "tz", required=False) or self.timezone
+        cron = text_argument(arguments, "cron") or ""
+        zone = text_argument(arguments, "tz", required=False) or self.timezone
         try:
             validate_cron(cron, zone)
         except ValueError as exc:
@@ -790,25 +544,25 @@ class ToolGateway:
             # Marked by the runtime, not the model: a message never looks like a card, and one from a run that
             # read untrusted content says so first, whatever the text asks for.
             untrusted_from = None if provenance.trusted else ", ".join(provenance.tainted_by)
-            ctx.say(message_from_run(_text(arguments, "text") or "", untrusted_from),
+            ctx.say(message_from_run(text_argument(arguments, "text") or "", untrusted_from),
                     urgent=arguments.get("urgent") is True)
             return "Queued; it is delivered when this run finishes."
         if name == "remember":
-            ctx.remember(_text(arguments, "key") or "", _text(arguments, "value") or "", event=event,
+            ctx.remember(text_argument(arguments, "key") or "", text_argument(arguments, "value") or "", event=event,
                          origin=provenance.write_origin(event))
             return "Remembered."
         if name == "forget":
-            return "Forgotten." if ctx.forget(_text(arguments, "key") or "") else "There was no such note."
+            return "Forgotten." if ctx.forget(text_argument(arguments, "key") or "") else "There was no such note."
         if name == "recall":
             return recall_text(recalled(ctx, arguments), provenance)
         if name == "set_timer":
-            text = _text(arguments, "text") or ""
-            timer_id = _text(arguments, "timer_id", required=False) or \
+            text = text_argument(arguments, "text") or ""
+            timer_id = text_argument(arguments, "timer_id", required=False) or \
                 f"agent-{event.id}-{hashlib.sha256(canonical(arguments).encode()).hexdigest()[:8]}"
             payload = {"text": text, "set_by_event": event.id}
             origin = provenance.write_origin(event)
             if "at" in arguments:
-                due = _moment(_text(arguments, "at") or "")
+                due = _moment(text_argument(arguments, "at") or "")
                 ctx.set_timer(timer_id, due, payload, origin=origin)
                 return f"Timer {timer_id!r} set for {datetime.fromtimestamp(due).astimezone().isoformat()}."
             cron, zone = self._cron(arguments)

@@ -21,7 +21,8 @@ from typing import Any
 
 from console.agents.base import ApprovalRequest, Resumed, RunContext
 from console.agents.errors import EventFailed
-from console.agents.gateway import ToolCall, ToolGateway, ToolOutcome, summary
+from console.agents.gateway import ToolGateway
+from console.agents.tools import ToolCall, ToolOutcome, summary
 from console.core import Event
 from console.trust.provenance import Provenance
 

@@ -10,10 +10,11 @@ import sys
 from collections.abc import Callable
 
 from console.agents.base import Agent, AgentSetupError
-from console.agents.gateway import ToolGateway, load_python_tools
+from console.agents.gateway import ToolGateway
 from console.agents.mcp import McpHub
 from console.agents.mcp_config import McpServerConfig, parse_mcp_servers
 from console.agents.offline import OfflineAgent
+from console.agents.tools import load_python_tools
 from console.config import Settings
 from console.trust.policy import DEFAULT_ALLOW, Policy
 

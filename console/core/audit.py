@@ -15,7 +15,7 @@ somewhere else, pins every row up to it: `audit --pin` prints it, the daily dige
 `audit --verify --against HASH` proves the trail still holds that row.
 
 Secrets: the rows hold what the gateway recorded, which it scrubs of the values substituted from ${VAR} and of
-URL credentials before a run's finish writes them (agents/tools.py); a row about an approval (its answer, a
+URL credentials before a run's finish writes them (agents/gateway.py); a row about an approval (its answer, a
 stranded yes) takes the scrubbed copy the gateway kept on it, never the exact arguments it runs with; a call's
 result is not kept, only a short reason when it did not succeed.
 """

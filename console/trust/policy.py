@@ -8,7 +8,7 @@
     allow = ["mcp__shop__lookup_*"]             # this list and the allow list above match
 
 Rules are shell-style globs (fnmatch, case-sensitive) over tool names. The policy decides; the core only
-stores what was decided (an approval bound to the exact call), and the gateway (agents/tools.py) enforces it.
+stores what was decided (an approval bound to the exact call), and the gateway (agents/gateway.py) enforces it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ TRUSTED_SOURCES = frozenset({"chat", "timer", "approval"})
 DEFAULT_ALLOW = ("send_message", "recall", "remember", "forget", "ask_owner")
 # A run that holds text from outside may still talk to the owner and ask: a message or a question reaches only
 # the owner. Reading the owner's notes (private data), changing them, setting timers or using any other tool
-# asks first (and recall of private notes asks whatever the lists say: console/agents/tools.py).
+# asks first (and recall of private notes asks whatever the lists say: console/agents/gateway.py).
 DEFAULT_UNTRUSTED_ALLOW = ("send_message", "ask_owner")
 _KEYS = {"allow", "ask", "deny", "untrusted"}
 

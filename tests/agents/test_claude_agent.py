@@ -20,8 +20,9 @@ import pytest
 
 from console.agents.base import AgentSetupError, RunContext
 from console.agents.claude import ClaudeAgent, ClaudeError
-from console.agents.gateway import PythonTool, ToolGateway
+from console.agents.gateway import ToolGateway
 from console.agents.registry import CLAUDE_EXTRA_MISSING, build_agent
+from console.agents.tools import PythonTool
 from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import ConfigError, Settings, load_settings

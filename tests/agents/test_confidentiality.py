@@ -16,9 +16,10 @@ from typing import Any
 import pytest
 
 from console.agents.claude import ClaudeAgent
-from console.agents.gateway import CONFINED_RULE, RECALL_PRIVATE_RULE, PythonTool, ToolGateway, tool_hints
+from console.agents.gateway import CONFINED_RULE, RECALL_PRIVATE_RULE, ToolGateway
 from console.agents.mcp import McpHub
 from console.agents.mcp_config import McpServerConfig, parse_mcp_servers
+from console.agents.tools import PythonTool, tool_hints
 from console.core import Store
 from console.trust.callview import announcement, defang_urls, find_urls, request_view
 from console.trust.policy import DEFAULT_UNTRUSTED_ALLOW, Policy

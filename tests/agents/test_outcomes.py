@@ -26,9 +26,10 @@ from typing import Any
 import pytest
 
 from console.agents.claude import ClaudeAgent, ClaudeError
-from console.agents.gateway import MAX_JOURNAL_CHARS, PythonTool, ToolGateway, tool_hints
+from console.agents.gateway import ToolGateway
 from console.agents.mcp import McpCallUnknown, McpHub
 from console.agents.mcp_config import McpServerConfig
+from console.agents.tools import MAX_JOURNAL_CHARS, PythonTool, tool_hints
 from console.core import OutcomeUnknown, Store
 from console.redact import HIDDEN
 from console.trust.policy import DEFAULT_ALLOW, Policy

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from console.agents.gateway import BUILTINS, ToolHints, ToolSpec, changes_world
+from console.agents.gateway import changes_world
 from console.agents.registry import read_instructions
+from console.agents.tools import BUILTINS, ToolHints, ToolSpec
 from console.config import ConfigError, Settings
 from console.trust.policy import DEFAULT_ALLOW, DEFAULT_UNTRUSTED_ALLOW, Policy, Ruling, untrusted_sources
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from console.agents.base import RunContext
-from console.agents.gateway import PythonTool, ToolCall, ToolGateway
+from console.agents.gateway import ToolGateway
+from console.agents.tools import PythonTool, ToolCall
 from console.clock import ManualClock
 from console.edges.phone import PhoneChannel
 from console.edges.telegram import TelegramChannel

@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
-from console.agents.gateway import PythonTool, ToolGateway, tool_hints
+from console.agents.gateway import ToolGateway
 from console.agents.offline import OfflineAgent
+from console.agents.tools import PythonTool, tool_hints
 from console.clock import ManualClock
 from console.core import Store
 from console.core.audit import audit_record

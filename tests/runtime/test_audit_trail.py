@@ -20,7 +20,8 @@ import apsw
 import pytest
 
 from console.agents.claude import ClaudeAgent
-from console.agents.gateway import PythonTool, ToolGateway
+from console.agents.gateway import ToolGateway
+from console.agents.tools import PythonTool
 from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings
