@@ -52,7 +52,7 @@ from console.core.gate import INGEST_CHECK_SECONDS, check_before_intake
 from console.core.inbox import DISCARDABLE, REVIVABLE
 from console.core.models import PHONE_IGNORED, SpendRow, origin_in_words
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
-from console.modelspec import ModelSpec, chain_of, model_rows
+from console.modelspec import model_rows
 from console.redact import install_log_redaction
 from console.runtime.why import why_not_run
 from console.spendfmt import NANOS_PER_USD, dollars, runs_of
@@ -262,7 +262,7 @@ def status(state: CliState, as_json: bool) -> None:
     now = _now()
     with state.reader() as store:
         info = store.status(now=now, budgets=state.settings().budget_defaults())
-        rows = model_rows(_chain(state.settings()), store.model_health(), now=now)
+        rows = model_rows(state.settings().model_chain(), store.model_health(), now=now)
     if as_json:
         _print_json(dict(info, now=now, models=[{name: row[name] for name in ("name", "state", "until", "reason")}
                                                 for row in rows]))
@@ -271,13 +271,6 @@ def status(state: CliState, as_json: bool) -> None:
         _say(line)
     if any(row["state"] != "ready" for row in rows):
         _say("models     " + " · ".join(_model_words(row, now) for row in rows))
-
-
-def _chain(settings: Settings) -> list[ModelSpec]:
-    """The chain of models the settings give the claude agent (none for the offline agent)."""
-    if settings.agent != "claude":
-        return []
-    return chain_of(settings.models, claude_model=settings.claude_model, claude_base_url=settings.claude_base_url)
 
 
 def _model_words(row: dict[str, Any], now: int) -> str:
@@ -298,7 +291,7 @@ def models(state: CliState, as_json: bool) -> None:
     now = _now()
     settings = state.settings()
     with state.reader() as store:
-        rows = model_rows(_chain(settings), store.model_health(), now=now)
+        rows = model_rows(settings.model_chain(), store.model_health(), now=now)
     if as_json:
         _print_json(rows)
         return

@@ -34,7 +34,7 @@ from console.core.pg_target import parse_target
 from console.core.spend import check_budget_usd
 from console.core.store import inbox_location, settled_location
 from console.core.timers import validate_cron
-from console.modelspec import parse_models
+from console.modelspec import ModelSpec, chain_of, parse_models
 from console.pricing import parse_prices
 from console.redact import redact_url
 
@@ -169,6 +169,13 @@ class Settings:
             return self.db.with_name(f"{self.db.name}.{TELEMETRY_SUFFIX}")
         where = re.sub(r"[^A-Za-z0-9.-]+", "_", self.inbox_name.split("://", 1)[-1]).strip("_")[:160]
         return self.inbox_folder / f"postgresql-{where}.{TELEMETRY_SUFFIX}"
+
+    def model_chain(self) -> list[ModelSpec]:
+        """The chain of models the claude agent asks ([[models]], or the claude_* settings as a chain of one);
+        none for the offline agent."""
+        if self.agent != "claude":
+            return []
+        return chain_of(self.models, claude_model=self.claude_model, claude_base_url=self.claude_base_url)
 
     def budget_defaults(self) -> BudgetDefaults:
         """The budgets these settings give, where each came from, and the owner's time zone. A budget

@@ -7,13 +7,14 @@ Nothing scans the inbox, so a pane stays fast on a file with millions of events.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from console.core import AgentState, Approval, Event, Lease, OutboxMessage, RefusedFinish, Store, StrandedAnswer
 from console.core.inbox import sort_key
 from console.core.models import BudgetDefaults
+from console.modelspec import ModelSpec, model_rows
 from console.tui.transcript import Line, conversation_lines
 
 SPARK_MINUTES = 30
@@ -262,11 +263,13 @@ class HeaderFacts:
     lease: Lease | None
     waiting: int
     tools_not_up: tuple[dict[str, Any], ...] = ()  # MCP servers down or starting, as the lease holder recorded
+    models: tuple[dict[str, Any], ...] = ()  # the chain of models as it stands (modelspec.model_rows)
 
 
-def read_header(now: int, defaults: BudgetDefaults) -> Callable[[Store], HeaderFacts]:
+def read_header(now: int, defaults: BudgetDefaults, chain: Sequence[ModelSpec] = ()) -> Callable[[Store], HeaderFacts]:
     def read(store: Store) -> HeaderFacts:
         return HeaderFacts(_spend(store, now, defaults), store.lease(), store.pending_approval_count(),
-                           tuple(tool for tool in store.tool_health() if tool["state"] != "up"))
+                           tuple(tool for tool in store.tool_health() if tool["state"] != "up"),
+                           tuple(model_rows(chain, store.model_health(), now=now)) if chain else ())
 
     return read

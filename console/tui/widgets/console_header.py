@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, replace
+from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
@@ -136,11 +137,14 @@ class ConsoleHeader(Vertical):
         self.sources: list[str] = []  # the inbox's sources, read with the sparkline
         self.activity_stale = True  # events came since the sparkline was read
         self._activity_read_at: int | None = None
+        self.chain = host.settings.model_chain()
+        self._model_in_use: str | None = None  # the model in use as last read (a change is a toast)
 
     async def reload(self) -> None:
         host = self.host
         now = host.clock.now()
-        facts = await host.read(read_header(now, host.settings.budget_defaults()))
+        facts = await host.read(read_header(now, host.settings.budget_defaults(), self.chain))
+        self._say_model_switch(facts.models)
         self.view = HeaderView(now, host.engine.mode, facts, self.activity, host.receiver_summary(),
                                host.key_for("console.stall"))
 
@@ -232,7 +236,7 @@ class ConsoleHeader(Vertical):
         mode = "read-only" if view.mode == "watching" else view.mode  # --read-only: a watch-only engine
         title = Content.assemble(
             ("agent-console ", "bold $text-primary"), (mode, "$text-success" if mode == "active" else "$text-warning"),
-            *self._badge(facts), (" · agent ", "dim"), (self.agent, "bold"),
+            *self._badge(facts), (" · agent ", "dim"), (self.agent, "bold"), *self._model(facts),
             *self._spend(facts.spend if facts else None), (" · ", "dim"), self.inbox,
             *((("  ", ""), (view.webhooks, "$text-accent")) if view.webhooks else ()),
         )
@@ -246,9 +250,37 @@ class ConsoleHeader(Vertical):
         lines = [banner_text(view)] if view.nobody_working else []
         if tools is not None:
             lines.append(f"⚠ {terminal_safe(tools)}")
+        fallback = fallback_words(list(facts.models)) if facts is not None else None
+        if fallback is not None:
+            lines.append(f"⚠ {terminal_safe(fallback)}")
         banner.set_class(bool(lines), "-shown")
         if lines:
             show(banner, Content("\n".join(lines)))
+
+    def _say_model_switch(self, models: tuple[dict[str, Any], ...]) -> None:
+        """A toast when the model in use changes (a fallback takes over, the primary is back, none can answer)."""
+        if not models:
+            return
+        in_use = next((row["name"] for row in models if row["in_use"]), "")
+        before, self._model_in_use = self._model_in_use, in_use
+        if before is None or before == in_use:
+            return
+        said = fallback_words(list(models))
+        primary = models[0]["name"]
+        words = said or (f"{primary} answers again" if in_use == primary else f"{in_use} answers")
+        self.notify(terminal_safe(words), title="Model switched", timeout=10,
+                    severity="information" if in_use == primary else "warning")
+
+    @staticmethod
+    def _model(facts: HeaderFacts | None) -> tuple[tuple[str, str], ...]:
+        """' · model local' (the one in use: a fallback in warning colours, none in error colours)."""
+        if facts is None or not facts.models:
+            return ()
+        in_use = next((row for row in facts.models if row["in_use"]), None)
+        if in_use is None:
+            return ((" · model ", "dim"), ("none can answer", "bold $text-error"))
+        style = "bold" if in_use is facts.models[0] else "bold $text-warning"
+        return ((" · model ", "dim"), (terminal_safe(in_use["name"]), style))
 
     @staticmethod
     def _badge(facts: HeaderFacts | None) -> tuple[tuple[str, str], ...]:
@@ -272,3 +304,16 @@ class ConsoleHeader(Vertical):
         elif spend.today_usd >= 0.8 * spend.daily_budget_usd:
             style = "$text-warning"
         return ((" · today ", "dim"), (shown, style), (f" of {dollars(spend.daily_budget_usd)}", "dim"))
+
+
+def fallback_words(models: list[dict[str, Any]]) -> str | None:
+    """The banner's line while the primary cannot answer: who answers instead and why ('model: local answers;
+    claude cooling until 14:05 — rate limited (429)'), or that none can; None while the primary answers."""
+    if not models or models[0]["in_use"]:
+        return None
+    primary = models[0]
+    why = f"{primary['name']} {primary['state']}" + (f": {primary['reason']}" if primary["reason"] else "")
+    in_use = next((row["name"] for row in models if row["in_use"]), None)
+    if in_use is None:
+        return f"model: none can answer now ({why}); events wait, no attempt spent"
+    return f"model: {in_use} answers ({why})"
