@@ -41,7 +41,8 @@ from console.cli_common import (
     _short_time,
     rejecting_bad_input,
 )
-from console.cli_telegram import telegram, telegram_lines
+from console.cli_render import budget_source_words, call_record, event_record, status_lines
+from console.cli_telegram import telegram
 from console.config import Settings, ensure_default_db_folder, load_settings, open_inbox
 from console.core import STATUSES, Event, Store, Timer
 from console.core.approvals import ANSWERS
@@ -50,15 +51,14 @@ from console.core.copy import abandon_move, inbox_name, move_inbox
 from console.core.errors import damage_line
 from console.core.gate import INGEST_CHECK_SECONDS, check_before_intake
 from console.core.inbox import DISCARDABLE, REVIVABLE
-from console.core.models import PHONE_IGNORED, SpendRow, origin_in_words
+from console.core.models import origin_in_words
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.modelspec import model_rows
 from console.redact import install_log_redaction
 from console.runtime.why import why_not_run
-from console.spendfmt import NANOS_PER_USD, dollars, runs_of
+from console.spendfmt import dollars, runs_of
 from console.textsafe import TerminalSafeFormatter, json_terminal_safe, terminal_safe
 from console.timefmt import (
-    agent_in_words,
     answered_in_words,
     count,
     plural,
@@ -67,7 +67,7 @@ from console.timefmt import (
     span,
     via_in_words,
 )
-from console.trust.callview import RequestView, origin_line, request_view
+from console.trust.callview import origin_line, request_view
 
 if TYPE_CHECKING:
     from console.assembly import System
@@ -75,7 +75,6 @@ if TYPE_CHECKING:
 UNKNOWN_REQUEST = 1
 DAMAGED = 1
 SHOW_WIDTH = 100  # columns `show` wraps an approval's call to
-RECENT_IN_STATUS = 3  # settled approvals `status` lists under the pending ones (--json has more)
 
 
 # --- the group ---------------------------------------------------------------------------------
@@ -267,7 +266,7 @@ def status(state: CliState, as_json: bool) -> None:
         _print_json(dict(info, now=now, models=[{name: row[name] for name in ("name", "state", "until", "reason")}
                                                 for row in rows]))
         return
-    for line in _describe_status(info, now):
+    for line in status_lines(info, now):
         _say(line)
     if any(row["state"] != "ready" for row in rows):
         _say("models     " + " · ".join(_model_words(row, now) for row in rows))
@@ -390,108 +389,6 @@ def _writable_existing(state: CliState, settings: Settings) -> Iterator[Store]:
         yield store
 
 
-def _asks(what: RequestView) -> str:
-    """One approval on one line: its id, then the call with every argument named, or the question."""
-    asks = f"question: “{what.compact()}”" if what.is_question else what.compact()
-    return f"{what.request_id}  {asks}"
-
-
-def _describe_status(info: dict[str, Any], now: int) -> list[str]:
-    counts = info["events"]
-    lines = [f"inbox      {info['path']}"]
-    move = info.get("move")
-    if move is not None:  # the first thing to know: this inbox takes no new work
-        lines.append(f"move       {move['refusal']}")
-    lines.append("events     " + " · ".join(f"{count(counts.get(s, 0))} {s}" for s in STATUSES))
-    lease = info["lease"]
-    if lease is None:
-        lines.append("lease      nobody has held it yet")
-    elif lease["live"]:
-        lines.append(f"lease      held by {lease['holder']}, generation {lease['gen']}, "
-                     f"{span(lease['expires_in'])} left")
-    else:
-        lines.append(f"lease      free (last holder {lease['holder']}, generation {lease['gen']}, "
-                     f"ended {span(-lease['expires_in'])} ago)")
-    pending = info["approvals_pending"]
-    lines.append(f"approvals  {count(len(pending))} pending" if pending else "approvals  none pending")
-    for approval in pending:
-        # Every argument named (long values cut in the middle), then where the request came from.
-        what = request_view(approval)
-        left = f"{span(approval['expires_in'])} left" if approval["expires_in"] > 0 else "expired, not yet swept"
-        asker = f"event {approval['event_id']} · " if approval.get("event_id") is not None else ""
-        lines.append(f"           {_asks(what)}")
-        origin = f"{origin_line(what.origin)} · " if what.origin is not None else ""
-        lines.append(f"             {origin}{asker}{left}")
-    for answered in info.get("approvals_recent", [])[:RECENT_IN_STATUS]:
-        said = answered_in_words(answered["outcome"], answered["answered_via"], answered["answered_at"], now)
-        lines.append(f"           {_asks(request_view(answered))}  ({said})")
-    stranded = info.get("stranded_answers", [])
-    if stranded:  # an answer that did not reach its conversation: on a yes, a call that may not have happened
-        lines.append(f"answers    {plural(len(stranded), 'answer')} did not resume (dead events; retry runs them)")
-    for answer in stranded:
-        lines.append(f"           {answer['request_id']}  {answer['action']}  ({answer['in_words']})")
-    phone = {verdict: n for verdict, n in info.get("phone_answers", {}).items() if n}
-    if phone:
-        taken = sum(phone.get(verdict, 0) for verdict in ("settled", "late", "already_answered"))
-        ignored = {verdict: n for verdict, n in phone.items() if verdict in PHONE_IGNORED}
-        detail = ", ".join(f"{count(n)} {verdict.replace('_', ' ')}" for verdict, n in ignored.items())
-        lines.append(f"phone      {plural(taken, 'answer')} taken · {count(sum(ignored.values()))} ignored"
-                     + (f" ({detail})" if detail else ""))
-    lines += telegram_lines(info.get("telegram") or {})
-    for tool in info.get("tools") or []:
-        if tool["state"] == "down":
-            lines.append(f"tools      {tool['server']} down — {tool['reason']} — retrying")
-        elif tool["state"] == "starting":
-            lines.append(f"tools      {tool['server']} starting")
-    mail = info.get("email") or {}
-    if mail.get("state", "off") != "off" or mail.get("last_uid") is not None:
-        reason = f" ({mail['reason']})" if mail.get("reason") else ""
-        lines.append(f"email      {mail.get('state')}{reason} · last UID stored {mail.get('last_uid')}")
-    outbox = info["outbox"]
-    next_send = info["next_send_at"]
-    send = "nothing to send" if next_send is None else f"next send {relative(next_send, now)}"
-    retrying = f" · {plural(outbox['retrying'], 'batch', 'batches')} retrying" if outbox["retrying"] else ""
-    held = (f" · {count(outbox['held'])} held over the hourly cap (agent-console held)"
-            if outbox.get("held") else "")
-    lines.append(f"outbox     {count(outbox['queued'])} queued · {count(outbox['sent'])} sent · "
-                 f"{count(outbox['failed'])} failed{retrying}{held} · {send}")
-    timer = info["next_timer"]
-    upcoming = "none due" if timer is None else f"next: {timer['id']} {relative(timer['due'], now)}"
-    lines.append(f"timers     {upcoming}")
-    lines.append(f"fencing    {plural(info['takeovers'], 'takeover')} · "
-                 f"{plural(info['refused_finishes'], 'refused late finish', 'refused late finishes')}")
-    agent = info["agent"]
-    lines.append(f"agent      {agent_in_words(agent['state'], agent['reason'], agent['until'], now)}")
-    spend = info["spend"]
-    today = _against(spend["today_usd"], spend["daily_budget_usd"], spend["daily_budget_from"])
-    month = _against(spend["month_usd"], spend["monthly_budget_usd"], spend["monthly_budget_from"])
-    lines.append(f"spend      today {today} · this month {month}")
-    return lines
-
-
-def _against(spent: float | None, budget: float | None, source: str) -> str:
-    """'$0.42 of $5.00 (budget from the inbox)' or '$0.42 (no budget)'; an unknown spend says so."""
-    shown = dollars(spent) if spent is not None else "unknown (a model without a price was used)"
-    if budget is None:
-        return f"{shown} (no budget{'' if source == 'default' else ', set in ' + _source_words(source)})"
-    return f"{shown} of {dollars(budget)} (budget from {_source_words(source)})"
-
-
-def _source_words(source: str) -> str:
-    return "the inbox: agent-console budget" if source == "inbox" else source
-
-
-def _event_record(event: Event) -> dict[str, Any]:
-    return dataclasses.asdict(event)
-
-
-def _call_record(call: SpendRow) -> dict[str, Any]:
-    record = dataclasses.asdict(call)
-    cost = record.pop("cost_nanos")
-    record["cost_usd"] = None if cost is None else cost / NANOS_PER_USD
-    return record
-
-
 @main.command()
 @click.option("--status", "status_filter", type=OneOf(STATUSES), help="Only events in this state.")
 @click.option("--source", help="Only events from this source.")
@@ -503,7 +400,7 @@ def events(state: CliState, status_filter: str | None, source: str | None, limit
     with state.reader() as store:
         found = store.events(status=status_filter, source=source, limit=limit)
     if as_json:
-        _print_json([_event_record(e) for e in found])
+        _print_json([event_record(e) for e in found])
         return
     if not found:
         click.echo("no events")
@@ -575,12 +472,12 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
         model_calls = store.event_spend(event_id)
         why = why_not_run(store, event, now=_now(), zone=state.zone())
     if as_json:
-        _print_json({"event": _event_record(event), "why": why.as_json(),
+        _print_json({"event": event_record(event), "why": why.as_json(),
                      "history": [dataclasses.asdict(a) for a in history],
                      "journal": [dataclasses.asdict(s) for s in steps],
                      "tool_calls": [dataclasses.asdict(c) for c in calls],
                      "approvals": [dataclasses.asdict(a) for a in approvals],
-                     "model_calls": [_call_record(call) for call in model_calls]})
+                     "model_calls": [call_record(call) for call in model_calls]})
         return
     zone = state.zone()
     generation = "" if event.claim_gen is None else f", generation {event.claim_gen}"
@@ -838,7 +735,7 @@ def budget(state: CliState, daily: float | None, monthly: float | None, clear: b
     for kind, spent, period in (("daily", "today_usd", "today"), ("monthly", "month_usd", "this month")):
         limit = spend[f"{kind}_budget_usd"]
         shown = "no limit" if limit is None else dollars(limit)
-        _say(f"{kind:<8} {shown:<10} from {_source_words(spend[f'{kind}_budget_from'])}; spent {period} "
+        _say(f"{kind:<8} {shown:<10} from {budget_source_words(spend[f'{kind}_budget_from'])}; spent {period} "
              f"{dollars(spend[spent], unknown='unknown (a model without a price was used)')}")
 
 

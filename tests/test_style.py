@@ -283,7 +283,9 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     # The CLI builds an engine only through the assembly, and loads the console by name (importlib) when it is
     # opened, so `run` never imports Textual.
     ("console.cli", ("console.core", "console.config", "console.assembly", "console.runtime.why",
-                     "console.cli_common", "console.cli_telegram", *LEAVES)),
+                     "console.cli_common", "console.cli_render", "console.cli_telegram", *LEAVES)),
+    # What the commands print: pure renderings of what a command read.
+    ("console.cli_render", ("console.core", "console.config", "console.cli_telegram", *LEAVES)),
     # What the command modules share (the group's state, the one-line error, the value types, the output helpers).
     ("console.cli_common", ("console.core", "console.config", *LEAVES)),
     # `agent-console telegram ...`: the chat source's commands, registered on the CLI's group; it uses the shared
