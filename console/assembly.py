@@ -30,6 +30,7 @@ from console.runtime.host import ServiceChannel
 
 if TYPE_CHECKING:
     from console.agents.base import RunContext
+    from console.agents.doctor import Check
     from console.edges.receiver import WebhookReceiver
 
 log = logging.getLogger("agent_console.assembly")
@@ -323,3 +324,10 @@ def assemble_serve(settings: Settings, *, host: str | None = None, port: int | N
 
     return System(settings, receiver=lambda: build_receiver(settings, host=host, port=port, clock=clock,
                                                              group_commit=group_commit, check_first=True))
+
+
+def doctor_checks(settings: Settings) -> list[Check]:
+    """`agent-console doctor`: can the MCP servers run in their sandboxes here (console/agents/doctor.py)."""
+    from console.agents.doctor import run_doctor  # the MCP SDK with it: only for this command
+
+    return run_doctor(settings)

@@ -25,6 +25,7 @@ from console import __version__
 from console.cli_common import (
     PROG,
     SQLITE_COUNT,
+    USER_ERROR,
     CliState,
     ConsoleGroup,
     Dollars,
@@ -43,7 +44,7 @@ from console.cli_common import (
 )
 from console.cli_render import budget_source_words, call_record, event_record, status_lines
 from console.cli_telegram import telegram
-from console.config import Settings, ensure_default_db_folder, load_settings, open_inbox
+from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings, open_inbox
 from console.core import STATUSES, Event, Store, Timer
 from console.core.approvals import ANSWERS
 from console.core.audit import AUDIT_FIELDS, audit_record
@@ -224,6 +225,27 @@ def serve(state: CliState, host: str | None, port: int | None) -> None:
 def _say_listening(system: System) -> None:
     if system.receiver is not None:
         click.echo(f"listening on {system.receiver.url}", err=True)
+
+
+@main.command()
+@click.pass_obj
+def doctor(state: CliState) -> None:
+    """Check that the MCP servers can run in their sandboxes.
+
+    One line each: bubblewrap, user namespaces, the egress proxy, and each stdio server in [mcp_servers],
+    started in its sandbox with a probe in its place that lists what it can see, write and reach, then
+    started for real. Exit 2 when a check fails; a server with sandbox = false is a warning."""
+    from console.assembly import doctor_checks
+
+    try:
+        checks = doctor_checks(state.settings())
+    except ConfigError as exc:
+        raise UserError(str(exc)) from None
+    width = max(len(check.what) for check in checks)
+    for check in checks:
+        _say(f"{check.verdict:<4}  {check.what:<{width}}  {check.said}")
+    if any(check.verdict == "FAIL" for check in checks):
+        raise click.exceptions.Exit(USER_ERROR)
 
 
 # --- the inbox ---------------------------------------------------------------------------------

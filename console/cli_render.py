@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from console.cli_telegram import telegram_lines
 from console.core import STATUSES, Event
 from console.core.models import PHONE_IGNORED, SpendRow
+from console.core.tool_health import sandbox_words
 from console.spendfmt import NANOS_PER_USD, dollars
 from console.timefmt import (
     agent_in_words,
@@ -83,6 +84,7 @@ def status_lines(info: dict[str, Any], now: int) -> list[str]:
             lines.append(f"tools      {tool['server']} down — {tool['reason']} — retrying")
         elif tool["state"] == "starting":
             lines.append(f"tools      {tool['server']} starting")
+        lines += [f"tools      {words}" for words in sandbox_words(tool)]
     mail = info.get("email") or {}
     if mail.get("state", "off") != "off" or mail.get("last_uid") is not None:
         reason = f" ({mail['reason']})" if mail.get("reason") else ""

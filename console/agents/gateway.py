@@ -86,22 +86,25 @@ class ToolGateway:
                 self.mcp.close()
                 self._mcp_started = False
 
-    def health(self) -> dict[str, tuple[str, str | None]]:
-        """{server: (state, reason)} for each MCP server once the hub has started (before: nothing is known):
-        state "up", "starting" (its first attempt) or "down" with the reason (secrets already scrubbed)."""
+    def health(self) -> dict[str, tuple[str, str | None, str | None, tuple[tuple[str, int], ...]]]:
+        """{server: (state, reason, sandbox, refused)} for each MCP server once the hub has started (before:
+        nothing is known): state "up", "starting" (its first attempt) or "down" with the reason (secrets already
+        scrubbed); sandbox "on", "off" (sandbox = false) or "remote"; refused, the hosts its egress proxy refused,
+        each with how many times since the hub started."""
         with self._mcp_lock:
             if self.mcp is None or not self._mcp_started:
                 return {}
-            said = self.mcp.status()
-        health: dict[str, tuple[str, str | None]] = {}
+            said, boxes = self.mcp.status(), self.mcp.boxes()
+        health: dict[str, tuple[str, str | None, str | None, tuple[tuple[str, int], ...]]] = {}
         for server, text in said.items():
+            sandbox, refused = boxes.get(server, (None, ()))
             if text == "up":
-                health[server] = ("up", None)
+                health[server] = ("up", None, sandbox, refused)
             elif text == "connecting":
-                health[server] = ("starting", None)
+                health[server] = ("starting", None, sandbox, refused)
             else:  # "down: <reason>; retrying in N s": the countdown changes every second, the reason does not
                 reason = text.removeprefix("down: ").rsplit("; retrying in ", 1)[0]
-                health[server] = ("down", reason)
+                health[server] = ("down", reason, sandbox, refused)
         return health
 
     def start_servers(self) -> bool:

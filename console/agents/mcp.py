@@ -39,8 +39,18 @@ if TYPE_CHECKING:
 
 import console
 from console import telemetry
+from console.agents.egress import Connect, EgressProxy
 from console.agents.errors import CallNotSent
 from console.agents.mcp_config import McpServerConfig, expanded_with_secrets
+from console.agents.sandbox import (
+    SandboxPlaces,
+    SandboxUnavailable,
+    check_sandbox,
+    default_places,
+    hidden_command,
+    launch,
+    prepare_data_dir,
+)
 from console.config import ConfigError
 from console.core import OutcomeUnknown
 from console.redact import HIDDEN, redact_urls
@@ -189,6 +199,15 @@ class _Server:
         self.attempts = 0            # connection attempts started
         self.ended = 0               # the last attempt that ended (up, or failed)
         self.connecting = False      # an attempt is under way
+        self.refused: dict[str, int] = {}     # host:port -> connections its egress proxy refused
+
+    @property
+    def sandbox(self) -> str:
+        """status --json's tools[].sandbox: "on" (bubblewrap), "off" (sandbox = false: a warning), "remote"
+        (an HTTP server: not a process of this machine)."""
+        if self.config.transport == "http":
+            return "remote"
+        return "on" if self.config.sandbox else "off"
 
     def mark_lost(self, reason: str) -> None:
         if self.lost is not None and not self.lost.is_set():
@@ -245,6 +264,8 @@ class McpHub:
         env: Mapping[str, str] | None = None,
         backoff_base: float = 1.0,
         backoff_max: float = 60.0,
+        places: SandboxPlaces | None = None,
+        egress_connect: Connect | None = None,
     ) -> None:
         for key, config in servers.items():
             if key != config.name:
@@ -253,6 +274,11 @@ class McpHub:
         # The live environment by default, read at connect time: a variable set after start-up is seen.
         self._env: Mapping[str, str] = env if env is not None else os.environ
         self._backoff_base = backoff_base
+        # What the sandboxes hide and where their folders go; the egress proxy's way out (tests map names).
+        self._places = places if places is not None else default_places(self._env)
+        self._egress_connect = egress_connect
+        self._egress: EgressProxy | None = None
+        self._bwrap: str | None = None  # a bwrap whose check passed here
         self._backoff_max = backoff_max
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -321,15 +347,28 @@ class McpHub:
                 server.first_attempt.set()
 
     async def _main(self) -> None:
-        async with anyio.create_task_group() as group:
-            with self._lock:
-                self._loop = asyncio.get_running_loop()
-                self._stop = group.cancel_scope.cancel
-                if self._closed:
-                    group.cancel_scope.cancel()
-            for server in self._servers.values():
-                group.start_soon(self._supervise, server)
-            self._ready.set()
+        self._egress = EgressProxy(connect=self._egress_connect, on_refused=self._refused)
+        try:
+            async with anyio.create_task_group() as group:
+                with self._lock:
+                    self._loop = asyncio.get_running_loop()
+                    self._stop = group.cancel_scope.cancel
+                    if self._closed:
+                        group.cancel_scope.cancel()
+                for server in self._servers.values():
+                    group.start_soon(self._supervise, server)
+                self._ready.set()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._egress.close()
+
+    def _refused(self, name: str, host: str) -> None:
+        """The egress proxy refused one of name's connections (on the hub's loop)."""
+        server = self._servers[name]
+        with self._lock:
+            server.refused[host] = server.refused.get(host, 0) + 1
+            watchers = list(self._watchers)
+        self._tell(watchers)
 
     # --- queries from other threads ---------------------------------------------------------------------
 
@@ -350,6 +389,12 @@ class McpHub:
         if server.state == "connecting":
             return "connecting"
         return f"down: {server.reason}; retrying in {max(0, math.ceil(server.retry_at - now))} s"
+
+    def boxes(self) -> dict[str, tuple[str, tuple[tuple[str, int], ...]]]:
+        """server -> (its sandbox: "on" | "off" | "remote", the hosts its egress proxy refused with their counts)."""
+        with self._lock:
+            return {name: (server.sandbox, tuple(sorted(server.refused.items())))
+                    for name, server in self._servers.items()}
 
     def tools(self) -> tuple[list[McpTool], dict[str, str]]:
         """The tools of the servers that are up (listed afresh), and why each other server is unavailable."""
@@ -638,7 +683,10 @@ class McpHub:
         config = server.config
         assert config.command is not None
         env = self._expanded(server, config.env, f"mcp_servers.{config.name}.env")
-        params = StdioServerParameters(command=config.command, args=list(config.args), env=env)
+        if config.sandbox:
+            params = await self._sandboxed(config, env)
+        else:
+            params = StdioServerParameters(command=config.command, args=list(config.args), env=env)
         read_fd, write_fd = os.pipe()
         errlog = open(write_fd, "w", encoding="utf-8", errors="replace", closefd=True)  # noqa: SIM115
         pump = asyncio.get_running_loop().create_task(self._pump_stderr(server, read_fd))
@@ -653,6 +701,25 @@ class McpHub:
             with anyio.CancelScope(shield=True):
                 await asyncio.wait({pump}, timeout=1.0)
             pump.cancel()
+
+    async def _sandboxed(self, config: McpServerConfig, env: dict[str, str]) -> StdioServerParameters:
+        """The server's command wrapped in its sandbox; SandboxUnavailable (the server is not started) when the
+        sandbox cannot start here, saying why and what to do."""
+        # Checked until a sandbox has started here once (then a start that fails says bwrap's own words): the
+        # check is a sandbox of its own, most of what the box adds to a start.
+        bwrap = self._bwrap
+        if bwrap is None:
+            bwrap = await asyncio.to_thread(check_sandbox, config.name, self._env)
+        hidden = hidden_command(config, self._places, self._env.get("PATH"))
+        if hidden is not None:
+            raise SandboxUnavailable(hidden)
+        data_dir = await asyncio.to_thread(prepare_data_dir, config, self._places)
+        assert self._egress is not None
+        socket = await self._egress.open_for(config.name, config.allow_hosts)
+        spawn = launch(config, bwrap=bwrap, places=self._places, data_dir=data_dir, socket=socket, server_env=env,
+                       engine_env=self._env)
+        self._bwrap = bwrap
+        return StdioServerParameters(command=spawn.command, args=spawn.args, env=spawn.env)
 
     async def _pump_stderr(self, server: _Server, read_fd: int) -> None:
         """The child's stderr, line by line, into our log at debug level (not the terminal)."""
@@ -716,6 +783,9 @@ class McpHub:
             for key, value in changes.items():
                 setattr(server, key, value)
             watchers = list(self._watchers) if (server.state, server.reason) != before else []
+        self._tell(watchers)
+
+    def _tell(self, watchers: list[Callable[[], None]]) -> None:
         for callback in watchers:
             try:
                 callback()
@@ -741,7 +811,7 @@ def _describe(exc: BaseException) -> str:
         exc = inner[0] if inner else exc.exceptions[0]
     if isinstance(exc, MCPError):
         return exc.message or f"MCP error {exc.code}"
-    if isinstance(exc, ConfigError | TimeoutError | OSError):
+    if isinstance(exc, ConfigError | TimeoutError | OSError | SandboxUnavailable):
         return str(exc) or type(exc).__name__
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

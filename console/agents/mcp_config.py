@@ -5,10 +5,12 @@ environment only when a server is connected (console/agents/mcp.py), never kept 
 from __future__ import annotations
 
 import math
+import os
 import re
 import urllib.parse
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from console.config import ConfigError
@@ -21,7 +23,11 @@ _VARIABLE = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _ENV_NAME = _VARIABLE
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
 _TIMEOUT_KEYS = ("connect_timeout", "list_timeout", "call_timeout")
-_SERVER_KEYS = ("command", "args", "env", "url", "headers", "trusted", "private", *_TIMEOUT_KEYS, "idempotency_key")
+_SANDBOX_KEYS = ("sandbox", "data_dir", "read_paths", "allow_hosts")
+_SERVER_KEYS = ("command", "args", "env", "url", "headers", "trusted", "private", *_TIMEOUT_KEYS, "idempotency_key",
+                *_SANDBOX_KEYS)
+# allow_hosts: "api.github.com", "*.example.org" (its subdomains), either with ":PORT"; an IPv4 address likewise.
+_ALLOW_HOST = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?")
 
 
 @dataclass(frozen=True)
@@ -47,6 +53,13 @@ class McpServerConfig:
     # The server honours the idempotency key sent in each call's _meta (a repeat under a key it has seen changes
     # nothing): a call whose outcome is unknown may then be sent again under the same key without asking.
     idempotency_key: bool = False
+    # The sandbox of a stdio server (console/agents/sandbox.py, docs/security.md): on unless sandbox = false;
+    # data_dir is its one writable folder (None: a folder named after the server beside the inbox), read_paths
+    # the folders of the owner's home it may read, allow_hosts the hosts the egress proxy lets it reach.
+    sandbox: bool = True
+    data_dir: Path | None = None
+    read_paths: tuple[Path, ...] = ()
+    allow_hosts: tuple[str, ...] = ()
 
     @property
     def transport(self) -> Literal["stdio", "http"]:
@@ -81,7 +94,7 @@ def _parse_server(name: Any, table: Any) -> McpServerConfig:
             f"{where}: set exactly one of command (a stdio server) or url (a streamable HTTP server)"
             + ("; both are set" if has_command else "")
         )
-    stdio_only, http_only = ("args", "env"), ("headers",)
+    stdio_only, http_only = ("args", "env", *_SANDBOX_KEYS), ("headers",)
     for key in http_only if has_command else stdio_only:
         if key in table:
             kind = "an HTTP server (url)" if key in http_only else "a stdio server (command)"
@@ -102,8 +115,38 @@ def _parse_server(name: Any, table: Any) -> McpServerConfig:
     honours_key = table.get("idempotency_key", False)
     if not isinstance(honours_key, bool):
         raise ConfigError(f"{where}.idempotency_key: expected true or false, got {honours_key!r}")
+    sandbox = table.get("sandbox", True)
+    if not isinstance(sandbox, bool):
+        raise ConfigError(f"{where}.sandbox: expected true or false, got {sandbox!r}")
+    data_dir = _folder(table["data_dir"], f"{where}.data_dir") if "data_dir" in table else None
+    read_paths = tuple(_folder(item, f"{where}.read_paths[{index}]")
+                       for index, item in enumerate(_text_list(table.get("read_paths", []), f"{where}.read_paths")))
+    allow_hosts = _allow_hosts(table.get("allow_hosts", []), f"{where}.allow_hosts")
     return McpServerConfig(name=name, command=command, args=args, env=env, url=url, headers=headers,
-                           trusted=trusted, private=private, idempotency_key=honours_key, **timeouts)
+                           trusted=trusted, private=private, idempotency_key=honours_key, sandbox=sandbox,
+                           data_dir=data_dir,
+                           read_paths=read_paths, allow_hosts=allow_hosts, **timeouts)
+
+
+def _folder(value: Any, where: str) -> Path:
+    if not isinstance(value, str) or not value.strip() or "\0" in value:
+        raise ConfigError(f"{where}: expected a folder's path")
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        raise ConfigError(f"{where}: expected an absolute path (or one starting with ~), got {value!r}")
+    return Path(os.path.normpath(path))
+
+
+def _allow_hosts(value: Any, where: str) -> tuple[str, ...]:
+    hosts = []
+    for index, item in enumerate(_text_list(value, where)):
+        host = item.strip().lower()
+        port = host.rpartition(":")[2] if ":" in host else ""
+        if not _ALLOW_HOST.fullmatch(host) or (port and not 0 < int(port) < 65536):
+            raise ConfigError(f"{where}[{index}]: expected a host name (\"api.github.com\"), its subdomains "
+                              f"(\"*.example.org\") or either with a port (\"host:8443\"), got {item!r}")
+        hosts.append(host)
+    return tuple(hosts)
 
 
 def _text(table: Mapping[str, Any], key: str, where: str) -> str:

@@ -8,12 +8,15 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
+from pathlib import Path
 
+import console
 from console.agents.base import Agent, AgentSetupError
 from console.agents.gateway import ToolGateway
 from console.agents.mcp import McpHub
 from console.agents.mcp_config import McpServerConfig, parse_mcp_servers
 from console.agents.offline import OfflineAgent
+from console.agents.sandbox import places_for
 from console.agents.tools import load_python_tools
 from console.config import Settings
 from console.trust.policy import DEFAULT_ALLOW, Policy
@@ -33,10 +36,14 @@ DEMO_PERMISSIONS = {
 
 
 def demo_servers(settings: Settings) -> dict[str, McpServerConfig]:
-    state = settings.inbox_folder / "shop.json"
+    """The example shop, sandboxed like any server: its orders in its data_dir (mcp-data/shop beside the inbox),
+    agent-console's own package shown to it read-only (the engine's Python is shown to every sandbox)."""
+    state = places_for(settings).default_data_dir(DEMO_SERVER) / "shop.json"
+    package_root = Path(console.__file__).resolve().parent.parent
     return {DEMO_SERVER: McpServerConfig(DEMO_SERVER, command=sys.executable,
                                          args=("-m", "console.examples.shop_server"),
-                                         env={"SHOP_STATE": str(state)}, idempotency_key=True)}
+                                         env={"SHOP_STATE": str(state)}, idempotency_key=True,
+                                         read_paths=(package_root,))}
 
 
 def build_tools(settings: Settings, *, demo: bool = False) -> ToolGateway:
@@ -52,7 +59,7 @@ def build_tools(settings: Settings, *, demo: bool = False) -> ToolGateway:
     if permissions is None and settings.mcp_servers is None and demo:
         permissions = DEMO_PERMISSIONS
     policy = Policy.from_settings(permissions)
-    hub = McpHub(servers) if servers else None
+    hub = McpHub(servers, places=places_for(settings)) if servers else None
     return ToolGateway(policy, mcp=hub, python_tools=load_python_tools(), timezone=settings.timezone,
                        start_early=settings.mcp_servers is not None)
 

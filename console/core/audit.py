@@ -30,7 +30,7 @@ from typing import Any
 from console.core.base import StoreBase, loads
 from console.core.models import AuditCheck, AuditRow, StrandedAnswer, ToolCallRecord
 
-AUDIT_KINDS = ("call", "answer", "pruned")
+AUDIT_KINDS = ("call", "answer", "pruned", "egress")
 # A call's outcome in the trail: done, refused (denied, no such tool, declined, expired), failed, unknown (it may
 # or may not have happened), or deferred (it asked and waits on the owner; the answer and the run follow).
 AUDIT_OUTCOMES = ("done", "refused", "failed", "unknown", "deferred")
@@ -171,6 +171,14 @@ class AuditMixin(StoreBase):
                 "outcome": outcome, "detail": detail,
             }))
         self._audit_many(entries)
+
+    def _audit_egress(self, server: str, refused: dict[str, int], now: int) -> None:
+        """Connections a sandboxed MCP server tried and its egress proxy refused (issue 33): one row per host, with
+        how many more since the last row, written with the server's health that counts them."""
+        self._audit_many([("egress", now, None, {
+            "tool": f"mcp__{server}", "server": server, "host": host, "refused": more, "outcome": "refused",
+            "detail": f"MCP server {server} tried to reach {host}, which its allow_hosts does not name: refused "
+                      f"({more} more)"}) for host, more in sorted(refused.items())])
 
     def _audit_answer(self, request_id: str, answer: str, via: str, now: int) -> None:
         """An approval's answer (yes, no, or its expiry), written with the answer that settles it. Its provenance

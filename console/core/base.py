@@ -272,6 +272,10 @@ class StoreBase:
         """Write the audit rows of the calls a failed run made in the world, inside its finish (AuditMixin)."""
         raise NotImplementedError
 
+    def _audit_egress(self, server: str, refused: dict[str, int], now: int) -> None:
+        """Connections an MCP server's egress proxy refused, by host, in the audit trail (AuditMixin)."""
+        raise NotImplementedError
+
     def _backoff(self, attempts: int) -> int:
         """Seconds before attempt number attempts+1 may be claimed: exponential, capped, jittered."""
         if self.options.backoff_base <= 0:

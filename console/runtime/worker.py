@@ -39,6 +39,9 @@ T = TypeVar("T")
 DEFAULT_WAIT = 30
 MAX_DEFAULT_WAIT = 900
 MAX_WAIT = 3600
+# An MCP server's health as the gateway tells it (console.agents.tools.ToolGateway.health): state, reason, its
+# sandbox ("on" | "off" | "remote"), and the hosts its egress proxy refused with their counts since the hub started.
+ToolHealth = tuple[str, str | None, str | None, tuple[tuple[str, int], ...]]
 
 
 def utc_time(when: int) -> str:
@@ -74,7 +77,8 @@ class Worker:
         self.runs = 0
         self.holds = 0  # passes that claimed nothing because the agent waits or is paused
         self._agent: AgentState | None = None  # as the gate last read it
-        self._tool_health: dict[str, tuple[str, str | None]] = {}  # as last stored
+        self._tool_health: dict[str, ToolHealth] = {}  # as last stored
+        self._refused_handed: dict[str, dict[str, int]] = {}  # each hub count of refused hosts already stored
         self._tool_watch: asyncio.Task[None] | None = None  # records the MCP servers' health as it changes
         self._tools_changed: asyncio.Event | None = None
         self._current: asyncio.Task[None] | None = None
@@ -471,19 +475,25 @@ class Worker:
         read_health = getattr(getattr(self.agent, "tools", None), "health", None)
         if not callable(read_health):
             return
-        health: dict[str, tuple[str, str | None]] = await asyncio.to_thread(read_health)  # its lock waits on a start
+        health: dict[str, ToolHealth] = await asyncio.to_thread(read_health)  # its lock waits on a start
         changed = {server: said for server, said in health.items() if self._tool_health.get(server) != said}
         if not changed:
             return
         holder, now = self.host.holder, self.host.clock.now()
+        # The hub counts refused connections since it started; the store adds what it has not been given yet.
+        more = {server: {host: n - self._refused_handed.get(server, {}).get(host, 0)
+                         for host, n in said[3] if n > self._refused_handed.get(server, {}).get(host, 0)}
+                for server, said in changed.items()}
 
         def record(store: Store) -> bool:
-            return all([store.set_tool_health(holder, gen, server, state, reason, now=now)
-                        for server, (state, reason) in changed.items()])
+            return all([store.set_tool_health(holder, gen, server, state, reason, now=now, sandbox=sandbox,
+                                              refused=more[server])
+                        for server, (state, reason, sandbox, _refused) in changed.items()])
 
         if await self._write_until_stored(record, "the MCP servers' health"):
             self._tool_health.update(changed)
-            for server, (state, reason) in changed.items():
+            self._refused_handed.update({server: dict(said[3]) for server, said in changed.items()})
+            for server, (state, reason, _sandbox, _refused) in changed.items():
                 if state == "down":
                     log.warning("MCP server %s is down: %s", server, reason)
             self.host.publish("lease", "tool health")

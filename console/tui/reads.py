@@ -14,6 +14,7 @@ from typing import Any
 from console.core import AgentState, Approval, Event, Lease, OutboxMessage, RefusedFinish, Store, StrandedAnswer
 from console.core.inbox import sort_key
 from console.core.models import BudgetDefaults
+from console.core.tool_health import sandbox_words
 from console.modelspec import ModelSpec, model_rows
 from console.tui.transcript import Line, conversation_lines
 
@@ -262,14 +263,16 @@ class HeaderFacts:
     spend: SpendView
     lease: Lease | None
     waiting: int
-    tools_not_up: tuple[dict[str, Any], ...] = ()  # MCP servers down or starting, as the lease holder recorded
+    # MCP servers down or starting, running bare or refused a host, as the lease holder recorded
+    tools_not_up: tuple[dict[str, Any], ...] = ()
     models: tuple[dict[str, Any], ...] = ()  # the chain of models as it stands (modelspec.model_rows)
 
 
 def read_header(now: int, defaults: BudgetDefaults, chain: Sequence[ModelSpec] = ()) -> Callable[[Store], HeaderFacts]:
     def read(store: Store) -> HeaderFacts:
         return HeaderFacts(_spend(store, now, defaults), store.lease(), store.pending_approval_count(),
-                           tuple(tool for tool in store.tool_health() if tool["state"] != "up"),
+                           tuple(tool for tool in store.tool_health()
+                                 if tool["state"] != "up" or sandbox_words(tool)),
                            tuple(model_rows(chain, store.model_health(), now=now)) if chain else ())
 
     return read

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import uvicorn
@@ -35,7 +35,11 @@ from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
 
+if TYPE_CHECKING:
+    from console.agents.sandbox import SandboxPlaces
+
 THIS_FILE = Path(__file__).resolve()
+REPO = THIS_FILE.parents[2]  # shown to sandboxed servers: a checkout may live in the owner's home
 IDEMPOTENCY_META_KEY = "agent-console/idempotency-key"
 STDERR_MARKER = "stderr line from the echo tool"
 
@@ -155,9 +159,38 @@ def build(name: str, record: Callable[[dict[str, Any]], None], customer_note: st
 
 
 def stdio_command(name: str, call_log: Path) -> dict[str, Any]:
-    """McpServerConfig keyword arguments for this file as a stdio server writing its calls to call_log."""
+    """McpServerConfig keyword arguments for this file as a stdio server writing its calls to call_log, in its
+    sandbox: call_log's folder is its data_dir (its one writable folder), the checkout is shown to it. 30 s to
+    connect: this server's start is mostly the SDK's import, which took over 10 s on 2 cores shared by eight lanes."""
     return {"name": name, "command": sys.executable, "args": (str(THIS_FILE), name),
-            "env": {"CALL_LOG": str(call_log)}}
+            "env": {"CALL_LOG": str(call_log)}, "data_dir": call_log.parent, "read_paths": (REPO,),
+            "connect_timeout": 30.0}
+
+
+def sandbox_places(root: Path) -> SandboxPlaces:
+    """What a test's sandboxes hide and where their folders go: all under root (never the machine's own)."""
+    from console.agents.sandbox import SandboxPlaces, owner_homes  # not when this file runs as a server
+
+    return SandboxPlaces(data_root=root / "mcp-data", homes=owner_homes(os.environ),
+                         hidden=(root / "inbox", root / "config"))
+
+
+def host_pid(inner: int, name: str) -> int:
+    """The process id, as this machine sees it, of this file's server `name` that answers `inner` from its pid
+    tool (inside its sandbox it has a PID namespace of its own, where it is 2)."""
+    import psutil
+
+    for process in psutil.Process().children(recursive=True):
+        try:
+            if process.cmdline()[1:3] != [str(THIS_FILE), name]:
+                continue
+            status = Path(f"/proc/{process.pid}/status").read_text(encoding="ascii")
+        except (psutil.Error, OSError):
+            continue
+        spaced = next(line for line in status.splitlines() if line.startswith("NSpid:")).split()
+        if int(spaced[-1]) == inner:
+            return process.pid
+    raise LookupError(f"no process of server {name} answers to pid {inner}")
 
 
 def read_calls(call_log: Path) -> list[dict[str, Any]]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +34,20 @@ def test_a_stdio_and_an_http_server_are_read_as_written() -> None:
     assert servers["tracker"].idempotency_key is False  # a server is not trusted to de-duplicate unless said
 
 
+def test_the_sandbox_settings_are_read_with_folders_made_absolute() -> None:
+    servers = parse_mcp_servers({"gh": {
+        "command": "gh-mcp", "data_dir": "~/gh-data/", "read_paths": ["/opt/gh", "~/tools/gh"],
+        "allow_hosts": ["api.github.com", "*.GitHub.com", "127.0.0.1:8443"]},
+        "bare": {"command": "x", "sandbox": False}})
+
+    home = Path.home()
+    assert servers["gh"] == McpServerConfig(
+        "gh", command="gh-mcp", data_dir=home / "gh-data", read_paths=(Path("/opt/gh"), home / "tools" / "gh"),
+        allow_hosts=("api.github.com", "*.github.com", "127.0.0.1:8443"))
+    assert servers["gh"].sandbox is True  # on unless said
+    assert servers["bare"].sandbox is False and servers["bare"].allow_hosts == ()
+
+
 @pytest.mark.parametrize(("raw", "message"), [
     ({"shop": {"command": 3}}, "mcp_servers.shop.command: expected text"),
     ({"shop": {"command": ""}}, "mcp_servers.shop.command: expected text"),
@@ -47,7 +62,8 @@ def test_a_stdio_and_an_http_server_are_read_as_written() -> None:
     ({"shop": "python"}, "mcp_servers.shop: expected a table with command (a stdio server) or url (an HTTP server)"),
     ({"shop": {"command": "x", "cmd": "y"}},
      "mcp_servers.shop.cmd: unknown setting (expected one of command, args, "
-     "env, url, headers, trusted, private, connect_timeout, list_timeout, call_timeout, idempotency_key)"),
+     "env, url, headers, trusted, private, connect_timeout, list_timeout, call_timeout, idempotency_key, sandbox, "
+     "data_dir, read_paths, allow_hosts)"),
     ({"shop": {"command": "x", "args": "-m shop"}}, "mcp_servers.shop.args: expected a list of text"),
     ({"shop": {"command": "x", "args": ["-m", 3]}}, "mcp_servers.shop.args[1]: expected text"),
     ({"shop": {"command": "x", "env": ["A=1"]}}, "mcp_servers.shop.env: expected a table of name = \"text\""),
@@ -77,6 +93,19 @@ def test_a_stdio_and_an_http_server_are_read_as_written() -> None:
     ({"shop": {"command": "x", "call_timeout": float("inf")}},
      "mcp_servers.shop.call_timeout: expected a positive number of seconds, got inf"),
     ({"shop": {"command": "x", "trusted": "yes"}}, "mcp_servers.shop.trusted: expected true or false, got 'yes'"),
+    ({"shop": {"command": "x", "sandbox": "no"}}, "mcp_servers.shop.sandbox: expected true or false, got 'no'"),
+    ({"shop": {"command": "x", "data_dir": "shop-data"}},
+     "mcp_servers.shop.data_dir: expected an absolute path (or one starting with ~), got 'shop-data'"),
+    ({"shop": {"command": "x", "read_paths": "/opt"}}, "mcp_servers.shop.read_paths: expected a list of text"),
+    ({"shop": {"command": "x", "read_paths": ["/opt", ""]}},
+     "mcp_servers.shop.read_paths[1]: expected a folder's path"),
+    ({"shop": {"command": "x", "allow_hosts": ["https://api.github.com"]}},
+     "mcp_servers.shop.allow_hosts[0]: expected a host name (\"api.github.com\"), its subdomains (\"*.example.org\") "
+     "or either with a port (\"host:8443\"), got 'https://api.github.com'"),
+    ({"shop": {"command": "x", "allow_hosts": ["*"]}}, "mcp_servers.shop.allow_hosts[0]: expected a host name"),
+    ({"shop": {"command": "x", "allow_hosts": ["h:70000"]}}, "mcp_servers.shop.allow_hosts[0]: expected a host name"),
+    ({"t": {"url": "http://h/mcp", "allow_hosts": []}}, "mcp_servers.t.allow_hosts: only for a stdio server (command)"),
+    ({"t": {"url": "http://h/mcp", "sandbox": False}}, "mcp_servers.t.sandbox: only for a stdio server (command)"),
 ])
 def test_each_mistake_is_one_error_naming_its_key(raw: dict[str, Any], message: str) -> None:
     with pytest.raises(ConfigError) as error:

@@ -22,7 +22,7 @@ from console.agents.errors import CallNotSent
 from console.agents.mcp import IDEMPOTENCY_META_KEY, McpHub, McpToolError
 from console.agents.mcp_config import McpServerConfig
 from tests.agents import mcp_servers
-from tests.agents.mcp_servers import HttpServer, read_calls, serve_http, stdio_command
+from tests.agents.mcp_servers import HttpServer, host_pid, read_calls, sandbox_places, serve_http, stdio_command
 from tests.support import wait_until
 
 LIMIT = 30.0
@@ -36,12 +36,13 @@ def http_server() -> Iterator[HttpServer]:
 
 
 @pytest.fixture
-def hubs() -> Iterator[Callable[..., McpHub]]:
-    """Hubs made by the test, closed at the end whatever happened."""
+def hubs(tmp_path: Path) -> Iterator[Callable[..., McpHub]]:
+    """Hubs made by the test (their servers sandboxed, their folders under tmp_path), closed at the end whatever
+    happened."""
     made: list[McpHub] = []
 
     def make(*configs: McpServerConfig, **options: Any) -> McpHub:
-        hub = McpHub({config.name: config for config in configs}, **options)
+        hub = McpHub({config.name: config for config in configs}, places=sandbox_places(tmp_path), **options)
         made.append(hub)
         hub.start()
         return hub
@@ -193,7 +194,8 @@ def test_a_frozen_server_is_left_out_of_the_listing_within_its_timeout(
     tmp_path: Path, http_server: HttpServer, hubs: Callable[..., McpHub]
 ) -> None:
     hub = hubs(local(tmp_path, list_timeout=1.0), McpServerConfig("remote", url=http_server.url))
-    pid = hub.call("mcp__local__pid", {}, idempotency_key="k")["structured"]["result"]
+    inner = hub.call("mcp__local__pid", {}, idempotency_key="k")["structured"]["result"]
+    pid = host_pid(inner, "local")
     os.kill(pid, signal.SIGSTOP)
     try:
         tools, unavailable = hub.tools()
@@ -206,7 +208,7 @@ def test_a_frozen_server_is_left_out_of_the_listing_within_its_timeout(
     # Frozen for a while is not dead: once it runs again, its tools are back on the same session.
     tools, unavailable = hub.tools()
     assert unavailable == {} and {tool.server for tool in tools} == {"local", "remote"}
-    assert hub.call("mcp__local__pid", {}, idempotency_key="k")["structured"]["result"] == pid
+    assert host_pid(hub.call("mcp__local__pid", {}, idempotency_key="k")["structured"]["result"], "local") == pid
 
 
 def test_a_server_that_never_answers_the_handshake_is_down_after_the_connect_timeout(
@@ -225,14 +227,14 @@ def test_a_killed_server_is_restarted_with_backoff_and_works_again(
     tmp_path: Path, hubs: Callable[..., McpHub]
 ) -> None:
     hub = hubs(local(tmp_path), backoff_base=0.5, backoff_max=4.0)
-    first = hub.call("mcp__local__pid", {}, idempotency_key="k1")["structured"]["result"]
+    first = host_pid(hub.call("mcp__local__pid", {}, idempotency_key="k1")["structured"]["result"], "local")
 
     os.kill(first, signal.SIGKILL)
 
     down = wait_until(lambda: (s := hub.status()["local"]).startswith("down:") and s, "the hub to see it die")
     assert re.fullmatch(r"down: the server closed the connection; retrying in [01] s", down)
     wait_until(lambda: hub.status()["local"] == "up", "the server to be restarted")
-    second = hub.call("mcp__local__pid", {}, idempotency_key="k3")["structured"]["result"]
+    second = host_pid(hub.call("mcp__local__pid", {}, idempotency_key="k3")["structured"]["result"], "local")
     assert second != first
     assert not psutil.pid_exists(first)
 
@@ -243,13 +245,13 @@ def test_a_call_that_finds_its_server_down_connects_it_at_once_rather_than_after
     """Issue 37: a server restarting when a call comes (an owner's yes resuming) is tried again for that call,
     not only a backoff later; a call that still cannot be sent says so (CallNotSent: nothing happened)."""
     hub = hubs(local(tmp_path), backoff_base=60.0, backoff_max=60.0)
-    first = hub.call("mcp__local__pid", {}, idempotency_key="k1")["structured"]["result"]
+    first = host_pid(hub.call("mcp__local__pid", {}, idempotency_key="k1")["structured"]["result"], "local")
     os.kill(first, signal.SIGKILL)
     down = wait_until(lambda: (s := hub.status()["local"]).startswith("down:") and s, "the hub to see it die")
     assert re.fullmatch(r"down: the server closed the connection; retrying in (60|59) s", down)
 
     began = time.monotonic()
-    second = hub.call("mcp__local__pid", {}, idempotency_key="k2")["structured"]["result"]
+    second = host_pid(hub.call("mcp__local__pid", {}, idempotency_key="k2")["structured"]["result"], "local")
 
     assert second != first and time.monotonic() - began < 30  # well before the 60 s backoff's end
     assert hub.status()["local"] == "up"
@@ -295,9 +297,10 @@ def test_backoff_doubles_up_to_its_cap_while_a_server_keeps_failing(
 
 
 def test_close_leaves_no_server_process_and_no_thread(tmp_path: Path) -> None:
-    hub = McpHub({name: local(tmp_path, name) for name in ("one", "two")})
+    hub = McpHub({name: local(tmp_path, name) for name in ("one", "two")}, places=sandbox_places(tmp_path))
     hub.start()
-    pids = [hub.call(f"mcp__{name}__pid", {}, idempotency_key="k")["structured"]["result"] for name in ("one", "two")]
+    pids = [host_pid(hub.call(f"mcp__{name}__pid", {}, idempotency_key="k")["structured"]["result"], name)
+            for name in ("one", "two")]
     children = {child.pid for child in psutil.Process().children(recursive=True)}
     assert set(pids) <= children
 
@@ -326,7 +329,7 @@ def test_a_stdio_servers_stderr_goes_to_the_debug_log_not_the_terminal(
 
 
 def test_a_hub_that_is_not_started_reports_every_server_unavailable(tmp_path: Path) -> None:
-    hub = McpHub({"local": local(tmp_path)})
+    hub = McpHub({"local": local(tmp_path)}, places=sandbox_places(tmp_path))
 
     assert hub.tools() == ([], {"local": "the MCP hub is not started"})
     assert hub.status() == {"local": "down: not started"}

@@ -4,6 +4,7 @@ stdio), reached through the hub."""
 from __future__ import annotations
 
 import json
+import os
 import stat
 import sys
 from collections.abc import Iterator
@@ -15,6 +16,7 @@ import pytest
 from console.agents.mcp import IDEMPOTENCY_META_KEY, McpHub
 from console.agents.mcp_config import McpServerConfig
 from console.examples import shop_server
+from tests.agents.mcp_servers import REPO, sandbox_places
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +29,9 @@ def shop_server_hub(shop_state_file: Path) -> Iterator[McpHub]:
     """One server process for the module (starting one is most of each test's time): the server reads its state
     file at every call and seeds a missing one, so each test still starts from the seeded shop (state_file)."""
     config = McpServerConfig("shop", command=sys.executable, args=("-m", "console.examples.shop_server"),
-                             env={"SHOP_STATE": "${SHOP_STATE}"})
-    hub = McpHub({"shop": config}, env={"SHOP_STATE": str(shop_state_file)})
+                             env={"SHOP_STATE": "${SHOP_STATE}"}, data_dir=shop_state_file.parent, read_paths=(REPO,))
+    hub = McpHub({"shop": config}, env={"SHOP_STATE": str(shop_state_file), "PATH": os.environ["PATH"]},
+                 places=sandbox_places(shop_state_file.parent.parent))
     hub.start()
     try:
         yield hub

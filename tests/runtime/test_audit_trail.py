@@ -46,9 +46,11 @@ async def real_runs(tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.Monk
     monkeypatch.setenv("ECHO_TOKEN", SECRET)
     servers = {
         "shop": {"command": sys.executable, "args": ["-m", "console.examples.shop_server"],
-                 "env": {"SHOP_STATE": str(tmp_path / "shop.json")}},
+                 "env": {"SHOP_STATE": str(tmp_path / "mcp-data" / "shop" / "shop.json")}},
         "tools": {"command": sys.executable, "args": [str(mcp_servers.THIS_FILE), "tools"], "trusted": True,
-                  "env": {"CALL_LOG": str(tmp_path / "calls.jsonl"), "ECHO_TOKEN": "${ECHO_TOKEN}"}},
+                  "env": {"CALL_LOG": str(tmp_path / "mcp-data" / "tools" / "calls.jsonl"),
+                          "ECHO_TOKEN": "${ECHO_TOKEN}"},
+                  "read_paths": [str(mcp_servers.REPO)]},
     }
     permissions = {"allow": ["send_message", "mcp__shop__lookup_*", "mcp__tools__*"], "ask": ["mcp__shop__refund"],
                    "deny": ["mcp__shop__delete_*"], "untrusted": {"allow": ["mcp__shop__lookup_*"]}}

@@ -39,7 +39,8 @@ def toml(value: object) -> str:
 @pytest.fixture
 def setup(tmp_path: Path, claude: FakeClaude) -> Iterator[tuple[Path, dict[str, str], Path, str]]:
     claude.obey()
-    db, calls, config = tmp_path / "inbox.db", tmp_path / "shop-calls.log", tmp_path / "config.toml"
+    db, config = tmp_path / "inbox.db", tmp_path / "config.toml"
+    calls = tmp_path / "mcp-data" / "shop" / "shop-calls.log"  # in the server's data_dir, its one writable folder
     config.write_text("\n".join([
         'agent = "claude"', f"claude_base_url = {toml(claude.url)}", f"instructions = {toml(str(tmp_path / 'none'))}",
         "[mcp_servers.shop]", f"command = {toml(sys.executable)}", f"args = {toml([str(THIS_FILE), 'shop'])}",

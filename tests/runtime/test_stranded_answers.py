@@ -99,7 +99,7 @@ def test_a_yes_whose_resume_dies_in_crashes_is_told_to_the_owner_and_a_retry_run
     engine_env: dict[str, str], inbox_target: str
 ) -> None:
     env = engine_env
-    shop = load_settings(None).inbox_folder / "shop.json"
+    shop = load_settings(None).inbox_folder / "mcp-data" / "shop" / "shop.json"  # the demo shop's data_dir
     start = int(time.time()) - 10_000  # the crashes happen at argv times before the engine's wall clock
     request_id, asker = ask_for_a_refund(inbox_target, start)
     with Store.open(inbox_target) as store:
@@ -171,7 +171,7 @@ def test_a_yes_whose_worker_died_during_the_call_is_told_unknown_and_its_retry_i
     under the same idempotency key, and the server, which keeps the keys it has seen, refunds once."""
     target = str(tmp_path / "inbox.db")
     env = settings_env(tmp_path, target, monkeypatch)
-    shop = load_settings(None).inbox_folder / "shop.json"
+    shop = load_settings(None).inbox_folder / "mcp-data" / "shop" / "shop.json"  # the demo shop's data_dir
     start = int(time.time()) - 10_000
     request_id, _ = ask_for_a_refund(target, start)
     with Store.open(target) as store:
@@ -206,7 +206,7 @@ def test_a_yes_whose_worker_died_during_the_call_is_told_unknown_and_its_retry_i
 async def test_a_declined_answer_retried_after_its_event_died_never_runs_the_call(tmp_path: Path) -> None:
     """A no whose event died is retried by hand: the conversation resumes and reports the refusal; the refund is
     never asked of the shop server, under any key."""
-    db, shop = tmp_path / "inbox.db", tmp_path / "shop.json"
+    db, shop = tmp_path / "inbox.db", tmp_path / "mcp-data" / "shop" / "shop.json"
     start = 1_790_000_000
     with Store.open(db, lease_ttl=60, max_attempts=1) as store:
         request_id, _ = ask_for_a_refund(str(db), start)
@@ -247,7 +247,7 @@ async def test_a_yes_whose_call_ran_but_whose_report_kept_failing_is_told_and_ne
     on every attempt (500), so the answer's event dies. The owner hears the refund was made but not reported;
     a retry resumes the conversation and the shop server is not asked again."""
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-    db, shop = tmp_path / "inbox.db", tmp_path / "shop.json"
+    db, shop = tmp_path / "inbox.db", tmp_path / "mcp-data" / "shop" / "shop.json"
     servers = {"shop": {"command": sys.executable, "args": ["-m", "console.examples.shop_server"],
                         "env": {"SHOP_STATE": str(shop)}}}
     settings = Settings(db=db, agent="claude", claude_base_url=claude.url, mcp_servers=servers,

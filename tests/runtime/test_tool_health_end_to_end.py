@@ -66,7 +66,7 @@ async def test_tool_health_is_written_when_the_engine_takes_the_lease_before_any
 
 async def test_a_server_that_goes_down_while_idle_is_recorded_without_a_run(tmp_path: Path) -> None:
     echo = {"command": sys.executable, "args": [str(mcp_servers.THIS_FILE), "echo"],
-            "env": {"CALL_LOG": str(tmp_path / "calls.jsonl")}}
+            "env": {"CALL_LOG": str(tmp_path / "mcp-data" / "echo" / "calls.jsonl")}}
     settings = Settings(db=tmp_path / "inbox.db", mcp_servers={"echo": echo}, instructions=tmp_path / "none.md")
     engine = build_engine(settings, clock=ManualClock(NOW), holder="w", idle_cap=0.1, install_defaults=False)
     await engine.start()
@@ -74,7 +74,7 @@ async def test_a_server_that_goes_down_while_idle_is_recorded_without_a_run(tmp_
         await read_until(engine, lambda s: [t for t in s.tool_health() if t["state"] == "up"], "echo recorded up")
         hub = engine.agent.tools.mcp  # type: ignore[attr-defined]
         said = await asyncio.to_thread(hub.call, "mcp__echo__pid", {}, idempotency_key="which-process")
-        os.kill(int(said["text"]), signal.SIGKILL)
+        os.kill(mcp_servers.host_pid(int(said["text"]), "echo"), signal.SIGKILL)
         (down,) = await read_until(engine, lambda s: [t for t in s.tool_health() if t["state"] == "down"],
                                    "echo recorded down after its process died")
         assert down["reason"]

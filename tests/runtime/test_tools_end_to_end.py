@@ -48,7 +48,7 @@ async def offline(tmp_path: Path) -> AsyncIterator[Engine]:
 
 
 async def test_the_built_in_agent_looks_up_at_once_and_refunds_only_on_yes(offline: Engine, tmp_path: Path) -> None:
-    state = tmp_path / "shop.json"
+    state = tmp_path / "mcp-data" / "shop" / "shop.json"
     await offline.ingest("chat", "m1", {"text": "please look up order 881"})
     sent = await read_until(offline, lambda s: [m.body for m in s.outbox_messages()])
     assert sent[0].startswith('mcp__shop__lookup_order(order="881"): ') and "Ada Lovelace" in sent[0]
@@ -70,7 +70,7 @@ async def test_the_built_in_agent_looks_up_at_once_and_refunds_only_on_yes(offli
 async def test_the_claude_agent_never_reaches_a_denied_tool(tmp_path: Path, claude: FakeClaude,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ANTHROPIC_API_KEY", FAKE_KEY)
-    state = tmp_path / "shop.json"
+    state = tmp_path / "mcp-data" / "shop" / "shop.json"
     servers = {"shop": {"command": sys.executable, "args": ["-m", "console.examples.shop_server"],
                         "env": {"SHOP_STATE": str(state)}}}
     settings = Settings(db=tmp_path / "inbox.db", agent="claude", claude_base_url=claude.url, mcp_servers=servers,
@@ -99,7 +99,7 @@ def test_a_crash_between_the_servers_answer_and_the_commit_is_one_refund_at_the_
     """The approved refund reaches the shop server, which answers; the worker is SIGKILLed before the journal
     commits. A real engine takes over, runs the same approved call again under the same key, and the server,
     which honours the key, refunds once: it answers the repeat from its record."""
-    db, state = tmp_path / "inbox.db", tmp_path / "shop.json"
+    db, state = tmp_path / "inbox.db", tmp_path / "mcp-data" / "shop" / "shop.json"
     env = dict(os.environ, XDG_CONFIG_HOME=str(tmp_path / "config"), AGENT_CONSOLE_DB=str(db),
                AGENT_CONSOLE_LEASE_TTL="2", AGENT_CONSOLE_BACKOFF_BASE="0", AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *",
                PYTHONPATH=str(ROOT))
@@ -151,7 +151,7 @@ def test_an_engine_killed_mid_call_leaves_the_call_unknown_and_the_next_engine_a
     engine is SIGKILLed while the call is under way. The next engine takes the event over, replays it to the
     same call, finds its journal step claimed and never answered: it does not call the server again, it asks
     the owner whether to (may or may not have happened)."""
-    db, calls = tmp_path / "inbox.db", tmp_path / "rec.calls"
+    db, calls = tmp_path / "inbox.db", tmp_path / "mcp-data" / "rec" / "rec.calls"  # in its data_dir
     config = tmp_path / "config" / "agent-console" / "config.toml"
     config.parent.mkdir(parents=True)
     server = json.dumps(str(ROOT / "tests" / "agents" / "mcp_servers.py"))

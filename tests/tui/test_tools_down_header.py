@@ -34,3 +34,21 @@ async def test_a_tool_server_down_shows_whole_in_the_header(filled: Path, clock:
         with reopen(filled) as store:
             assert store.set_tool_health(lease.holder, lease.gen, "shop", "up", None, now=clock.now())
         await pilot_until(pilot, lambda: not banner.has_class("-shown"), what="the banner gone")
+
+
+async def test_a_bare_server_and_a_refused_host_show_in_the_header_and_the_lease_pane(
+        filled: Path, clock: ManualClock) -> None:
+    app = make_app(filled, clock)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        with reopen(filled) as store:
+            lease = store.lease()
+            assert lease is not None
+            assert store.set_tool_health(lease.holder, lease.gen, "gh", "up", None, now=clock.now(), sandbox="on",
+                                         refused={"evil.example:443": 1})
+            assert store.set_tool_health(lease.holder, lease.gen, "notes", "up", None, now=clock.now(),
+                                         sandbox="off")
+        line = "tools: gh refused 1 connection: evil.example:443; notes runs bare (sandbox = false)"
+        await pilot_until(pilot, lambda: line in " ".join(text_of(app, "#header-banner").split()), what="the banner")
+        await pilot_until(pilot, lambda: line in " ".join(text_of(app, "#lease-tools").split()),
+                          what="the lease pane's tools line")

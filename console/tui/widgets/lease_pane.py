@@ -12,6 +12,7 @@ from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from console.core.tool_health import sandbox_words
 from console.textsafe import terminal_safe
 from console.timefmt import agent_in_words
 from console.tui.detail import human_span
@@ -57,11 +58,18 @@ def stall_words(stalled: bool, mode: str, key: str | None) -> tuple[str, str]:
 
 
 def tools_down_words(tools: list[dict[str, Any]]) -> str | None:
-    """The lease pane's line for the MCP servers that are not up ("tools: shop down — SHOP_TOKEN not set —
-    retrying"); None while every server is up (or none was started yet)."""
-    said = [f"{tool['server']} down — {tool['reason']} — retrying" if tool["state"] == "down"
-            else f"{tool['server']} starting" for tool in tools if tool["state"] != "up"]
+    """The lease pane's line for the MCP servers that need a word ("tools: shop down — SHOP_TOKEN not set —
+    retrying; gh refused 2 connections: evil.example:443; notes runs bare (sandbox = false)"); None while every
+    server is up in its sandbox with nothing refused (or none was started yet)."""
+    said = []
+    for tool in tools:
+        if tool["state"] == "down":
+            said.append(f"{tool['server']} down — {tool['reason']} — retrying")
+        elif tool["state"] == "starting":
+            said.append(f"{tool['server']} starting")
+        said += sandbox_words(tool)
     return "tools: " + "; ".join(said) if said else None
+
 
 
 @dataclass(frozen=True)
