@@ -74,6 +74,9 @@ max_messages_per_hour = 1000000
 command = "{sys.executable}"
 args = ["{MCP_SERVER}", "soak"]
 env = {{ CALL_LOG = "{call_log}" }}
+# The server runs in its sandbox: its call log goes in its one writable folder, and the checkout is shown to it.
+data_dir = "{call_log.parent}"
+read_paths = ["{ROOT}"]
 
 [permissions]
 allow = {allowed}
@@ -160,7 +163,7 @@ def soak(seconds: float, rate: float, sample_every: float, tool_every: int, warm
     with tempfile.TemporaryDirectory(prefix="agent-console-soak-") as name, serve_stand_in() as fake:
         folder = Path(name)
         fake.obey()
-        db, config, call_log = folder / "inbox.db", folder / "config.toml", folder / "mcp-calls.jsonl"
+        db, config, call_log = folder / "inbox.db", folder / "config.toml", folder / "soak-tool" / "mcp-calls.jsonl"
         config.write_text(config_text(fake.url, call_log, folder))
         env = environment(folder)
         clock = WallClock()
