@@ -26,8 +26,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def flaky_shop(tmp_path: Path, env: dict[str, str]) -> tuple[Path, Path, Path]:
-    """The config naming the flaky shop as server `shop`; (its state file, its down flag, its starts log)."""
-    state, down, starts = tmp_path / "shop.json", tmp_path / "shop.down", tmp_path / "shop.starts"
+    """The config naming the flaky shop as server `shop`; (its state file, its down flag, its starts log). The
+    server runs in its sandbox: the three files live in its data_dir, its one writable folder (tmp_path holds the
+    inbox, which the sandbox hides), and the checkout is shown to it."""
+    folder = tmp_path / "shop-data"
+    folder.mkdir(mode=0o700)
+    state, down, starts = folder / "shop.json", folder / "shop.down", folder / "shop.starts"
     config = Path(env["XDG_CONFIG_HOME"]) / "agent-console" / "config.toml"
     config.parent.mkdir(parents=True, exist_ok=True)
     config.write_text(
@@ -35,6 +39,8 @@ def flaky_shop(tmp_path: Path, env: dict[str, str]) -> tuple[Path, Path, Path]:
         f"command = {json.dumps(sys.executable)}\n"
         'args = ["-m", "tests.agents.flaky_shop"]\n'
         "connect_timeout = 20\n"
+        f"data_dir = {json.dumps(str(folder))}\n"
+        f"read_paths = [{json.dumps(str(ROOT))}]\n"
         f"env = {{ SHOP_STATE = {json.dumps(str(state))}, SHOP_DOWN = {json.dumps(str(down))}, "
         f"SHOP_STARTS = {json.dumps(str(starts))}, PYTHONPATH = {json.dumps(str(ROOT))} }}\n",
         encoding="utf-8")
