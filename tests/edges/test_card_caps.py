@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from console.agents.base import RunContext
-from console.agents.tools import ToolCall, ToolGateway
+from console.agents.gateway import ToolGateway
+from console.agents.tools import ToolCall
 from console.clock import ManualClock
 from console.core import Store
 from console.trust.policy import Policy
