@@ -17,21 +17,20 @@ from typing import Any
 
 import apsw
 
-from console.core.backend import WAL_SIZE_LIMIT as WAL_SIZE_LIMIT
-from console.core.backend import QuickCheck as QuickCheck
-from console.core.errors import InboxDamaged as InboxDamaged
-from console.core.errors import InboxIncomplete as InboxIncomplete
-from console.core.errors import InboxMoved as InboxMoved
-from console.core.errors import InboxMoving as InboxMoving
-from console.core.errors import MoveRefusal as MoveRefusal
-from console.core.errors import StoreError as StoreError
-from console.core.errors import StoreUnavailable as StoreUnavailable
-from console.core.errors import damage_line as damage_line
-from console.core.errors import damage_met as damage_met
-from console.core.errors import move_refusal as move_refusal
-from console.core.errors import newer_schema, older_schema_to_read, register_backend_errors
-from console.core.migrations import numbered_migrations as numbered_migrations
-from console.core.statements import MOVE_MARK as MOVE_MARK
+from console.core.backend import WAL_SIZE_LIMIT, QuickCheck
+from console.core.errors import (
+    InboxDamaged,
+    StoreError,
+    StoreUnavailable,
+    damage_line,
+    damage_met,
+    move_refusal,
+    newer_schema,
+    older_schema_to_read,
+    register_backend_errors,
+)
+from console.core.migrations import numbered_migrations
+from console.core.statements import MOVE_MARK
 
 # Versions 3.7.0 to 3.51.2 carry the WAL-reset corruption bug, which needs two connections on one
 # file: exactly how this product runs (the console, the webhook receiver and CLI ingests).

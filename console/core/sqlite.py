@@ -15,10 +15,8 @@ from typing import Any
 
 import apsw
 
-from console.core.backend import AttemptEntry, MoveMark
+from console.core.backend import AttemptEntry, MoveMark, QuickCheck
 from console.core.db import (
-    MOVE_MARK,
-    QuickCheck,
     bounded_quick_check,
     connect,
     integrity_problems,
@@ -29,7 +27,15 @@ from console.core.db import (
     user_version,
     wal_path,
 )
-from console.core.statements import CLAIM_ONE, COUNT_REFUSED, FINISH_ONE, INSERT_EVENT, LOG_ATTEMPT, SELECT_FRESH
+from console.core.statements import (
+    CLAIM_ONE,
+    COUNT_REFUSED,
+    FINISH_ONE,
+    INSERT_EVENT,
+    LOG_ATTEMPT,
+    MOVE_MARK,
+    SELECT_FRESH,
+)
 from console.core.walfeed import WalFeed
 
 # An ingest's one read (try_ingest): is the key stored, and does the inbox carry a move mark.
