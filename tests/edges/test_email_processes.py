@@ -432,3 +432,29 @@ async def test_after_each_server_restart_mid_idle_the_next_message_is_stored_wit
                         f"the message after restart {n + 1}", limit=30.0)
     finally:
         stop(engine)
+
+
+async def test_a_wrong_password_is_tried_once_per_login_retry_while_the_engine_works(
+        tmp_path: Path, dovecot: Dovecot) -> None:
+    """The review's outside check saw 4 failed logins in 15 s: the wait before the next login was cut short by every
+    commit that woke the engine (and capped at a third of the lease's time to live)."""
+    db = tmp_path / "inbox.db"
+    refused_before = dovecot_log(dovecot).count("auth failed")
+    engine = start(tmp_path, dovecot, password="not-the-password-7731")
+    try:
+        await inbox(db, lambda s: s.mail_status()["state"] == "paused", "the source paused")
+        first = await inbox(db, lambda s: (lease := s.lease()) and lease.renewed_at, "the lease renewed")
+        for n in range(5):  # commits that wake every sleeper of the engine, and runs to do
+            subprocess.run([sys.executable, "-m", "console", "--db", str(db), "ingest", "chat", f"wake-{n}"],
+                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True, capture_output=True)
+        await inbox(db, lambda s: s.counts().get("done", 0) == 5, "the five events run")
+        # Six seconds of renewals at a lease of 2 s: nine of the engine's own idle caps (0.67 s) went by.
+        await inbox(db, lambda s: (lease := s.lease()) is not None and lease.renewed_at >= first + 6, "six seconds")
+        assert dovecot_log(dovecot).count("auth failed") - refused_before == 1
+    finally:
+        stop(engine)
+
+
+def dovecot_log(dovecot: Dovecot) -> str:
+    log = dovecot.folder / "dovecot.log"
+    return log.read_text(errors="replace") if log.exists() else ""
