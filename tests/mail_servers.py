@@ -16,18 +16,23 @@ import socket
 import ssl
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
+from email import message_from_bytes, policy
 from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
 import imapclient
+from aiosmtpd.controller import Controller
+from aiosmtpd.smtp import AuthResult, LoginPassword
 
 MAIL_USER = "owner@example.org"
 MAIL_PASSWORD = "correct horse battery staple"
 MAIL_UID_NAME = "nobody"   # Dovecot refuses to keep mail as root
 PORT_TRIES = 3
+SMTP_USER, SMTP_PASSWORD = "agent-sender", "smtp secret"
 
 
 class DovecotMissing(RuntimeError):
@@ -212,6 +217,46 @@ def mail(subject: str, text: str, *, sender: str = MAIL_USER, authenticated: boo
     message.set_content(text)
     return message
 
+
+class Received:
+    """What the SMTP server was given: every message offered (refused ones too) and those it accepted."""
+
+    def __init__(self, refuse_first: int = 0) -> None:
+        self.messages: list[EmailMessage] = []
+        self.offered: list[EmailMessage] = []
+        self.refuse_first = refuse_first
+        self.lock = threading.Lock()
+
+    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
+        message = message_from_bytes(envelope.original_content, policy=policy.default)
+        with self.lock:
+            self.offered.append(message)  # type: ignore[arg-type]
+            if len(self.offered) <= self.refuse_first:
+                return "451 4.3.0 try again later"
+            self.messages.append(message)  # type: ignore[arg-type]
+        return "250 OK"
+
+
+def _authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
+    ok = isinstance(data, LoginPassword) and (data.login, data.password) == (SMTP_USER.encode(), SMTP_PASSWORD.encode())
+    return AuthResult(success=ok)
+
+
+def start_smtp(server: Dovecot, received: Received) -> Controller:
+    """aiosmtpd on 127.0.0.1 recording into `received`: STARTTLS required (the Dovecot's certificate), AUTH as
+    SMTP_USER / SMTP_PASSWORD. Stop it with .stop()."""
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(str(server.cert), str(server.key))
+    controller = Controller(received, hostname="127.0.0.1", port=free_port(), tls_context=context,
+                            require_starttls=True, authenticator=_authenticate, auth_require_tls=True)
+    controller.start()
+    return controller
+
+
+def smtp_settings(controller: Controller) -> dict[str, Any]:
+    """The [email] keys that send replies through `controller` (its password in SMTP_TEST_PASSWORD)."""
+    return {"smtp_host": "127.0.0.1", "smtp_port": controller.port, "smtp_user": SMTP_USER,
+            "smtp_password_env": "SMTP_TEST_PASSWORD", "from_address": "agent@example.org"}
 
 
 class HoldingProxy:

@@ -11,55 +11,28 @@ import json
 import os
 import subprocess
 import sys
-import threading
 from collections.abc import AsyncIterator
-from email import message_from_bytes, policy
-from email.message import EmailMessage
 from pathlib import Path
 from typing import Any
 
 import pytest
 from aiosmtpd.controller import Controller
-from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from console.core import Store
 from tests.edges.test_phone_processes import ROOT, inbox, kill, phone
 from tests.mail_servers import (
     MAIL_PASSWORD,
     MAIL_USER,
+    SMTP_PASSWORD,
+    SMTP_USER,
     Dovecot,
     HoldingProxy,
-    free_port,
+    Received,
     mail,
     make_certificate,
     start_dovecot,
+    start_smtp,
 )
-
-SMTP_USER, SMTP_PASSWORD = "agent-sender", "smtp secret"
-
-
-class Received:
-    """What the SMTP server was given: every message offered (refused ones too) and those it accepted."""
-
-    def __init__(self, refuse_first: int = 0) -> None:
-        self.messages: list[EmailMessage] = []
-        self.offered: list[EmailMessage] = []
-        self.refuse_first = refuse_first
-        self.lock = threading.Lock()
-
-    async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
-        message = message_from_bytes(envelope.original_content, policy=policy.default)
-        with self.lock:
-            self.offered.append(message)  # type: ignore[arg-type]
-            if len(self.offered) <= self.refuse_first:
-                return "451 4.3.0 try again later"
-            self.messages.append(message)  # type: ignore[arg-type]
-        return "250 OK"
-
-
-def _authenticate(server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
-    ok = isinstance(data, LoginPassword) and (data.login, data.password) == (SMTP_USER.encode(), SMTP_PASSWORD.encode())
-    return AuthResult(success=ok)
 
 
 @pytest.fixture
@@ -69,14 +42,8 @@ def refuse_first() -> int:
 
 @pytest.fixture
 async def smtp(dovecot: Dovecot, refuse_first: int) -> AsyncIterator[tuple[Controller, Received]]:
-    import ssl
-
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(str(dovecot.cert), str(dovecot.key))
     received = Received(refuse_first)
-    controller = Controller(received, hostname="127.0.0.1", port=free_port(), tls_context=context,
-                            require_starttls=True, authenticator=_authenticate, auth_require_tls=True)
-    controller.start()
+    controller = start_smtp(dovecot, received)
     try:
         yield controller, received
     finally:

@@ -3,8 +3,9 @@ stand-in's obedient model (it carries out every "SYSTEM: call ..." it reads and 
 <<READ>> / <<READ_URL>>), the recording MCP shop over HTTP, and every way out counted: the Bot API stand-in (the
 owner's direct chat, a paired group, the links it would have previewed), the ntfy stand-in, an HTTP channel's
 recorder. The owner's notes hold MARKER. Injected by a webhook, a tool result, a Telegram group member, the owner's
-own words in a group, an e-mail from a stranger, an inline bot's text in the owner's own chat, a note and a timer an untrusted run left behind: zero marker bytes
-reach anyone but the owner's own direct channels without a yes, and no message goes out with link previews on."""
+own words in a group, an e-mail from a stranger, an inline bot's text in the owner's own chat, a note and a timer an
+untrusted run left behind: zero marker bytes reach anyone but the owner's own direct channels without a yes, and no
+message goes out with link previews on. (A reply by mail: tests/edges/test_private_mail.py, over real SMTP.)"""
 
 from __future__ import annotations
 
