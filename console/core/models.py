@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from console.core.summary import event_what
+
 STATUSES = ("pending", "running", "done", "dead", "discarded")
 
 
@@ -27,6 +29,10 @@ class Event:
     dead_reason: str | None = None  # one of DEAD_REASONS once it died (kept if discarded)
     trace: str | None = None  # the traceparent its run is traced under (a delivery whose sender traces)
     failed_with: int | None = None  # the poison event its last batch failed on (it runs alone next)
+
+    def what(self) -> str:
+        """One line saying what the event is (console.core.summary): the events table's "what" column."""
+        return "" if self.pruned_at is not None else event_what(self.source, self.payload)
 
     def death_in_words(self) -> str | None:
         """Why a dead event died, as a sentence built from its fields (None unless it is dead)."""

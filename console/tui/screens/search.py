@@ -87,7 +87,7 @@ class SearchScreen(ModalScreen[None]):
             yield Label("Events", id="search-events-title", classes="search-title")
             events = ResultsTable(cursor_type="row", id="search-events")
             for label, width in (("id", 7), ("status", 9), ("source", 9), ("source id", 16), ("age", 6),
-                                 ("payload · error", None)):
+                                 ("what · error", None)):
                 events.add_column(label, width=width, key=label)
             yield events
             yield Label("Outbox messages", id="search-outbox-title", classes="search-title")
@@ -179,14 +179,15 @@ class SearchScreen(ModalScreen[None]):
         for event in found.events:
             if str(event.id) in table.rows:
                 continue
-            detail = event.error if event.error else ("(pruned)" if event.pruned_at is not None else
-                                                      json_line(event.payload))
+            # what the event is (its summary), then why it failed; the payload itself when it says nothing readable
+            detail = " · ".join(part for part in (event.what(), event.error or "") if part) or (
+                "(pruned)" if event.pruned_at is not None else json_line(event.payload))
             details.append(Text(one_line(detail)))
             table.add_row(Text(str(event.id), justify="right"), event.status, Text(terminal_safe(event.source)),
                           Text(one_line(event.source_id, 16)), Text(table_age(self.now - event.created_at),
                                                                    justify="right"),
                           details[-1], key=str(event.id))
-        measure_now(table, "payload · error", details)
+        measure_now(table, "what · error", details)
         self.events_next = found.next_before
         table.more = found.next_before is not None
         shown = f"{table.row_count:,}"

@@ -14,6 +14,7 @@ from functools import partial
 from typing import ClassVar
 from zoneinfo import ZoneInfo
 
+from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -23,7 +24,7 @@ from textual.content import Content
 from textual.events import Resize
 from textual.reactive import reactive
 from textual.widgets import Static
-from textual.widgets.data_table import CellDoesNotExist
+from textual.widgets.data_table import CellDoesNotExist, ColumnKey
 
 from console.core import STATUSES, Event
 from console.core.inbox import REVIVABLE
@@ -44,8 +45,12 @@ from console.tui.tables import clear_rows
 from console.tui.widgets.event_error import EventError, moves_with_clock
 from console.tui.widgets.events_table import EventsTable
 
-COLUMNS = (("id", 7), ("source", 9), ("source id", 16), ("status", 9), ("att", 3), ("gen", 3), ("age", 6),
-           ("retry", 7), ("last error", None))
+COLUMNS = (("id", 7), ("source", 9), ("what", 18), ("status", 9), ("att", 3), ("gen", 3), ("age", 6),
+           ("retry", 7), ("last error", None), ("source id", 16))
+# The "what" column (an event's summary, cut to it) takes the room the table has, leaving some to the last error,
+# within these bounds. The source id comes last, past the error (the summary says more at a glance, and the
+# detail and the search show the id).
+WHAT_MIN, WHAT_MAX, ERROR_ROOM = 18, 48, 20
 MARK = "●"
 SORTABLE = {"id": "id", "age": "id", "status": "status", "source": "source"}  # column → order (an index each)
 # The orders S steps through: (column, descending). Each reads through an index (console.core.inbox).
@@ -64,6 +69,13 @@ def looks(cell: object) -> object:
     if isinstance(cell, Text):
         return cell.plain, str(cell.style), cell.justify, cell.spans
     return cell
+
+
+def cut(text: str, width: int) -> str:
+    """text in at most `width` cells, an ellipsis where it was cut (wide characters count two)."""
+    if cell_len(text) <= width:
+        return text
+    return set_cell_size(text, width - 1) + "…"
 
 
 def status_colour(variables: dict[str, str], status: str) -> str:
@@ -161,6 +173,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         self.marked: set[int] = set()
         self.border_title = "Events"
         self._titles: tuple[str, str] | None = None  # the border's title and subtitle as last set
+        self.what_width = WHAT_MIN  # the "what" column's width as the table's width allows
 
     def compose(self) -> ComposeResult:
         table = EventsTable(cursor_type="row", zebra_stripes=False, id="events-table")
@@ -192,7 +205,18 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         """The marked events, newest first."""
         return sorted(self.marked, reverse=True)
 
+    def fit_what(self) -> int:
+        """The "what" column's width for the table's width now: what the other columns (but the last error's)
+        leave, less some room for the error."""
+        table = self.table
+        others = sum(width or 0 for label, width in COLUMNS if label not in ("what", "source id", "last error"))
+        padding = 2 * table.cell_padding * (len(COLUMNS) - 2)
+        room = table.size.width - others - padding - ERROR_ROOM
+        self.what_width = max(WHAT_MIN, min(WHAT_MAX, room))
+        return self.what_width
+
     async def reload(self) -> None:
+        self.fit_what()
         rows = self.table.visible_rows()
         page = await self.host.read(read_page(self.filter, top=self.top, limit=rows))
         if self.top is not None and page.at_top:
@@ -238,10 +262,11 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         """The page's rows, in place when they are the same events (the common tick), so the table keeps its
         sideways scroll; rebuilt when the window moved, with the scroll put back."""
         variables = self.app.theme_variables
-        rows = [(str(event.id), self._cells(event, view.now, variables, event.id in view.marked))
+        what = table.columns[ColumnKey("what")]
+        rows = [(str(event.id), self._cells(event, view.now, variables, event.id in view.marked, self.what_width))
                 for event in view.page.events]
         keys = [key for key, _ in rows]
-        if keys == [str(row_key.value) for row_key in table.rows]:
+        if keys == [str(row_key.value) for row_key in table.rows] and what.width == self.what_width:
             for key, cells in rows:
                 for (label, width), cell in zip(COLUMNS, cells, strict=True):
                     # A re-read finds the same events much more often than changed ones (any commit to the file,
@@ -252,6 +277,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
                         table.update_cell(key, label, cell, update_width=width is None)
             return
         scroll_x = table.scroll_x
+        what.width = self.what_width
         clear_rows(table)
         for key, cells in rows:
             table.add_row(*cells, key=key)
@@ -288,7 +314,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
                     table.update_cell(key, "age", Text(age, justify="right"))
 
     @staticmethod
-    def _cells(event: Event, now: int, variables: dict[str, str], marked: bool) -> list[Text]:
+    def _cells(event: Event, now: int, variables: dict[str, str], marked: bool, what_width: int) -> list[Text]:
         # The att column already says how many attempts failed: the table shows the last error itself, or for a
         # poison event's batch-mate why it is pending again (the poison event's error is not its own).
         batch_failure = event.batch_failure_in_words()
@@ -299,7 +325,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             Text(f"{MARK} {event.id}" if marked else str(event.id), justify="right",
                  style="bold reverse" if marked else ""),
             Text(terminal_safe(event.source)),
-            Text(source_id),
+            Text(cut(terminal_safe(event.what()), what_width)),
             Text(event.status, style=status_colour(variables, event.status)),
             Text(str(event.attempts), justify="right"),
             Text("" if event.claim_gen is None else str(event.claim_gen), justify="right"),
@@ -307,6 +333,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             Text(retry_in(event, now), justify="right"),
             Text(error, style="" if not error or event.status == "discarded" or batch_failure
                  else status_colour(variables, "dead")),
+            Text(source_id),
         ]
 
     def _show_error(self, now: int | None = None) -> None:
