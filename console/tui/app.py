@@ -84,7 +84,7 @@ NOTICE_PANES: dict[NoticeKind, tuple[str, ...]] = {
     "approvals": ("approvals", "events", "header"),  # the header counts the waiting ones
     "outbox": ("outbox",),
     "timers": ("events",),
-    "log": (),
+    "log": ("header", "outbox"),  # a phone or mail channel that stopped is told through the log: its banner
 }
 FLUSH_SECONDS = 0.1  # each pane re-reads at most ten times a second
 TICK_SECONDS = 1.0  # countdowns and ages move with the clock even when nothing changes: redrawn, not re-read

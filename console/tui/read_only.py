@@ -9,6 +9,7 @@ from __future__ import annotations
 from textual.dom import DOMNode
 
 READ_ONLY_WORDS = "This console is read-only (--read-only): it watches and changes nothing"
+READ_ONLY_FLASH = "read-only: this console changes nothing"  # the short answer to a writing key
 
 # The main screen's actions that write: answers, retries, discards, the inject form, the stall, the budgets.
 MAIN_SCREEN_WRITES = frozenset({"inject", "answer", "retry", "retry_all", "discard", "restore", "stall", "budget",

@@ -11,7 +11,17 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.core import AgentState, Approval, Event, Lease, OutboxMessage, RefusedFinish, Store, StrandedAnswer
+from console.core import (
+    AgentState,
+    Approval,
+    Event,
+    HeldMessage,
+    Lease,
+    OutboxMessage,
+    RefusedFinish,
+    Store,
+    StrandedAnswer,
+)
 from console.core.inbox import sort_key
 from console.core.models import BudgetDefaults
 from console.core.tool_health import sandbox_words
@@ -188,6 +198,7 @@ class OutboxView:
     troubled: list[OutboxMessage] = field(default_factory=list)  # failed, or waiting to retry
     telegram: dict[str, Any] | None = None  # the Telegram channel's state (status --json "telegram")
     email: dict[str, Any] | None = None  # the [email] source's state (status --json "email")
+    held: list[HeldMessage] = field(default_factory=list)  # the oldest held over the hourly cap (R releases)
 
 
 def read_outbox(now: int) -> Callable[[Store], OutboxView]:
@@ -204,6 +215,7 @@ def read_outbox(now: int) -> Callable[[Store], OutboxView]:
             retrying + store.outbox_messages(status="failed", limit=RECENT),
             store.chat_status("telegram"),
             store.mail_status(),
+            store.held_messages(limit=RECENT),
         )
 
     return read
@@ -266,6 +278,33 @@ class HeaderFacts:
     # MCP servers down or starting, running bare or refused a host, as the lease holder recorded
     tools_not_up: tuple[dict[str, Any], ...] = ()
     models: tuple[dict[str, Any], ...] = ()  # the chain of models as it stands (modelspec.model_rows)
+    channels_down: tuple[ChannelTrouble, ...] = ()  # phone and e-mail channels paused or offline
+
+
+# The states of a chat or mail source (core/chats.py HEALTH_STATES) that stop it: the owner must act (a refused
+# token or password) or the service is out of reach. "conflict" and "waiting" pass by themselves.
+CHANNEL_DOWN = ("paused", "offline")
+CHANNEL_NAMES = {"telegram": "Telegram", "email": "E-mail"}
+
+
+@dataclass(frozen=True)
+class ChannelTrouble:
+    source: str  # telegram | email
+    state: str
+    reason: str
+
+    def title(self) -> str:
+        return f"{CHANNEL_NAMES.get(self.source, self.source)} {self.state}"
+
+
+def channels_down(store: Store) -> tuple[ChannelTrouble, ...]:
+    """The phone and mail sources whose listener says they stopped, with the reason whole."""
+    down = []
+    for source in CHANNEL_NAMES:
+        state, reason = store.chat_health(source)
+        if state in CHANNEL_DOWN:
+            down.append(ChannelTrouble(source, state, reason or "no reason recorded"))
+    return tuple(down)
 
 
 def read_header(now: int, defaults: BudgetDefaults, chain: Sequence[ModelSpec] = ()) -> Callable[[Store], HeaderFacts]:
@@ -273,6 +312,7 @@ def read_header(now: int, defaults: BudgetDefaults, chain: Sequence[ModelSpec] =
         return HeaderFacts(_spend(store, now, defaults), store.lease(), store.pending_approval_count(),
                            tuple(tool for tool in store.tool_health()
                                  if tool["state"] != "up" or sandbox_words(tool)),
-                           tuple(model_rows(chain, store.model_health(), now=now)) if chain else ())
+                           tuple(model_rows(chain, store.model_health(), now=now)) if chain else (),
+                           channels_down(store))
 
     return read

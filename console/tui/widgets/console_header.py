@@ -23,7 +23,15 @@ from console.textsafe import terminal_safe
 from console.timefmt import plural
 from console.tui.detail import human_span
 from console.tui.panes import PaneHost
-from console.tui.reads import Activity, HeaderFacts, SpendView, read_activity, read_header, read_spend
+from console.tui.reads import (
+    Activity,
+    ChannelTrouble,
+    HeaderFacts,
+    SpendView,
+    read_activity,
+    read_header,
+    read_spend,
+)
 from console.tui.render import show
 from console.tui.widgets.lease_pane import tools_down_words
 
@@ -139,12 +147,14 @@ class ConsoleHeader(Vertical):
         self._activity_read_at: int | None = None
         self.chain = host.settings.model_chain()
         self._model_in_use: str | None = None  # the model in use as last read (a change is a toast)
+        self._channels_down: set[tuple[str, str, str]] = set()  # channels told down (_say_channels_down)
 
     async def reload(self) -> None:
         host = self.host
         now = host.clock.now()
         facts = await host.read(read_header(now, host.settings.budget_defaults(), self.chain))
         self._say_model_switch(facts.models)
+        self._say_channels_down(facts.channels_down)
         self.view = HeaderView(now, host.engine.mode, facts, self.activity, host.receiver_summary(),
                                host.key_for("console.stall"))
 
@@ -250,12 +260,24 @@ class ConsoleHeader(Vertical):
         lines = [banner_text(view)] if view.nobody_working else []
         if tools is not None:
             lines.append(f"⚠ {terminal_safe(tools)}")
+        for trouble in facts.channels_down if facts is not None else ():
+            lines.append(f"⚠ {terminal_safe(trouble.title())} — {terminal_safe(trouble.reason)}")
         fallback = fallback_words(list(facts.models)) if facts is not None else None
         if fallback is not None:
             lines.append(f"⚠ {terminal_safe(fallback)}")
         banner.set_class(bool(lines), "-shown")
         if lines:
             show(banner, Content("\n".join(lines)))
+
+    def _say_channels_down(self, down: tuple[ChannelTrouble, ...]) -> None:
+        """One toast when a phone or mail channel stops (paused, offline) or stops for another reason, as the lease
+        pane says a tool server down; the banner keeps saying it while it lasts."""
+        now_down = {(trouble.source, trouble.state, trouble.reason) for trouble in down}
+        for trouble in down:
+            if (trouble.source, trouble.state, trouble.reason) not in self._channels_down:
+                self.notify(terminal_safe(trouble.reason), title=trouble.title(), severity="error", timeout=10,
+                            markup=False)
+        self._channels_down = now_down
 
     def _say_model_switch(self, models: tuple[dict[str, Any], ...]) -> None:
         """A toast when the model in use changes (a fallback takes over, the primary is back, none can answer)."""

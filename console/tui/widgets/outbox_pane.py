@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.reactive import reactive
@@ -15,6 +16,7 @@ from console.textsafe import terminal_safe
 from console.timefmt import coarse_span
 from console.tui.detail import human_span
 from console.tui.panes import PaneHost
+from console.tui.read_only import READ_ONLY_FLASH, read_only
 from console.tui.reads import OutboxView, read_outbox
 from console.tui.render import show
 from console.tui.widgets.countdown_bar import Countdown, CountdownBar, quantized
@@ -77,7 +79,7 @@ class OutboxPaneView:
     def countdown(self, now: int) -> Countdown:
         """The next send's countdown at `now`."""
         if self.data.next_send_at is None:
-            return Countdown(None, idle="nothing held")
+            return Countdown(None, idle="nothing queued")
         wait = max(0, self.data.next_send_at - now)
         return Countdown(quantized(wait), max(self.gap, wait, 1), label="next ", prefix="in ")
 
@@ -94,12 +96,18 @@ class OutboxPaneView:
         return data.next_send_at is not None or bool(data.troubled) or bool(data.sent)
 
 
-class OutboxPane(Vertical):
+class OutboxPane(Vertical, can_focus=True):
     HELP = """
 ## Outbox
 What the agent says to you: at most one send per gap (the countdown), urgent messages (**!**) at once.
-A failed send is retried, never dropped.
+A failed send is retried, never dropped. Messages held over the hourly cap (**⏸**) wait for you: **R** releases
+them into the outbox (it asks first).
 """
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("R", "release_held", "Release held", id="outbox.release_held",
+                tooltip="send the messages held over the hourly cap (max_messages_per_hour); asks first"),
+    ]
 
     DEFAULT_CSS = """
     OutboxPane > #outbox-lines {
@@ -135,6 +143,31 @@ A failed send is retried, never dropped.
         self.host.mark("outbox")
         return moved
 
+    async def action_release_held(self) -> None:
+        """R: every held message into the outbox, oldest first, after a yes with the count."""
+        if read_only(self):
+            self.host.toast(READ_ONLY_FLASH, title="Read-only", severity="warning", timeout=2)
+            return
+        held = await self.host.read(lambda store: store.held_count())
+        if not held:
+            self.host.toast("Nothing is held over the hourly cap", severity="warning")
+            return
+        from console.tui.screens.confirm import ConfirmScreen
+
+        self.app.push_screen(ConfirmScreen(
+            f"Release {held} held message{'s' if held != 1 else ''}? They go out through the outbox in the order "
+            "they were held; the hourly cap does not apply to what you release.", yes_label=f"Release {held}"),
+            self._release_confirmed)
+
+    async def _release_confirmed(self, confirmed: bool | None) -> None:
+        if not confirmed:
+            return
+        now = self.host.clock.now()
+        released = await self.host.engine.write(lambda store: store.release_held(now=now))
+        self.host.mark("outbox", "header")
+        self.host.toast(f"{len(released)} held message{'s' if len(released) != 1 else ''} released into the outbox",
+                        title="Released")
+
     def compose(self) -> ComposeResult:
         yield Static(id="outbox-counts")
         yield CountdownBar(id="outbox-next")
@@ -164,6 +197,8 @@ A failed send is retried, never dropped.
             retry = f", retry in {human_span((message.next_try_at or now) - now)}" if (
                 message.status != "failed") else ""
             lines += [("✗ ", "$text-error"), (one_line(f"{message.error}{retry}"), "$text-error"), "\n"]
+        for held in data.held[:2]:
+            lines += [("⏸ ", "$text-warning bold"), (f"held #{held.id} ", "$text-warning"), one_line(held.body), "\n"]
         for message in data.queued[:3]:
             lines += [("! " if message.urgent else "· ", "$text-accent bold" if message.urgent else "dim"),
                       one_line(message.body), "\n"]
