@@ -52,7 +52,7 @@ from console.core.copy import abandon_move, inbox_name, move_inbox
 from console.core.errors import damage_line
 from console.core.gate import INGEST_CHECK_SECONDS, check_before_intake
 from console.core.inbox import DISCARDABLE, REVIVABLE
-from console.core.models import origin_in_words
+from console.core.models import PAYLOAD_DAMAGED, origin_in_words
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
 from console.modelspec import model_rows
 from console.redact import install_log_redaction
@@ -331,8 +331,9 @@ def models(state: CliState, as_json: bool) -> None:
 def check(ctx: click.Context) -> None:
     """Check the whole inbox file for damage, and say what is damaged.
 
-    Runs SQLite's full integrity check, which reads every page (seconds on a large inbox); it only
-    reads, so it can run beside a running engine. Prints `ok`, or the problems found and exits with
+    Runs SQLite's full integrity check, which reads every page (seconds on a large inbox), and compares
+    every payload with the checksum written when it was stored; it only reads, so it can run beside a
+    running engine. Prints `ok`, or the problems found and exits with
     code 1. `run`, `serve`, the console and `ingest` run a quicker check, bounded in time, before they
     take any work (a damaged inbox: the first line printed here, exit 2); commands that only read check
     nothing."""
@@ -340,8 +341,11 @@ def check(ctx: click.Context) -> None:
     with state.reader() as store:
         problems = store.integrity_problems()
         pages = store.page_count()
+        payloads = store.verify_payloads()
+    problems += payloads.problems()
     if not problems:
-        click.echo(f"ok: {store.path} passed its integrity check ({plural(pages, 'page')})")
+        click.echo(f"ok: {store.path} passed its integrity check ({plural(pages, 'page')}; "
+                   f"{plural(payloads.checked, 'payload')} match their checksums)")
         return
     click.echo(damage_line(store.path, problems))  # the line every refusal to take new work gives
     for problem in problems:
@@ -511,7 +515,9 @@ def show(state: CliState, event_id: int, as_json: bool) -> None:
     click.echo("why it has not run:" if event.status == "pending" else "state:")
     for sentence in why.sentences:
         _say(f"  - {sentence}")
-    if event.pruned_at is not None:
+    if event.damaged:
+        _say(f"payload: damaged: {PAYLOAD_DAMAGED}; not shown")
+    elif event.pruned_at is not None:
         click.echo(f"payload: pruned {_clock_time(event.pruned_at, zone)}")
     else:
         click.echo("payload:")

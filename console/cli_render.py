@@ -44,6 +44,10 @@ def status_lines(info: dict[str, Any], now: int) -> list[str]:
     if move is not None:  # the first thing to know: this inbox takes no new work
         lines.append(f"move       {move['refusal']}")
     lines.append("events     " + " · ".join(f"{count(counts.get(s, 0))} {s}" for s in STATUSES))
+    damaged = info.get("damaged") or []
+    if damaged:  # their runs were refused: the file changed under them
+        lines.append(f"damaged    {plural(len(damaged), 'event')} with a damaged payload, not run: "
+                     + ", ".join(f"#{event_id}" for event_id in damaged) + " (agent-console check)")
     lease = info["lease"]
     if lease is None:
         lines.append("lease      nobody has held it yet")

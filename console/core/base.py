@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import zlib
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
@@ -11,7 +12,7 @@ from typing import Any
 from console.core.backend import AttemptEntry, Backend, Connection
 from console.core.models import ApprovalDraft, Event, Lease, MemoryWrite, StrandedAnswer, ToolCallRecord
 from console.core.options import StoreOptions
-from console.core.statements import INSERT_EVENT, LOG_ATTEMPT
+from console.core.statements import INSERT_EVENT, LOG_ATTEMPT, payload_checksum
 
 # Sources only the engine writes: an approval's answer or expiry, a timer's firing. Nothing from outside
 # (ingest, a webhook, a timer's fixed key) may write them, or it could answer an approval or fake a tick. A chat
@@ -72,13 +73,37 @@ def loads(text: str | None) -> Any:
 RefusalTally = dict[tuple[str, str], tuple[int, int]]
 
 
+def stored_payload(stored: bytes | str | None, checksum: int | None) -> tuple[Any, bool]:
+    """A payload as read (statements.PAYLOAD_AS_STORED: SQLite's bytes, PostgreSQL's text) and whether it is damaged:
+    its bytes are not those its insert took the checksum of, or (a row stored before checksums, none to compare)
+    they are no longer UTF-8 JSON. A damaged payload is None: none of it is handed on."""
+    if stored is None:
+        return None, False
+    if isinstance(stored, bytes):
+        if checksum is not None and zlib.crc32(stored) != checksum:
+            return None, True
+        try:
+            text = stored.decode("utf-8")
+        except UnicodeDecodeError:
+            return None, True
+    else:
+        text = stored
+        if checksum is not None and payload_checksum(text) != checksum:
+            return None, True
+    try:
+        return json.loads(text), False
+    except ValueError:
+        return None, True
+
+
 def event_from_row(row: Sequence[Any]) -> Event:
     """An Event from a row of statements.EVENT_COLUMNS."""
+    payload, damaged = stored_payload(row[3], row[16])
     return Event(
         id=row[0],
         source=row[1],
         source_id=row[2],
-        payload=loads(row[3]),
+        payload=payload,
         status=row[4],
         attempts=row[5],
         claim_gen=row[6],
@@ -91,6 +116,7 @@ def event_from_row(row: Sequence[Any]) -> Event:
         dead_reason=row[13],
         trace=row[14],
         failed_with=row[15],
+        damaged=damaged,
     )
 
 
@@ -306,7 +332,8 @@ class StoreBase:
         Every way into the inbox (ingest, timers, approval answers and expiries) goes through here."""
         # Read to its end, not returned from inside the loop: the statement must be finished before COMMIT,
         # whoever else still holds its cursor (tests/core/test_cursor_lifetime.py).
-        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now, trace))
+        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, payload_checksum(text), now, now,
+                                                                 trace))
         return bool(duplicates == 0)
 
     def _log_attempt(

@@ -9,6 +9,7 @@ from typing import Any
 
 from console.core.base import CHAT_SOURCES, StoreBase, conversation_key, event_from_row, loads
 from console.core.models import (
+    PAYLOAD_DAMAGED,
     ApprovalDraft,
     CapNotice,
     Event,
@@ -58,7 +59,12 @@ class DrainMixin(StoreBase):
         if not self._refused:
             rows = self._backend.try_claim(holder, gen, now, self.options.batch_cap)
             if rows is not None:
-                return sorted((event_from_row(row) for row in rows), key=lambda event: event.id)
+                events = sorted((event_from_row(row) for row in rows), key=lambda event: event.id)
+                if any(event.damaged for event in events):
+                    with self.write_transaction(relaxed=True):
+                        if self._holds(holder, gen, now):
+                            self._refuse_damaged(events, holder, gen, now)
+                return [event for event in events if not event.damaged]
         with self.write_transaction(relaxed=True):
             self._write_refusals()
             if not self._holds(holder, gen, now):
@@ -82,7 +88,17 @@ class DrainMixin(StoreBase):
             events = sorted((event_from_row(r) for r in rows), key=lambda e: e.id)  # RETURNING order is arbitrary
             self._log_attempts([(event.id, now, "claim", holder, gen, f"attempt {event.attempts}")
                                 for event in events])
-            return events
+            self._refuse_damaged(events, holder, gen, now)
+            return [event for event in events if not event.damaged]
+
+    def _refuse_damaged(self, events: Sequence[Event], holder: str, gen: int, now: int) -> None:
+        """The claimed events whose payload was found damaged are not run: each dies (`damaged`), its row kept for
+        the owner to see (`status`, `show`, the console), inside the caller's fenced transaction."""
+        for event in events:
+            if event.damaged and self._conn.execute(
+                    "SELECT 1 FROM inbox WHERE id = ? AND status = 'running' AND claim_gen = ?", (event.id, gen)
+            ).fetchall():
+                self._mark_dead(event.id, now, "damaged", PAYLOAD_DAMAGED, holder, gen)
 
     # How a batch is claimed, finished and logged is the backend's: one row a statement where a statement is a
     # function call (SQLite), one statement for the whole set where each is a round trip (PostgreSQL). They

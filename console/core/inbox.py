@@ -4,12 +4,16 @@ drain (claim and finish) core/drain.py."""
 
 from __future__ import annotations
 
+import time
+import zlib
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from console.core.base import StoreBase, event_from_row
+from console.core.errors import is_damage
 from console.core.models import STATUSES, Attempt, Event, death_in_words
-from console.core.statements import EVENT_COLUMNS, FRESH, NOT_FRESH
+from console.core.statements import EVENT_COLUMNS, FRESH, NOT_FRESH, PAYLOAD_AS_STORED, payload_checksum
 
 # What a retry by hand brings back: a dead event, or one the owner discarded and thinks better of.
 REVIVABLE = ("dead", "discarded")
@@ -69,6 +73,34 @@ def _union(arms: list[tuple[list[str], list[Any]]], ordered: str, limit: int) ->
                f"AS part{number}" for number, (where, _) in enumerate(arms)]
     return " UNION ALL ".join(selects), [param for _, params in arms for param in (*params, limit)]
 
+
+
+# Payloads and their checksums, newest first, a chunk at a time (PostgreSQL reads a statement's rows at once).
+_STORED_PAYLOADS = f"""SELECT id, {PAYLOAD_AS_STORED}, payload_crc32 FROM inbox
+                        WHERE id < ? AND payload_crc32 IS NOT NULL ORDER BY id DESC LIMIT ?"""
+_DAMAGED_EVENTS = f"""SELECT id FROM inbox WHERE status = 'dead' AND {NOT_FRESH} AND dead_reason = 'damaged'
+                       ORDER BY id LIMIT ?"""
+PAYLOAD_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class PayloadCheck:
+    """What a look at the payloads' checksums found: the events whose payload does not match (newest first), how
+    many payloads were compared, and whether every one was (finished) or a time bound stopped it."""
+
+    damaged: list[int]
+    checked: int
+    finished: bool
+
+    def problems(self) -> list[str]:
+        return [f"event {event_id}: its payload does not match the checksum written when it was stored"
+                for event_id in self.damaged]
+
+
+def _matches(stored: bytes | str | None, checksum: int) -> bool:
+    if isinstance(stored, bytes):
+        return zlib.crc32(stored) == checksum
+    return stored is not None and payload_checksum(stored) == checksum
 
 
 class InboxMixin(StoreBase):
@@ -172,6 +204,32 @@ class InboxMixin(StoreBase):
         ):
             return self._with_refusals([event_from_row(row)])[0]
         return None
+
+    def verify_payloads(self, *, seconds: float | None = None) -> PayloadCheck:
+        """Compare every payload that carries a checksum (those stored before checksums carry none) with it, newest
+        first; with seconds, stop once that long has passed (the gate before intake: the newest pages). It only
+        reads; it stops at a page too damaged to read (SQLite's own check, run beside it, reports that one)."""
+        deadline = None if seconds is None else time.monotonic() + max(0.0, seconds)
+        damaged: list[int] = []
+        checked = 0
+        below = int(self._scalar("SELECT COALESCE(MAX(id), 0) FROM inbox")) + 1
+        while deadline is None or time.monotonic() < deadline:
+            try:
+                rows = self._conn.execute(_STORED_PAYLOADS, (below, PAYLOAD_CHUNK)).fetchall()
+            except Exception as exc:  # a page too damaged to read: the structural check beside this says what it is
+                if not is_damage(exc):
+                    raise
+                return PayloadCheck(damaged, checked, False)
+            if not rows:
+                return PayloadCheck(damaged, checked, True)
+            damaged += [event_id for event_id, stored, checksum in rows if not _matches(stored, checksum)]
+            checked += len(rows)
+            below = rows[-1][0]
+        return PayloadCheck(damaged, checked, False)
+
+    def damaged_events(self, limit: int = 20) -> list[int]:
+        """Events whose run a claim refused because their payload was found damaged (dead, reason `damaged`)."""
+        return [int(row[0]) for row in self._conn.execute(_DAMAGED_EVENTS, (limit,))]
 
     def history(self, event_id: int) -> list[Attempt]:
         return [

@@ -29,6 +29,9 @@ class Event:
     dead_reason: str | None = None  # one of DEAD_REASONS once it died (kept if discarded)
     trace: str | None = None  # the traceparent its run is traced under (a delivery whose sender traces)
     failed_with: int | None = None  # the poison event its last batch failed on (it runs alone next)
+    # Its payload as read is not what was stored (its checksum, statements.payload_checksum): payload is None, and a
+    # claim refuses its run (dead, reason `damaged`).
+    damaged: bool = False
 
     def what(self) -> str:
         """One line saying what the event is (console.core.summary): the events table's "what" column."""
@@ -54,7 +57,11 @@ def failed_with_batch(poison_id: int) -> str:
 
 # Why an event died (Event.dead_reason): its last attempt's run failed; its last attempt's worker lost the
 # lease mid-run; or it was found waiting for a retry with no attempts left (max_attempts lowered meanwhile).
-DEAD_REASONS = ("failed", "lost", "out_of_attempts", "unsent")
+# What a damaged event's error says (the reason `damaged`).
+PAYLOAD_DAMAGED = ("its payload does not match the checksum written when it was stored (the inbox file changed "
+                   "under it: see `agent-console check`)")
+# Or its payload was found damaged when it was claimed (its run refused, its row kept).
+DEAD_REASONS = ("failed", "lost", "out_of_attempts", "unsent", "damaged")
 
 
 def death_in_words(reason: str | None, attempts: int, error: str | None) -> str:
@@ -67,6 +74,8 @@ def death_in_words(reason: str | None, attempts: int, error: str | None) -> str:
         return f"{last}; out of attempts ({tried})"
     if reason == "out_of_attempts":
         return f"out of attempts ({tried}); last error: {last}"
+    if reason == "damaged":
+        return f"its run was refused: {last}"
     if reason == "unsent":
         return f"its approved call could not be sent before the approval's deadline: {last}"
     return last  # died before the reason had its own field: error holds the sentence it was given then

@@ -39,11 +39,14 @@ from console.core.statements import (
     CLAIM_SET,
     COUNT_A_COPY,
     EVENT_COLUMNS,
+    EVENT_FIELDS,
     INSERT_COLUMNS,
     INSERT_EVENT,
     LOG_ATTEMPT,
     MOVE_MARK,
+    PAYLOAD_AS_STORED,
     SELECT_FRESH,
+    payload_checksum,
 )
 
 __all__ = ["DEFAULT_SCHEMA", "ChangeFeed", "PgBackend", "PgConnection", "PgTarget", "connect", "parse_target"]
@@ -84,7 +87,8 @@ def translate(sql: str) -> str:
     done = _translated.get(sql)
     if done is not None:
         return done
-    text = _IS_NOT_VALUE.sub("IS DISTINCT FROM ", _INDEXED_BY.sub("", sql))
+    # The payload as text: PostgreSQL took it as valid UTF-8, and its checksum is taken on the text's bytes.
+    text = _IS_NOT_VALUE.sub("IS DISTINCT FROM ", _INDEXED_BY.sub("", sql)).replace(PAYLOAD_AS_STORED, "payload")
     out: list[str] = []
     quoted = False
     for char in text:
@@ -752,7 +756,7 @@ class PgBackend:
         except ValueError:  # a bad payload under a stored key is a copy, as on SQLite: the shared path reads the key
             return None
         # The lock free: one durable statement (pg_schema 0020). Taken: told at once, and stored the other way.
-        params = (int(self.target.lock_key), self.target.channel, source, source_id, text, now)
+        params = (int(self.target.lock_key), self.target.channel, source, source_id, text, payload_checksum(text), now)
         rows = self._conn.execute(_INGEST_ONE, (*params, True)).fetchall()
         if rows[0][4]:
             rows = self._conn.locked_then_flushed(_INGEST_ONE, (*params, False))
@@ -766,7 +770,8 @@ class PgBackend:
         if len({(source, source_id) for source, source_id, _ in encoded}) != len(encoded):
             return None  # a key twice in the call: insert_events' waves, in the shared path's transaction
         kept = traces or {}
-        columns: list[list[str | None]] = [[entry[part] for entry in encoded] for part in range(3)]
+        columns: list[list[Any]] = [[entry[part] for entry in encoded] for part in range(3)]
+        columns.append([payload_checksum(text) for _, _, text in encoded])
         columns.append([kept.get((source, source_id)) for source, source_id, _ in encoded])
         rows = self._conn.locked_then_flushed(_INGEST_SET, (int(self.target.lock_key), self.target.channel, *columns,
                                                             now))
@@ -813,10 +818,12 @@ class PgBackend:
             if len(wave_indexes) == 1:
                 index = wave_indexes[0]
                 source, source_id, text = encoded[index]
-                rows = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now, None)).fetchall()
+                rows = self._conn.execute(INSERT_EVENT, (source, source_id, text, payload_checksum(text), now, now,
+                                                         None)).fetchall()
                 new[index] = rows[0][0] == 0
                 continue
-            columns = [[encoded[index][part] for index in wave_indexes] for part in range(3)]
+            columns: list[list[Any]] = [[encoded[index][part] for index in wave_indexes] for part in range(3)]
+            columns.append([payload_checksum(encoded[index][2]) for index in wave_indexes])
             rows = self._conn.execute(_INSERT_SET, (now, now, *columns)).fetchall()
             stored = {(str(source), str(source_id)): duplicates == 0 for source, source_id, duplicates in rows}
             for index in wave_indexes:
@@ -896,21 +903,23 @@ _LOG_ATTEMPTS_SET = """INSERT INTO attempts (event_id, at, kind, holder, gen, de
      ORDER BY n"""
 # Rows are inserted in the call's order (WITH ORDINALITY), so ids ascend as they would one by one.
 _INSERT_SET = f"""INSERT INTO inbox ({INSERT_COLUMNS})
-    SELECT source, source_id, payload, ?, ?, NULL FROM unnest(?::text[], ?::text[], ?::text[])
-           WITH ORDINALITY AS entry(source, source_id, payload, n)
+    SELECT source, source_id, payload, payload_crc32, ?, ?, NULL
+      FROM unnest(?::text[], ?::text[], ?::text[], ?::bigint[])
+           WITH ORDINALITY AS entry(source, source_id, payload, payload_crc32, n)
      ORDER BY n
     {COUNT_A_COPY}
     RETURNING source, source_id, duplicates"""
 # ingest and ingest_many of keys each once in the call, one statement each (pg_schema 0020, 0021): answers (stored, the
 # move mark's state, other, at or NULLs), and a row per event (source, source_id, copies) or one row with the mark.
-_INGEST_ONE = "SELECT stored, mark_state, mark_other, mark_at, busy FROM inbox_ingest_one(?, ?, ?, ?, ?, ?, ?::boolean)"
-_INGEST_SET = "SELECT * FROM inbox_ingest_set(?, ?, ?::text[], ?::text[], ?::text[], ?::text[], ?)"
+_INGEST_ONE = ("SELECT stored, mark_state, mark_other, mark_at, busy "
+               "FROM inbox_ingest_one(?, ?, ?, ?, ?, ?::bigint, ?, ?::boolean)")
+_INGEST_SET = "SELECT * FROM inbox_ingest_set(?, ?, ?::text[], ?::text[], ?::text[], ?::bigint[], ?::text[], ?)"
 # Refused copies held in memory, counted on their events in one statement.
 _COUNT_REFUSED_SET = """UPDATE inbox SET duplicates = inbox.duplicates + held.copies, last_duplicate_at = held.last
     FROM unnest(?::text[], ?::text[], ?::bigint[], ?::bigint[]) AS held(source, source_id, copies, last)
    WHERE inbox.source = held.source AND inbox.source_id = held.source_id"""
 # The usual claim and finish, one statement each (pg_schema 0014), relaxed commits: see try_claim/try_finish.
 # The claim hands back whole inbox rows (pg_schema 0021); the event's columns are picked here, in the core's order.
-_CLAIM_ONE_GO = (f"SELECT applied, {', '.join(f'(event_row).{column.strip()}' for column in EVENT_COLUMNS.split(','))} "
+_CLAIM_ONE_GO = (f"SELECT applied, {', '.join(f'(event_row).{field}' for field in EVENT_FIELDS)} "
                  "FROM inbox_claim_fresh(?, ?, ?, ?, ?, ?)")
 _FINISH_ONE_GO = "SELECT * FROM inbox_finish_done(?, ?, ?, ?, ?::bigint[], ?)"

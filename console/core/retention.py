@@ -72,7 +72,7 @@ class RetentionMixin(StoreBase):
         payloads = self._in_chunks(
             _SELECT_PAYLOADS, (end_id, cutoff), chunk,
             # Re-checked under the lock: the read that found the event took none.
-            """UPDATE inbox SET payload = 'null', pruned_at = ?
+            """UPDATE inbox SET payload = 'null', payload_crc32 = NULL, pruned_at = ?
                WHERE id = ? AND status IN ('done', 'discarded') AND updated_at < ? AND pruned_at IS NULL""",
             lambda event_id: (now, event_id, cutoff),
         )

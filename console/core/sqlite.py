@@ -35,6 +35,7 @@ from console.core.statements import (
     LOG_ATTEMPT,
     MOVE_MARK,
     SELECT_FRESH,
+    payload_checksum,
 )
 from console.core.walfeed import WalFeed
 
@@ -156,7 +157,8 @@ class SqliteBackend:
                 return False, (str(state), str(other), int(at))
             text = encode()
             try:
-                ((duplicates,),) = conn.execute(INSERT_EVENT, (source, source_id, text, now, now, None)).fetchall()
+                ((duplicates,),) = conn.execute(INSERT_EVENT, (source, source_id, text, payload_checksum(text), now,
+                                                                now, None)).fetchall()
             except apsw.BusyError:
                 return None  # another writer came between the read and the write: nothing was written
             conn.execute("COMMIT")
@@ -184,7 +186,8 @@ class SqliteBackend:
     def _insert_event(self, source: str, source_id: str, text: str, now: int) -> bool:
         # Read to its end, not returned from inside the loop: the statement must be finished before COMMIT,
         # whoever else still holds its cursor (tests/core/test_cursor_lifetime.py).
-        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, now, now, None))
+        ((duplicates,),) = self._conn.execute(INSERT_EVENT, (source, source_id, text, payload_checksum(text), now, now,
+                                                             None))
         return bool(duplicates == 0)
 
     def claim_fresh(self, gen: int, now: int, cap: int) -> list[Any]:

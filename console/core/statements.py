@@ -3,7 +3,7 @@ forms from (SQLite's statement a row, PostgreSQL's statement a set). Backends im
 private of the Store's.
 
 How an event is stored, claimed and finished is here, for both engines; PostgreSQL's one-round-trip forms of the
-usual case are PL/pgSQL functions (pg_schema 0013, 0014, 0017, 0020, 0021) that do the same steps, and
+usual case are PL/pgSQL functions (pg_schema 0013, 0014, 0017, 0020, 0021, 0027) that do the same steps, and
 tests/core/test_hot_path_parity.py runs every operation with them on and off and compares the rows they leave.
 A change here that the functions must follow (a column an insert sets, a claim's or a finish's SET) is a
 migration there too: the parity test fails until it is.
@@ -11,23 +11,39 @@ migration there too: the parity test fails until it is.
 
 from __future__ import annotations
 
-# Every column of an event, in the order the Store's row decoder reads them (inbox.event_from_row). PostgreSQL's
+import zlib
+
+# Every column of an event, in the order the Store's row decoder reads them (base.event_from_row). PostgreSQL's
 # claim function returns whole inbox rows and its caller picks these from them, so a new column is added here only.
-EVENT_COLUMNS = (
-    "id, source, source_id, payload, status, attempts, claim_gen, error, "
-    "created_at, updated_at, next_attempt_at, duplicates, pruned_at, dead_reason, trace, failed_with"
+EVENT_FIELDS = (
+    "id", "source", "source_id", "payload", "status", "attempts", "claim_gen", "error",
+    "created_at", "updated_at", "next_attempt_at", "duplicates", "pruned_at", "dead_reason", "trace", "failed_with",
+    "payload_crc32",
 )
+# The payload is read as the bytes stored (SQLite): their checksum is taken on them as they are, and bytes that are
+# not UTF-8 any more (damage) are an event found damaged, not an error out of the driver that stops the whole read.
+# PostgreSQL, which checks text on its way in, reads the text (pg.translate).
+PAYLOAD_AS_STORED = "CAST(payload AS BLOB) AS payload"
+EVENT_COLUMNS = ", ".join(PAYLOAD_AS_STORED if field == "payload" else field for field in EVENT_FIELDS)
 
 # --- storing an event (intake) -------------------------------------------------------------------------------------
 # The columns an insert sets; every way into the inbox (ingest, timers, approval answers, webhook deliveries) writes
-# these, a delivery's trace context (telemetry.context_to_keep) or NULL.
-INSERT_COLUMNS = "source, source_id, payload, created_at, updated_at, trace"
+# these, a delivery's trace context (telemetry.context_to_keep) or NULL. payload_crc32 is the CRC-32 of the payload's
+# UTF-8 bytes (base.payload_checksum), written with it: a read that finds other bytes reports the event damaged.
+INSERT_COLUMNS = "source, source_id, payload, payload_crc32, created_at, updated_at, trace"
+
+
+def payload_checksum(text: str) -> int:
+    """What an insert writes in payload_crc32 beside the payload text (both engines store it as UTF-8)."""
+    return zlib.crc32(text.encode("utf-8"))
+
+
 # The duplicate ledger: an insert meeting a stored key counts the copy on the stored row instead.
 COUNT_A_COPY = """ON CONFLICT (source, source_id) DO UPDATE
                   SET duplicates = inbox.duplicates + 1, last_duplicate_at = excluded.created_at"""
 # The one statement that stores an event a row at a time (PostgreSQL's set form is built from the same parts).
 INSERT_EVENT = f"""INSERT INTO inbox ({INSERT_COLUMNS})
-                   VALUES (?, ?, ?, ?, ?, ?) {COUNT_A_COPY} RETURNING duplicates"""
+                   VALUES (?, ?, ?, ?, ?, ?, ?) {COUNT_A_COPY} RETURNING duplicates"""
 # Is a key stored (the read that refuses a redelivery before anything is written).
 IS_STORED = "SELECT 1 FROM inbox WHERE source = ? AND source_id = ?"
 # Refused copies counted in memory, written to their stored events (inbox.REFUSALS_HELD).

@@ -261,6 +261,7 @@ class Store(
         return {
             "path": self.path,
             "events": self.counts(),
+            "damaged": self.damaged_events(),
             "lease": lease_info,
             "takeovers": self.takeover_count(),
             "refused_finishes": self.refused_finish_count(),

@@ -25,6 +25,7 @@ from textual.widgets import Footer, Static
 
 from console.core import Approval, Event, StoreError
 from console.core.inbox import REVIVABLE
+from console.core.models import PAYLOAD_DAMAGED
 from console.textsafe import json_terminal_safe, terminal_safe
 from console.timefmt import span, via_in_words
 from console.trust.callview import origin_line, request_view
@@ -176,7 +177,8 @@ class DetailScreen(ModalScreen[None]):
         if self._payload_shown != (event.id, event.pruned_at):  # a payload never changes, but for its pruning
             self._payload_shown = (event.id, event.pruned_at)
             self.query_one("#detail-payload", Static).update(
-                Content.styled(f"pruned {clock_text(event.pruned_at, view.now, self.zone)}", "dim")
+                Content.styled(f"damaged: {PAYLOAD_DAMAGED}; not shown", "bold red") if event.damaged
+                else Content.styled(f"pruned {clock_text(event.pruned_at, view.now, self.zone)}", "dim")
                 if event.pruned_at is not None else highlight(payload_json(event.payload), language="json"))
         self.query_one("#detail-history", Static).update(self._history())
         self._optional("transcript", None if view.transcript.empty else self._transcript())
@@ -346,8 +348,9 @@ class DetailScreen(ModalScreen[None]):
         event = self.view.event
         if event is None:
             return
-        if event.pruned_at is not None:
-            self.notify(f"The payload of #{event.id} was pruned: nothing to copy", severity="warning")
+        if event.pruned_at is not None or event.damaged:
+            why = "is damaged" if event.damaged else "was pruned"
+            self.notify(f"The payload of #{event.id} {why}: nothing to copy", severity="warning")
             return
         text = json.dumps(event.payload, indent=2, ensure_ascii=False, sort_keys=True)
         self.app.copy_to_clipboard(text)
