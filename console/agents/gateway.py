@@ -34,7 +34,6 @@ from console.agents.scheduling import (
     RECURRING_RULE,
     arguments_of,
     fire_words,
-    interval_words,
     occurrence_tools,
     preview,
     read_schedule,
@@ -53,6 +52,7 @@ from console.agents.tools import (
     ToolOutcome,
     ToolSpec,
     canonical,
+    iso_moment,
     summary,
     text_argument,
 )
@@ -66,7 +66,7 @@ from console.core import (
     approved_step_key,
 )
 from console.core.journal import Interrupted
-from console.core.schedules import fires
+from console.core.schedules import fires, interval_words
 from console.redact import redact_urls
 from console.trust.callview import find_urls, message_from_run
 from console.trust.policy import Decision, Policy, Ruling
@@ -468,7 +468,7 @@ class ToolGateway:
             if ("at" in arguments) == ("cron" in arguments):
                 raise ToolInputError("give either `at` (once) or `cron` (repeating), not both or neither")
             if "at" in arguments:
-                _moment(text_argument(arguments, "at") or "")
+                iso_moment(text_argument(arguments, "at") or "")
             else:
                 self._cron(arguments)
         elif call.name == "remember":
@@ -634,7 +634,7 @@ class ToolGateway:
             payload = {"text": text, "set_by_event": event.id}
             origin = provenance.write_origin(event)
             if "at" in arguments:
-                due = _moment(text_argument(arguments, "at") or "")
+                due = iso_moment(text_argument(arguments, "at") or "")
                 ctx.set_timer(timer_id, due, payload, origin=origin)
                 return f"Timer {timer_id!r} set for {datetime.fromtimestamp(due).astimezone().isoformat()}."
             cron, zone = self._cron(arguments)
@@ -762,16 +762,6 @@ def quoted_notes(entries: Sequence[MemoryEntry]) -> str:
 
 def _refusal(answer: str) -> str:
     return {"no": "declined", "expired": "expired"}.get(answer, "declined")
-
-
-def _moment(text: str) -> int:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ToolInputError(f"`at` must be an ISO 8601 time with an offset, not {text!r}") from None
-    if moment.tzinfo is None:
-        raise ToolInputError(f"`at` needs an offset or Z (whose nine o'clock?), got {text!r}")
-    return int(moment.timestamp())
 
 
 def call_keys(ctx: RunContext, call: ToolCall, events: Sequence[Event]) -> list[tuple[str, int | None]]:

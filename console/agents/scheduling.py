@@ -19,9 +19,9 @@ from typing import Any
 from zoneinfo import ZoneInfo
 
 from console.agents.base import RunContext
-from console.agents.tools import ToolInputError, canonical, text_argument
-from console.core import Event, Schedule, ScheduleSpec, ScheduleUpdate, Store
-from console.core.schedules import dst_change, fires, schedule_of_timer
+from console.agents.tools import ToolInputError, canonical, iso_moment, text_argument
+from console.core import Event, ScheduleSpec, ScheduleUpdate, Store
+from console.core.schedules import dst_change, fires, interval_words, schedule_of_timer, span_words
 from console.core.spend import NANOS_PER_USD, check_budget_usd, usd_to_nanos
 from console.core.timers import MAX_DUE, validate_cron, validate_zone
 
@@ -49,25 +49,6 @@ def _span(text: str, what: str) -> int:
     if not 0 < seconds <= MAX_DUE:
         raise ToolInputError(f"{what} must be more than 0")
     return seconds
-
-
-def span_words(seconds: int) -> str:
-    """'1 day', '2 hours', '90 minutes': the largest unit that divides it."""
-    for unit, size in (("day", DAY), ("hour", 3600), ("minute", 60)):
-        if seconds % size == 0:
-            count = seconds // size
-            return f"{count} {unit}" + ("s" if count != 1 else "")
-    return f"{seconds} seconds"
-
-
-def _moment(text: str, what: str) -> int:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ToolInputError(f"`{what}` must be an ISO 8601 time with an offset, not {text!r}") from None
-    if moment.tzinfo is None:
-        raise ToolInputError(f"`{what}` needs an offset or Z (whose nine o'clock?), got {text!r}")
-    return int(moment.timestamp())
 
 
 def _iso(moment: int, zone: str) -> str:
@@ -125,11 +106,11 @@ def read_schedule(arguments: Mapping[str, Any], *, anchor: Event, zone: str, min
     at = every = None
     cron = tz = None
     if kind == "once":
-        at = _moment(text_argument(arguments, "at") or "", "at")
+        at = iso_moment(text_argument(arguments, "at") or "", "at")
     elif kind == "every":
         every = _span(str(arguments["every"]), "`every`")
         start = text_argument(arguments, "start", required=False)
-        at = _moment(start, "start") if start else anchor.created_at + every
+        at = iso_moment(start, "start") if start else anchor.created_at + every
         if every < min_interval:
             raise ToolInputError(f"refused: every {span_words(every)} is more often than min_schedule_interval "
                                  f"({span_words(min_interval)}) allows; ask for a longer interval")
@@ -149,7 +130,7 @@ def read_schedule(arguments: Mapping[str, Any], *, anchor: Event, zone: str, min
     elif _SPAN.match(expiry.lower()):
         expires_at = anchor.created_at + _span(expiry, "`expiry`")
     else:
-        expires_at = _moment(expiry, "expiry")
+        expires_at = iso_moment(expiry, "expiry")
     occurrence, month = _budget(arguments.get("budget"))
     watch_tool = text_argument(arguments, "watch_tool", required=False)
     watch_arguments = arguments.get("watch_arguments")
@@ -201,14 +182,6 @@ def arguments_of(spec: ScheduleSpec, zone: str) -> dict[str, Any]:
     if spec.watch_arguments is not None:
         arguments["watch_arguments"] = dict(spec.watch_arguments)
     return arguments
-
-
-def interval_words(spec: ScheduleSpec) -> str:
-    if spec.kind == "once":
-        return "once"
-    if spec.kind == "every" and spec.every is not None:
-        return f"every {span_words(spec.every)}"
-    return f"cron {spec.cron} ({spec.tz})"
 
 
 def fire_words(moment: int, zone: str) -> str:
@@ -282,30 +255,6 @@ def result_hash(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
-def schedule_summary(schedule: Schedule, store: Store, *, now: int, zone: str) -> dict[str, Any]:
-    """One schedule as `status --json` and `schedules --json` show it: {id, title, next, state, spend_month,
-    expires, ...}. spend_month in US dollars."""
-    spec = schedule.spec
-    state = schedule.shown_state(now)
-    upcoming = fires(spec, max(now, schedule.next_due or now), 3) if state == "active" else []
-    return {
-        "id": spec.id, "title": spec.title, "next": schedule.next_due if state in ("active", "paused") else None,
-        "state": state, "spend_month": store.schedule_month_spend(spec.id, now=now, zone=zone) / NANOS_PER_USD,
-        "expires": spec.expires_at, "interval": interval_words(spec), "next_fires": upcoming,
-        "instruction": spec.instruction, "tools": None if spec.tools is None else list(spec.tools),
-        "origin": "trusted" if schedule.trusted else "untrusted", "origin_summary": origin_words(schedule.origin),
-        "paused_reason": schedule.paused_reason if schedule.state == "paused" else None,
-        "last_outcome": schedule.last_outcome, "last_at": schedule.last_at,
-        "only_if_changed": spec.only_if_changed,
-    }
-
-
-def origin_words(origin: Any) -> str:
-    """'your chat #3' / 'an untrusted github run #7' / 'you'."""
-    if not isinstance(origin, Mapping):
-        return "you"
-    where = f"{origin.get('source')} #{origin.get('event_id')}"
-    return f"your {where}" if origin.get("trusted") is True else f"an untrusted {where} run"
 
 
 Peek = Callable[[str, Mapping[str, Any]], str]  # a read-only tool's result (ToolInputError when it cannot be had)

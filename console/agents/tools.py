@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib.metadata import entry_points
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -249,6 +250,17 @@ def text_argument(arguments: Mapping[str, Any], name: str, *, required: bool = T
     if not isinstance(value, str) or not value.strip():
         raise ToolInputError(f"needs a non-empty text {name!r}")
     return value.strip()
+
+
+def iso_moment(text: str, what: str = "at") -> int:
+    """An ISO 8601 time with an offset, in epoch seconds (ToolInputError naming the argument `what`)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ToolInputError(f"`{what}` must be an ISO 8601 time with an offset, not {text!r}") from None
+    if moment.tzinfo is None:
+        raise ToolInputError(f"`{what}` needs an offset or Z (whose nine o'clock?), got {text!r}")
+    return int(moment.timestamp())
 
 
 # --- Python tools through entry points -------------------------------------------------------------------

@@ -21,7 +21,7 @@ from zoneinfo import ZoneInfo
 
 from console.core.base import StoreBase, dumps, loads
 from console.core.models import Schedule, ScheduleDraft, ScheduleSpec, ScheduleUpdate
-from console.core.spend import period
+from console.core.spend import NANOS_PER_USD, period
 from console.core.timers import _END_TIMERS, SCHEDULE_TIMER_PREFIX, cron_occurrences
 
 DAY = 86_400
@@ -110,6 +110,32 @@ def _offset(moment: datetime) -> str:
     return f"UTC{moment:%z}"[:-2] + ":" + f"{moment:%z}"[-2:]
 
 
+def span_words(seconds: int) -> str:
+    """'1 day', '2 hours', '90 minutes': the largest unit that divides it."""
+    for unit, size in (("day", DAY), ("hour", 3600), ("minute", 60)):
+        if seconds % size == 0:
+            count = seconds // size
+            return f"{count} {unit}" + ("s" if count != 1 else "")
+    return f"{seconds} seconds"
+
+
+def interval_words(spec: ScheduleSpec) -> str:
+    """'once', 'every 2 hours', 'cron 0 9 * * 1-5 (Europe/Berlin)'."""
+    if spec.kind == "once":
+        return "once"
+    if spec.kind == "every" and spec.every is not None:
+        return f"every {span_words(spec.every)}"
+    return f"cron {spec.cron} ({spec.tz})"
+
+
+def origin_words(origin: Any) -> str:
+    """'you' / 'your chat #3' / 'an untrusted github run #7': who asked for a schedule."""
+    if not isinstance(origin, dict):
+        return "you"
+    where = f"{origin.get('source')} #{origin.get('event_id')}"
+    return f"your {where}" if origin.get("trusted") is True else f"an untrusted {where} run"
+
+
 def _spec(row: Sequence[Any]) -> ScheduleSpec:
     (sid, title, instruction, kind, at, every, cron, tz, tools, occ, month, changed, watch, expires) = row[:14]
     watched = loads(watch) if watch else {}
@@ -148,6 +174,28 @@ class SchedulesMixin(StoreBase):
                                       (SCHEDULE_TIMER_PREFIX, schedule_id)):
             return _schedule(row)
         return None
+
+    def schedule_rows(self, *, now: int, zone: str = "UTC") -> list[dict[str, Any]]:
+        """Every schedule as `status --json` and `schedules --json` show it: {id, title, next, state, spend_month,
+        expires} (spend_month in US dollars this month in `zone`, next and expires epoch seconds or null) and
+        what the console lists besides: interval, the next fires, origin, last outcome, paused reason."""
+        rows: list[dict[str, Any]] = []
+        for schedule in self.schedules():
+            spec = schedule.spec
+            state = schedule.shown_state(now)
+            upcoming = fires(spec, max(now, schedule.next_due or now), 3) if state == "active" else []
+            rows.append({
+                "id": spec.id, "title": spec.title, "next": upcoming[0] if upcoming else None, "state": state,
+                "spend_month": self.schedule_month_spend(spec.id, now=now, zone=zone) / NANOS_PER_USD,
+                "expires": spec.expires_at, "interval": interval_words(spec), "next_fires": upcoming,
+                "instruction": spec.instruction, "tools": None if spec.tools is None else list(spec.tools),
+                "trusted": schedule.trusted, "origin": origin_words(schedule.origin),
+                "paused_reason": schedule.paused_reason if schedule.state == "paused" else None,
+                "last_outcome": schedule.last_outcome, "last_at": schedule.last_at,
+                "only_if_changed": spec.only_if_changed,
+                "budget_per_occurrence_usd": _usd(spec.budget_occurrence_nanos),
+                "budget_per_month_usd": _usd(spec.budget_month_nanos)})
+        return rows
 
     def live_schedule_count(self, *, now: int, besides: str | None = None) -> int:
         """How many schedules count against max_schedules: those not expired and not done (besides one id, the
@@ -333,3 +381,7 @@ class SchedulesMixin(StoreBase):
 
 def _fields(spec: ScheduleSpec) -> dict[str, Any]:
     return {name: getattr(spec, name) for name in ScheduleSpec.__dataclass_fields__}
+
+
+def _usd(nanos: int | None) -> float | None:
+    return None if nanos is None else nanos / NANOS_PER_USD

@@ -289,5 +289,6 @@ class Store(
             "telegram": self.chat_status("telegram"),
             "email": self.mail_status(),
             "tools": self.tool_health(),
+            "schedules": self.schedule_rows(now=now, zone=(budgets or BudgetDefaults()).zone),
             "receiver": self.receiver_counts(),
         }
