@@ -44,7 +44,8 @@ async def test_schedules_lists_them_with_buttons_that_pause_renew_and_delete(tmp
         await bot.write(OWNER, "/schedules")
         shown = await until(lambda: card(bot), "the schedule's card")
         assert "active · every 1 hour · next in 1h" in shown["text"] and "look at the deploys" in shown["text"]
-        forged = dict(shown, reply_markup={"inline_keyboard": [[{"text": "Delete", "callback_data": "D|deploys|AAAA"}]]})
+        keyboard = [[{"text": "Delete", "callback_data": "D|deploys|AAAA"}]]
+        forged = dict(shown, reply_markup={"inline_keyboard": keyboard})
         tap = await bot.tap(OWNER, forged, "Delete")
         await until(lambda: bot.reply_to(tap), "the forged tap's answer")
         assert bot.reply_to(tap) == "Not done: this button is not one of this inbox's."

@@ -1,4 +1,5 @@
--- The PostgreSQL twin of schema/0035_schedules.sql. The agent's own schedules (issue 35). A schedule is the owner-approved record (title, instruction, tools,
+-- The PostgreSQL twin of schema/0036_schedules.sql.
+-- The agent's own schedules (issue 35). A schedule is the owner-approved record (title, instruction, tools,
 -- budgets, expiry, origin, state); its occurrences are fired by a timer of its own, `schedule:<id>`, so each
 -- occurrence is stored exactly once under `schedule:<id>@<scheduled time>` like every timer's, coalesced when
 -- missed, across crashes, takeovers, clock jumps and DST.
