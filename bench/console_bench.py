@@ -154,7 +154,7 @@ async def child_console(db: Path, drain_rate: int, feeder: str = "process", tele
 
         pane.show = stamped_show  # type: ignore[method-assign]
         table = pane.table
-        page_down, cycle = table.action_page_down, app.action_cycle_status
+        page_down, cycle = table.action_page_down, app.main.action_cycle_status
 
         def stamped_page_down() -> None:
             key_at.append(time.perf_counter())
@@ -166,7 +166,7 @@ async def child_console(db: Path, drain_rate: int, feeder: str = "process", tele
             filter_latency.append((time.perf_counter() - started) * 1000)
 
         table.action_page_down = stamped_page_down  # type: ignore[method-assign]
-        app.action_cycle_status = stamped_cycle  # type: ignore[method-assign]
+        app.main.action_cycle_status = stamped_cycle  # type: ignore[method-assign]
 
         filter_latency: list[float] = []
 

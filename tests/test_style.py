@@ -283,8 +283,7 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     # The CLI builds an engine only through the assembly, and loads the console by name (importlib) when it is
     # opened, so `run` never imports Textual.
     ("console.cli", ("console.core", "console.config", "console.assembly", "console.runtime.why",
-                     "console.cli_common", "console.cli_render", "console.cli_telegram", "console.cli_schedules",
-                     *LEAVES)),
+                     "console.cli_common", "console.cli_render", "console.cli_telegram", *LEAVES)),
     # What the commands print: pure renderings of what a command read.
     ("console.cli_render", ("console.core", "console.config", "console.cli_telegram", *LEAVES)),
     # What the command modules share (the group's state, the one-line error, the value types, the output helpers).
@@ -293,8 +292,6 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     # helpers, never the group's module (which imports it: that was an import circle).
     ("console.cli_telegram", ("console.core", "console.cli_common", "console.config", "console.edges.phone_config",
                               "console.edges.telegram", "console.edges.telegram_webhook")),
-    # `agent-console schedules ...`: the agent's schedules, seen and steered by the owner, registered on the group.
-    ("console.cli_schedules", ("console.core", "console.cli_common", "console.config", *LEAVES)),
     ("console.__main__", ("console.cli",)),
 ]
 
@@ -494,3 +491,11 @@ def test_docs_and_bench_usage_lines_name_no_machines_paths() -> None:
                  if machine_path.search(line)]
     assert offenders == []
     assert machine_path.search("    /work/venv/bin/python bench/store_bench.py --quick")
+
+
+def test_the_console_app_stays_small() -> None:
+    """Issue 32: the main screen's keys and actions live on MainScreen; ConsoleApp keeps the engine's frame (at most
+    550 lines from its class line to its last)."""
+    tree = ast.parse((CONSOLE / "tui" / "app.py").read_text(encoding="utf-8"))
+    app = next(node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "ConsoleApp")
+    assert app.end_lineno is not None and app.end_lineno - app.lineno + 1 <= 550

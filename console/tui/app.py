@@ -7,9 +7,10 @@ once, so a worker draining a backlog cannot flood the screen. Nothing is read wh
 engine's watcher posts a notice on any commit to the inbox, and the once-a-second tick only redraws the
 countdowns and ages from what the panes already hold.
 
-Each pane reads, redraws and acts for itself (console/tui/panes.py: PaneHost, LivePane): the app lays them
-out, holds the main screen's keys and routes each to the pane that does it, opens the screens, and decides
-when the panes are read. The inject form's store and --demo's test keys are console/tui/demo.py.
+Each pane reads, redraws and acts for itself (console/tui/panes.py: PaneHost, LivePane): the main screen
+(console/tui/screens/main.py: MainScreen) lays them out, holds the main screen's keys and routes each to the pane
+that does it, and opens the screens; the app runs the engine and decides when the panes are read. The inject
+form's store and --demo's test keys are console/tui/demo.py.
 """
 
 from __future__ import annotations
@@ -20,15 +21,12 @@ import gc
 import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-from zoneinfo import ZoneInfo
 
 from textual import on, work
-from textual.app import App, ComposeResult, SystemCommand
+from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
-from textual.containers import Horizontal
 from textual.css.query import NoMatches
 from textual.driver import Driver
 from textual.message import Message
@@ -46,28 +44,20 @@ from console.textsafe import terminal_safe, terminal_safe_lines
 from console.timefmt import plural
 from console.tui.backend import ConsoleEngine
 from console.tui.demo import DEMO_ACTIONS, InjectControls, start_demo_traffic
-from console.tui.detail import read_detail, read_neighbour
-from console.tui.finding import read_message
 from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
-from console.tui.panes import PANES, LivePane
-from console.tui.read_only import MAIN_SCREEN_WRITES
+from console.tui.panes import PANES
+from console.tui.screens.main import MainScreen
 from console.tui.state import ConsoleState, default_state_path
-from console.tui.textual_8_2 import bindings_by_key, has_registered_themes, keymap, withdraw_toast
+from console.tui.textual_8_2 import has_registered_themes, keymap, withdraw_toast
 from console.tui.theme_files import DEFAULT_THEME, load_themes, status_variables
 from console.tui.widgets.approvals_pane import ApprovalsPane
-from console.tui.widgets.console_footer import ConsoleFooter
-from console.tui.widgets.console_header import ConsoleHeader
-from console.tui.widgets.events_pane import EventsPane
-from console.tui.widgets.events_table import EventsTable
-from console.tui.widgets.lease_pane import MODES, LeasePane
-from console.tui.widgets.outbox_pane import OutboxPane
+from console.tui.widgets.lease_pane import MODES
 
 if TYPE_CHECKING:
     from textual.command import Provider
 
     from console.assembly import System
     from console.edges.receiver import WebhookReceiver
-    from console.tui.detail import DetailView
     from console.tui.screens.detail import DetailScreen
 
 # The modal screens (detail, search, keys, message, timers, notes, confirm, inject) and the palette's commands are
@@ -132,43 +122,8 @@ class ConsoleApp(App[None]):
     # Screen.-narrow in app.tcss; App types it as an instance attribute, so it cannot be a ClassVar here
     HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (100, "-wide")]  # noqa: RUF012
     VERTICAL_BREAKPOINTS = [(0, "-short"), (20, "-tall")]  # noqa: RUF012  (Screen.-short in app.tcss)
-    # The footer shows the keys a newcomer needs first; f1 (or ?) lists the rest with what each does.
+    # The keys that work on every screen; the main screen's own are on MainScreen (console/tui/screens/main.py).
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("i", "inject", "Inject", id="console.inject", tooltip="store an event typed in a form"),
-        Binding("y", "answer('yes')", "Yes", id="console.approve", tooltip="answer the highlighted approval yes"),
-        Binding("n", "answer('no')", "No", id="console.decline", tooltip="answer the highlighted approval no"),
-        Binding("r", "retry", "Retry", id="console.retry",
-                tooltip="retry the marked events (or the selected one) if dead or discarded"),
-        Binding("R", "retry_all", "Retry all", id="console.retry_all", show=False,
-                tooltip="retry every dead event the filter shows (asks first)"),
-        Binding("f", "cycle_status", "Filter", id="console.filter_status", tooltip="cycle the status filter"),
-        Binding("s", "cycle_source", "Source", id="console.filter_source", show=False,
-                tooltip="cycle the source filter"),
-        Binding("slash", "search", "Find", id="console.search",
-                tooltip="find events and outbox messages by source, id, payload text or error"),
-        Binding("S", "sort", "Sort", id="console.sort", show=False,
-                tooltip="sort the whole inbox: newest or oldest first, by status, by source (or click a header)"),
-        Binding("F", "pick_filter", "Pick filter", id="console.filter_pick", show=False,
-                tooltip="pick the status or source filter from a list"),
-        Binding("D,delete", "discard", "Discard", id="console.discard", show=False,
-                tooltip="discard the marked events (or the selected one): kept for the record, never run"),
-        Binding("o", "outbox_messages", "Outbox", id="console.outbox_messages", show=False,
-                tooltip="the newest outbox messages, each openable in full"),
-        Binding("b", "budget", "Budget", id="console.budget", show=False,
-                tooltip="set the daily and monthly budgets for model calls"),
-        Binding("t", "timers", "Timers", id="console.timers", show=False,
-                tooltip="the timers: next fire, catch-up policy; pause, resume or run one now"),
-        Binding("m", "notes", "Notes", id="console.notes", show=False,
-                tooltip="the agent's notes, each with where it came from"),
-        Binding("x", "stall", "Stall", id="console.stall",
-                tooltip="stop (or resume) renewing the lease: another console takes over"),
-        Binding("c", "quick_chat", "Chat", id="console.quick_chat", show=False, tooltip="inject a chat message"),
-        Binding("p", "quick_poison", "Poison", id="console.quick_poison", show=False,
-                tooltip="inject an event that fails every run and goes dead"),
-        Binding("d", "quick_redeliver", "Redeliver", id="console.quick_redeliver", show=False,
-                tooltip="the last event again: refused as a duplicate"),
-        Binding("a", "quick_approval", "Needs approval", id="console.quick_approval", show=False,
-                tooltip='chat "refund order 881": the agent asks first'),
         Binding("f1,question_mark", "toggle_help", "Keys", id="console.help",
                 tooltip="every key on a full screen, filtered as you type"),
         Binding("q", "request_quit", "Quit", id="console.quit_asking",
@@ -216,9 +171,7 @@ class ConsoleApp(App[None]):
         self._dirty: set[str] = set()
         self._busy: set[str] = set()
         self._flush_due = False
-        self._panes: dict[str, LivePane] = {}  # by widget id (PANES), filled by compose
-        self._header: ConsoleHeader | None = None
-        self._lease: LeasePane | None = None
+        self.main = MainScreen(self)  # the panes and the main screen's keys
         self._unsubscribe: Callable[[], None] | None = None
         self.injector = InjectControls(self)  # i, and --demo's test keys
         loaded = load_themes(user_theme_dir)
@@ -244,7 +197,7 @@ class ConsoleApp(App[None]):
         width, height = self.size
         classes = [breakpoint_class(width, self.HORIZONTAL_BREAKPOINTS),
                    breakpoint_class(height, self.VERTICAL_BREAKPOINTS)]
-        return Screen(id="_default", classes=" ".join(name for name in classes if name is not None))
+        return self.main.add_class(*(name for name in classes if name is not None), update=False)
 
     def get_driver_class(self) -> type[Driver]:
         """Textual's own driver, except that on Linux and macOS a closed terminal cannot wedge it."""
@@ -258,58 +211,11 @@ class ConsoleApp(App[None]):
                 return HangupSafeDriver
         return driver
 
-    # --- layout ---------------------------------------------------------------------------------
-    def compose(self) -> ComposeResult:
-        header = ConsoleHeader(self, self._inbox_label(), self.engine.agent_name, id="header")
-        events, lease = EventsPane(self, id="events"), LeasePane(self, id="lease")
-        approvals, outbox = ApprovalsPane(self, id="approvals"), OutboxPane(self, id="outbox")
-        self._header, self._lease = header, lease
-        self._panes = {"events": events, "lease": lease, "approvals": approvals, "outbox": outbox, "header": header}
-        yield header
-        yield events
-        with Horizontal(id="bottom"):
-            yield lease
-            yield approvals
-            yield outbox
-        yield ConsoleFooter()
-
-    def _inbox_label(self) -> str:
-        if self.inbox_label is not None:
-            return self.inbox_label
-        if isinstance(self.settings.db, str):
-            return self.settings.db  # a PostgreSQL URL (it never carries a password)
-        path = self.settings.db
-        with contextlib.suppress(ValueError):
-            return "~/" + str(path.relative_to(Path.home()))
-        return str(path)
-
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        """The test keys exist only in `--demo` (hidden from the footer, the help panel and the palette)."""
-        if self.read_only and action in MAIN_SCREEN_WRITES:
-            return False
-        return self.demo or action not in DEMO_ACTIONS
-
     def key_for(self, binding_id: str) -> str | None:
-        """The key that runs a binding as the footer shows it, after `[keys]` remaps; None when it is not
-        available here (a demo key outside the demo)."""
-        for bindings in bindings_by_key(self).values():
-            for binding in bindings:
-                if binding.id != binding_id:
-                    continue
-                if self.check_action(binding.action.split("(")[0], ()) is False:
-                    return None
-                key = keymap(self).get(binding_id, binding.key).split(",")[0].strip()
-                return self.get_key_display(binding.with_key(key, key_display=None))
-        return None
+        return self.main.key_for(binding_id)
 
     def relabel(self, binding_id: str, description: str) -> None:
-        """A binding's footer label changed in place (Textual has no public call for it); remaps still apply,
-        as they are looked up by id."""
-        by_key = bindings_by_key(self)
-        for key, bindings in by_key.items():
-            by_key[key] = [
-                replace(b, description=description) if b.id == binding_id else b for b in bindings]
-        self.refresh_bindings()
+        self.main.relabel(binding_id, description)
 
     def get_theme_variable_defaults(self) -> dict[str, str]:
         theme = self.current_theme if has_registered_themes(self) else None
@@ -349,10 +255,12 @@ class ConsoleApp(App[None]):
                 log.warning("%s", clash)
             self.notify("\n".join(self._key_clashes), title="Config: [keys] clash", severity="warning", timeout=20)
         self.theme_changed_signal.subscribe(self, self._theme_changed)
-        self.query_one(EventsTable).focus()
-        # The first frame is drawn from plain reads; the engine starts once it is on the screen, because its
-        # start checks the inbox (up to START_CHECK_SECONDS on a large file) and builds the agent, whose tools'
-        # libraries take about a second to import (tests/tui/test_start_imports.py).
+
+    def panes_mounted(self) -> None:
+        """The main screen's panes are mounted (after the app's on_mount): the first reads and the engine start.
+        The first frame is drawn from plain reads; the engine starts once it is on the screen, because its
+        start checks the inbox (up to START_CHECK_SECONDS on a large file) and builds the agent, whose tools'
+        libraries take about a second to import (tests/tui/test_start_imports.py)."""
         self.mark(*PANES)
         first_reads = self._flush_dirty(before_start=True)
         self.run_worker(self._start_engine(first_reads), group="engine", exit_on_error=False)
@@ -375,8 +283,8 @@ class ConsoleApp(App[None]):
         self._unsubscribe = self.engine.subscribe(self._post_notice)
         self.mark(*PANES)
         self.set_interval(TICK_SECONDS, self._tick)
-        if self._header is not None:
-            self._header.refresh_activity()
+        if self.main.header is not None:
+            self.main.header.refresh_activity()
         self._flush_dirty()
         if self.after_start is not None:
             self.after_start(self)
@@ -482,7 +390,7 @@ class ConsoleApp(App[None]):
             return
         helps = [help_text for node in (self.focused.ancestors_with_self if self.focused else ())
                  if isinstance(help_text := getattr(node, "HELP", None), str)]
-        actions = [b.action.split("(")[0] for b in self.BINDINGS if isinstance(b, Binding)]
+        actions = [b.action.split("(")[0] for b in (*self.BINDINGS, *MainScreen.BINDINGS) if isinstance(b, Binding)]
         rows = key_rows(keymap(self), None if self.demo else [a for a in actions if a not in DEMO_ACTIONS])
         self.push_screen(KeysScreen(rows, plain_help(helps[0]) if helps else ""))
 
@@ -515,8 +423,8 @@ class ConsoleApp(App[None]):
     @on(EngineNotice)
     def _on_notice(self, message: EngineNotice) -> None:
         notice = message.notice
-        if notice.kind == "lease" and notice.detail in MODES and self._lease is not None:
-            self._lease.role_told(notice.detail)
+        if notice.kind == "lease" and notice.detail in MODES and self.main.lease is not None:
+            self.main.lease.role_told(notice.detail)
         self.mark(*NOTICE_PANES.get(notice.kind, PANES))
         # A notice can come before the first screen is pushed, or after the screens have gone (on_unmount).
         if notice.kind != "log" and self.screen_stack and (detail := self._open_detail_screen()) is not None:
@@ -535,8 +443,8 @@ class ConsoleApp(App[None]):
 
     def mark(self, *panes: str) -> None:
         self._dirty.update(panes)
-        if "events" in panes and self._header is not None:
-            self._header.activity_stale = True
+        if "events" in panes and self.main.header is not None:
+            self.main.header.activity_stale = True
         self._schedule_flush()
 
     def _schedule_flush(self) -> None:
@@ -563,7 +471,7 @@ class ConsoleApp(App[None]):
         marks itself to be read again only when time alone can have changed it (an agent's wait ending)."""
         now = self.clock.now()
         with contextlib.suppress(NoMatches):  # the console is closing: its panes have gone before the timer
-            for pane in self._panes.values():
+            for pane in self.main.panes.values():
                 pane.tick(now)
 
     @work(group="reload")
@@ -579,126 +487,19 @@ class ConsoleApp(App[None]):
             self._schedule_flush()  # marked again while it was read
 
     async def _reload_pane(self, pane: str) -> None:
-        await self._panes[pane].reload()
+        await self.main.panes[pane].reload()
 
     @property
     def known_sources(self) -> list[str]:
-        return [] if self._header is None else self._header.sources
+        return [] if self.main.header is None else self.main.header.sources
 
     async def settle(self) -> None:
         """Re-read every pane now (tests and snapshots wait on this instead of on time)."""
-        if self._header is not None:
-            await self._header.read_activity()
+        if self.main.header is not None:
+            await self.main.header.read_activity()
         for pane in PANES:
             await self._reload_pane(pane)
         self.query_one(ApprovalsPane).redraw()
-
-    # --- actions --------------------------------------------------------------------------------
-    @on(EventsTable.RowSelected)
-    async def _row_selected(self, message: EventsTable.RowSelected) -> None:
-        if isinstance(message.data_table, EventsTable):
-            await self.action_detail()
-
-    async def action_detail(self) -> None:
-        event = self.query_one(EventsPane).selected_event()
-        if event is None:
-            self.notify("No event selected", severity="warning")
-            return
-        await self.open_detail(event.id)
-
-    async def open_detail(self, event_id: int) -> None:
-        zone = ZoneInfo(self.settings.timezone)
-        events = self.query_one(EventsPane)
-
-        async def load(event_id: int) -> DetailView:
-            return await self.read(read_detail(event_id, now=self.clock.now(), holder=self.engine.holder,
-                                               mode=self.engine.mode, zone=zone,
-                                               resume_key=self.key_for("console.stall")))
-
-        async def neighbour(event_id: int, older: bool) -> int | None:
-            return await self.read(read_neighbour(event_id, events.filter, older=older))
-
-        from console.tui.screens.detail import DetailHost, DetailScreen
-
-        host = DetailHost(load, neighbour, events.retry_event, self.query_one(ApprovalsPane).answer,
-                          events.restore_event)
-        await self.push_screen(DetailScreen(await load(event_id), host, zone))
-
-    async def open_message(self, message_id: int) -> None:
-        message = await self.read(read_message(message_id))
-        if message is None:
-            self.notify(f"Outbox message {message_id} is gone (pruned)", severity="warning")
-            return
-        now = self.clock.now()
-        goes_out_at = await self.read(lambda store: store.next_send_at(now=now))
-        from console.tui.screens.message import MessageScreen
-
-        await self.push_screen(MessageScreen(message, now, ZoneInfo(self.settings.timezone), goes_out_at,
-                                             send_now=self.query_one(OutboxPane).send_now))
-
-    async def action_search(self, start_in_outbox: bool = False) -> None:
-        from console.tui.screens.search import SearchScreen
-
-        await self.push_screen(SearchScreen(self.read, self.query_one(EventsPane).filter, self.open_detail,
-                                            self.open_message, now=self.clock.now(), start_in_outbox=start_in_outbox))
-
-    async def action_outbox_messages(self) -> None:
-        await self.action_search(start_in_outbox=True)
-
-    async def action_inject(self) -> None:
-        await self.push_screen(await self.injector.form(blink=not self.deterministic))
-
-    async def action_quick_chat(self) -> None:
-        await self.injector.quick_chat()
-
-    async def action_quick_poison(self) -> None:
-        await self.injector.quick_poison()
-
-    async def action_quick_approval(self) -> None:
-        await self.injector.quick_approval()
-
-    async def action_quick_redeliver(self) -> None:
-        await self.injector.redeliver()
-
-    async def action_answer(self, answer: str) -> None:
-        await self.query_one(ApprovalsPane).answer_selected(answer)
-
-    async def action_retry(self) -> None:
-        await self.query_one(EventsPane).retry()
-
-    async def action_retry_all(self) -> None:
-        await self.query_one(EventsPane).retry_all()
-
-    async def action_discard(self) -> None:
-        await self.query_one(EventsPane).discard()
-
-    async def action_cycle_status(self) -> None:
-        await self.query_one(EventsPane).cycle_status()
-
-    async def action_cycle_source(self) -> None:
-        await self.query_one(EventsPane).cycle_source()
-
-    async def action_pick_filter(self) -> None:
-        await self.query_one(EventsPane).pick_filter()
-
-    async def action_sort(self, order: str = "") -> None:
-        await self.query_one(EventsPane).sort(order)
-
-    async def action_budget(self) -> None:
-        await self.query_one(ConsoleHeader).edit_budgets()
-
-    async def action_timers(self) -> None:
-        from console.tui.screens.timers import TimersScreen
-
-        await self.push_screen(TimersScreen(self.read, self.engine.write, self.clock, ZoneInfo(self.settings.timezone)))
-
-    async def action_notes(self) -> None:
-        from console.tui.screens.notes import NotesScreen
-
-        await self.push_screen(NotesScreen(self.read, self.engine.write))
-
-    def action_stall(self) -> None:
-        self.query_one(LeasePane).stall()
 
 
 def run_app(settings: Settings, *, read_only: bool = False) -> None:

@@ -12,6 +12,7 @@ from textual.content import Content
 
 from console.core import STATUSES
 from console.tui.keys import key_for_id
+from console.tui.screens.main import MainScreen
 from console.tui.textual_8_2 import keymap
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
@@ -70,7 +71,7 @@ def key_of(app: ConsoleApp, action: str) -> str | None:
     """The key that runs a palette action, after `[keys]` remaps (the palette teaches the keys)."""
     own = {"detail": "events.detail", **TABLE_ACTIONS, **PANE_ACTIONS}
     binding_id = own.get(action) or next(
-        (b.id for b in app.BINDINGS if isinstance(b, Binding) and b.action == action), None)
+        (b.id for b in (*app.BINDINGS, *MainScreen.BINDINGS) if isinstance(b, Binding) and b.action == action), None)
     return None if binding_id is None else key_for_id(binding_id, keymap(app))
 
 
@@ -79,7 +80,7 @@ def run(app: ConsoleApp, action: str) -> Callable[[], object]:
         return partial(app.run_action, action, app.query_one(EventsTable))
     if action in PANE_ACTIONS:
         return partial(app.run_action, action, app.query_one(EventsPane))
-    return partial(app.run_action, action)
+    return partial(app.run_action, action, app.main if hasattr(MainScreen, f"action_{action.split('(')[0]}") else app)
 
 
 def with_key(title: Content, key: str | None) -> Content:
@@ -92,7 +93,7 @@ class ConsoleCommands(Provider):
         found: list[tuple[str, str, str | None, Callable[[], object]]] = [
             (title, help_text, key_of(app, action), run(app, action))
             for title, help_text, action in ACTIONS
-            if app.check_action(action.split("(")[0], ()) is not False  # the test keys: only in --demo
+            if app.main.check_action(action.split("(")[0], ()) is not False  # the test keys: only in --demo
         ]
         events = app.query_one(EventsPane)
         for status in (None, *STATUSES):

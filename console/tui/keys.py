@@ -22,6 +22,7 @@ from console.tui.textual_8_2 import normalized_keys
 
 # Where each class's keys work, as the help screen titles them (the main screen's widgets share its keys).
 PLACES: dict[str, str] = {
+    "MainScreen": "Main screen",
     "ConsoleApp": "Main screen",
     "EventsTable": "Main screen: the events table",
     "EventsPane": "Main screen: the events pane",
@@ -37,6 +38,9 @@ PLACES: dict[str, str] = {
     "ConfirmScreen": "A question before acting",
     "KeysScreen": "This help",
 }
+# Where the keys live that are all live at once on the main screen: the app's (help, quit), the main screen's
+# and its widgets'.
+MAIN_SCREEN_MODULES = ("console.tui.app", "console.tui.screens.main", "console.tui.widgets")
 # Keys that are no binding of ours but work on the main screen all the same.
 PLAIN_KEYS: tuple[tuple[str, str, str], ...] = (
     ("↑ ↓ pgup pgdn", "Move", "through the events; past the first or last row the window moves"),
@@ -112,7 +116,7 @@ def key_clashes(keymap: Mapping[str, str], skip_actions: Iterable[str] = ()) -> 
     skip = set(skip_actions)
     places: dict[str, list[tuple[type, Binding]]] = {}
     for cls in console_classes():
-        place = "main" if cls.__module__.startswith(("console.tui.app", "console.tui.widgets")) else cls.__name__
+        place = "main" if cls.__module__.startswith(MAIN_SCREEN_MODULES) else cls.__name__
         places.setdefault(place, []).extend((cls, b) for b in own_bindings(cls)
                                             if b.description and b.action.split("(")[0] not in skip)
     lines: list[str] = []
@@ -160,7 +164,8 @@ def key_rows(keymap: Mapping[str, str], available: Iterable[str] | None = None) 
         for binding in own_bindings(cls):
             if not binding.description:
                 continue  # a fallback of another binding of the same key (the detail's r, y, n)
-            if allowed is not None and cls.__name__ == "ConsoleApp" and binding.action.split("(")[0] not in allowed:
+            action = binding.action.split("(")[0]
+            if allowed is not None and cls.__name__ in ("ConsoleApp", "MainScreen") and action not in allowed:
                 continue
             keys = " / ".join(shown_key(k) for k in keys_of(binding, keymap))
             if binding.key_display and binding.id not in keymap:

@@ -10,6 +10,7 @@ from typing import Any
 
 from textual.app import App
 from textual.binding import Binding
+from textual.dom import DOMNode
 from textual.keys import _normalize_key_list
 from textual.notifications import Notification
 from textual.widgets._footer import FooterKey
@@ -23,9 +24,9 @@ def keymap(app: App[Any]) -> Mapping[str, str]:
     return app._keymap
 
 
-def bindings_by_key(app: App[Any]) -> dict[str, list[Binding]]:
-    """The app's own bindings by key, which may be changed in place (a label that changed: ConsoleApp.relabel)."""
-    return app._bindings.key_to_bindings
+def bindings_by_key(node: DOMNode) -> dict[str, list[Binding]]:
+    """A node's own bindings by key, which may be changed in place (a label that changed: MainScreen.relabel)."""
+    return node._bindings.key_to_bindings
 
 
 def has_registered_themes(app: App[Any]) -> bool:

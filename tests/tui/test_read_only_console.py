@@ -54,7 +54,7 @@ async def test_a_read_only_console_watches_and_changes_nothing(filled: Path, clo
         await pilot.press("y")
         await pilot.press("escape")
         dead = next(e for e in app.query_one("EventsPane").page.events if e.status == "dead")  # type: ignore[attr-defined]
-        await app.open_detail(dead.id)
+        await app.main.open_detail(dead.id)
         await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="the dead event's detail")
         assert not {"detail.retry", "detail.approve", "detail.restore"} & offered(app)
         await pilot.press("r")

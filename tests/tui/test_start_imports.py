@@ -62,10 +62,14 @@ def third_party(modules: list[str]) -> set[str]:
             for top in tops}
 
 
+# The main screen is the first frame (its package's __init__ comes with it).
+FIRST_FRAME_SCREENS = {"console.tui.screens", "console.tui.screens.main"}
+
+
 def deferred(modules: list[str]) -> list[str]:
     """Those of the modules the first frame must not have waited for (NOT_BEFORE_FIRST_FRAME)."""
-    return [name for name in modules
-            if any(name == package or name.startswith(f"{package}.") for package in NOT_BEFORE_FIRST_FRAME)]
+    return [name for name in modules if name not in FIRST_FRAME_SCREENS
+            and any(name == package or name.startswith(f"{package}.") for package in NOT_BEFORE_FIRST_FRAME)]
 
 
 def loaded_by(code: str) -> tuple[list[str], str]:

@@ -81,7 +81,7 @@ async def test_an_event_detail_offers_restore_only_while_discarded(filled: Path,
     app = make_app(filled, clock)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        await app.open_detail(dead)
+        await app.main.open_detail(dead)
         await pilot_until(pilot, lambda: isinstance(app.screen, DetailScreen), what="the detail")
         assert "detail.restore" in offered(app)
         await pilot.press("u")
@@ -97,7 +97,7 @@ async def test_send_now_asks_then_moves_a_held_message_to_the_urgent_lane(filled
     app = make_app(filled, clock, settings={"outbox_gap": 3600})
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        await app.open_message(message_id)
+        await app.main.open_message(message_id)
         await pilot_until(pilot, lambda: isinstance(app.screen, MessageScreen), what="the message")
         assert "message.send_now" in offered(app)
         await pilot.press("s")

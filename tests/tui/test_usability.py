@@ -13,6 +13,7 @@ from console.tui.app import ConsoleApp
 from console.tui.commands import ACTIONS
 from console.tui.screens.inject import InjectScreen
 from console.tui.screens.keys import KeysScreen
+from console.tui.screens.main import MainScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.events_pane import EventsPane
 from console.tui.widgets.events_table import EventsTable
@@ -101,7 +102,7 @@ async def test_f1_and_question_mark_open_the_keys_screen_filtered_as_you_type(fi
 def test_every_key_is_also_in_the_command_palette() -> None:
     in_palette = {action for _title, _help, action in ACTIONS}
     from_textual = {"toggle_help", "quit"}  # Textual's own palette commands "Keys" and "Quit"
-    keys = {binding.action for binding in ConsoleApp.BINDINGS}  # type: ignore[union-attr]
+    keys = {binding.action for binding in (*ConsoleApp.BINDINGS, *MainScreen.BINDINGS)}  # type: ignore[union-attr]
     table_keys = {binding.action for binding in EventsTable.BINDINGS if binding.id}  # type: ignore[union-attr]
     table_keys = {"detail" if action == "select_cursor" else action for action in table_keys}
     pane_keys = {binding.action for binding in EventsPane.BINDINGS if binding.id}  # type: ignore[union-attr]
