@@ -43,6 +43,7 @@ from console.cli_common import (
     rejecting_bad_input,
 )
 from console.cli_render import budget_source_words, call_record, event_record, status_lines
+from console.cli_schedules import schedules
 from console.cli_telegram import telegram
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings, open_inbox
 from console.core import STATUSES, Event, Store, Timer
@@ -1228,3 +1229,4 @@ def timers_run(state: CliState, timer_id: str) -> None:
 
 
 main.add_command(telegram)  # the chat source's commands, beside this module (console/cli_telegram.py)
+main.add_command(schedules)  # the agent's schedules, seen and steered (console/cli_schedules.py)

@@ -104,6 +104,14 @@ def status_lines(info: dict[str, Any], now: int) -> list[str]:
     timer = info["next_timer"]
     upcoming = "none due" if timer is None else f"next: {timer['id']} {relative(timer['due'], now)}"
     lines.append(f"timers     {upcoming}")
+    listed = info.get("schedules") or []
+    if listed:
+        states = [row["state"] for row in listed]
+        tally = " · ".join(f"{states.count(word)} {word}" for word in ("active", "paused", "expired", "done")
+                           if word in states)
+        soonest = min((row for row in listed if row["next"] is not None), key=lambda row: row["next"], default=None)
+        upcoming = "" if soonest is None else f" · next: {soonest['id']} {relative(soonest['next'], now)}"
+        lines.append(f"schedules  {tally}{upcoming} (agent-console schedules)")
     lines.append(f"fencing    {plural(info['takeovers'], 'takeover')} · "
                  f"{plural(info['refused_finishes'], 'refused late finish', 'refused late finishes')}")
     agent = info["agent"]

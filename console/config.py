@@ -95,6 +95,10 @@ class Settings:
     max_tool_calls_per_run: int = 20
     max_tool_calls_per_hour: int = 60
     max_messages_per_hour: int = 20
+    # The agent's own schedules (the `schedule` tool): at most this many at once, none more often than this
+    # (seconds); a request past either is refused with the reason, which the model reads.
+    max_schedules: int = 20
+    min_schedule_interval: int = 15 * 60
     approval_expiry: int = 4 * 3600  # seconds before an unanswered approval expires
     confirm_approvals: bool = False  # y on an approval with more than a minute left asks once more
     agent: str = "offline"          # the built-in offline agent
@@ -413,6 +417,8 @@ CHECKS: dict[str, Checker] = {
     "max_tool_calls_per_run": _seconds_or_count(0, 100_000),
     "max_tool_calls_per_hour": _seconds_or_count(0, 1_000_000),
     "max_messages_per_hour": _seconds_or_count(0, 1_000_000),
+    "max_schedules": _seconds_or_count(0, 10_000),
+    "min_schedule_interval": _seconds_or_count(60, 366 * 86_400),
     "approval_expiry": _seconds_or_count(1),
     "confirm_approvals": _flag,
     "agent": _agent,

@@ -283,7 +283,8 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     # The CLI builds an engine only through the assembly, and loads the console by name (importlib) when it is
     # opened, so `run` never imports Textual.
     ("console.cli", ("console.core", "console.config", "console.assembly", "console.runtime.why",
-                     "console.cli_common", "console.cli_render", "console.cli_telegram", *LEAVES)),
+                     "console.cli_common", "console.cli_render", "console.cli_telegram", "console.cli_schedules",
+                     *LEAVES)),
     # What the commands print: pure renderings of what a command read.
     ("console.cli_render", ("console.core", "console.config", "console.cli_telegram", *LEAVES)),
     # What the command modules share (the group's state, the one-line error, the value types, the output helpers).
@@ -292,6 +293,8 @@ ROOMS: list[tuple[str, tuple[str, ...]]] = [
     # helpers, never the group's module (which imports it: that was an import circle).
     ("console.cli_telegram", ("console.core", "console.cli_common", "console.config", "console.edges.phone_config",
                               "console.edges.telegram", "console.edges.telegram_webhook")),
+    # `agent-console schedules ...`: the agent's schedules, seen and steered by the owner, registered on the group.
+    ("console.cli_schedules", ("console.core", "console.cli_common", "console.config", *LEAVES)),
     ("console.__main__", ("console.cli",)),
 ]
 

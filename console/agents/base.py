@@ -25,6 +25,8 @@ from console.core import (
     MemoryWrite,
     OutboxDraft,
     RunOutcome,
+    ScheduleDraft,
+    ScheduleUpdate,
     StaleGeneration,
     Store,
     TimerDraft,
@@ -93,6 +95,8 @@ class RunContext:
     approvals: list[ApprovalRequest] = field(default_factory=list)
     drafts: list[ApprovalDraft] = field(default_factory=list)
     timers: list[TimerDraft] = field(default_factory=list)
+    schedules: list[ScheduleDraft] = field(default_factory=list)
+    schedule_updates: list[ScheduleUpdate] = field(default_factory=list)
     fence: threading.Event = field(default_factory=threading.Event)
     clock: Callable[[], int] | None = None  # the wall clock for fencing checks; None: the run's start, `now`
     notes: dict[int, str] = field(default_factory=dict)  # event id -> how this run ended for it
@@ -258,6 +262,16 @@ class RunContext:
         self.store.check_timer(timer_id, due, payload or {}, **options)
         self.timers.append(TimerDraft(timer_id, due, dict(payload or {}), dict(options), origin))
 
+    def set_schedule(self, draft: ScheduleDraft) -> None:
+        """Create or change a schedule (and its timer); written by the run's finish."""
+        self.check_fence()
+        self.schedules = [staged for staged in self.schedules if staged.spec.id != draft.spec.id] + [draft]
+
+    def update_schedule(self, update: ScheduleUpdate) -> None:
+        """What an occurrence's run decided about its schedule (ran, skipped, paused); written by its finish."""
+        self.check_fence()
+        self.schedule_updates.append(update)
+
     def remember(self, key: str, value: str, *, event: Event | None = None,
                  origin: dict[str, Any] | None = None) -> None:
         """Keep a note across runs; written by the run's finish (ValueError for a bad one, at once). origin:
@@ -350,7 +364,8 @@ class RunContext:
     def staged(self) -> RunOutcome:
         """What this run produced for the inbox, for its finish to write."""
         return RunOutcome(list(self.messages), list(self.drafts), list(self.timers), dict(self.notes),
-                          list(self.memory_writes), list(self.tool_log), list(self.cap_notices))
+                          list(self.memory_writes), list(self.tool_log), list(self.cap_notices),
+                          list(self.schedules), list(self.schedule_updates))
 
 
 def expires_in_words(seconds: int) -> str:

@@ -30,6 +30,14 @@ from typing import Any
 from console import telemetry
 from console.agents.base import Resumed, RunContext
 from console.agents.errors import AnswerWaits, CallNotSent
+from console.agents.scheduling import (
+    RECURRING_RULE,
+    arguments_of,
+    fire_words,
+    occurrence_tools,
+    preview,
+    read_schedule,
+)
 from console.agents.tools import (
     BUILTINS,
     MAX_JOURNAL_CHARS,
@@ -44,11 +52,21 @@ from console.agents.tools import (
     ToolOutcome,
     ToolSpec,
     canonical,
+    iso_moment,
     summary,
     text_argument,
 )
-from console.core import Event, MemoryEntry, OutcomeUnknown, ToolCallRecord, approved_step_key
+from console.core import (
+    Event,
+    MemoryEntry,
+    OutcomeUnknown,
+    ScheduleDraft,
+    ScheduleSpec,
+    ToolCallRecord,
+    approved_step_key,
+)
 from console.core.journal import Interrupted
+from console.core.schedules import fires, interval_words
 from console.redact import redact_urls
 from console.trust.callview import find_urls, message_from_run
 from console.trust.policy import Decision, Policy, Ruling
@@ -68,6 +86,8 @@ class ToolGateway:
         python_tools: Mapping[str, PythonTool] | None = None,
         timezone: str = "UTC",
         start_early: bool = False,
+        max_schedules: int = 20,
+        min_schedule_interval: int = 15 * 60,
     ) -> None:
         self.policy = policy or Policy()
         self.mcp = mcp
@@ -78,6 +98,8 @@ class ToolGateway:
         self._mcp_lock = threading.Lock()
         self.python_tools = dict(python_tools or {})
         self.timezone = timezone
+        self.max_schedules = max_schedules
+        self.min_schedule_interval = min_schedule_interval
 
     def close(self) -> None:
         """Stop the MCP servers' sessions (and their processes)."""
@@ -143,10 +165,13 @@ class ToolGateway:
                           for t in listed})
         return tools, unavailable
 
-    def offered(self, *, untrusted: bool) -> tuple[list[ToolSpec], dict[str, str]]:
-        """The tools a run may use or ask for (denied ones are not offered), and the unavailable servers."""
+    def offered(self, *, untrusted: bool, events: Sequence[Event] = ()) -> tuple[list[ToolSpec], dict[str, str]]:
+        """The tools a run may use or ask for (denied ones are not offered, nor those a schedule's occurrence
+        among `events` leaves out of its tools list), and the unavailable servers."""
         tools, unavailable = self.catalogue()
-        return [spec for spec in tools.values() if self._decide(spec, untrusted) != "deny"], unavailable
+        narrowed = occurrence_tools(events)
+        return [spec for spec in tools.values() if self._decide(spec, untrusted) != "deny"
+                and (narrowed is None or spec.name in narrowed)], unavailable
 
     def _decide(self, spec: ToolSpec, untrusted: bool) -> Decision:
         return self._judge(spec, untrusted).decision
@@ -217,26 +242,39 @@ class ToolGateway:
         decision, rule = ruling.decision, ruling.rule
         if decision == "allow" and ask_all is not None and changes_world(spec):
             decision, rule = "ask", f"{rule}, but model {ask_all} (ask_all) asks for every world-changing call"
+        narrowed = occurrence_tools([event, *covers])
+        if decision != "deny" and narrowed is not None and call.name not in narrowed:
+            decision, rule = "deny", f"{SCHEDULE_TOOLS_RULE}: {', '.join(narrowed)}"
         if decision == "deny":
             return self._record(ctx, event, call, ToolOutcome(
                 "error", f"{call.name} is denied by the owner's policy; it was not run", "denied"), rule, trust)
         if call.name == "ask_owner":
             rule = QUESTION_RULE
+        shown: dict[str, Any] = {}
         try:
             self._check(call, spec)
+            if call.name == "schedule":
+                scheduled = self._schedule_request(ctx, call.arguments, event)
+                call = ToolCall(call.use_id, call.name, arguments_of(scheduled, self.timezone))
+                shown["schedule_preview"] = preview(scheduled, ctx.store, now=ctx.now, zone=self.timezone)
+                if scheduled.recurring and decision == "allow":
+                    decision, rule = "ask", RECURRING_RULE
         except ToolInputError as exc:
             word = "allowed" if decision == "allow" else "asked"
             return self._record(ctx, event, call, ToolOutcome("error", f"{call.name}: {exc}", word), rule, trust)
+        if call.name == "set_timer" and "cron" in call.arguments and decision == "allow":
+            decision, rule = "ask", RECURRING_RULE  # a repeating timer is a recurring schedule: it asks too
         confidential = self._confidential(ctx, call, spec, provenance)
         if confidential is not None and decision == "allow":
             decision, rule = "ask", confidential[0]
+        if confidential is not None:
+            shown.update(confidential[1])
         if call.name == "ask_owner" or decision == "ask":
             if not may_ask:
                 return self._record(ctx, event, call, ToolOutcome(
                     "error", "only one approval can be pending at a time; ask again once it is answered", "asked"),
                     rule, trust)
-            return self._ask(ctx, call, event, sources, session, provenance, rule,
-                             shown=None if confidential is None else confidential[1])
+            return self._ask(ctx, call, event, sources, session, provenance, rule, shown=shown or None)
         if not changes_world(spec):
             return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, "", event, "allowed",
                                                             provenance, spec), rule, trust)
@@ -430,7 +468,7 @@ class ToolGateway:
             if ("at" in arguments) == ("cron" in arguments):
                 raise ToolInputError("give either `at` (once) or `cron` (repeating), not both or neither")
             if "at" in arguments:
-                _moment(text_argument(arguments, "at") or "")
+                iso_moment(text_argument(arguments, "at") or "")
             else:
                 self._cron(arguments)
         elif call.name == "remember":
@@ -439,6 +477,37 @@ class ToolGateway:
             text_argument(arguments, "key")
         elif call.name == "ask_owner":
             text_argument(arguments, "question")
+
+    def _schedule_request(self, ctx: RunContext, arguments: Mapping[str, Any], event: Event) -> ScheduleSpec:
+        """The schedule a call asks for, within the caps (ToolInputError: refused, with the reason the model
+        reads): at most max_schedules live at once, none more often than min_schedule_interval."""
+        spec = read_schedule(arguments, anchor=event, zone=self.timezone, min_interval=self.min_schedule_interval)
+        staged = {draft.spec.id for draft in ctx.schedules} - {spec.id}
+        live = ctx.store.live_schedule_count(now=ctx.now, besides=spec.id)
+        if ctx.store.schedule(spec.id) is None and live + len(staged) >= self.max_schedules:
+            raise ToolInputError(f"refused: {live + len(staged)} schedules already stand, the most max_schedules "
+                                 f"({self.max_schedules}) allows; change one (schedule_id) or ask the owner to "
+                                 f"delete one")
+        return spec
+
+    def peek(self, ctx: RunContext, tool: str, arguments: Mapping[str, Any], *, event: Event,
+             provenance: Provenance) -> str:
+        """A read-only tool's result for a schedule's only_if_changed check, made before any model request and
+        recorded like any call. ToolInputError unless the tool is there, reads only, and the policy allows it
+        unasked for this run."""
+        spec = self.catalogue()[0].get(tool)
+        if spec is None or spec.kind == "builtin" or changes_world(spec):
+            raise ToolInputError(f"watch_tool {tool!r} is not a read-only tool here")
+        ruling = self._judge(spec, not provenance.trusted)
+        if ruling.decision != "allow":
+            raise ToolInputError(f"watch_tool {tool!r} is not allowed unasked ({ruling.rule})")
+        call = ToolCall(f"watch:{event.id}", tool, dict(arguments))
+        # Journalled per occurrence: a retried run compares the same result.
+        outcome = self._run(ctx, tool, dict(arguments), f"watch:{event.id}:{tool}", event, "allowed", provenance, spec)
+        self._record(ctx, event, call, outcome, ruling.rule, audit_provenance(provenance))
+        if outcome.outcome != "done":
+            raise ToolInputError(f"watch_tool {tool!r} failed: {outcome.text}")
+        return outcome.text
 
     def _cron(self, arguments: Mapping[str, Any]) -> tuple[str, str]:
         from console.core.timers import validate_cron
@@ -565,12 +634,19 @@ class ToolGateway:
             payload = {"text": text, "set_by_event": event.id}
             origin = provenance.write_origin(event)
             if "at" in arguments:
-                due = _moment(text_argument(arguments, "at") or "")
+                due = iso_moment(text_argument(arguments, "at") or "")
                 ctx.set_timer(timer_id, due, payload, origin=origin)
                 return f"Timer {timer_id!r} set for {datetime.fromtimestamp(due).astimezone().isoformat()}."
             cron, zone = self._cron(arguments)
             ctx.set_timer(timer_id, ctx.now, payload, cron=cron, tz=zone, origin=origin)
             return f"Timer {timer_id!r} set: {cron} ({zone})."
+        if name == "schedule":
+            spec = self._schedule_request(ctx, arguments, event)
+            ctx.set_schedule(ScheduleDraft(spec, provenance.write_origin(event)))
+            moments = fires(spec, ctx.now, 1)
+            first = f"first fire {fire_words(moments[0], self.timezone)}" if moments else "it fires no more"
+            expiry = "" if spec.expires_at is None else f", expires {fire_words(spec.expires_at, self.timezone)}"
+            return f"Schedule {spec.id!r} ({spec.title}) set: {interval_words(spec)}, {first}{expiry}."
         raise ToolInputError(f"{name} cannot run here")
 
     def _record(self, ctx: RunContext, event: Event, call: ToolCall, outcome: ToolOutcome, rule: str | None,
@@ -609,6 +685,8 @@ class ToolGateway:
 # The rule the trail records for calls the policy did not decide: a question always asks the owner; a tool that
 # is not there was refused before any rule applied.
 QUESTION_RULE = "ask_owner (a question always asks)"
+# An occurrence of a schedule with a tools list may use only those (and send_message).
+SCHEDULE_TOOLS_RULE = "not among the schedule's tools"
 NO_SUCH_TOOL = "no such tool"
 # The confidentiality rule (_confidential): an untrusted run's recall of private notes asks, and a run that read
 # untrusted content and private data asks before anything it writes goes to a sink.
@@ -684,16 +762,6 @@ def quoted_notes(entries: Sequence[MemoryEntry]) -> str:
 
 def _refusal(answer: str) -> str:
     return {"no": "declined", "expired": "expired"}.get(answer, "declined")
-
-
-def _moment(text: str) -> int:
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise ToolInputError(f"`at` must be an ISO 8601 time with an offset, not {text!r}") from None
-    if moment.tzinfo is None:
-        raise ToolInputError(f"`at` needs an offset or Z (whose nine o'clock?), got {text!r}")
-    return int(moment.timestamp())
 
 
 def call_keys(ctx: RunContext, call: ToolCall, events: Sequence[Event]) -> list[tuple[str, int | None]]:

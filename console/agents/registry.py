@@ -61,7 +61,8 @@ def build_tools(settings: Settings, *, demo: bool = False) -> ToolGateway:
     policy = Policy.from_settings(permissions)
     hub = McpHub(servers, places=places_for(settings)) if servers else None
     return ToolGateway(policy, mcp=hub, python_tools=load_python_tools(), timezone=settings.timezone,
-                       start_early=settings.mcp_servers is not None)
+                       start_early=settings.mcp_servers is not None, max_schedules=settings.max_schedules,
+                       min_schedule_interval=settings.min_schedule_interval)
 
 
 def read_instructions(settings: Settings) -> str | None:

@@ -11,6 +11,7 @@ import json
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from importlib.metadata import entry_points
 from typing import Any, Literal, Protocol, TypeVar
 
@@ -196,6 +197,37 @@ BUILTINS: dict[str, ToolSpec] = {spec.name: spec for spec in (
                  "tz": {"type": "string", "description": "The IANA time zone of a cron schedule."},
                  "timer_id": {"type": "string", "description": "A name, to replace a timer set before."},
              }, ["text"]), "builtin"),
+    ToolSpec("schedule", "Set up recurring work for yourself (or one later run): once at a time, every N minutes/"
+             "hours/days, or on a cron schedule in a time zone. Each occurrence wakes you with its instruction. A "
+             "recurring schedule always asks the owner first, showing its next fire times and its cost; it expires "
+             "after 30 days unless `expiry` says otherwise (the owner can renew it). Give schedule_id to change one.",
+             _schema({
+                 "title": {"type": "string", "description": "A short name the owner sees."},
+                 "instruction": {"type": "string", "description": "What each occurrence's run is to do."},
+                 "at": {"type": "string", "description": "Once, at this ISO 8601 time with an offset."},
+                 "every": {"type": "string", "description": "Or every '30 minutes', '2 hours', '1 day', ..."},
+                 "start": {"type": "string", "description": "With every: the first occurrence (ISO 8601); "
+                                                            "default one interval from now."},
+                 "cron": {"type": "string", "description": "Or on this cron schedule, e.g. '0 9 * * 1-5'."},
+                 "tz": {"type": "string", "description": "The IANA time zone of the cron schedule."},
+                 "tools": {"type": "array", "items": {"type": "string"},
+                           "description": "Only these tools in its runs (narrower than the policy); send_message "
+                                          "always."},
+                 "budget": {"type": "object", "description": "US dollars: per_occurrence_usd, per_month_usd. An "
+                                                             "occurrence that would pass one pauses the schedule.",
+                            "properties": {"per_occurrence_usd": {"type": "number"},
+                                           "per_month_usd": {"type": "number"}}},
+                 "expiry": {"type": "string", "description": "When it stops: an ISO 8601 time or a span like "
+                                                             "'14 days' (default 30 days for a recurring one)."},
+                 "only_if_changed": {"type": "boolean", "description": "Run only when something changed since "
+                                                                      "the last occurrence (see watch_*)."},
+                 "watch_sources": {"type": "array", "items": {"type": "string"},
+                                   "description": "Event sources whose new events count as a change."},
+                 "watch_tool": {"type": "string", "description": "A read-only tool whose result, if different, "
+                                                                "counts as a change."},
+                 "watch_arguments": {"type": "object", "description": "The watch_tool's arguments."},
+                 "schedule_id": {"type": "string", "description": "To change a schedule set before."},
+             }, ["title", "instruction"]), "builtin"),
     ToolSpec("remember", "Keep a short note for later runs (replaces a note of the same key).", _schema({
         "key": {"type": "string"}, "value": {"type": "string"}}, ["key", "value"]), "builtin"),
     ToolSpec("recall", "Read your notes (all of them, or those whose key contains `query`).", _schema({
@@ -218,6 +250,17 @@ def text_argument(arguments: Mapping[str, Any], name: str, *, required: bool = T
     if not isinstance(value, str) or not value.strip():
         raise ToolInputError(f"needs a non-empty text {name!r}")
     return value.strip()
+
+
+def iso_moment(text: str, what: str = "at") -> int:
+    """An ISO 8601 time with an offset, in epoch seconds (ToolInputError naming the argument `what`)."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ToolInputError(f"`{what}` must be an ISO 8601 time with an offset, not {text!r}") from None
+    if moment.tzinfo is None:
+        raise ToolInputError(f"`{what}` needs an offset or Z (whose nine o'clock?), got {text!r}")
+    return int(moment.timestamp())
 
 
 # --- Python tools through entry points -------------------------------------------------------------------

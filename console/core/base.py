@@ -10,7 +10,16 @@ from contextlib import AbstractContextManager
 from typing import Any
 
 from console.core.backend import AttemptEntry, Backend, Connection
-from console.core.models import ApprovalDraft, Event, Lease, MemoryWrite, StrandedAnswer, ToolCallRecord
+from console.core.models import (
+    ApprovalDraft,
+    Event,
+    Lease,
+    MemoryWrite,
+    ScheduleDraft,
+    ScheduleUpdate,
+    StrandedAnswer,
+    ToolCallRecord,
+)
 from console.core.options import StoreOptions
 from console.core.statements import INSERT_EVENT, LOG_ATTEMPT, payload_checksum
 
@@ -222,12 +231,21 @@ class StoreBase:
         key: tuple[str, str] | None = None,
         each_cap: int = 100,
         now: int | None = None,
+        reserved: bool = False,
     ) -> tuple[Any, ...]:
         """A timer's row, checked (ValueError says what is wrong) (TimersMixin)."""
         raise NotImplementedError
 
-    def _write_timer(self, row: tuple[Any, ...], origin: Any = None) -> None:
+    def _write_timer(self, row: tuple[Any, ...], origin: Any = None, ends_at: int | None = None) -> None:
         """The one writer of a timer's row (TimersMixin)."""
+        raise NotImplementedError
+
+    def _write_schedule(self, draft: ScheduleDraft, now: int) -> None:
+        """The one writer of a schedule and its timer (SchedulesMixin)."""
+        raise NotImplementedError
+
+    def _update_schedule(self, update: ScheduleUpdate, now: int) -> None:
+        """What an occurrence's run decided about its schedule (SchedulesMixin)."""
         raise NotImplementedError
 
     def _write_memory(self, write: MemoryWrite, now: int) -> None:

@@ -139,6 +139,7 @@ class Timer:
     done: bool
     last_fired_at: int | None
     origin: Any = None  # the run that set it (see MemoryEntry.origin); None: the owner's
+    ends_at: int | None = None  # no occurrence fires at or after it (a schedule's expiry)
 
 
 @dataclass(frozen=True)
@@ -379,6 +380,95 @@ class TimerDraft:
     origin: Any = None  # the run that set it (MemoryEntry.origin): it fires with that run's trust
 
 
+SCHEDULE_KINDS = ("once", "every", "cron")
+
+
+@dataclass(frozen=True)
+class ScheduleSpec:
+    """What a schedule is, as the owner approves it (the gateway reads it from the `schedule` tool's arguments):
+    once at `at`; every `every` seconds on the grid anchored at `at`; or `cron` in `tz`. Money in nano-USD."""
+
+    id: str
+    title: str
+    instruction: str
+    kind: str
+    at: int | None = None
+    every: int | None = None
+    cron: str | None = None
+    tz: str | None = None
+    tools: tuple[str, ...] | None = None
+    budget_occurrence_nanos: int | None = None
+    budget_month_nanos: int | None = None
+    only_if_changed: bool = False
+    watch_sources: tuple[str, ...] = ()
+    watch_tool: str | None = None
+    watch_arguments: Mapping[str, Any] | None = None
+    expires_at: int | None = None
+
+    @property
+    def recurring(self) -> bool:
+        return self.kind != "once"
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A stored schedule, with its timer's next occurrence (`next_due`, None once it fires no more)."""
+
+    spec: ScheduleSpec
+    state: str                # active | paused (as stored; shown_state adds expired and done)
+    paused_reason: str | None
+    origin: Any
+    request_id: str | None
+    created_at: int
+    updated_at: int
+    last_outcome: str | None
+    last_at: int | None
+    seen: Any
+    expiry_told: bool
+    budget_told: bool
+    next_due: int | None
+
+    @property
+    def id(self) -> str:
+        return self.spec.id
+
+    @property
+    def trusted(self) -> bool:
+        return origin_trusted(self.origin)
+
+    def shown_state(self, now: int) -> str:
+        """active, paused, expired (past its expiry: renew it to go on) or done (a one-off that fired)."""
+        if self.spec.expires_at is not None and now >= self.spec.expires_at:
+            return "expired"
+        if self.next_due is None:
+            return "done"
+        return self.state
+
+
+@dataclass(frozen=True)
+class ScheduleDraft:
+    """A schedule a run creates or changes (on the owner's yes, or unasked for an allowed one-off); written by
+    the run's fenced finish with its timer."""
+
+    spec: ScheduleSpec
+    origin: Any = None
+    request_id: str | None = None
+
+
+@dataclass(frozen=True)
+class ScheduleUpdate:
+    """What one occurrence's run decided about its schedule before any model request, written by its fenced
+    finish: how it went (ran, skipped, paused, gone), what it saw (only_if_changed's baseline), and a budget
+    pause (told once: budget_told)."""
+
+    schedule_id: str
+    occurrence: int
+    outcome: str
+    seen: Any = None
+    pause_reason: str | None = None
+    budget_told: bool = False
+
+
 AGENT_STATES = ("ready", "waiting", "paused")
 
 
@@ -395,6 +485,8 @@ class RunOutcome:
     memory: Sequence[MemoryWrite] = ()
     tool_calls: Sequence[ToolCallRecord] = ()
     notices: Sequence[CapNotice] = ()
+    schedules: Sequence[ScheduleDraft] = ()
+    schedule_updates: Sequence[ScheduleUpdate] = ()
 
 
 @dataclass(frozen=True)

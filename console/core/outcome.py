@@ -36,6 +36,10 @@ def commit_outcome(store: StoreBase, outcome: RunOutcome, ids: Sequence[int], no
     for timer in outcome.timers:
         store._write_timer(store._timer_values(timer.timer_id, timer.due, timer.payload, now=now, **timer.options),
                            timer.origin)
+    for schedule in outcome.schedules:
+        store._write_schedule(schedule, now)
+    for update in outcome.schedule_updates:
+        store._update_schedule(update, now)
     for write in outcome.memory:
         store._write_memory(write, now)
     for call in outcome.tool_calls:

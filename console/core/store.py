@@ -36,6 +36,7 @@ from console.core.pg_target import parse_target, with_inbox_params
 from console.core.phone import PhoneMixin
 from console.core.replays import ReplayMixin
 from console.core.retention import RetentionMixin
+from console.core.schedules import SchedulesMixin
 from console.core.search import SearchMixin
 from console.core.spend import SpendMixin
 from console.core.sqlite import SqliteBackend
@@ -115,7 +116,7 @@ def open_store(
 class Store(
     IntakeMixin, DrainMixin, InboxMixin, LeaseMixin, TimersMixin, ApprovalsMixin, PhoneMixin, OutboxMixin, JournalMixin,
     MemoryMixin, AuditMixin, RetentionMixin, ReplayMixin, ChatMixin, MailMixin, InsightsMixin, AgentStateMixin,
-    ToolHealthMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin, ModelHealthMixin,
+    ToolHealthMixin, SpendMixin, SearchMixin, StrandedMixin, CapsMixin, ModelHealthMixin, SchedulesMixin,
 ):
     """Every part of the Store over one Backend. Each mixin derives from StoreBase alone (what one asks of
     another is declared there), so their order here does not matter."""
@@ -288,5 +289,6 @@ class Store(
             "telegram": self.chat_status("telegram"),
             "email": self.mail_status(),
             "tools": self.tool_health(),
+            "schedules": self.schedule_rows(now=now, zone=(budgets or BudgetDefaults()).zone),
             "receiver": self.receiver_counts(),
         }

@@ -14,11 +14,15 @@ from console.core.models import Timer
 CATCH_UP_POLICIES = ("coalesce", "each")
 # Approval expiries are timers under this prefix; they belong to their approval, not to the user.
 APPROVAL_EXPIRY_PREFIX = "expire:"
+# A schedule's occurrences are fired by its timer under this prefix (console/core/schedules.py): steered as a schedule.
+SCHEDULE_TIMER_PREFIX = "schedule:"
 
 
 def _refuse_approval_expiry(timer_id: str) -> None:
     if isinstance(timer_id, str) and timer_id.startswith(APPROVAL_EXPIRY_PREFIX):
         raise ValueError(f"timer {timer_id!r} is the expiry of an approval; answer the approval (yes/no) instead")
+    if isinstance(timer_id, str) and timer_id.startswith(SCHEDULE_TIMER_PREFIX):
+        raise ValueError(f"timer {timer_id!r} fires a schedule; steer it with `agent-console schedules` instead")
 # Past this many missed cron occurrences the count is not walked one by one any more.
 _MAX_CRON_WALK = 100_000
 # 9999-01-01 UTC: the latest due time whose date prints in every time zone (datetime stops at year 9999).
@@ -121,11 +125,16 @@ _DUE_TIMERS = """SELECT id, due, every, cron, tz, payload, ev_source, ev_id, cat
 
 
 def _timer(row: tuple[Any, ...]) -> Timer:
-    tid, due, every, cron, tz, payload, catch_up, paused, done, last, origin = row
-    return Timer(tid, due, every, cron, tz, loads(payload), catch_up, bool(paused), bool(done), last, loads(origin))
+    tid, due, every, cron, tz, payload, catch_up, paused, done, last, origin, ends_at = row
+    return Timer(tid, due, every, cron, tz, loads(payload), catch_up, bool(paused), bool(done), last, loads(origin),
+                 ends_at)
 
 
-_TIMER_COLUMNS = "id, due, every, cron, tz, payload, catch_up, paused, done, last_fired_at, origin"
+_TIMER_COLUMNS = "id, due, every, cron, tz, payload, catch_up, paused, done, last_fired_at, origin, ends_at"
+# A timer with an end is done once its end has come or its next occurrence would be at or after it: nothing fires
+# then, however late the scheduler runs (an outage across a schedule's expiry fires no coalesced occurrence).
+_END_TIMERS = """UPDATE timers INDEXED BY timers_ends SET done = 1
+                 WHERE ends_at IS NOT NULL AND done = 0 AND (ends_at <= ? OR due >= ends_at)"""
 
 
 def _fired_body(payload: str, origin: str | None) -> dict[str, Any]:
@@ -182,10 +191,13 @@ class TimersMixin(StoreBase):
         key: tuple[str, str] | None = None,
         each_cap: int = 100,
         now: int | None = None,
+        reserved: bool = False,
     ) -> tuple[Any, ...]:
+        """The timer's row, checked. reserved: the core writes a timer under a reserved prefix (a schedule's)."""
         if not isinstance(timer_id, str) or not timer_id.strip():
             raise ValueError("timer id must be a non-empty string")
-        _refuse_approval_expiry(timer_id)
+        if not reserved:
+            _refuse_approval_expiry(timer_id)
         if every is not None and cron is not None:
             raise ValueError("a timer is either an interval (every) or a cron timer, not both")
         if every is not None and (not isinstance(every, int) or not 0 < every <= MAX_DUE):
@@ -211,19 +223,20 @@ class TimersMixin(StoreBase):
         created = int(now if now is not None else due)
         return (timer_id, first_due, every, cron, tz, text, *(key or (None, None)), catch_up, each_cap, created)
 
-    def _write_timer(self, row: tuple[Any, ...], origin: Any = None) -> None:
+    def _write_timer(self, row: tuple[Any, ...], origin: Any = None, ends_at: int | None = None) -> None:
         """Write a timer; origin is the run that set it (None: the owner). Replacing a timer replaces its
-        origin too: a timer an untrusted run re-set fires untrusted, whoever set it first."""
+        origin too: a timer an untrusted run re-set fires untrusted, whoever set it first. ends_at: no
+        occurrence at or after it (a schedule's expiry)."""
         self._conn.execute(
             """INSERT INTO timers (id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, created_at,
-                                   origin)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                                   origin, ends_at)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
                ON CONFLICT (id) DO UPDATE SET due = excluded.due, every = excluded.every, cron = excluded.cron,
                   tz = excluded.tz, payload = excluded.payload, ev_source = excluded.ev_source,
                   ev_id = excluded.ev_id, catch_up = excluded.catch_up, each_cap = excluded.each_cap,
                   created_at = excluded.created_at, origin = excluded.origin, paused = 0, done = 0,
-                  last_fired_at = NULL""",
-            (*row, None if origin is None else dumps(origin)),
+                  last_fired_at = NULL, ends_at = excluded.ends_at""",
+            (*row, None if origin is None else dumps(origin), ends_at),
         )
 
     def timer(self, timer_id: str) -> Timer | None:
@@ -232,8 +245,11 @@ class TimersMixin(StoreBase):
         return None
 
     def timers(self, *, include_done: bool = False) -> list[Timer]:
-        clause = "" if include_done else "WHERE done = 0"
-        return [_timer(r) for r in self._conn.execute(f"SELECT {_TIMER_COLUMNS} FROM timers {clause} ORDER BY due")]
+        """The owner's and the agent's timers; not the schedules' own (listed as schedules)."""
+        clause = "" if include_done else "AND done = 0"
+        return [_timer(r) for r in self._conn.execute(
+            f"SELECT {_TIMER_COLUMNS} FROM timers WHERE substr(id, 1, {len(SCHEDULE_TIMER_PREFIX)}) <> ? {clause} "
+            "ORDER BY due", (SCHEDULE_TIMER_PREFIX,))]
 
     def remove_timer(self, timer_id: str) -> bool:
         _refuse_approval_expiry(timer_id)
@@ -285,6 +301,7 @@ class TimersMixin(StoreBase):
             if row[3]
         }
         with self.write_transaction():
+            self._conn.execute(_END_TIMERS, (now,))
             due = self._conn.execute(_DUE_TIMERS, (now,)).fetchall()
             stored: list[tuple[str, str]] = []  # the events the due timers stored (a replayed key stores none)
             for timer_id, at, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, origin in due:
@@ -315,6 +332,7 @@ class TimersMixin(StoreBase):
                     source, source_id = (ev_source, ev_id) if ev_source else ("timer", f"{timer_id}@{at}")
                     self._insert_timer_event(source, source_id, body, now, stored)
                     self._conn.execute("UPDATE timers SET done = 1, last_fired_at = ? WHERE id = ?", (now, timer_id))
+            self._conn.execute(_END_TIMERS, (now,))
             for source, source_id in stored if trace is not None else []:
                 self._conn.execute("UPDATE inbox SET trace = ? WHERE source = ? AND source_id = ?",
                                    (trace, source, source_id))

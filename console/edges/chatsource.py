@@ -31,6 +31,7 @@ COMMANDS = {
     "pause": "pause the agent: your messages are kept, nothing runs until /resume",
     "resume": "let the agent run again",
     "show": "the whole of a request you are asked about, nothing shortened: /show REQUEST_ID",
+    "schedules": "the agent's schedules, with Pause / Renew / Delete buttons",
     "help": "what the bot understands",
 }
 PRIVATE_REPLY = "This bot is private: it answers only its owner's paired chats."

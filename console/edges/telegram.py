@@ -88,6 +88,26 @@ def parse_callback(data: str) -> tuple[str, str, str] | None:
     return request_id, ANSWER_WORDS[word], mac
 
 
+# A schedule's buttons (/schedules): "<P|R|E|D>|<schedule id>|<MAC>", signed over "schedule:<id>" and the word.
+SCHEDULE_WORDS = {"P": "pause", "R": "resume", "E": "renew", "D": "delete"}
+SCHEDULE_DONE = {"pause": "paused", "resume": "resumed", "renew": "renewed for 30 days", "delete": "deleted"}
+
+
+def schedule_callback(word: str, schedule_id: str, mac: str) -> str | None:
+    letter = next(key for key, value in SCHEDULE_WORDS.items() if value == word)
+    data = f"{letter}|{schedule_id}|{mac}"
+    return data if len(data.encode("utf-8")) <= CALLBACK_LIMIT else None
+
+
+def parse_schedule_callback(data: str) -> tuple[str, str, str] | None:
+    """(word, schedule id, mac) from a schedule button's data, or None if it is not one."""
+    letter, _, rest = data.partition("|")
+    schedule_id, _, mac = rest.rpartition("|")
+    if letter not in SCHEDULE_WORDS or not schedule_id or not mac:
+        return None
+    return SCHEDULE_WORDS[letter], schedule_id, mac
+
+
 def command_of(text: str) -> tuple[str, str] | None:
     """('pair', 'CODE') from '/pair CODE' or '/pair@my_bot CODE'; None when the text is not a command."""
     if not text.startswith("/"):
@@ -604,6 +624,8 @@ class TelegramChannel(PhoneChannel):
             ]))
         elif command == "pending":
             await self._show_pending(chat_id)
+        elif command == "schedules":
+            await self._show_schedules(chat_id)
         elif command in ("pause", "resume"):
             now = self.host.clock.now()
             if command == "pause":
@@ -679,6 +701,70 @@ class TelegramChannel(PhoneChannel):
                 self.host.note_error(f"{self.name}: could not show request {approval.request_id}: {exc}")
                 return
 
+    async def _show_schedules(self, chat_id: int) -> None:
+        """/schedules: one message per schedule (state, next fire, interval, expiry, spend this month, who asked),
+        with Pause (Resume when paused), Renew and Delete buttons, each signed like an approval's."""
+        now = self.host.clock.now()
+        # The month in UTC, as /status's spend (a phone channel is not told the owner's zone).
+        rows = await self.host.read(lambda s: s.schedule_rows(now=now))
+        if not rows:
+            await self._say(chat_id, "The agent has no schedules.")
+            return
+        for row in rows:
+            nxt = "no next fire" if row["next"] is None else f"next in {coarse_span(row['next'] - now)}"
+            expires = "never expires" if row["expires"] is None else (
+                "expired: renew to go on" if row["state"] == "expired"
+                else f"expires in {coarse_span(row['expires'] - now)}")
+            why = f" ({row['paused_reason']})" if row["paused_reason"] else ""
+            text = "\n".join([
+                f"Schedule {row['id']}: {row['title']}", f"{row['state']}{why} · {row['interval']} · {nxt} · {expires}",
+                f"${row['spend_month']:.2f} this month · last: {row['last_outcome'] or 'not yet'} · asked by "
+                f"{row['origin']}" + ("" if row["trusted"] else " (runs untrusted)"),
+                f"Instruction: {row['instruction']}"])
+            toggle = ("Resume", "resume") if row["state"] == "paused" else ("Pause", "pause")
+            buttons = [(label, schedule_callback(word, row["id"], self.mac(f"schedule:{row['id']}", word)))
+                       for label, word in (toggle, ("Renew", "renew"), ("Delete", "delete"))]
+            payload: dict[str, Any] = {"chat_id": chat_id, "text": terminal_safe(text)}
+            if all(data is not None for _, data in buttons):
+                payload["reply_markup"] = {"inline_keyboard": [[{"text": label, "callback_data": data}
+                                                                for label, data in buttons]]}
+            try:
+                await self.call("sendMessage", payload)
+            except SendError as exc:
+                self.host.note_error(f"{self.name}: could not show schedule {row['id']}: {exc}")
+                return
+
+    async def _take_schedule_tap(self, cursor: str, query: dict[str, Any], owners: dict[int, int | None], *,
+                                 kept: list[tuple[str, int]]) -> None:
+        """A tap on a schedule's button: the owner's, in a paired chat, signed by this inbox, or nothing is done."""
+        chat_id, from_id = _dig(query, "message", "chat", "id"), _dig(query, "from", "id")
+        parsed = parse_schedule_callback(str(query.get("data")))
+        said = "Not done: this button is not one of this inbox's."
+        if chat_id not in owners or (owners[chat_id] is not None and from_id != owners[chat_id]):
+            said = "Not done: only the owner can steer schedules."
+        elif parsed is not None and self.verdict_of(self._tag, f"schedule:{parsed[1]}", parsed[0], parsed[2]) is None:
+            word, schedule_id, _ = parsed
+            now = self.host.clock.now()
+
+            def steer(store: Store) -> bool:
+                if word == "renew":
+                    return store.renew_schedule(schedule_id, now=now) is not None
+                if word == "delete":
+                    return store.delete_schedule(schedule_id)
+                if word == "resume":
+                    return store.resume_schedule(schedule_id, now=now)
+                return store.pause_schedule(schedule_id, now=now, reason="paused by you (Telegram)")
+
+            done = await self.host.write(steer)
+            said = f"Schedule {schedule_id}: {SCHEDULE_DONE[word]}." if done else f"No schedule {schedule_id} any more."
+            self.host.publish("timers", f"schedule {schedule_id} {word} from Telegram")
+        await self._pass(cursor, kept=kept)
+        if isinstance(query.get("id"), str):
+            try:
+                await self.call("answerCallbackQuery", {"callback_query_id": query["id"], "text": said})
+            except SendError as exc:
+                self.host.note_error(f"{self.name}: could not answer a tap: {exc}")
+
     def _buttons(self, request_id: str) -> dict[str, Any]:
         """The Yes / No keyboard for a request (none when its id is too long for a button's 64 bytes)."""
         buttons = [(label, callback_data(word, request_id, self.mac(request_id, word)))
@@ -698,6 +784,9 @@ class TelegramChannel(PhoneChannel):
     async def _take_tap(self, update_id: str, cursor: str, query: dict[str, Any], owners: dict[int, int | None], *,
                         kept: list[tuple[str, int]]) -> None:
         chat_id, from_id, data = _dig(query, "message", "chat", "id"), _dig(query, "from", "id"), query.get("data")
+        if isinstance(data, str) and parse_schedule_callback(data) is not None:
+            await self._take_schedule_tap(cursor, query, owners, kept=kept)
+            return
         parsed = parse_callback(data) if isinstance(data, str) else None
         request_id, answer = (parsed[0], parsed[1]) if parsed else (None, None)
         # A paired chat only, and in it the owner who paired it (anyone, in a group set in the config).

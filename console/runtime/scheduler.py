@@ -37,5 +37,13 @@ class Scheduler:
             host.publish("timers", f"{fired} fired")
             host.publish("events", "timer events")
             host.wake()
+        notice = await host.read(lambda store: store.next_expiry_notice())
+        if notice is not None and notice <= now:  # a schedule expires within a day: the owner is told, once
+            zone = host.settings.timezone
+            if await host.on("writer", lambda store: store.tell_expiring_schedules(now=now, zone=zone)):
+                host.publish("outbox", "a schedule expires soon")
+                host.wake()
+            notice = await host.read(lambda store: store.next_expiry_notice())
         upcoming = await host.read(lambda store: store.next_timer())
-        return host.seconds_until(None if upcoming is None else upcoming.due)
+        moments = [moment for moment in (None if upcoming is None else upcoming.due, notice) if moment is not None]
+        return host.seconds_until(min(moments) if moments else None)

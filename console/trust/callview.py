@@ -209,13 +209,16 @@ class RequestView:
     outgoing: str | None = None
     private_read: tuple[str, ...] = ()
     private_notes: tuple[str, ...] = ()  # the private notes an untrusted run's recall would read
+    # A schedule's preview (issue 35): its next fire times in the owner's zone, a DST change among them, the
+    # interval, expiry, instruction, tools and estimated monthly cost, each a (label, text) line.
+    schedule: tuple[tuple[str, str], ...] = ()
 
     @property
     def shows(self) -> tuple[tuple[str, str], ...]:
         """What the request shows besides its call, each a (label, text) line under it (the card fits the texts
         with the call's values, before them): the private notes a recall would read; where text would go and
         the whole text (links defanged: the card must not open them itself); the private data the run read."""
-        shown: list[tuple[str, str]] = []
+        shown: list[tuple[str, str]] = list(self.schedule)
         if self.private_notes:
             shown.append(("It would read your private notes", ", ".join(self.private_notes)))
         if self.sink is not None and self.outgoing is not None:
@@ -257,7 +260,25 @@ def request_view(approval: Any) -> RequestView:
                        terminal_safe(unknown) if isinstance(unknown, str) else None,
                        terminal_safe(sink) if isinstance(sink, str) else None,
                        terminal_safe(outgoing) if isinstance(outgoing, str) else None,
-                       _words(said.get("private_read")), _words(said.get("private_notes")))
+                       _words(said.get("private_read")), _words(said.get("private_notes")),
+                       schedule_lines(said.get("schedule_preview")))
+
+
+# A schedule preview's lines, in the order the owner reads them (key in the approval's details, label).
+_PREVIEW_LINES = (("dst_change", "⚠ DST"), ("interval", "Interval"), ("expires", "Expires"),
+                  ("instruction", "Instruction"), ("tools", "Tools"), ("budget", "Budget"),
+                  ("only_if_changed", "Only if changed"), ("estimated_monthly_cost", "Estimated monthly cost"))
+
+
+def schedule_lines(preview: Any) -> tuple[tuple[str, str], ...]:
+    """A schedule request's preview (the approval's details["schedule_preview"]) as (label, text) lines."""
+    if not isinstance(preview, dict):
+        return ()
+    fires = preview.get("next_fires")
+    lines = [(f"Next {len(fires)} fires (your time)", "; ".join(terminal_safe(str(f)) for f in fires))] \
+        if isinstance(fires, list) and fires else [("Next fires", "none before it expires")]
+    lines += [(label, terminal_safe(str(preview[key]))) for key, label in _PREVIEW_LINES if preview.get(key)]
+    return tuple(lines)
 
 
 def _words(value: Any) -> tuple[str, ...]:

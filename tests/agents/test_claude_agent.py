@@ -132,8 +132,8 @@ def test_a_chat_message_gets_one_message_through_send_message(
     assert "always-on personal agent" in text_of(first["system"])
     # Denied tools are not offered; the others are, each with its schema.
     assert [t["name"] for t in first["tools"]] == [
-        "send_message", "set_timer", "remember", "recall", "forget", "ask_owner", "lookup_order", "refund"]
-    assert first["tools"][7]["input_schema"]["required"] == ["order"]
+        "send_message", "set_timer", "schedule", "remember", "recall", "forget", "ask_owner", "lookup_order", "refund"]
+    assert first["tools"][8]["input_schema"]["required"] == ["order"]
     (turn,) = first["messages"]
     assert turn["role"] == "user" and "source 'chat', source id 'm1'" in text_of(turn["content"])
     assert '{"text": "what\'s on today?"}' in text_of(turn["content"])
@@ -257,7 +257,7 @@ def test_a_run_started_by_a_webhook_asks_before_anything_not_allowed_for_untrust
     assert approval.origin["trusted"] is False
     assert approval.origin["summary"] == "asked by a run that read untrusted content: github delivery d-1 (#1)"
     assert [t["name"] for t in claude.requests[0]["tools"]] == [
-        "send_message", "set_timer", "remember", "recall", "forget", "ask_owner", "lookup_order", "refund"]
+        "send_message", "set_timer", "schedule", "remember", "recall", "forget", "ask_owner", "lookup_order", "refund"]
     assert ctx.messages and ctx.messages[0].urgent is True
 
     store.answer_approval(approval.request_id, "yes", now=NOW + 5)

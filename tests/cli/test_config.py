@@ -91,6 +91,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_DB_SCHEMA": "ada", "AGENT_CONSOLE_PASSWORD_ENV": "AGENT_PG_PASSWORD",
         "AGENT_CONSOLE_APPROVAL_BELL": "true", "AGENT_CONSOLE_MAX_TOOL_CALLS_PER_RUN": "5",
         "AGENT_CONSOLE_MAX_TOOL_CALLS_PER_HOUR": "0", "AGENT_CONSOLE_MAX_MESSAGES_PER_HOUR": "12",
+        "AGENT_CONSOLE_MAX_SCHEDULES": "3", "AGENT_CONSOLE_MIN_SCHEDULE_INTERVAL": "3600",
         "AGENT_CONSOLE_EMAIL": '{"imap_host": "imap.example.org"}',
         "AGENT_CONSOLE_TELEMETRY": "false",
         "AGENT_CONSOLE_MODELS": '[{"name": "local", "protocol": "openai", "base_url": "http://127.0.0.1:11434/v1", '
@@ -120,6 +121,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert s.confirm_approvals is True and Settings().confirm_approvals is False
     assert (s.backoff_jitter, s.send_timeout, s.max_send_attempts) == (0.1, 30, 5)
     assert (s.max_tool_calls_per_run, s.max_tool_calls_per_hour, s.max_messages_per_hour) == (5, 0, 12)
+    assert (s.max_schedules, s.min_schedule_interval) == (3, 3600)
     assert s.origins["daily_budget_usd"] == "environment variable AGENT_CONSOLE_DAILY_BUDGET_USD"
     assert s.models == [{"name": "local", "protocol": "openai", "base_url": "http://127.0.0.1:11434/v1",
                          "model": "qwen3"}]

@@ -1,7 +1,9 @@
-"""The timers: each one's schedule, next fire, catch-up policy and state, with pause, resume and run now.
+"""The timers: each one's schedule, next fire, catch-up policy and state, with pause, resume and run now; and
+under them, once there are any, the agent's own schedules (issue 35): who asked for each, its next fires, last
+outcome, spend this month and expiry, with pause, resume, delete and renew.
 
-What `agent-console timers` lists, live: it re-reads the timers once a second (a small table) and after
-each key, so a countdown moves and a timer the scheduler fired shows its next time."""
+What `agent-console timers` and `agent-console schedules` list, live: it re-reads them once a second (small
+tables) and after each key, so a countdown moves and a timer the scheduler fired shows its next time."""
 
 from __future__ import annotations
 
@@ -37,6 +39,8 @@ REFRESH_SECONDS = 1.0
 COLUMNS = ("Timer", "Next fire", "Catch-up", "State", "Schedule", "Last fired")
 # Textual's DataTable does not measure styled Content cells when it sizes a column: those columns get a width.
 STYLED_WIDTHS = {"Next fire": 22, "State": 6}
+SCHEDULE_COLUMNS = ("Schedule", "State", "Next fires", "Last outcome", "This month", "Expires", "Asked by")
+SCHEDULE_WIDTHS = {"State": 8}
 
 
 @dataclass(frozen=True)
@@ -46,10 +50,33 @@ class TimersView:
     timers: tuple[Timer, ...]
     include_done: bool
     now: int
+    schedules: tuple[dict[str, Any], ...] = ()  # Store.schedule_rows
 
 
-def read_timers(include_done: bool, now: int) -> Callable[[Store], TimersView]:
-    return lambda store: TimersView(tuple(store.timers(include_done=include_done)), include_done, now)
+def read_timers(include_done: bool, now: int, zone: str = "UTC") -> Callable[[Store], TimersView]:
+    return lambda store: TimersView(tuple(store.timers(include_done=include_done)), include_done, now,
+                                    tuple(store.schedule_rows(now=now, zone=zone)))
+
+
+def schedule_cells(row: dict[str, Any], now: int, zone: tzinfo | None) -> tuple[str | Content, ...]:
+    """One schedule's row: its id and title, state (why it is paused under the table), its next fires, how its
+    last occurrence went, this month's spend, when it expires and who asked for it (⚠ when it runs untrusted)."""
+    state = str(row["state"])
+    fires = ", ".join(moment_text(moment, now, zone) for moment in row["next_fires"][:2]) or "—"
+    expires = "never" if row["expires"] is None else moment_text(int(row["expires"]), now, zone)
+    style = {"paused": "$text-warning", "expired": "$text-error", "done": "dim"}.get(state, "")
+    origin = str(row["origin"]) if row["trusted"] else f"⚠ {row['origin']}"
+    return (terminal_safe(f"{row['id']} {row['title']}"), Content.styled(state, style), fires,
+            terminal_safe(str(row["last_outcome"] or "not yet")), f"${row['spend_month']:.2f}", expires,
+            terminal_safe(origin))
+
+
+def schedule_line(row: dict[str, Any], now: int, zone: tzinfo | None) -> str:
+    """The highlighted schedule in full, under the tables."""
+    why = f" ({row['paused_reason']})" if row["paused_reason"] else ""
+    tools = "as the policy allows" if row["tools"] is None else ", ".join(row["tools"]) or "none"
+    return terminal_safe(f"{row['id']} {row['state']}{why}: {row['interval']} · instruction {row['instruction']!r} "
+                         f"· tools {tools} · asked by {row['origin']} · e renews for 30 days, d deletes")
 
 
 def is_approval_expiry(timer: Timer) -> bool:
@@ -124,6 +151,16 @@ class TimersScreen(ModalScreen[None]):
         color: $text-muted;
         height: auto;
     }
+    TimersScreen #schedules-title {
+        color: $text-primary;
+        height: 1;
+        display: none;
+    }
+    TimersScreen #schedules-table {
+        height: auto;
+        max-height: 12;
+        display: none;
+    }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("p", "pause", "Pause", id="timers.pause", tooltip="stop the highlighted timer firing"),
@@ -132,6 +169,10 @@ class TimersScreen(ModalScreen[None]):
         Binding("r", "run_now", "Run now", id="timers.run_now",
                 tooltip="one extra occurrence now; the schedule stays as it is"),
         Binding("a", "toggle_all", "Fired too", id="timers.all", tooltip="show or hide one-off timers that fired"),
+        # The schedules' keys are named on their table's title line, shown only once there are schedules.
+        Binding("e", "renew", "Renew", id="timers.renew", show=False,
+                tooltip="run the highlighted schedule 30 more days"),
+        Binding("d", "delete", "Delete", id="timers.delete", show=False, tooltip="delete the highlighted schedule"),
         Binding("escape,q", "close", "Close", id="timers.close"),
     ]
 
@@ -146,6 +187,8 @@ class TimersScreen(ModalScreen[None]):
         self.include_done = False
         self._columns: list[ColumnKey] = []
         self._shown_ids: list[str] = []  # the timers in the table, in its order
+        self._schedule_columns: list[ColumnKey] = []
+        self._shown_schedules: list[str] = []
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)
@@ -153,22 +196,29 @@ class TimersScreen(ModalScreen[None]):
             dialog.border_title = "Timers"
             dialog.border_subtitle = "p pause · u resume · r run now · a fired too · esc close"
             yield DataTable(id="timers-table", cursor_type="row", zebra_stripes=True)
+            yield Static("Schedules (the agent's own): p pause · u resume · e renew · d delete", id="schedules-title")
+            yield DataTable(id="schedules-table", cursor_type="row", zebra_stripes=True)
             yield Static("", id="timers-line")
             yield Static("", id="timers-hint")
 
     async def on_mount(self) -> None:
-        table = self.query_one(DataTable)
+        table = self.query_one("#timers-table", DataTable)
         self._columns = [table.add_column(label, width=STYLED_WIDTHS.get(label)) for label in COLUMNS]
+        schedules = self.query_one("#schedules-table", DataTable)
+        self._schedule_columns = [schedules.add_column(label, width=SCHEDULE_WIDTHS.get(label))
+                                  for label in SCHEDULE_COLUMNS]
         await self.reload()
         self.set_interval(REFRESH_SECONDS, self.reload)
 
     async def reload(self) -> None:
-        self.view = await self._read(read_timers(self.include_done, self._clock.now()))
+        zone = getattr(self._zone, "key", None) or "UTC"  # a ZoneInfo's name, for the month the spend counts in
+        self.view = await self._read(read_timers(self.include_done, self._clock.now(), zone))
 
     def watch_view(self, view: TimersView | None) -> None:
         if view is None:
             return
-        table = self.query_one(DataTable)
+        self._show_schedules(view)
+        table = self.query_one("#timers-table", DataTable)
         ids = [timer.id for timer in view.timers]
         if ids == self._shown_ids:
             # The same timers: their cells change in place, so the cursor and a sideways scroll stay put while
@@ -194,20 +244,59 @@ class TimersScreen(ModalScreen[None]):
             shown = "" if view.include_done else " (a shows one-offs that fired)"
             hint.update(f"{len(view.timers)} timer{'s' if len(view.timers) != 1 else ''}, {paused} paused{shown}")
 
+    def _show_schedules(self, view: TimersView) -> None:
+        """The schedules' table, shown only once there are any (a console without them looks as before)."""
+        table = self.query_one("#schedules-table", DataTable)
+        shown = bool(view.schedules)
+        table.display = shown
+        self.query_one("#schedules-title", Static).display = shown
+        ids = [str(row["id"]) for row in view.schedules]
+        if ids == self._shown_schedules:
+            for row in view.schedules:
+                for column, cell in zip(self._schedule_columns, schedule_cells(row, view.now, self._zone),
+                                        strict=True):
+                    table.update_cell(str(row["id"]), column, cell)
+            return
+        cursor = table.cursor_row
+        chosen = self._shown_schedules[cursor] if 0 <= cursor < len(self._shown_schedules) else None
+        clear_rows(table)
+        for row in view.schedules:
+            table.add_row(*schedule_cells(row, view.now, self._zone), key=str(row["id"]))
+        if chosen in ids:
+            table.move_cursor(row=ids.index(chosen), animate=False)
+        self._shown_schedules = ids
+
     def on_data_table_row_highlighted(self) -> None:
         self._show_line()
 
     def _show_line(self) -> None:
-        timer, view = self.selected(), self.view
+        view = self.view
+        if self._on_schedules():
+            row = self.selected_schedule()
+            self.query_one("#timers-line", Static).update(
+                "" if row is None or view is None else schedule_line(row, view.now, self._zone))
+            return
+        timer = self.selected()
         self.query_one("#timers-line", Static).update(
             "" if timer is None or view is None else timer_line(timer, view.now, self._zone))
 
+    def _on_schedules(self) -> bool:
+        """Whether the keys act on the schedules' table (it has the focus)."""
+        return self.focused is self.query_one("#schedules-table", DataTable)
+
+    def selected_schedule(self) -> dict[str, Any] | None:
+        view = self.view
+        table = self.query_one("#schedules-table", DataTable)
+        if view is None or not view.schedules or not 0 <= table.cursor_row < len(view.schedules):
+            return None
+        return view.schedules[table.cursor_row]
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action in ("pause", "resume", "run_now") and read_only(self))
+        return not (action in ("pause", "resume", "run_now", "renew", "delete") and read_only(self))
 
     def selected(self) -> Timer | None:
         view = self.view
-        table = self.query_one(DataTable)
+        table = self.query_one("#timers-table", DataTable)
         if view is None or not view.timers or not 0 <= table.cursor_row < len(view.timers):
             return None
         return view.timers[table.cursor_row]
@@ -228,6 +317,9 @@ class TimersScreen(ModalScreen[None]):
         await self._set_paused(False)
 
     async def _set_paused(self, paused: bool) -> None:
+        if self._on_schedules():
+            await self._steer_schedule("pause" if paused else "resume")
+            return
         timer = self.selected()
         if timer is None:
             self.notify("No timer is highlighted", severity="warning")
@@ -251,6 +343,42 @@ class TimersScreen(ModalScreen[None]):
             self.notify(f"{timer.id} already fired this second", severity="warning")
         elif outcome == "unknown":
             self.notify(f"{timer.id} is gone", severity="warning")
+
+    async def action_renew(self) -> None:
+        await self._steer_schedule("renew")
+
+    async def action_delete(self) -> None:
+        await self._steer_schedule("delete")
+
+    async def _steer_schedule(self, verb: str) -> None:
+        """Pause, resume, renew or delete the highlighted schedule (tab moves to the schedules' table)."""
+        row = self.selected_schedule() if self._on_schedules() else None
+        if row is None:
+            self.notify("No schedule is highlighted (tab to the schedules)", severity="warning")
+            return
+        schedule_id, now = str(row["id"]), self._clock.now()
+
+        def steer(store: Store) -> bool:
+            if verb == "pause":
+                return store.pause_schedule(schedule_id, now=now)
+            if verb == "resume":
+                return store.resume_schedule(schedule_id, now=now)
+            if verb == "renew":
+                return store.renew_schedule(schedule_id, now=now) is not None
+            return store.delete_schedule(schedule_id)
+
+        try:
+            done = await self._write(steer)
+        except StoreError as exc:  # a busy inbox
+            self.notify(str(exc), severity="warning")
+            return
+        finally:
+            await self.reload()
+        words = {"pause": "paused", "resume": "resumed", "renew": "renewed for 30 days", "delete": "deleted"}[verb]
+        if done:
+            self.notify(f"schedule {schedule_id} {words}", title="Schedules")
+        else:
+            self.notify(f"schedule {schedule_id} is gone", severity="warning")
 
     async def action_toggle_all(self) -> None:
         self.include_done = not self.include_done
