@@ -53,6 +53,7 @@ from bench.common import (
     write_results,
 )
 from bench.common import machine as common_machine
+from bench import seed_reference
 from console.core import Store
 
 NOW = 1_700_000_000  # the core takes integer seconds; a fixed clock keeps the lease live for the whole run
@@ -64,7 +65,8 @@ CORE = "core (console.core.Store)"
 PQ_ACK = "persist-queue SQLiteAckQueue"
 PQ_UNIQUE = "persist-queue UniqueAckQ"
 HUEY = "huey SqliteStorage"
-KINDS = (CORE, PQ_ACK, PQ_UNIQUE, HUEY)
+SEED = "seeds' reference (inbox.py)"
+KINDS = (CORE, PQ_ACK, PQ_UNIQUE, HUEY, SEED)
 PEERS = KINDS[1:]
 
 
@@ -224,6 +226,48 @@ class HueySubject(Subject):
         self.storage.close()
 
 
+class SeedSubject(Subject):
+    """The article the project grew from (bench/seed_reference.py): its ingest, lease, claim and finish."""
+
+    name = SEED
+
+    def __init__(self, folder: Path, *, consumer: bool = True) -> None:
+        self.db = seed_reference.connect(str(folder / "agent.db"))
+        self.gen = 0
+        if consumer:
+            gen = seed_reference.acquire(self.db, HOLDER, NOW)
+            assert gen is not None, "a fresh file has no other lease holder"
+            self.gen = gen
+
+    def ingest(self, key: str) -> bool:
+        return seed_reference.ingest(self.db, SOURCE, key, payload(0))
+
+    def step(self) -> int:
+        rows = seed_reference.claim_batch(self.db, HOLDER, self.gen, NOW)
+        if rows and not seed_reference.finish(self.db, HOLDER, self.gen, NOW, [row[0] for row in rows]):
+            raise RuntimeError("the benchmark's own finish was refused")
+        return len(rows)
+
+    def fill(self, keys: list[str]) -> None:
+        before = self.db.execute("PRAGMA synchronous").fetchone()[0]
+        self.db.execute("PRAGMA synchronous=OFF")
+        try:
+            for key in keys:
+                self.ingest(key)
+        finally:
+            self.db.execute(f"PRAGMA synchronous={int(before)}")
+
+    def fill_done(self, count: int) -> None:
+        self.fill([f"done-{i}" for i in range(count)])
+        self.step()  # the reference claims every pending event at once
+
+    def durability(self) -> dict[str, str]:
+        return connection_settings(self.db.execute, f"stdlib sqlite3 {sqlite3.sqlite_version}")
+
+    def close(self) -> None:
+        self.db.close()
+
+
 def connection_settings(execute: Callable[[str], Any], library: str) -> dict[str, str]:
     def pragma(name: str) -> str:
         for row in execute(f"PRAGMA {name}"):
@@ -242,6 +286,8 @@ def open_subject(kind: str, folder: Path, *, consumer: bool = True, batch_cap: i
         return PersistQueueSubject(folder, unique=kind == PQ_UNIQUE, consumer=consumer)
     if kind == HUEY:
         return HueySubject(folder, consumer=consumer)
+    if kind == SEED:
+        return SeedSubject(folder, consumer=consumer)
     raise ValueError(f"unknown system {kind!r}")
 
 
@@ -283,7 +329,7 @@ class Line:
 
 
 def short(kind: str) -> str:
-    return {CORE: "core", PQ_ACK: "SQLiteAckQueue", PQ_UNIQUE: "UniqueAckQ", HUEY: "huey"}[kind]
+    return {CORE: "core", PQ_ACK: "SQLiteAckQueue", PQ_UNIQUE: "UniqueAckQ", HUEY: "huey", SEED: "reference"}[kind]
 
 
 class Bench:
@@ -334,7 +380,7 @@ class Bench:
     def refused_duplicates(self) -> None:
         n = self.args.duplicates
         line = Line("duplicates", f"refused duplicates ({n} repeats of stored events)", "refusals/s")
-        able = (CORE, PQ_UNIQUE)
+        able = (CORE, PQ_UNIQUE, SEED)
         subjects, timings = self.fresh_all(able), Timings()
         keys = [f"e{i}" for i in range(n)]
         for subject in subjects.values():
@@ -351,6 +397,7 @@ class Bench:
         line.notes[CORE] = ("a refusal is a read; the copy's count is held in memory and written with the store's "
                             "next write (the duplicate ledger)")
         line.notes[PQ_UNIQUE] = "a refusal is a failed INSERT, rolled back: nothing is written"
+        line.notes[SEED] = "a refusal is an INSERT OR IGNORE that meets the key: nothing is written"
         line.notes[PQ_ACK] = line.notes[HUEY] = "cannot refuse duplicates (no key): a repeat is stored again"
         self.record(line)
 
@@ -374,6 +421,7 @@ class Bench:
         line.notes[CORE] = f"claim_batch + finish, {self.args.batch_cap} events per batch: two transactions a batch"
         line.notes[PQ_ACK] = line.notes[PQ_UNIQUE] = "get + ack: two transactions per event"
         line.notes[HUEY] = "dequeue: one transaction per event (deletes the row: no finish, at-most-once)"
+        line.notes[SEED] = "claim_batch takes every pending event at once, then finish: two transactions"
         self.record(line)
 
     # 4 -------------------------------------------------------------------------------------------
@@ -415,6 +463,8 @@ class Bench:
         empty.notes[CORE] = "three transactions per cycle; only the ingest's waits for an fsync"
         empty.notes[PQ_ACK] = empty.notes[PQ_UNIQUE] = "put + get + ack: three transactions per cycle"
         empty.notes[HUEY] = "enqueue + dequeue: two transactions per cycle (no finish step)"
+        empty.notes[SEED] = "ingest + claim_batch + finish: three transactions per cycle"
+        full.notes[SEED] = "claim_batch's first UPDATE reads every row (no index on status)"
         full.notes[PQ_ACK] = full.notes[PQ_UNIQUE] = "get walks the acked rows from the start (no index on status)"
         flat.notes[CORE] = "target: flat in table size (>= 0.9 allows for noise)"
         self.record(empty, full, flat)
@@ -443,6 +493,7 @@ class Bench:
         line.notes[CORE] = "consumer: claim_batch + finish; producers: one ingest transaction per event"
         line.notes[PQ_ACK] = line.notes[PQ_UNIQUE] = "consumer: get + ack per event"
         line.notes[HUEY] = "consumer: dequeue per event"
+        line.notes[SEED] = "consumer: claim_batch (every pending event) + finish"
         self.record(line)
 
     def _produce_and_consume(self, kind: str, folder: Path, first: int, per: int) -> int:
