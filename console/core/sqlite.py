@@ -28,8 +28,10 @@ from console.core.db import (
     wal_path,
 )
 from console.core.statements import (
+    CLAIM_APPLIES,
     CLAIM_ONE,
     COUNT_REFUSED,
+    FINISH_APPLIES,
     FINISH_ONE,
     INSERT_EVENT,
     LOG_ATTEMPT,
@@ -173,11 +175,29 @@ class SqliteBackend:
     ) -> tuple[list[bool], MoveMark | None] | None:
         return None
 
+    # The usual claim and finish read what decides them in one statement (statements.CLAIM_APPLIES, FINISH_APPLIES)
+    # where the shared path reads the move mark, the lease and three probes one statement each; both run under the
+    # write lock of their own transaction, relaxed as the shared path's. When the read says no, the transaction
+    # commits having written nothing and the call declines: the shared path runs, records and says why.
     def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
-        return None
+        conn = self._conn
+        with transaction(conn, guarded=False, relaxed=True, translated=True):
+            ((applies,),) = conn.execute(CLAIM_APPLIES, (holder, gen, now, gen, now)).fetchall()
+            if not applies:
+                return None
+            rows = self.claim_fresh(gen, now, cap)  # in id order, as the shared path logs them
+            self.log_attempts([(row[0], now, "claim", holder, gen, f"attempt {row[5]}") for row in rows])
+        return rows
 
     def try_finish(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
-        return False
+        conn = self._conn
+        with transaction(conn, guarded=False, relaxed=True, translated=True):
+            ((applies,),) = conn.execute(FINISH_APPLIES, (holder, gen, now)).fetchall()
+            if not applies:
+                return False
+            done = self.finish_done(ids, gen, now)
+            self.log_attempts([(event_id, now, "finish", holder, gen, None) for event_id in ids if event_id in done])
+        return True
 
     # --- a batch: a statement a row (a statement is a function call here, not a round trip) ----------
     def insert_events(self, encoded: Sequence[tuple[str, str, str]], now: int) -> list[bool]:

@@ -78,6 +78,18 @@ SELECT_FRESH = f"""SELECT id FROM inbox INDEXED BY inbox_fresh WHERE {FRESH} ORD
 FINISH_ONE = """UPDATE inbox SET status = 'done', error = NULL, updated_at = ?
                 WHERE id = ? AND status = 'running' AND claim_gen = ? RETURNING id"""
 
+# --- the usual claim and finish, their checks in one read (SQLite's Backend.try_claim / try_finish) ------------------
+# What the shared path reads one statement at a time before it writes (the move mark, the lease, the three probes),
+# as one SELECT that answers 1 when the fast path applies: (holder, gen) holds a live lease and no move mark stands
+# (parameters: holder, gen, now) ...
+LEASE_AND_NO_MARK = """EXISTS (SELECT 1 FROM lease WHERE one = 1 AND holder = ? AND gen = ? AND until >= ?)
+                       AND NOT EXISTS (SELECT 1 FROM move_mark)"""
+FINISH_APPLIES = f"SELECT {LEASE_AND_NO_MARK}"
+# ... and, for a claim, nothing waits to be seen to before fresh events: a run lost by an older generation, a due
+# retry, a retry by hand (parameters: holder, gen, now, gen, now).
+CLAIM_APPLIES = f"""SELECT {LEASE_AND_NO_MARK} AND NOT EXISTS ({SELECT_LOST}) AND NOT EXISTS ({SELECT_DUE_RETRY})
+                    AND NOT EXISTS ({SELECT_HAND_RETRY})"""
+
 # --- a move (`migrate`) -----------------------------------------------------------------------------------------------
 # An inbox's part in a move, read first by every write transaction (schema migration 0016).
 MOVE_MARK = "SELECT state, other, at FROM move_mark WHERE one = 1"

@@ -46,6 +46,38 @@ class SharedPathPgBackend(PgBackend):
         return False
 
 
+class SharedPathSqliteBackend(SqliteBackend):
+    """SQLite with its fast paths declined (the Store's shared path does every operation)."""
+
+    def try_ingest(self, source: str, source_id: str, encode: Callable[[], str],
+                   now: int) -> tuple[bool, MoveMark | None] | None:
+        return None
+
+    def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
+        return None
+
+    def try_finish(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
+        return False
+
+
+class CountingSqliteBackend(SqliteBackend):
+    """SQLite as it runs, counting the claims and finishes its fast paths did whole (as "sqlite claim", ...)."""
+
+    taken: list[str]
+
+    def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
+        done = super().try_claim(holder, gen, now, cap)
+        if done is not None:
+            self.taken.append("sqlite claim")
+        return done
+
+    def try_finish(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
+        done = super().try_finish(holder, gen, ids, now)
+        if done:
+            self.taken.append("sqlite finish")
+        return done
+
+
 class CountingPgBackend(PgBackend):
     """PostgreSQL as it runs, counting the operations its fast paths did whole (so a scenario is known to have
     exercised them, not declined them all)."""
@@ -185,14 +217,18 @@ def rows(store: Store) -> dict[str, Any]:
 @pytest.fixture
 def three_stores(db_path: Path, postgres_url: str,
                  postgres_server: PostgresServer) -> Iterator[tuple[list[Store], list[str]]]:
-    """One scenario's three stores (SQLite, PostgreSQL as it runs, PostgreSQL on its shared path), and the list of
-    fast paths the second took."""
+    """One scenario's stores (SQLite, PostgreSQL as it runs, PostgreSQL on its shared path, SQLite on its shared
+    path), and the list of fast paths the second took."""
     options = StoreOptions().but(batch_cap=3, lease_ttl=120)
     counting = CountingPgBackend.open(postgres_url)
     counting.taken = []
     shared_url = postgres_server.inbox_url()
-    stores = [Store(SqliteBackend.open(db_path), options, seed=7), Store(counting, options, seed=7),
-              Store(SharedPathPgBackend.open(shared_url), options, seed=7)]
+    shared_file = db_path.with_name("shared-path.db")
+    sqlite = CountingSqliteBackend.open(db_path)
+    sqlite.taken = counting.taken
+    stores = [Store(sqlite, options, seed=7), Store(counting, options, seed=7),
+              Store(SharedPathPgBackend.open(shared_url), options, seed=7),
+              Store(SharedPathSqliteBackend.open(shared_file), options, seed=7)]
     yield stores, counting.taken
     for store in stores:
         store.close()
@@ -205,8 +241,11 @@ def test_each_operation_leaves_the_same_rows_with_and_without_its_fast_path(
     stores, taken = three_stores
     results = [(SCENARIOS[scenario](store), rows(store)) for store in stores]
     assert TAKEN[scenario] <= set(taken), f"the fast path was never taken: {taken}"
-    sqlite, fast, shared = results
-    assert fast[0] == shared[0] == sqlite[0], "the calls answered differently"
+    sqlite_taken = {f"sqlite {operation}" for operation in TAKEN[scenario] & {"claim", "finish"}}
+    assert sqlite_taken <= set(taken), f"SQLite's fast path was never taken: {taken}"
+    sqlite, fast, shared, sqlite_shared = results
+    assert fast[0] == shared[0] == sqlite[0] == sqlite_shared[0], "the calls answered differently"
     for table in ("inbox", "history", "counts", "refused"):
         assert fast[1][table] == shared[1][table], f"{table}: PostgreSQL's fast path against its shared path"
         assert shared[1][table] == sqlite[1][table], f"{table}: PostgreSQL against SQLite"
+        assert sqlite[1][table] == sqlite_shared[1][table], f"{table}: SQLite's fast path against its shared path"
