@@ -41,6 +41,7 @@ from persistqueue.exceptions import Empty
 # The script runs as `python bench/store_bench.py`: make the checkout's console package importable.
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import seed_reference
 from bench.common import (
     Timings,
     add_sizes_and_outputs,
@@ -53,7 +54,6 @@ from bench.common import (
     write_results,
 )
 from bench.common import machine as common_machine
-from bench import seed_reference
 from console.core import Store
 
 NOW = 1_700_000_000  # the core takes integer seconds; a fixed clock keeps the lease live for the whole run

@@ -29,6 +29,10 @@ _COUNT_UNSENT = """SELECT COUNT(*) FROM attempts WHERE event_id = ? AND kind = '
                    AND id > (SELECT COALESCE(MAX(id), 0) FROM attempts WHERE event_id = ? AND kind = 'retry')"""
 
 
+# What a run can stage (RunOutcome's fields), named once: a finish asks whether any was staged on every call.
+_OUTCOME_PARTS = tuple(part.name for part in fields(RunOutcome))
+
+
 class DrainMixin(StoreBase):
     # --- claim and finish ---------------------------------------------------------------------
     def claim_batch(self, holder: str, gen: int, *, now: int) -> list[Event]:
@@ -283,7 +287,7 @@ class DrainMixin(StoreBase):
         # (Backend.try_finish; PostgreSQL, one round trip), or decline having written nothing when it does not apply
         # (the lease or a move mark refuses it): then the shared path runs, records and says why.
         if (error is None and ids and not self._refused
-                and not any(getattr(outcome, part.name) for part in fields(outcome))
+                and not any(getattr(outcome, part) for part in _OUTCOME_PARTS)
                 and self._backend.try_finish(holder, gen, list(dict.fromkeys(ids)), now)):
             return True
         with self.write_transaction(relaxed=True):

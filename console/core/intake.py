@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
-from console.core.base import RESERVED_SOURCES, RefusalTally, StoreBase, dumps
+from console.core.base import RESERVED_SOURCES, RefusalTally, StoreBase, dumps_shaped
 from console.core.errors import move_refusal
 from console.core.models import Event
 from console.core.statements import IS_STORED
@@ -29,6 +29,7 @@ REFUSAL_HOLD_SECONDS = 5
 # it is called at. 100 leaves them a wide margin, and is deeper than any webhook payload (GitHub's, Stripe's
 # and Slack's are under 15).
 MAX_PAYLOAD_DEPTH = 100
+_CONTAINERS = (dict, list, tuple)
 
 
 def payload_depth(value: Any, *, stop_past: int | None = None) -> int:
@@ -56,14 +57,16 @@ def check_payload_shape(value: Any, what: str = "payload") -> None:
     not walk: nested deeper than MAX_PAYLOAD_DEPTH, or an object key that is not a string (json.dumps
     would turn 1 into "1", and let {1: a, "1": b} collide). One walk, without recursion; only containers go on
     its stack (a plain loop, not a generator per container: this runs on every ingest)."""
-    if not isinstance(value, dict | list | tuple):
+    # A tuple of types, not `dict | list | tuple`: isinstance with a union is about twice as slow.
+    if not isinstance(value, _CONTAINERS):
         return
     stack: list[tuple[Any, int]] = [(value, 1)]
+    pop, push = stack.pop, stack.append
     while stack:
-        item, depth = stack.pop()
+        item, depth = pop()
         if isinstance(item, dict):
             for key in item:
-                if not isinstance(key, str):
+                if type(key) is not str and not isinstance(key, str):
                     raise ValueError(f"{what} is not JSON-serialisable: object key {key!r} is not a string")
             children: Iterable[Any] = item.values()
         else:
@@ -71,8 +74,8 @@ def check_payload_shape(value: Any, what: str = "payload") -> None:
         if depth > MAX_PAYLOAD_DEPTH:
             raise ValueError(f"{what} is nested deeper than {MAX_PAYLOAD_DEPTH} levels")
         for child in children:
-            if isinstance(child, dict | list | tuple):
-                stack.append((child, depth + 1))
+            if isinstance(child, _CONTAINERS):
+                push((child, depth + 1))
 
 
 class IntakeMixin(StoreBase):
@@ -111,15 +114,18 @@ class IntakeMixin(StoreBase):
         """encode_event's checks of a payload, and its JSON text: ValueError says what is wrong."""
         check_payload_shape(payload)
         try:
-            text = dumps(payload)
+            text = dumps_shaped(payload)
         except (TypeError, ValueError) as exc:
             raise ValueError(f"payload is not JSON-serialisable: {exc}") from exc
-        try:
-            size = len(text.encode("utf-8"))
-            lone_surrogate = None
-        except UnicodeEncodeError as exc:
-            size = len(text.encode("utf-8", "surrogatepass"))
-            lone_surrogate = exc
+        lone_surrogate = None
+        if text.isascii():  # a flag on the string: no copy to count its bytes
+            size = len(text)
+        else:
+            try:
+                size = len(text.encode("utf-8"))
+            except UnicodeEncodeError as exc:
+                size = len(text.encode("utf-8", "surrogatepass"))
+                lone_surrogate = exc
         if size > self.options.max_payload_bytes:
             raise ValueError(f"payload is {size} bytes, over the limit of {self.options.max_payload_bytes} bytes")
         if lone_surrogate is not None:

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from console.core import Store
+from console.core.base import dumps, dumps_shaped
 from console.core.intake import MAX_PAYLOAD_DEPTH, payload_depth
 
 
@@ -56,3 +57,18 @@ def test_every_reader_handles_a_payload_at_the_limit(store: Store, kind: str) ->
         for text in (json.dumps(record), json.dumps(record, indent=2, ensure_ascii=False),
                      json.dumps(event.payload, indent=2, sort_keys=True)):
             assert json.loads(text) in (record, event.payload)
+
+
+def test_a_payload_that_contains_itself_is_refused_by_the_depth_check_before_it_is_encoded(store: Store) -> None:
+    # base.dumps_shaped keeps no table of the containers it has seen (json's circular check): it relies on this.
+    looped: dict[str, Any] = {"a": [1]}
+    looped["a"].append(looped)
+    with pytest.raises(ValueError, match=f"nested deeper than {MAX_PAYLOAD_DEPTH} levels"):
+        store.ingest("hook", "loop", looped, now=1)
+    assert store.find_event("hook", "loop") is None
+
+
+@pytest.mark.parametrize("value", [{"a": 1, "b": [1, 2.5, None, True, "é\u2028\"x"], "c": {"d": ["e", {}]}},
+                                   "text", 5, None, 1.5, [], {}, ("t", 1), nested(MAX_PAYLOAD_DEPTH)])
+def test_the_payload_encoder_writes_what_json_writes(value: Any) -> None:
+    assert dumps_shaped(value) == dumps(value) == json.dumps(value, ensure_ascii=False, separators=(",", ":"))
