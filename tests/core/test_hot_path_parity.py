@@ -27,8 +27,8 @@ IngestedSet = tuple[list[bool], MoveMark | None] | None
 HOLDER = "worker"
 
 
-class SharedPathPgBackend(PgBackend):
-    """PostgreSQL with its fast paths declined: every operation takes the Store's shared path (Backend.try_*: a
+class DeclinesFastPaths:
+    """A backend with its fast paths declined: every operation takes the Store's shared path (Backend.try_*: a
     backend may decline any of them, having written nothing)."""
 
     def try_ingest(self, source: str, source_id: str, encode: Callable[[], str],
@@ -46,18 +46,12 @@ class SharedPathPgBackend(PgBackend):
         return False
 
 
-class SharedPathSqliteBackend(SqliteBackend):
-    """SQLite with its fast paths declined (the Store's shared path does every operation)."""
+class SharedPathPgBackend(DeclinesFastPaths, PgBackend):
+    """PostgreSQL on the Store's shared path."""
 
-    def try_ingest(self, source: str, source_id: str, encode: Callable[[], str],
-                   now: int) -> tuple[bool, MoveMark | None] | None:
-        return None
 
-    def try_claim(self, holder: str, gen: int, now: int, cap: int) -> list[Any] | None:
-        return None
-
-    def try_finish(self, holder: str, gen: int, ids: Sequence[int], now: int) -> bool:
-        return False
+class SharedPathSqliteBackend(DeclinesFastPaths, SqliteBackend):
+    """SQLite on the Store's shared path."""
 
 
 class CountingSqliteBackend(SqliteBackend):
