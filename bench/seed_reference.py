@@ -1,5 +1,5 @@
-"""The seeds' reference: the inbox, lease and claim of the article this project grew from (/work/shared/seeds,
-"inbox.py": Python's sqlite3, one file, WAL), as the store benchmark's fifth system.
+"""The seeds' reference: the inbox, lease and claim of the article this project grew from (the seeds' "inbox.py":
+Python's sqlite3, one file, WAL), as the store benchmark's fifth system.
 
 Only what the benchmark's lines call is here (connect, ingest, acquire, claim_batch, finish), kept as the article
 wrote it: the same schema, the same statements, the same transactions. Its durability is the library's: WAL with
