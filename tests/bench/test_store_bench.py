@@ -13,7 +13,8 @@ SCRIPT = ROOT / "bench" / "store_bench.py"
 LINES = ("ingest", "duplicates", "drain", "cycle_empty", "cycle_full", "cycle_flat", "producers", "group",
          "group_ratio")
 CORE = "core (console.core.Store)"
-PEERS = ("persist-queue SQLiteAckQueue", "persist-queue UniqueAckQ", "huey SqliteStorage")
+SEED = "seeds' reference (inbox.py)"
+PEERS = ("persist-queue SQLiteAckQueue", "persist-queue UniqueAckQ", "huey SqliteStorage", SEED)
 
 
 def run_bench(tmp_path: Path, *extra: str) -> subprocess.CompletedProcess[str]:
@@ -36,8 +37,10 @@ def test_quick_run_measures_every_line_for_every_system(tmp_path: Path) -> None:
     for key in ("ingest", "drain", "cycle_empty", "producers"):
         for peer in PEERS:
             assert lines[key]["figures"][peer] > 0, (key, peer)
-    # Only UniqueAckQ can refuse a duplicate; the others are reported as unable, not as zero.
+    # Only UniqueAckQ and the seeds' reference can refuse a duplicate; the others are reported as unable, not as zero.
     assert lines["duplicates"]["figures"]["persist-queue UniqueAckQ"] > 0
+    assert lines["duplicates"]["figures"][SEED] > 0
+    assert lines["cycle_full"]["figures"][SEED] > 0
     assert lines["duplicates"]["figures"]["persist-queue SQLiteAckQueue"] is None
     assert lines["duplicates"]["figures"]["huey SqliteStorage"] is None
     # Durability is comparable: every system was read back as WAL with synchronous=FULL.
