@@ -54,6 +54,12 @@ def cooldown_seconds(retry_after: float | None) -> int:
     return max(1, min(MAX_COOLDOWN, math.ceil(retry_after)))
 
 
+def switch_line(turn_key: str, name: str, what: str, before: str, why: str | None) -> str:
+    """The history line of a switch, which the transcript places before the turn it names (switch_turn)."""
+    conversation, _, number = turn_key.rpartition(":turn:")
+    return f"{conversation} turn {number}: model {name} ({what}) instead of {before}" + (f": {why}" if why else "")
+
+
 def _never_asked() -> dict[str, Any]:
     raise AssertionError("a committed turn is replayed, never asked")
 
@@ -105,6 +111,8 @@ class ModelChain:
                 tried.add(name)
                 n += 1
                 continue
+            if not replayed:
+                self._note_switch(ctx, key, n, model, anchor, health)
             try:
                 reply = ctx.step(key, ask(model), event=anchor)
             except ModelError as exc:
@@ -114,6 +122,32 @@ class ModelChain:
                 continue
             self._answered(ctx, model, health)
             return reply
+
+    def _before(self, ctx: RunContext, key: str, n: int) -> str:
+        """The model the run had before this choice: the turn's previous choice, else the previous turn's model,
+        else (its first turn) the primary."""
+        if n > 1 and (step := ctx.store.journal_step(f"{key}:model:{n - 1}")) is not None and step.result:
+            return str(step.result)
+        conversation, _, number = key.rpartition(":turn:")
+        if number.isdigit() and int(number) > 1:
+            step = ctx.store.journal_step(f"{conversation}:turn:{int(number) - 1}")
+            if step is not None and isinstance(step.result, dict) and step.result.get("via"):
+                return str(step.result["via"])
+        return self.primary.spec.name
+
+    def _note_switch(self, ctx: RunContext, key: str, n: int, model: Model, anchor: Event | None,
+                     health: dict[str, dict[str, Any]]) -> None:
+        """Never silent: a turn asked of another model than the run's last one is a line in the event's history
+        (the transcript shows it from the turns' `via`)."""
+        before = self._before(ctx, key, n)
+        if before == model.spec.name or anchor is None:
+            return
+        row = health.get(self.by_name[before].credential) if before in self.by_name else None
+        why = row.get("reason") if row is not None and row.get("state") != "ready" else None
+        detail = switch_line(key, model.spec.name, f"{model.spec.model}, {model.provider}", before, why)
+        log.warning("%s: %s", key, detail)
+        ctx.check_fence()
+        ctx.store.note_model_switch(ctx.holder, ctx.gen, anchor.id, detail, now=ctx.time())
 
     def _latest_choice(self, ctx: RunContext, key: str) -> int:
         """The number of the last committed choice for this turn (1 when none is)."""

@@ -16,8 +16,9 @@ from console.core.models import AGENT_STATES, AgentState
 
 # A hand retry (retry_dead) and a poison event's batch-mate (`batch`: its run failed on another event) are
 # claimed alone with no attempt counted; when such an event is handed back it must stay alone. Its history says
-# so: the last entry that is neither a claim nor a hand-back is the `retry` or the `batch`.
-_LAST_DECISIVE_KIND = """SELECT kind FROM attempts WHERE event_id = ? AND kind NOT IN ('claim', 'deferred')
+# so: the last entry that is neither a claim, a hand-back nor a model switch is the `retry` or the `batch`.
+_LAST_DECISIVE_KIND = """SELECT kind FROM attempts
+                         WHERE event_id = ? AND kind NOT IN ('claim', 'deferred', 'model')
                          ORDER BY id DESC LIMIT 1"""
 
 

@@ -90,6 +90,15 @@ class ModelHealthMixin(StoreBase):
                 self._conn.execute("UPDATE model_health SET announced_at = ? WHERE credential = ?", (now, credential))
             return True
 
+    def note_model_switch(self, holder: str, gen: int, event_id: int, detail: str, *, now: int) -> bool:
+        """A line in the event's history (kind `model`): the run's next turn goes to another model than its last
+        turn's (or than the primary). Fenced like the rest; False when the lease is not held."""
+        with self.write_transaction(relaxed=True):
+            if not self._holds(holder, gen, now):
+                return False
+            self._log_attempt(event_id, now, "model", holder, gen, detail)
+            return True
+
     def _model_row(self, credential: str) -> dict[str, Any] | None:
         names = _COLUMNS.split(", ")
         for row in self._conn.execute(f"SELECT {_COLUMNS} FROM model_health WHERE credential = ?", (credential,)):

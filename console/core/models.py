@@ -83,7 +83,8 @@ def death_in_words(reason: str | None, attempts: int, error: str | None) -> str:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One line of an event's history: claim, finish, error, lost, dead, retry, discard or refusal."""
+    """One line of an event's history: claim, finish, error, lost, dead, retry, discard, refusal, or model (a run
+    went on with another model of the chain)."""
 
     event_id: int
     at: int

@@ -62,13 +62,13 @@ def read_detail(
         event = store.event(event_id)
         if event is None:
             return DetailView(event_id, now, None)
-        steps = store.journal_steps(event_id)
+        steps, history = store.journal_steps(event_id), store.history(event_id)
         return DetailView(
-            event_id, now, event, store.history(event_id), steps, store.event_replies(event_id),
+            event_id, now, event, history, steps, store.event_replies(event_id),
             why_not_run(store, event, now=now, zone=zone, holder=holder, mode=mode, resume_key=resume_key),
             runs_of(store.event_spend(event_id)),
             approval_trails(store, event),
-            build_transcript(steps, store.tool_calls(event_id)),
+            build_transcript(steps, store.tool_calls(event_id), history),
         )
 
     return read

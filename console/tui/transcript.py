@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from console.core import JournalStep, ToolCallRecord
+from console.core import Attempt, JournalStep, ToolCallRecord
 
 MAX_TEXT = 400  # of one model text block or one tool result in the transcript
 
@@ -45,9 +45,12 @@ def _call_lines(call: ToolCallRecord) -> list[Line]:
             Line("result", f"← {_cut(call.result or '')}")]
 
 
-def build_transcript(steps: Sequence[JournalStep], calls: Iterable[ToolCallRecord]) -> Transcript:
+def build_transcript(steps: Sequence[JournalStep], calls: Iterable[ToolCallRecord],
+                     history: Iterable[Attempt] = ()) -> Transcript:
     """The model turns among an event's journal steps (keys `...:turn:N`), each followed by the tool calls it
-    made (matched by tool-use id), then any calls no turn names (the built-in agent's, an approved call)."""
+    made (matched by tool-use id), then any calls no turn names (the built-in agent's, an approved call). A turn
+    that went to another model than the run's last one is preceded by the history's line saying so."""
+    switches = [attempt.detail for attempt in history if attempt.kind == "model" and attempt.detail]
     by_use = {call.use_id: call for call in calls}
     shown: set[str] = set()
     lines: list[Line] = []
@@ -58,6 +61,7 @@ def build_transcript(steps: Sequence[JournalStep], calls: Iterable[ToolCallRecor
         then = step.result.get("provenance")
         tainted = [str(why) for why in then.get("tainted_by") or []] if isinstance(then, dict) else []
         read = f" · the run had read untrusted content: {', '.join(tainted)}" if tainted else ""
+        lines += [Line("note", f"⇄ {line}") for line in switches if line.startswith(f"{conversation} turn {number}:")]
         lines.append(Line("turn", f"{conversation} · turn {number}{read}"))
         for block in step.result.get("content") or []:
             if not isinstance(block, dict):

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from console import telemetry
 from console.agents.anthropic_model import AnthropicModel
 from console.agents.claude import ClaudeAgent
 from console.agents.openai_model import OpenAIModel
@@ -22,6 +23,7 @@ from console.config import ConfigError, load_settings
 from console.core import Store
 from console.modelspec import model_rows, parse_models
 from console.runtime.engine import Engine
+from console.tui.detail import read_detail
 from tests.agents.openai_stand_in import FakeOpenAI, call, serve_openai
 from tests.agents.stand_in import FakeClaude, text, tool
 from tests.agents.test_claude_agent import FAKE_KEY, NOW, Shop, run, shop_tools
@@ -201,14 +203,32 @@ async def test_a_fallback_run_is_priced_at_its_own_model(
     local.reply("Done.")
     async with chained_engine(tmp_path, claude, local, monkeypatch, daily_budget_usd=5.0) as engine:
         await engine.ingest("chat", "m1", {"text": "hi"})
-        await read_until(engine, lambda s: s.counts()["done"] == 1)
+        [event] = await read_until(engine, lambda s: [e for e in s.events() if e.status == "done"])
         rows = [row for row, *_ in await engine.read(lambda s: s.spend_rows(since=0))]
+        history = await engine.read(lambda s: s.history(event.id))
+        transcript = await engine.read(read_detail(event.id, now=NOW, holder="w", mode="run"))
+    # Never silent: the switch is a line in the run's history and in its transcript, before the turn it names.
+    [switch] = [a.detail for a in history if a.kind == "model"]
+    assert switch.startswith(f"claude:{event.id} turn 1: model local (qwen3, openai) instead of primary: ")
+    assert "529" in switch or "overloaded" in switch.lower()
+    lines = [line.text for line in transcript.transcript.lines]
+    assert lines[:2] == [f"⇄ {switch}", f"claude:{event.id} · turn 1"]
+    # The trace names who answered: the primary's refused call and the fallback's, each in its own protocol.
+    spans = [telemetry.attributes_of(span) for span in telemetry.read_spans(tmp_path, "inbox.db.telemetry.jsonl")
+             if span["name"].startswith("chat ")]
+    [refused, answered] = spans
+    assert (refused["gen_ai.provider.name"], refused["gen_ai.request.model"]) == ("anthropic", "claude-sonnet-5-5")
+    assert "gen_ai.response.model" not in refused
+    assert (answered["gen_ai.provider.name"], answered["gen_ai.request.model"], answered["gen_ai.response.model"],
+            answered["gen_ai.response.finish_reasons"]) == ("openai", "qwen3", "qwen3", ["stop"])
     (priced,) = [row for row in rows if row.state == "settled"]
     assert priced.model == "qwen3"
     expected = round((priced.input_tokens * FALLBACK_PRICE["input"] + priced.output_tokens * FALLBACK_PRICE["output"])
                      * 1000)
     assert priced.cost_nanos == expected and expected > 0
     assert [row.model for row in rows if row.state != "settled"] == []  # the primary's refused call cost nothing
+    assert (answered["gen_ai.usage.input_tokens"], answered["gen_ai.usage.output_tokens"]) == (
+        priced.input_tokens, priced.output_tokens) and answered["gen_ai.response.id"].startswith("chatcmpl-")
 
 
 def test_a_bad_models_table_is_one_clear_line(tmp_path: Path) -> None:
