@@ -48,7 +48,6 @@ from console.cli_telegram import telegram
 from console.config import ConfigError, Settings, ensure_default_db_folder, load_settings, open_inbox
 from console.core import STATUSES, Event, Store, Timer
 from console.core.approvals import ANSWERS
-from console.core.audit import AUDIT_FIELDS, audit_record
 from console.core.copy import abandon_move, inbox_name, move_inbox
 from console.core.errors import damage_line
 from console.core.gate import INGEST_CHECK_SECONDS, check_before_intake
@@ -69,6 +68,7 @@ from console.timefmt import (
     span,
     via_in_words,
 )
+from console.trust.audit import AUDIT_FIELDS, audit_record
 from console.trust.callview import origin_line, request_view
 
 if TYPE_CHECKING:

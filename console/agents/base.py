@@ -36,6 +36,7 @@ from console.core import (
 from console.core.journal import Interrupted
 from console.core.memory import check_memory
 from console.trust.callview import announcement, request_view
+from console.trust.caps import cap_notice
 from console.trust.provenance import group_chat
 
 T = TypeVar("T")
@@ -251,7 +252,7 @@ class RunContext:
                                             run_event_ids=[e.id for e in self.events], now=self.time(),
                                             capped=capped)
         if reached is not None and all(n.key != reached.notice_key for n in self.cap_notices):
-            self.cap_notices.append(CapNotice(reached.notice_key, reached.notice(), reached.window))
+            self.cap_notices.append(CapNotice(reached.notice_key, cap_notice(reached), reached.window))
         return reached
 
     def set_timer(self, timer_id: str, due: int, payload: dict[str, Any] | None = None, *,

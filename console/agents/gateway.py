@@ -69,6 +69,7 @@ from console.core.journal import Interrupted
 from console.core.schedules import fires, interval_words
 from console.redact import redact_urls
 from console.trust.callview import find_urls, message_from_run
+from console.trust.caps import cap_in_words
 from console.trust.policy import Decision, Policy, Ruling
 from console.trust.provenance import Provenance, note_private, note_taint
 
@@ -281,13 +282,13 @@ class ToolGateway:
         keys = call_keys(ctx, call, [event, *(e for e in covers if e.id != event.id)])
         reached = ctx.take_call_slot(keys[0][0], call.name, event=event)
         if reached is not None:  # past a cap, an allowed call asks instead (the owner is told once)
-            rule = f"{rule}, past a cap: {reached.in_words()}"
+            rule = f"{rule}, past a cap: {cap_in_words(reached)}"
             if not may_ask:
                 return self._record(ctx, event, call, ToolOutcome(
-                    "error", f"{call.name} was not run: {reached.in_words()}, so it needs the owner's approval, "
+                    "error", f"{call.name} was not run: {cap_in_words(reached)}, so it needs the owner's approval, "
                              "and only one approval can be pending at a time; ask again once it is answered",
                     "asked"), rule, trust)
-            return self._ask(ctx, call, event, sources, session, provenance, rule, capped=reached.in_words())
+            return self._ask(ctx, call, event, sources, session, provenance, rule, capped=cap_in_words(reached))
         earlier = _earlier_unknown(ctx, keys[0][0])
         if self._repeatable(call.name):
             # After an unknown outcome the same call is sent under that call's key, which the server knows.

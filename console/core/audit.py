@@ -63,30 +63,6 @@ def call_outcome(decision: str, outcome: str) -> str:
     return "failed" if outcome == "error" else outcome
 
 
-# The columns of an exported row (`agent-console audit --json/--csv`), in order.
-AUDIT_FIELDS = ("seq", "at", "kind", "event_id", "run", "tool", "arguments", "request_id", "trusted", "provenance",
-                "tainted_by", "rule", "decision", "answered_via", "outcome", "detail", "prev_hash", "hash")
-
-
-def audit_record(row: AuditRow) -> dict[str, Any]:
-    """One row as the export shows it: flat, every field of AUDIT_FIELDS (None where it does not apply)."""
-    body = row.body if isinstance(row.body, dict) else {}
-    found = body.get("provenance")
-    provenance: dict[str, Any] = found if isinstance(found, dict) else {}
-    detail = body.get("detail")
-    if row.kind == "pruned":
-        detail = (f"pruned {body.get('rows')} rows written before {body.get('before')} (through row "
-                  f"{body.get('through')}, whose hash was {body.get('hash')})")
-    return {
-        "seq": row.seq, "at": row.at, "kind": row.kind, "event_id": row.event_id, "run": body.get("run"),
-        "tool": body.get("tool"), "arguments": body.get("arguments"), "request_id": body.get("request_id"),
-        "trusted": provenance.get("trusted"), "provenance": provenance.get("summary"),
-        "tainted_by": provenance.get("tainted_by"), "rule": body.get("rule"),
-        "decision": body.get("decision"), "answered_via": body.get("answered_via"), "outcome": body.get("outcome"),
-        "detail": detail, "prev_hash": row.prev_hash, "hash": row.hash,
-    }
-
-
 def recorded_arguments(details: Any, arguments: Any) -> Any:
     """The arguments a row about an approval records: the copy the gateway scrubbed of secrets when it asked
     (details["recorded_arguments"]: the values substituted from ${VAR}, URL credentials), never the row's own,

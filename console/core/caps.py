@@ -49,16 +49,7 @@ class CapReached:
         """How long one notice of this cap stands (None: for ever)."""
         return None if self.cap == RUN_CAP else HOUR
 
-    def in_words(self) -> str:
-        if self.cap == RUN_CAP:
-            return f"the cap of {self.limit} world-changing tool calls per run ({RUN_CAP}) was reached"
-        return f"the cap of {self.limit} world-changing tool calls per hour ({HOURLY_CALL_CAP}) was reached"
-
-    def notice(self) -> str:
-        per = (f"in the run for event {self.event_id}" if self.cap == RUN_CAP else "within the last hour")
-        return (f"The agent reached its cap of {self.limit} world-changing tool calls {per} ({self.cap}). "
-                f"Further calls are not made unasked: each asks for your approval. Raise {self.cap} in the "
-                f"config to change the cap.")
+    # What the owner is told of it (its rule's words, the notice) is trust's: console/trust/caps.py.
 
 
 @dataclass(frozen=True)

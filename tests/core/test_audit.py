@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from console.core import ApprovalDraft, Store, ToolCallRecord, approved_step_key
-from console.core.audit import audit_record, row_hash
+from console.core.audit import row_hash
 from console.core.copy import move_inbox
+from console.trust.audit import audit_record
 from tests.core.test_stranded_answers import TTL, ask, lose_every_attempt
 from tests.core.test_stranded_answers import T as T_STRANDED
 

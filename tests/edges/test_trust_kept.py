@@ -14,7 +14,7 @@ from console.agents.offline import OfflineAgent
 from console.agents.tools import PythonTool, tool_hints
 from console.clock import ManualClock
 from console.core import Store
-from console.core.audit import audit_record
+from console.trust.audit import audit_record
 from console.trust.policy import DEFAULT_ALLOW, Policy
 from tests.edges.phone_harness import START, phone_settings, running, stored, until
 from tests.edges.phone_standins import StandInBotApi

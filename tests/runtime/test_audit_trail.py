@@ -26,7 +26,7 @@ from console.assembly import build_engine
 from console.clock import ManualClock
 from console.config import Settings
 from console.core import Store
-from console.core.audit import AUDIT_FIELDS, audit_record
+from console.trust.audit import AUDIT_FIELDS, audit_record
 from console.trust.policy import DEFAULT_ALLOW, Policy
 from tests.agents import mcp_servers
 from tests.agents.stand_in import FakeClaude, text, tool
