@@ -104,6 +104,10 @@ async def test_a_rate_limited_primary_gives_the_next_turn_to_the_fallback_and_ge
             await engine.ingest("chat", f"m{minute + 1}", {"text": f"minute {minute}"})
             await read_until(engine, lambda s, n=minute: s.counts()["done"] == n + 1)
         assert len(local.requests) == 11 and all(e.attempts == 1 for e in await engine.read(lambda s: s.events()))
+        # announce_fallback (on by default): the owner heard once, in the hour, that the fallback answers.
+        said = [m.body for m in await engine.read(lambda s: s.outbox_messages())]
+        [announced] = [body for body in said if body.startswith("Fallback model local")]
+        assert "primary" in announced and "at most once an hour" in announced
 
         # The primary recovers: once its cooldown has ended the next run is back on it.
         claude.script.clear()
