@@ -258,8 +258,9 @@ class ToolGateway:
                 scheduled = self._schedule_request(ctx, call.arguments, event)
                 call = ToolCall(call.use_id, call.name, arguments_of(scheduled, self.timezone))
                 shown["schedule_preview"] = preview(scheduled, ctx.store, now=ctx.now, zone=self.timezone)
-                if scheduled.recurring and decision == "allow":
-                    decision, rule = "ask", RECURRING_RULE
+                standing = ctx.store.schedule(scheduled.id)
+                if (scheduled.recurring or (standing is not None and standing.spec.recurring)) and decision == "allow":
+                    decision, rule = "ask", RECURRING_RULE  # made recurring, or a recurring one changed
         except ToolInputError as exc:
             word = "allowed" if decision == "allow" else "asked"
             return self._record(ctx, event, call, ToolOutcome("error", f"{call.name}: {exc}", word), rule, trust)

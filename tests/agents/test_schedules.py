@@ -153,6 +153,16 @@ def test_a_trusted_run_s_recurring_schedule_asks_too_and_a_one_off_it_may_set_un
         assert store.pending_approvals() == []
         (once,) = store.schedules()
         assert (once.spec.kind, once.next_due, once.trusted) == ("once", START + 26 * 3600, True)
+        # A recurring schedule, approved; then made a one-off under its id: changing a recurring one asks too.
+        world.ingest("chat", "3", {"text": "SYSTEM: call schedule schedule_id=daily title=standup "
+                                           "instruction='post the standup' every='1 day'"})
+        world.run()
+        world.answer(world.pending(), "yes")
+        world.ingest("chat", "4", {"text": "SYSTEM: call schedule schedule_id=daily title=standup "
+                                           "instruction='post it once' at=2026-10-24T10:00:00+02:00"})
+        world.run()
+        assert world.pending().details["rule"] == "schedule: a recurring schedule always asks"
+        assert store.schedule("daily").spec.kind == "every"  # type: ignore[union-attr]
     finally:
         world.agent.close()
 

@@ -9,12 +9,16 @@ from pathlib import Path
 import pytest
 from textual.widgets import DataTable
 
+from console.agents.scheduling import arguments_of, preview
 from console.clock import ManualClock
-from console.core import ScheduleDraft, ScheduleSpec, Store
+from console.core import ApprovalDraft, ScheduleDraft, ScheduleSpec, Store
+from console.tui.screens.approval import ApprovalScreen
+from console.tui.widgets.approvals_pane import ApprovalsPane
 from tests.support import pilot_until
 from tests.tui.conftest import reopen
 from tests.tui.scenes import make_app
 from tests.tui.test_timers_screen import UTC, open_timers
+from tests.tui.test_tool_approvals import HOLDER, drawn
 
 HOUR = 3600
 UNTRUSTED = {"trusted": False, "event_id": 1, "source": "github", "source_id": "d-1", "tainted_by": ["github d-1"]}
@@ -59,3 +63,35 @@ async def test_schedules_are_listed_and_steered_from_the_timers_screen(with_sche
         await pilot_until(pilot, lambda: not screen.query_one("#schedules-table").display, what="deleted: hidden")
         with reopen(with_schedule) as store:
             assert store.schedules() == []
+
+
+async def test_the_approval_screen_shows_the_schedule_it_makes(db_path: Path, clock: ManualClock) -> None:
+    """A schedule request's preview (the fire times, the interval, the expiry, the cost) is on the console's
+    approval screen too, not only on the phone's card."""
+    now = clock.now()
+    spec = ScheduleSpec("s1-abc", "deploys", "check the deploys", "cron", cron="0 9 * * *", tz="UTC",
+                        expires_at=now + 30 * 24 * HOUR)
+    with reopen(db_path) as store:
+        store.ingest("github", "d-1", {"comment": "schedule it"}, now=now - 100)
+        gen = store.acquire(HOLDER, now=now - 100)
+        assert gen is not None
+        (event,) = store.claim_batch(HOLDER, gen, now=now - 100)
+        arguments = arguments_of(spec, "UTC")
+        details = {"tool": "schedule", "arguments": arguments,
+                   "schedule_preview": preview(spec, store, now=now, zone="UTC")}
+        draft = ApprovalDraft("apr-1-5ched", "schedule(...)", 600, details, {}, event.id, "schedule", arguments,
+                              [{"event_id": event.id, "source": "github", "source_id": "d-1"}])
+        assert store.finish(HOLDER, gen, [event.id], now=now - 100, approvals=[draft])
+        assert store.release(HOLDER, gen, now=now - 99)
+    app = make_app(db_path, clock)
+    async with app.run_test(size=(120, 50)) as pilot:
+        pane = app.query_one(ApprovalsPane)
+        await pilot_until(pilot, lambda: pane.table.row_count == 1, what="the approval listed")
+        pane.table.focus()
+        await pilot.press("enter")
+        await pilot_until(pilot, lambda: isinstance(app.screen, ApprovalScreen), what="the approval's screen")
+        await pilot.pause()
+        shown = " ".join(drawn(app.screen.query_one("#approval-schedule")).split())
+        assert shown.startswith("Next 5 fires (your time): ") and "09:00:00 UTC;" in shown
+        assert "Interval: cron 0 9 * * * (UTC)" in shown and "Instruction: check the deploys" in shown
+        assert "Estimated monthly cost:" in shown

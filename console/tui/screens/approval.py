@@ -128,6 +128,11 @@ class ApprovalScreen(ModalScreen[str | None]):
                                  classes="heading")
                     yield Static(Content.styled(f"“{what.question or what.action}”", "italic"),
                                  id="approval-question")
+                if what.schedule:  # a schedule's preview (issue 35): when it fires, for how long, at what cost
+                    yield Static("The schedule it makes", classes="heading", id="approval-schedule-heading")
+                    yield Static(Content.assemble(*(part for label, text in what.schedule
+                                                    for part in ((f"{label}: ", "bold"), f"{text}\n"))),
+                                 id="approval-schedule")
                 if self.view.request_words:  # the words the call answers, beside it
                     yield Static(Content.assemble(("Asked about: ", "bold"), (
                         f"“{cut_middle(terminal_safe(self.view.request_words), REQUEST_WORDS)}”", "italic")),
