@@ -235,6 +235,24 @@ async def test_a_fallback_run_is_priced_at_its_own_model(
         priced.input_tokens, priced.output_tokens) and answered["gen_ai.response.id"].startswith("chatcmpl-")
 
 
+async def test_an_unpriced_fallback_follows_the_unknown_spend_rule(
+    tmp_path: Path, claude: FakeClaude, local: FakeOpenAI, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fallback with no price, while a budget is in force: its call is not made (its cost could not be counted
+    against the budget), the agent pauses saying so, and the event waits with no attempt spent."""
+    claude.fail(529, "overloaded_error", "Overloaded")
+    local.reply("Done.")
+    unpriced = [{**row, "prices": None} if row["name"] == "local" else row for row in chain(claude, local)]
+    unpriced = [{k: v for k, v in row.items() if v is not None} for row in unpriced]
+    async with running_engine(tmp_path, claude.url, monkeypatch, models=unpriced, daily_budget_usd=5.0) as engine:
+        await engine.ingest("chat", "m1", {"text": "hi"})
+        state = await read_until(engine, lambda s: s.agent_state().state != "ready" and s.agent_state())
+        [event] = await engine.read(lambda s: s.events())
+    assert local.requests == [] and len(claude.requests) == 1
+    assert "qwen3" in (state.reason or "") and "price" in (state.reason or "")
+    assert (event.status, event.attempts) == ("pending", 0)
+
+
 def test_a_bad_models_table_is_one_clear_line(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
     config.write_text('[[models]]\nname = "x"\nprotocol = "grpc"\nmodel = "m"\n')
