@@ -50,7 +50,7 @@ from console.core import STATUSES, Event, Store, Timer
 from console.core.approvals import ANSWERS
 from console.core.copy import abandon_move, inbox_name, move_inbox
 from console.core.errors import damage_line
-from console.core.gate import INGEST_CHECK_SECONDS, check_before_intake
+from console.core.gate import check_before_ingest, remember_checked
 from console.core.inbox import DISCARDABLE, REVIVABLE
 from console.core.models import PAYLOAD_DAMAGED, origin_in_words
 from console.core.timers import CATCH_UP_POLICIES, MAX_DUE, check_due, validate_cron, validate_zone
@@ -264,11 +264,15 @@ def ingest(state: CliState, source: str, source_id: str, payload: str | None) ->
     if payload == "-":
         payload = sys.stdin.read()
     data = {} if payload is None else _parse_json(payload, "the payload")
+    now = _now()
     with state.store() as store, rejecting_bad_input():
         # The one command that acknowledges outside input checks first, within a bound that keeps its cost
-        # flat in the file's size: "stored" must never go into an inbox that will not be read again.
-        check_before_intake(store, seconds=INGEST_CHECK_SECONDS, probe_write=False)  # the ingest is the probe
-        stored = store.ingest(source, source_id, data, now=_now())
+        # flat in the file's size: "stored" must never go into an inbox that will not be read again. What was
+        # checked is remembered: a file nobody else wrote since is not checked again (gate.check_before_ingest).
+        remember = check_before_ingest(store, now=now)
+        stored = store.ingest(source, source_id, data, now=now)
+    if remember:
+        remember_checked(store.path)
     click.echo("stored" if stored else "duplicate")
 
 

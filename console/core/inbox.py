@@ -207,13 +207,14 @@ class InboxMixin(StoreBase):
 
     def verify_payloads(self, *, seconds: float | None = None) -> PayloadCheck:
         """Compare every payload that carries a checksum (those stored before checksums carry none) with it, newest
-        first; with seconds, stop once that long has passed (the gate before intake: the newest pages). It only
+        first; with seconds, stop once that long has passed (the gate before intake: the newest pages, at least the
+        newest PAYLOAD_CHUNK). It only
         reads; it stops at a page too damaged to read (SQLite's own check, run beside it, reports that one)."""
         deadline = None if seconds is None else time.monotonic() + max(0.0, seconds)
         damaged: list[int] = []
         checked = 0
         below = int(self._scalar("SELECT COALESCE(MAX(id), 0) FROM inbox")) + 1
-        while deadline is None or time.monotonic() < deadline:
+        while True:  # the newest chunk always, whatever the bound: a loaded machine may spend it before the first
             try:
                 rows = self._conn.execute(_STORED_PAYLOADS, (below, PAYLOAD_CHUNK)).fetchall()
             except Exception as exc:  # a page too damaged to read: the structural check beside this says what it is
@@ -225,7 +226,8 @@ class InboxMixin(StoreBase):
             damaged += [event_id for event_id, stored, checksum in rows if not _matches(stored, checksum)]
             checked += len(rows)
             below = rows[-1][0]
-        return PayloadCheck(damaged, checked, False)
+            if deadline is not None and time.monotonic() >= deadline:
+                return PayloadCheck(damaged, checked, False)
 
     def damaged_events(self, limit: int = 20) -> list[int]:
         """Events whose run a claim refused because their payload was found damaged (dead, reason `damaged`)."""

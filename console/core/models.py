@@ -35,6 +35,8 @@ class Event:
 
     def what(self) -> str:
         """One line saying what the event is (console.core.summary): the events table's "what" column."""
+        if self.damaged:
+            return "payload damaged"
         return "" if self.pruned_at is not None else event_what(self.source, self.payload)
 
     def death_in_words(self) -> str | None:

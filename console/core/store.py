@@ -153,6 +153,11 @@ class Store(
         return self._backend.name
 
     @property
+    def backend_name(self) -> str:
+        """'sqlite' or 'postgresql'."""
+        return self._backend.name
+
+    @property
     def storage(self) -> Backend:
         """The backend itself (copy.py moves an inbox between two; tests and benchmarks look at it)."""
         return self._backend
