@@ -50,8 +50,25 @@ class MemoryMixin(StoreBase):
             self._write_memory(MemoryWrite(key.strip(), value), now)
 
     def delete_memory(self, key: str) -> bool:
+        return self.forget_memory(key) is not None
+
+    def forget_memory(self, key: str) -> MemoryEntry | None:
+        """Drop a note and hand it back whole (value, when and by whom it was written), so the owner's forget can
+        be undone with put_back_memory; None when there was no such note."""
         with self.write_transaction():
-            return bool(self._conn.execute("DELETE FROM memory WHERE key = ? RETURNING key", (key,)).fetchall())
+            for row in self._conn.execute(
+                    "DELETE FROM memory WHERE key = ? RETURNING key, value, updated_at, event_id, origin", (key,)):
+                return MemoryEntry(row[0], row[1], row[2], row[3], loads(row[4]))
+            return None
+
+    def put_back_memory(self, note: MemoryEntry) -> bool:
+        """A forgotten note back as it was, origin and time included (an undo). False, changing nothing, when a
+        note of that key was written since: the newer one stands."""
+        with self.write_transaction():
+            return bool(self._conn.execute(
+                """INSERT INTO memory (key, value, updated_at, event_id, origin) VALUES (?, ?, ?, ?, ?)
+                   ON CONFLICT (key) DO NOTHING RETURNING key""",
+                (note.key, note.value, note.updated_at, note.event_id, _json_or_null(note.origin))).fetchall())
 
     def _write_memory(self, write: MemoryWrite, now: int) -> None:
         if write.value is None:

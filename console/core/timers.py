@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -135,6 +136,17 @@ _TIMER_COLUMNS = "id, due, every, cron, tz, payload, catch_up, paused, done, las
 # then, however late the scheduler runs (an outage across a schedule's expiry fires no coalesced occurrence).
 _END_TIMERS = """UPDATE timers INDEXED BY timers_ends SET done = 1
                  WHERE ends_at IS NOT NULL AND done = 0 AND (ends_at <= ? OR due >= ends_at)"""
+# Every column of a timer's row: what a delete hands back for its undo
+_ROW_COLUMNS = ("id, due, every, cron, tz, payload, ev_source, ev_id, catch_up, each_cap, paused, done, created_at, "
+                "last_fired_at, origin, ends_at")
+
+
+@dataclass(frozen=True)
+class RemovedTimer:
+    """A deleted timer's whole row, as put_back_timer writes it again."""
+
+    id: str
+    row: tuple[Any, ...]
 
 
 def _fired_body(payload: str, origin: str | None) -> dict[str, Any]:
@@ -252,9 +264,25 @@ class TimersMixin(StoreBase):
             "ORDER BY due", (SCHEDULE_TIMER_PREFIX,))]
 
     def remove_timer(self, timer_id: str) -> bool:
+        return self.take_timer(timer_id) is not None
+
+    def take_timer(self, timer_id: str) -> RemovedTimer | None:
+        """Delete a timer and hand back its whole row, so that put_back_timer can undo the delete exactly (its
+        fixed key, catch-up cap, origin, last firing); None when there was no such timer."""
         _refuse_approval_expiry(timer_id)
         with self.write_transaction():
-            return bool(self._conn.execute("DELETE FROM timers WHERE id = ? RETURNING id", (timer_id,)).fetchall())
+            for row in self._conn.execute(f"DELETE FROM timers WHERE id = ? RETURNING {_ROW_COLUMNS}", (timer_id,)):
+                return RemovedTimer(str(row[0]), tuple(row))
+            return None
+
+    def put_back_timer(self, removed: RemovedTimer) -> bool:
+        """A deleted timer back as it was (an undo). False, changing nothing, when a timer of that id was set
+        since: the newer one stands. One that was due meanwhile fires at the scheduler's next pass (catch-up)."""
+        marks = ", ".join("?" for _ in removed.row)
+        with self.write_transaction():
+            return bool(self._conn.execute(
+                f"INSERT INTO timers ({_ROW_COLUMNS}) VALUES ({marks}) ON CONFLICT (id) DO NOTHING RETURNING id",
+                removed.row).fetchall())
 
     def pause_timer(self, timer_id: str, paused: bool = True) -> bool:
         _refuse_approval_expiry(timer_id)

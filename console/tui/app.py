@@ -50,6 +50,7 @@ from console.tui.screens.main import MainScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.textual_8_2 import has_registered_themes, keymap, withdraw_toast
 from console.tui.theme_files import DEFAULT_THEME, load_themes, status_variables
+from console.tui.undo import UndoStack
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.lease_pane import MODES
 
@@ -166,6 +167,7 @@ class ConsoleApp(App[None]):
         self.after_start = after_start
         self.inbox_label = inbox_label
         self.started = False
+        self.undo = UndoStack()  # this console's undoable actions, newest last (tui/undo.py)
         self.start_error: str | None = None
         self._collector_held = False  # the garbage collector, held off from on_load until the first frame
         self._dirty: set[str] = set()

@@ -30,8 +30,8 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
      "budget", "retry"),
     ("Discard the selected dead event", "Or every marked one: kept for the record, never run again (asks first)",
      "discard"),
-    ("Restore the selected discarded event to dead", "Or every marked one: undoes a discard without running "
-     "anything (r is what runs one)", "restore"),
+    ("Undo the last action", "This console's last discard (every event of it dead again, not run), forgotten note or "
+     "deleted timer", "undo"),
     ("Find events and outbox messages", "Search source, source id, payload text and error; open what is found",
      "search"),
     ("Read outbox messages", "The newest outbox messages, each openable in full", "outbox_messages"),
@@ -63,13 +63,11 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
 TABLE_ACTIONS = {"newest": "events.newest", "oldest": "events.oldest", "toggle_mark": "events.mark",
                  "clear_marks": "events.unmark", "mark_range('down')": "events.mark_down",
                  "mark_range('up')": "events.mark_up"}
-# The palette's actions that are the events pane's own (run on the pane, as its keys run them).
-PANE_ACTIONS = {"restore": "events.restore"}
 
 
 def key_of(app: ConsoleApp, action: str) -> str | None:
     """The key that runs a palette action, after `[keys]` remaps (the palette teaches the keys)."""
-    own = {"detail": "events.detail", **TABLE_ACTIONS, **PANE_ACTIONS}
+    own = {"detail": "events.detail", **TABLE_ACTIONS}
     binding_id = own.get(action) or next(
         (b.id for b in (*app.BINDINGS, *MainScreen.BINDINGS) if isinstance(b, Binding) and b.action == action), None)
     return None if binding_id is None else key_for_id(binding_id, keymap(app))
@@ -78,8 +76,6 @@ def key_of(app: ConsoleApp, action: str) -> str | None:
 def run(app: ConsoleApp, action: str) -> Callable[[], object]:
     if action in TABLE_ACTIONS:
         return partial(app.run_action, action, app.query_one(EventsTable))
-    if action in PANE_ACTIONS:
-        return partial(app.run_action, action, app.query_one(EventsPane))
     return partial(app.run_action, action, app.main if hasattr(MainScreen, f"action_{action.split('(')[0]}") else app)
 
 

@@ -17,6 +17,7 @@ from console.clock import Clock
 from console.config import Settings
 from console.core import Store
 from console.tui.backend import ConsoleEngine
+from console.tui.undo import UndoStack
 
 T = TypeVar("T")
 
@@ -33,6 +34,7 @@ class PaneHost(Protocol):
     clock: Clock
     engine: ConsoleEngine
     started: bool  # the engine has started and not stopped yet
+    undo: UndoStack  # this console's undoable actions (u)
 
     @property
     def known_sources(self) -> list[str]: ...

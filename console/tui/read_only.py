@@ -12,7 +12,7 @@ READ_ONLY_WORDS = "This console is read-only (--read-only): it watches and chang
 READ_ONLY_FLASH = "read-only: this console changes nothing"  # the short answer to a writing key
 
 # The main screen's actions that write: answers, retries, discards, the inject form, the stall, the budgets.
-MAIN_SCREEN_WRITES = frozenset({"inject", "answer", "retry", "retry_all", "discard", "restore", "stall", "budget",
+MAIN_SCREEN_WRITES = frozenset({"inject", "answer", "retry", "retry_all", "discard", "undo", "stall", "budget",
                                 "quick_chat", "quick_poison", "quick_redeliver", "quick_approval"})
 
 

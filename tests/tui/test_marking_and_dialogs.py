@@ -79,7 +79,7 @@ async def test_a_destructive_question_wraps_and_enter_cancels(db_path: Path, clo
         screen = app.screen
         question = screen.query_one("#confirm-question")
         assert question.size.height > 1  # wrapped, not cut at the dialog's edge
-        assert "(u restores one to dead; r runs it again)" in str(question.render())
+        assert "(u undoes the discard; r runs one again)" in str(question.render())
         focused = app.focused
         assert isinstance(focused, Button) and focused.id == "confirm-no"
         assert "esc" in [k.key_display for k in screen.query("FooterKey").results(FooterKey)]

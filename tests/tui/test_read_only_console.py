@@ -19,7 +19,7 @@ from tests.tui.scenes import make_app, shown_ids, started, text_of
 
 SIZE = (100, 30)
 CHANGES = ("console.inject", "console.approve", "console.decline", "console.retry", "console.retry_all",
-           "console.discard", "console.stall", "console.budget", "events.restore")
+           "console.discard", "console.stall", "console.budget", "console.undo")
 
 
 def the_inbox(db: Path, now: int) -> dict[str, Any]:

@@ -1,5 +1,6 @@
-"""Issue 21.9 in the console: a discarded event is put back among the dead without running (u, on the events pane
-and in its detail), and a message the send gap holds is sent now on the urgent lane, after a yes."""
+"""Issue 21.9 in the console: a discarded event is put back among the dead without running (u, the console's undo
+of the discard, and u in its detail), and a message the send gap holds is sent now on the urgent lane, after a
+yes."""
 
 from __future__ import annotations
 
@@ -43,26 +44,7 @@ async def select(app: ConsoleApp, pilot: Any, event_id: int) -> None:
                       what=f"#{event_id} selected")
 
 
-async def test_u_restores_a_discarded_event_to_dead_without_running_it(filled: Path, clock: ManualClock) -> None:
-    dead = discarded_one(filled, clock)
-    app = make_app(filled, clock)
-    async with app.run_test(size=SIZE) as pilot:
-        await started(app, pilot)
-        await select(app, pilot, dead)
-        await pilot.press("u")
-        await pilot_until(pilot, lambda: any(t.startswith("Restore:") for t in toasts(app)), what="the toast")
-        assert f"Restore: #{dead} is dead again, not run (r runs it)" in toasts(app)
-        with reopen(filled) as store:
-            event = store.event(dead)
-            assert event is not None and event.status == "dead" and event.attempts > 0
-        pane = app.query_one(EventsPane)
-        await pilot_until(pilot, lambda: (e := pane.selected_event()) is not None and e.status == "dead",
-                          what="the row shown dead")
-        await pilot.press("u")  # dead now: nothing to restore, and it says so
-        await pilot_until(pilot, lambda: any("only discarded events" in t for t in toasts(app)), what="a refusal")
-
-
-async def test_the_discard_toast_names_the_undo(filled: Path, clock: ManualClock) -> None:
+async def test_u_undoes_a_discard_the_event_dead_again_not_run(filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
@@ -73,7 +55,16 @@ async def test_the_discard_toast_names_the_undo(filled: Path, clock: ManualClock
         await pilot_until(pilot, lambda: isinstance(app.screen, ConfirmScreen), what="the question")
         await pilot.press("y")
         await pilot_until(pilot, lambda: any(t.startswith("Discard:") for t in toasts(app)), what="the toast")
-        assert any("u restores it to dead" in t for t in toasts(app))
+        assert any("u undoes it (dead again)" in t for t in toasts(app))
+        await pilot.press("down")  # the undo acts on the last action, wherever the cursor is
+        await pilot.press("u")
+        await pilot_until(pilot, lambda: any(t.startswith("Undone:") for t in toasts(app)), what="the undo")
+        assert f"Undone: discarded #{dead}: #{dead} is dead again, not run (r runs it)" in toasts(app)
+        with reopen(filled) as store:
+            event = store.event(dead)
+            assert event is not None and event.status == "dead" and event.attempts > 0
+        await pilot.press("u")  # nothing left to undo, and it says so
+        await pilot_until(pilot, lambda: any("Nothing to undo" in t for t in toasts(app)), what="nothing left")
 
 
 async def test_an_event_detail_offers_restore_only_while_discarded(filled: Path, clock: ManualClock) -> None:
@@ -115,14 +106,10 @@ async def test_send_now_asks_then_moves_a_held_message_to_the_urgent_lane(filled
         assert any("goes out at once" in t for t in toasts(app))
 
 
-async def test_the_palette_restores_with_the_key_beside_it(filled: Path, clock: ManualClock) -> None:
-    dead = discarded_one(filled, clock)
+async def test_the_palette_undoes_with_the_key_beside_it(filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=SIZE) as pilot:
         await started(app, pilot)
-        await select(app, pilot, dead)
-        assert key_of(app, "restore") == "u"
-        await run(app, "restore")()
-        await pilot_until(pilot, lambda: any(t.startswith("Restore:") for t in toasts(app)), what="the toast")
-        with reopen(filled) as store:
-            assert store.event(dead).status == "dead"  # type: ignore[union-attr]
+        assert key_of(app, "undo") == "u"
+        await run(app, "undo")()
+        await pilot_until(pilot, lambda: any("Nothing to undo" in t for t in toasts(app)), what="the toast")

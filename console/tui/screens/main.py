@@ -26,6 +26,7 @@ from console.tui.finding import read_message
 from console.tui.panes import LivePane, PaneHost
 from console.tui.read_only import MAIN_SCREEN_WRITES
 from console.tui.textual_8_2 import bindings_by_key, keymap
+from console.tui.undo import undo_last
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.console_footer import ConsoleFooter
 from console.tui.widgets.console_header import ConsoleHeader
@@ -71,6 +72,8 @@ class MainScreen(Screen[None]):
                 tooltip="sort the whole inbox: newest or oldest first, by status, by source (or click a header)"),
         Binding("F", "pick_filter", "Pick filter", id="console.filter_pick", show=False,
                 tooltip="pick the status or source filter from a list"),
+        Binding("u,ctrl+z", "undo", "Undo", id="console.undo", show=False,
+                tooltip="take back this console's last discard, forgotten note or deleted timer"),
         Binding("D,delete", "discard", "Discard", id="console.discard", show=False,
                 tooltip="discard the marked events (or the selected one): kept for the record, never run"),
         Binding("o", "outbox_messages", "Outbox", id="console.outbox_messages", show=False,
@@ -261,12 +264,16 @@ class MainScreen(Screen[None]):
 
         console = self.console
         await self.app.push_screen(TimersScreen(console.read, console.engine.write, console.clock,
-                                               ZoneInfo(console.settings.timezone)))
+                                               ZoneInfo(console.settings.timezone), undo=console.undo))
 
     async def action_notes(self) -> None:
         from console.tui.screens.notes import NotesScreen
 
-        await self.app.push_screen(NotesScreen(self.console.read, self.console.engine.write))
+        await self.app.push_screen(NotesScreen(self.console.read, self.console.engine.write, undo=self.console.undo))
+
+    async def action_undo(self) -> None:
+        """u: the last undoable action of this console taken back (tui/undo.py)."""
+        await undo_last(self.console.undo, self.console.toast)
 
     def action_stall(self) -> None:
         self.query_one(LeasePane).stall()

@@ -1,10 +1,12 @@
 """The agent's notes (remember / forget), each with where it came from: yours, a trusted run's, or a run's that
 had read untrusted content (marked: the agent is shown those only as quoted data, and reading them makes its
-run untrusted; docs/security.md). What `agent-console memory` lists; d drops the highlighted note."""
+run untrusted; docs/security.md). What `agent-console memory` lists; d forgets the highlighted note, and u (here or
+on the main screen) puts it back as it was: the console's undo."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from textual.app import ComposeResult
@@ -19,6 +21,7 @@ from console.core import MemoryEntry, Store, StoreError
 from console.textsafe import terminal_safe
 from console.tui.read_only import read_only
 from console.tui.tables import clear_rows
+from console.tui.undo import Undoable, UndoStack, undo_last
 
 T = TypeVar("T")
 RunOn = Callable[[Callable[[Store], T]], Awaitable[T]]
@@ -72,22 +75,25 @@ class NotesScreen(ModalScreen[None]):
     }
     """
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("d", "drop", "Drop", id="notes.drop", tooltip="forget the highlighted note"),
+        Binding("d", "drop", "Drop", id="notes.drop", tooltip="forget the highlighted note (u puts it back)"),
+        # the console's undo (a modal screen hides the main screen's keys)
+        Binding("u,ctrl+z", "undo", "Undo", id="notes.undo", tooltip="take back the console's last action"),
         Binding("escape,q", "close", "Close", id="notes.close"),
     ]
 
     notes: reactive[tuple[MemoryEntry, ...] | None] = reactive(None, always_update=True)
 
-    def __init__(self, read: RunOn[Any], write: RunOn[Any]) -> None:
+    def __init__(self, read: RunOn[Any], write: RunOn[Any], undo: UndoStack | None = None) -> None:
         super().__init__()
         self._read = read
         self._write = write
+        self._undo = undo
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)
         with Vertical(id="notes-dialog") as dialog:
             dialog.border_title = "Notes"
-            dialog.border_subtitle = "d drop · esc close"
+            dialog.border_subtitle = "d drop · u undo · esc close"
             yield DataTable(id="notes-table", cursor_type="row", zebra_stripes=True)
             yield Static("", id="notes-line")
             yield Static("", id="notes-hint")
@@ -125,7 +131,7 @@ class NotesScreen(ModalScreen[None]):
         self.query_one("#notes-line", Static).update("" if note is None else note_line(note))
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action == "drop" and read_only(self))
+        return not (action in ("drop", "undo") and read_only(self))
 
     def selected(self) -> MemoryEntry | None:
         notes = self.notes
@@ -140,14 +146,28 @@ class NotesScreen(ModalScreen[None]):
             self.notify("No note is highlighted", severity="warning")
             return
         try:
-            dropped = await self._write(lambda store: store.delete_memory(note.key))
+            dropped = await self._write(lambda store: store.forget_memory(note.key))
         except StoreError as exc:
             self.notify(str(exc), severity="warning")
             return
         finally:
             await self.reload()
-        if dropped:
-            self.notify(f"Forgot {note.key}", title="Notes")
+        if dropped is None:
+            return
+        if self._undo is not None:
+            self._undo.push(Undoable(f"forgot the note {dropped.key}", partial(self._put_back, dropped)))
+        self.notify(terminal_safe(f"Forgot {note.key}") + (" · u puts it back" if self._undo is not None else ""),
+                    title="Notes", markup=False)
+
+    async def _put_back(self, note: MemoryEntry) -> str:
+        back = await self._write(lambda store: store.put_back_memory(note))
+        if self.is_attached:
+            await self.reload()
+        return terminal_safe(f"The note {note.key} is back" if back else
+                             f"The note {note.key} was written again since: the newer one stands")
+
+    async def action_undo(self) -> None:
+        await undo_last(self._undo, self.notify)
 
     def action_close(self) -> None:
         self.dismiss(None)

@@ -11,6 +11,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
+from functools import partial
 from typing import Any, ClassVar, TypeVar
 
 from textual.app import ComposeResult
@@ -25,11 +26,12 @@ from textual.widgets.data_table import ColumnKey
 from console.clock import Clock
 from console.core import Store, StoreError, Timer
 from console.core.models import origin_in_words
-from console.core.timers import APPROVAL_EXPIRY_PREFIX
+from console.core.timers import APPROVAL_EXPIRY_PREFIX, RemovedTimer
 from console.textsafe import terminal_safe
 from console.timefmt import relative, schedule_in_words
 from console.tui.read_only import read_only
 from console.tui.tables import clear_rows
+from console.tui.undo import Undoable, UndoStack, undo_last
 
 T = TypeVar("T")
 RunOn = Callable[[Callable[[Store], T]], Awaitable[T]]
@@ -168,6 +170,11 @@ class TimersScreen(ModalScreen[None]):
                 tooltip="let the highlighted timer fire again; what it missed catches up"),
         Binding("r", "run_now", "Run now", id="timers.run_now",
                 tooltip="one extra occurrence now; the schedule stays as it is"),
+        Binding("D,delete", "delete_timer", "Delete", id="timers.delete_timer",
+                tooltip="delete the highlighted timer (ctrl+z here, u on the main screen, puts it back)"),
+        # the console's undo (a modal screen hides the main screen's keys; u resumes a timer here)
+        Binding("ctrl+z", "undo", "Undo", id="timers.undo", show=False,
+                tooltip="take back the console's last action (a timer deleted here)"),
         Binding("a", "toggle_all", "Fired too", id="timers.all", tooltip="show or hide one-off timers that fired"),
         # The schedules' keys are named on their table's title line, shown only once there are schedules.
         Binding("e", "renew", "Renew", id="timers.renew", show=False,
@@ -178,8 +185,10 @@ class TimersScreen(ModalScreen[None]):
 
     view: reactive[TimersView | None] = reactive(None, always_update=True)
 
-    def __init__(self, read: RunOn[Any], write: RunOn[Any], clock: Clock, zone: tzinfo | None = None) -> None:
+    def __init__(self, read: RunOn[Any], write: RunOn[Any], clock: Clock, zone: tzinfo | None = None,
+                 undo: UndoStack | None = None) -> None:
         super().__init__()
+        self._undo = undo
         self._read = read
         self._write = write
         self._clock = clock
@@ -194,7 +203,7 @@ class TimersScreen(ModalScreen[None]):
         yield Footer(compact=True)
         with Vertical(id="timers-dialog") as dialog:
             dialog.border_title = "Timers"
-            dialog.border_subtitle = "p pause · u resume · r run now · a fired too · esc close"
+            dialog.border_subtitle = "p pause · u resume · r run now · D delete · a fired too · esc close"
             yield DataTable(id="timers-table", cursor_type="row", zebra_stripes=True)
             yield Static("Schedules (the agent's own): p pause · u resume · e renew · d delete", id="schedules-title")
             yield DataTable(id="schedules-table", cursor_type="row", zebra_stripes=True)
@@ -292,7 +301,8 @@ class TimersScreen(ModalScreen[None]):
         return view.schedules[table.cursor_row]
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action in ("pause", "resume", "run_now", "renew", "delete") and read_only(self))
+        return not (action in ("pause", "resume", "run_now", "renew", "delete", "delete_timer", "undo")
+                    and read_only(self))
 
     def selected(self) -> Timer | None:
         view = self.view
@@ -380,9 +390,38 @@ class TimersScreen(ModalScreen[None]):
         else:
             self.notify(f"schedule {schedule_id} is gone", severity="warning")
 
+    async def action_delete_timer(self) -> None:
+        """D: the highlighted timer deleted, at once: the console's undo puts it back whole (on the schedules'
+        table, the highlighted schedule, as d does)."""
+        if self._on_schedules():
+            await self._steer_schedule("delete")
+            return
+        timer = self.selected()
+        if timer is None:
+            self.notify("No timer is highlighted", severity="warning")
+            return
+        removed = await self._change(lambda store, timer_id: store.take_timer(timer_id), timer)
+        if removed is None:
+            return
+        if self._undo is not None:
+            self._undo.push(Undoable(f"deleted the timer {timer.id}", partial(self._put_back, removed)))
+        self.notify(terminal_safe(f"Deleted the timer {timer.id}") + (
+            " · ctrl+z here (u on the main screen) puts it back" if self._undo is not None else ""),
+            title="Timers", markup=False)
+
+    async def _put_back(self, removed: RemovedTimer) -> str:
+        back = await self._write(lambda store: store.put_back_timer(removed))
+        if self.is_attached:
+            await self.reload()
+        return terminal_safe(f"The timer {removed.id} is back" if back else
+                             f"A timer {removed.id} was set again since: the newer one stands")
+
     async def action_toggle_all(self) -> None:
         self.include_done = not self.include_done
         await self.reload()
+
+    async def action_undo(self) -> None:
+        await undo_last(self._undo, self.notify)
 
     def action_close(self) -> None:
         self.dismiss(None)

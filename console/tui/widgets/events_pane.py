@@ -11,14 +11,12 @@ import contextlib
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
-from typing import ClassVar
 from zoneinfo import ZoneInfo
 
 from rich.cells import cell_len, set_cell_size
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.content import Content
 from textual.events import Resize
@@ -31,7 +29,6 @@ from console.core.inbox import REVIVABLE
 from console.textsafe import terminal_safe
 from console.timefmt import coarse_span
 from console.tui.panes import PaneHost
-from console.tui.read_only import read_only
 from console.tui.reads import (
     EventFilter,
     EventsPage,
@@ -42,6 +39,7 @@ from console.tui.reads import (
     read_page,
 )
 from console.tui.tables import clear_rows
+from console.tui.undo import Undoable
 from console.tui.widgets.event_error import EventError, moves_with_clock
 from console.tui.widgets.events_table import EventsTable
 
@@ -150,18 +148,14 @@ class EventsPane(Vertical):
     HELP = """
 ## Events
 The inbox, newest first: **enter** shows why an event has (not) run, **/** finds events and outbox
-messages, **space** marks events for **r** (retry) and **D** (discard; **u** undoes it: dead again, not
-run). The selected event's full error
+messages, **space** marks events for **r** (retry) and **D** (discard; **u** undoes it: all of them dead
+again, not run). The selected event's full error
 is under the table. The keys below work here; **ctrl+p** finds every action by name.
 """
 
     # The watcher draws what changed (cells, titles, the error line): a repaint of the whole pane would redraw
     # every row of the table on each read
     view: reactive[EventsView | None] = reactive(None, init=False, repaint=False)
-    BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("u", "restore", "Restore", id="events.restore", show=False,
-                tooltip="undo a discard: the marked (or the selected) discarded events are dead again, not run"),
-    ]
 
     def __init__(self, host: PaneHost, *, id: str | None = None) -> None:
         super().__init__(id=id)
@@ -560,7 +554,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         from console.tui.screens.confirm import ConfirmScreen
 
         self.app.push_screen(ConfirmScreen(f"Discard {what}? Kept for the record and never run again "
-                                           "(u restores one to dead; r runs it again).", yes_label="Discard",
+                                           "(u undoes the discard; r runs one again).", yes_label="Discard",
                                            destructive=True),
                              partial(self._discard_confirmed, ids))
 
@@ -572,7 +566,10 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         self.clear_marks()
         self.host.mark("events", "header")
         left = len(ids) - len(discarded)
-        undo = "u restores it to dead" if len(discarded) == 1 else "u restores them to dead (marked)"
+        if discarded:
+            what = f"#{discarded[0]}" if len(discarded) == 1 else f"{len(discarded)} events"
+            self.host.undo.push(Undoable(f"discarded {what}", partial(self._put_back, list(discarded))))
+        undo = "u undoes it (dead again)" if len(discarded) == 1 else "u undoes it (all dead again)"
         self.notify(f"{len(discarded)} event{'s' if len(discarded) != 1 else ''} discarded"
                     + (f"; {left} running or done, left as they are" if left else "") + f" · {undo}",
                     title="Discard", severity="warning" if left else "information")
@@ -616,34 +613,24 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         if self.is_mounted and page is not None and len(page.events) != self.table.visible_rows():
             await self.reload()
 
-    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        return not (action == "restore" and read_only(self))
-
-    async def action_restore(self) -> None:
-        """Undo a discard without running anything: the marked events, or the selected one, dead again."""
-        marked = self.marked_ids()
-        if marked:
-            await self.restore(marked)
-            return
-        event = self.selected_event()
-        if event is None:
-            self.host.toast("No event selected", severity="warning")
-        elif event.status != "discarded":
-            self.host.toast(f"#{event.id} is {event.status}; only discarded events are restored (to dead, not run)",
-                            severity="warning")
-        else:
-            await self.restore([event.id])
+    async def _put_back(self, ids: list[int]) -> str:
+        """The undo of a discard: every event it discarded dead again."""
+        return (await self._restored(ids))[1]
 
     async def restore_event(self, event: Event) -> None:
         """An event detail's u."""
         await self.restore([event.id])
 
     async def restore(self, ids: list[int]) -> list[int]:
-        """Restore these discarded events to dead (the pane's u and an event detail's u); says what moved."""
+        """Restore these discarded events to dead (an event detail's u); says what moved."""
+        restored, said = await self._restored(ids)
+        self.host.toast(said, title="Restore", severity="warning" if len(restored) < len(ids) else "information")
+        return restored
+
+    async def _restored(self, ids: list[int]) -> tuple[list[int], str]:
+        """Restore these discarded events to dead: the ones that moved, and the words that say so."""
         now = self.host.clock.now()
         restored = await self.host.engine.write(lambda store: store.restore_to_dead(ids, now=now))
-        if self.marked:
-            self.clear_marks()
         self.host.mark("events", "header")
         left = len(ids) - len(restored)
         if len(ids) == 1 and restored:
@@ -651,7 +638,6 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         elif len(ids) == 1:
             said = f"#{ids[0]} is no longer discarded (or retention cleared it): left as it is"
         else:
-            said = (f"{len(restored)} of {len(ids)} marked events dead again, not run"
+            said = (f"{len(restored)} of {len(ids)} discarded events dead again, not run"
                     + (f"; {left} not discarded (or cleared by retention), left as they are" if left else ""))
-        self.host.toast(said, title="Restore", severity="warning" if left else "information")
-        return restored
+        return restored, said
