@@ -22,6 +22,10 @@ def main() -> None:
     from console.examples.shop_server import main as serve
 
     serve()
+    # Ended at once after its last answer (tests/agents/mcp_servers.py::serve_stdio says why).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

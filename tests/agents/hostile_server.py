@@ -99,3 +99,7 @@ def build() -> MCPServer:
 
 if __name__ == "__main__":
     build().run(transport="stdio")
+    # Ended at once, as tests/agents/mcp_servers.py::serve_stdio says why (run as a file, it cannot import it).
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
