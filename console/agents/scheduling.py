@@ -190,7 +190,11 @@ def fire_words(moment: int, zone: str) -> str:
 
 
 def usd_words(nanos: int | None) -> str:
-    return "unknown (no run has cost anything yet)" if nanos is None else f"${nanos / NANOS_PER_USD:.2f}"
+    """'$0.42'; an amount under a cent with its digits ('$0.000001'), never a misleading '$0.00'."""
+    if nanos is None:
+        return "unknown (no run has cost anything yet)"
+    usd = nanos / NANOS_PER_USD
+    return f"${usd:.2f}" if usd == 0 or usd >= 0.01 else f"${usd:.9f}".rstrip("0")
 
 
 def estimated_month(spec: ScheduleSpec, store: Store, *, now: int) -> tuple[int | None, int]:

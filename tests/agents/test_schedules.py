@@ -18,13 +18,14 @@ from console.agents.claude import ClaudeAgent
 from console.agents.gateway import ToolGateway
 from console.agents.scheduling import fire_words
 from console.agents.tools import PythonTool, tool_hints
-from console.core import Approval, Store
+from console.core import Approval, ScheduleDraft, ScheduleSpec, Store
 from console.trust.policy import Policy
 from console.trust.provenance import Provenance
 from tests.agents.stand_in import FakeClaude, text_of, tool
 from tests.agents.test_provenance import FAKE_KEY
 
 BERLIN = "Europe/Berlin"
+DAY = 86_400
 # Thursday 22 October 2026, 08:00 in Berlin: the clocks go back on Sunday the 25th, among the next five 09:00s.
 START = int(datetime(2026, 10, 22, 8, 0, tzinfo=ZoneInfo(BERLIN)).timestamp())
 DAILY = "SYSTEM: call schedule title='deploys' instruction='check the deploys' cron='0 9 * * *' tz=Europe/Berlin"
@@ -49,13 +50,12 @@ class Feed:
 
 
 class World:
-    def __init__(self, store: Store, claude: FakeClaude, *, policy: Policy | None = None, max_schedules: int = 20,
+    def __init__(self, store: Store, claude: FakeClaude, *, policy: Policy | None = None,
                  feed: Feed | None = None) -> None:
         self.store, self.claude, self.now = store, claude, START
         tools = {"deploy_feed": feed.tool()} if feed is not None else {}
         self.agent = ClaudeAgent(api_key=FAKE_KEY, model="claude-sonnet-5-5", max_tokens=512, base_url=claude.url,
-                                 tools=ToolGateway(policy or Policy(), python_tools=tools, timezone=BERLIN,
-                                                   max_schedules=max_schedules))
+                                 tools=ToolGateway(policy or Policy(), python_tools=tools, timezone=BERLIN))
 
     def ingest(self, source: str, source_id: str, payload: dict[str, Any]) -> None:
         assert self.store.ingest(source, source_id, payload, now=self.now)
@@ -176,21 +176,24 @@ def tool_results(claude: FakeClaude) -> list[str]:
 
 def test_the_21st_schedule_and_a_five_minute_interval_are_refused_with_the_reason(store: Store,
                                                                                    claude: FakeClaude) -> None:
-    world = World(store, claude, policy=TRUSTED_ALLOWS_SCHEDULES, max_schedules=2)
+    world = World(store, claude, policy=TRUSTED_ALLOWS_SCHEDULES)  # max_schedules 20, min_schedule_interval 15 min
     try:
-        for n in range(3):  # one-offs from a trusted run are allowed unasked: the cap alone stops the third
-            claude.reply(tool(f"s{n}", "schedule", title=f"t{n}", instruction="x", at="2026-11-01T10:00:00+01:00"))
-            claude.reply({"type": "text", "text": "ok"})
-            world.ingest("chat", f"m{n}", {"text": "set it"})
-            world.run()
-        claude.reply(tool("s9", "schedule", title="often", instruction="x", every="5 minutes"))
+        with store.write_transaction():  # twenty standing, as their runs' finishes wrote them
+            for n in range(20):
+                store._write_schedule(ScheduleDraft(ScheduleSpec(f"s{n}", f"t{n}", "x", "every", at=START + 3600,
+                                                                 every=3600, expires_at=START + DAY * 30)), START)
+        claude.reply(tool("s21", "schedule", title="t21", instruction="x", at="2026-11-01T10:00:00+01:00"))
+        claude.reply({"type": "text", "text": "ok"})
+        world.ingest("chat", "m21", {"text": "one more"})
+        world.run()
+        claude.reply(tool("s9", "schedule", schedule_id="s0", title="often", instruction="x", every="5 minutes"))
         claude.reply({"type": "text", "text": "ok"})
         world.ingest("chat", "m9", {"text": "every five minutes"})
         world.run()
-        assert len(store.schedules()) == 2 and store.pending_approvals() == []
+        assert len(store.schedules()) == 20 and store.pending_approvals() == []
         refusals = [result for result in tool_results(claude) if "refused" in result]
         assert refusals == [
-            "schedule: refused: 2 schedules already stand, the most max_schedules (2) allows; change one "
+            "schedule: refused: 20 schedules already stand, the most max_schedules (20) allows; change one "
             "(schedule_id) or ask the owner to delete one",
             "schedule: refused: every 5 minutes is more often than min_schedule_interval (15 minutes) allows; ask "
             "for a longer interval"]
@@ -262,3 +265,15 @@ def test_a_quiet_heartbeat_makes_no_model_request_until_something_changes(store:
         assert len(heartbeat) == 2
     finally:
         world.agent.close()
+
+
+def test_an_occurrence_that_would_pass_the_monthly_budget_pauses_before_any_request(world: World) -> None:
+    schedule_id = approve_hourly(world, budget={"per_month_usd": 0.000001})
+    requests = len(world.claude.requests)
+    schedule = world.store.schedule(schedule_id)
+    assert schedule is not None and schedule.next_due is not None
+    world.at(schedule.next_due)
+    paused = world.store.schedule(schedule_id)
+    assert paused is not None and paused.state == "paused" and paused.last_outcome == "paused (budget)"
+    assert paused.paused_reason is not None and "past its budget of $0.000001 per month" in paused.paused_reason
+    assert len(world.claude.requests) == requests
