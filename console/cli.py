@@ -1100,10 +1100,11 @@ def timers_list(state: CliState, include_done: bool, as_json: bool) -> None:
         return
     zone = state.zone()
     for timer in found:
-        when = "fired" if timer.done else f"next {_clock_time(timer.due, zone)} ({relative(timer.due, now)})"
-        paused = "  paused" if timer.paused else ""
+        # a paused timer does not fire: its old due time, counting down, would read as a promise
+        when = "fired" if timer.done else "paused, not counting down" if timer.paused else \
+            f"next {_clock_time(timer.due, zone)} ({relative(timer.due, now)})"
         set_by = "" if timer.origin is None else f"  set {origin_in_words(timer.origin)}"
-        _say(f"{timer.id}  {_schedule(timer)}  {when}  catch-up {timer.catch_up}{paused}{set_by}")
+        _say(f"{timer.id}  {_schedule(timer)}  {when}  catch-up {timer.catch_up}{set_by}")
 
 
 def _parse_moment(text: str, zone: ZoneInfo, option: str = "--at") -> int:

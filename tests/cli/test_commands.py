@@ -557,9 +557,11 @@ def test_timers_pause_resume_remove(db: Path) -> None:
     ok(db, "timers", "add", "tick", "--every", "60")
     assert ok(db, "timers", "pause", "tick") == "paused timer tick\n"
     assert json.loads(ok(db, "timers", "list", "--json"))[0]["paused"] is True
-    assert "paused" in ok(db, "timers", "list")
+    listed = ok(db, "timers", "list")
+    assert "paused, not counting down" in listed and "next " not in listed  # no countdown while it cannot fire
     assert ok(db, "timers", "resume", "tick") == "resumed timer tick\n"
     assert json.loads(ok(db, "timers", "list", "--json"))[0]["paused"] is False
+    assert "next " in ok(db, "timers", "list")
     assert ok(db, "timers", "remove", "tick") == "removed timer tick\n"
     assert ok(db, "timers", "list") == "no timers\n"
 

@@ -3,9 +3,11 @@ outcome with y / n gone, and the "Approval needed" toast goes once its approval 
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 from console.clock import ManualClock
+from console.core import Approval
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from tests.support import pilot_until
@@ -82,3 +84,30 @@ async def test_the_approval_needed_toast_goes_once_answered_elsewhere(db_path: P
         with reopen(db_path) as store:
             store.answer_approval("apr-1-x", "no", now=clock.now(), via="telegram")
         await pilot_until(pilot, lambda: toast not in app._notifications, what="the toast gone")
+
+
+async def test_the_countdown_moves_while_the_read_of_the_approval_waits(db_path: Path, clock: ManualClock) -> None:
+    """Issue 36, item 6: the countdown shows seconds, so it moves each second even while the approval's read waits
+    its turn on a busy reader (it stood still for several seconds)."""
+    asked_by_a_webhook(db_path, clock)
+    app = make_app(db_path, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        screen = await open_it(app, pilot)
+        await pilot_until(pilot, lambda: "(in 8m20s)" in text_of(app, "#approval-deadline"), what="waiting")
+        reader_free = asyncio.Event()
+        read = screen.reread
+        assert read is not None
+
+        async def busy_reader() -> Approval | None:
+            await reader_free.wait()
+            return await read()
+
+        screen.reread = busy_reader
+        clock.advance(1)
+        ticking = asyncio.create_task(screen.tick())
+        await pilot_until(pilot, lambda: "(in 8m19s)" in text_of(app, "#approval-deadline"),
+                          what="the countdown moved while the read waits")
+        assert not ticking.done()
+        reader_free.set()
+        await ticking

@@ -10,6 +10,7 @@ from typing import Any
 from console.clock import ManualClock
 from console.core import Store
 from console.tui.app import ConsoleApp
+from console.tui.read_only import READ_ONLY_FLASH
 from console.tui.screens.approval import ApprovalScreen
 from console.tui.screens.detail import DetailScreen
 from console.tui.widgets.approvals_pane import ApprovalsPane
@@ -46,6 +47,9 @@ async def test_a_read_only_console_watches_and_changes_nothing(filled: Path, clo
             await pilot.press(key)
         await app.settle()
         assert app.screen is main  # no form, no question: nothing to confirm
+        # each writing key answered with the short flash (issue 36, item 6), none silently
+        flashes = [n for n in app._notifications if n.title == "Read-only"]
+        assert len(flashes) == 9 and all(n.message == READ_ONLY_FLASH for n in flashes)
         # An approval's screen and an event's detail offer no answer nor retry either.
         app.query_one(ApprovalsPane).table.focus()
         await pilot.press("enter")

@@ -70,6 +70,9 @@ class ApprovalScreen(ModalScreen[str | None]):
         """The clock's second: the countdown moves, and the approval is read again (one row)."""
         assert self.clock is not None
         self.now = self.clock.now()
+        # The countdown shows seconds: it moves now, before the read (which waits its turn on a busy reader and
+        # held the countdown still for seconds), and again if the read found the approval settled.
+        self._show_state()
         if self.reread is not None and self.view.approval.outcome is None:
             try:
                 fresh = await self.reread()
@@ -77,7 +80,7 @@ class ApprovalScreen(ModalScreen[str | None]):
                 fresh = None  # a busy or closing file: the next second reads again
             if fresh is not None and fresh != self.view.approval:
                 self.view = replace(self.view, approval=fresh)
-        self._show_state()
+                self._show_state()
 
     def settled(self) -> bool:
         """Answered (here or elsewhere) or past its deadline: nothing to answer any more."""

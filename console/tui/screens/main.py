@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 from zoneinfo import ZoneInfo
 
-from textual import on
+from textual import events, on
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
@@ -24,8 +24,8 @@ from console.tui.demo import DEMO_ACTIONS, InjectControls
 from console.tui.detail import read_detail, read_neighbour
 from console.tui.finding import read_message
 from console.tui.panes import LivePane, PaneHost
-from console.tui.read_only import MAIN_SCREEN_WRITES
-from console.tui.textual_8_2 import bindings_by_key, keymap
+from console.tui.read_only import MAIN_SCREEN_WRITES, READ_ONLY_FLASH
+from console.tui.textual_8_2 import bindings_by_key, keymap, normalized_keys
 from console.tui.undo import undo_last
 from console.tui.widgets.approvals_pane import ApprovalsPane
 from console.tui.widgets.console_footer import ConsoleFooter
@@ -137,6 +137,24 @@ class MainScreen(Screen[None]):
         if self.console.read_only and action in MAIN_SCREEN_WRITES:
             return False
         return self.console.demo or action not in DEMO_ACTIONS
+
+    def on_key(self, event: events.Key) -> None:
+        """--read-only: a key that would write answers with a short flash rather than with nothing (the footer
+        still offers none of them). The key reaches the screen before the bindings are looked up."""
+        if not self.console.read_only:
+            return
+        remapped = keymap(self.app)
+        for binding in self.BINDINGS:
+            if not isinstance(binding, Binding) or binding.action.split("(")[0] not in MAIN_SCREEN_WRITES:
+                continue
+            if binding.action in DEMO_ACTIONS and not self.console.demo:
+                continue  # not a key of this console at all
+            keys = normalized_keys(remapped.get(binding.id or "", binding.key)).split(",")
+            if event.key in keys:
+                event.stop()
+                event.prevent_default()
+                self.console.toast(READ_ONLY_FLASH, title="Read-only", severity="warning", timeout=2)
+                return
 
     def key_for(self, binding_id: str) -> str | None:
         """The key that runs a binding as the footer shows it, after `[keys]` remaps; None when it is not
