@@ -39,7 +39,7 @@ TABLES: tuple[str, ...] = (
     "phone_answers",
     "cap_uses", "cap_notices", "held_messages", "audit", "audit_head", "spend_accepted", "chat_pairings",
     "chat_pair_codes", "chat_strangers", "chat_health", "chat_updates",
-    "tool_health", "receiver_counts", "model_health",
+    "tool_health", "receiver_counts", "model_health", "schedules",
 )
 # Tables not copied: kept counts (the target's own triggers or the copy count them), the move's own marks, and
 # PostgreSQL's schema version (the target has its own). Any other table a migration adds must join TABLES:
@@ -111,6 +111,9 @@ def _side(what: str) -> Iterator[None]:
         raise MoveFailed(f"{what} failed: {exc}") from exc
     except StoreError:
         raise
+    except UnicodeDecodeError as exc:  # a text value whose bytes are not UTF-8 any more: the file is damaged
+        raise MoveFailed(f"{what} failed: a stored text is not UTF-8 ({exc.reason} at byte {exc.start}): the "
+                         "inbox is damaged, see `agent-console check`") from exc
     except Exception as exc:
         if not type(exc).__module__.startswith(("apsw", "psycopg")):
             raise

@@ -153,3 +153,20 @@ def test_rows_written_before_checksums_stay_readable(tmp_path: Path) -> None:
     assert raw.execute("SELECT source_id, payload_crc32 IS NULL FROM inbox ORDER BY id").fetchall() == [
         ("old-1", 1), ("new-1", 0)]
     raw.close()
+
+
+def test_migrate_carries_the_checksum_or_refuses_bytes_that_are_not_text(
+        damaged: Path, tmp_path: Path, isolated: dict[str, str], request: pytest.FixtureRequest) -> None:
+    event_id = damaged_id(damaged)
+    target = tmp_path / "moved.db"
+    done = run_process(["--db", str(damaged), "migrate", "--from", str(damaged), "--to", str(target)], isolated,
+                       timeout=120)
+    if "not-utf8" in request.node.callspec.id:
+        # One line naming the damage, no traceback; the source is not left marked: it takes work again.
+        assert_user_error(done.returncode, done.stdout, done.stderr, "is not UTF-8", "agent-console check")
+        with Store.open(damaged) as source:
+            source.check_open_for_work()
+        return
+    assert done.returncode == 0, done.stderr
+    with Store.open(target, read_only=True) as moved:  # the copy carries the checksum: found damaged there too
+        assert moved.verify_payloads().damaged == [event_id]
