@@ -89,6 +89,10 @@ async def test_second_console_takes_over_a_stalled_one_and_its_late_finish_is_re
                               lambda: "console-b" in lease_text(second) and "takeovers 1" in lease_text(second),
                               what="the lease pane showing the takeover")
             assert "refused finishes 0" in lease_text(second)
+            # the stalled console stays stalled (no change of role), and still says who took its lease (issue 36)
+            await pilot_until(pilot_a, lambda: any(
+                n.title == "Taken over" and n.message == "console-b holds the lease now (generation 2); this console "
+                "is stalled" for n in first._notifications), what="the stalled console told it was taken over")
 
             gate.release.set()  # the first run ends, but a stalled worker holds its finish...
             await pilot_a.press("x")  # ...until it resumes, and then the finish is fenced off

@@ -163,13 +163,30 @@ every third of its TTL); below half its TTL (a renewal late), stalled, or held b
         self._role_change: tuple[str, str] | None = None  # a change of role not said yet
         self._tools_down: set[str] = set()  # MCP servers told down (_say_tools_down)
         self.stalled = False  # x: this console's worker stopped renewing (or taking) the lease
+        self._held_gen: int | None = None  # the generation this console held the lease under, as last read
 
     async def reload(self) -> None:
         host = self.host
         data = await host.read(read_lease(host.clock.now()))
         self.view = LeasePaneView(data, host.engine.mode, host.engine.holder, host.settings.lease_ttl)
-        self._say_role_change(None if data.lease is None else data.lease.gen)
+        told = self._say_role_change(None if data.lease is None else data.lease.gen)
+        self._say_lease_lost(data, host.engine.holder, host.engine.mode, told)
         self._say_tools_down(data.tools)
+
+    def _say_lease_lost(self, data: LeaseView, own: str, mode: str, told: str | None) -> None:
+        """A toast when another worker took the lease this console held, naming it and its generation, whatever
+        this console's mode (a stalled console stays stalled: no change of role says it)."""
+        lease = data.lease
+        if lease is not None and lease.holder == own:
+            self._held_gen = lease.gen
+            return
+        if lease is None or self._held_gen is None or lease.gen <= self._held_gen:
+            return
+        self._held_gen = None
+        if told == "Taken over":
+            return  # the change of role said it, with the generation
+        self.notify(terminal_safe(f"{lease.holder} holds the lease now (generation {lease.gen}); this console is "
+                                  f"{mode}"), title="Taken over", severity="warning", timeout=8, markup=False)
 
     def tick(self, now: int) -> None:
         if self.view is None:
@@ -198,16 +215,18 @@ every third of its TTL); below half its TTL (a renewal late), stalled, or held b
             self._role_change = (self._role, mode)
         self._role = mode
 
-    def _say_role_change(self, gen: int | None) -> None:
+    def _say_role_change(self, gen: int | None) -> str | None:
         """A toast when this console's role changed by itself (standby → active, taken over), with the
-        generation; the stall key's own toasts say what it did."""
+        generation; the stall key's own toasts say what it did. Returns the toast's title, if one was shown."""
         if self._role_change is None:
-            return
+            return None
         said = role_change_words(*self._role_change, gen)
         self._role_change = None
-        if said is not None:
-            title, words, severity = said
-            self.notify(words, title=title, severity=severity, timeout=8)
+        if said is None:
+            return None
+        title, words, severity = said
+        self.notify(words, title=title, severity=severity, timeout=8)
+        return title
 
     def _say_tools_down(self, tools: list[dict[str, Any]]) -> None:
         """One toast when an MCP server goes down (the pane keeps saying it while it stays down)."""
