@@ -62,7 +62,8 @@ async def test_the_owners_message_is_one_event_and_the_reply_answers_it(tmp_path
         assert "parse_mode" not in reply and "<b>dentist</b>" in reply["text"]  # sent as plain text
         assert await engine.read(lambda s: s.phone_cursor("telegram")) == str(update_id + 1)
         await stored(engine, lambda s: s.counts()["done"] == 1, "the run done")
-        assert [c["command"] for c in bot.commands] == ["status", "pending", "pause", "resume", "show", "help"]
+        assert [c["command"] for c in bot.commands] == ["status", "pending", "pause", "resume", "show", "schedules",
+                                                    "help"]
         status = await engine.read(lambda s: s.status(now=clock.now())["telegram"])
         assert (status["state"], status["refused_messages"]) == ("ok", 0)
 
