@@ -43,6 +43,8 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Show the timers", "Next fire and catch-up policy of each timer; pause, resume or run one now", "timers"),
     ("Show the agent's notes", "Each note with where it came from (yours, a trusted run, an untrusted one); drop one",
      "notes"),
+    ("Zoom the focused pane", "It fills the screen; z again puts it back", "zoom"),
+    ("Show or hide the log pane", "The engine's log lines, live, under the events", "log_pane"),
     ("Stall or resume the worker", "Stop renewing the lease so another console takes over", "stall"),
     ("Quit, asking first while a run is in progress", "The q key; Textual's own Quit does not ask",
      "request_quit"),

@@ -43,7 +43,7 @@ PLACES: dict[str, str] = {
 MAIN_SCREEN_MODULES = ("console.tui.app", "console.tui.screens.main", "console.tui.widgets")
 # Keys that are no binding of ours but work on the main screen all the same.
 PLAIN_KEYS: tuple[tuple[str, str, str], ...] = (
-    ("↑ ↓ pgup pgdn", "Move", "through the events; past the first or last row the window moves"),
+    ("↑ ↓ j k pgup pgdn", "Move", "through the events; past the first or last row the window moves"),
     ("← →", "Scroll sideways", "the events table, to read a long error at 80 columns"),
     ("tab", "Next pane", "between the events table and the approvals table"),
     ("ctrl+p", "Palette", "every action by name (with its key), each filter, each theme"),

@@ -23,6 +23,7 @@ from textual.screen import Screen
 from console.tui.demo import DEMO_ACTIONS, InjectControls
 from console.tui.detail import read_detail, read_neighbour
 from console.tui.finding import read_message
+from console.tui.log_lines import LogLines
 from console.tui.panes import LivePane, PaneHost
 from console.tui.read_only import MAIN_SCREEN_WRITES, READ_ONLY_FLASH
 from console.tui.textual_8_2 import bindings_by_key, keymap, normalized_keys
@@ -37,6 +38,7 @@ from console.tui.widgets.outbox_pane import OutboxPane
 
 if TYPE_CHECKING:
     from console.tui.detail import DetailView
+    from console.tui.widgets.log_pane import LogPane
 
 
 class MainHost(PaneHost, Protocol):
@@ -93,6 +95,10 @@ class MainScreen(Screen[None]):
                 tooltip="the last event again: refused as a duplicate"),
         Binding("a", "quick_approval", "Needs approval", id="console.quick_approval", show=False,
                 tooltip='chat "refund order 881": the agent asks first'),
+        Binding("z", "zoom", "Zoom", id="console.zoom", show=False,
+                tooltip="the focused pane fills the screen; z again puts it back"),
+        Binding("L", "log_pane", "Log", id="console.log", show=False,
+                tooltip="the engine's log lines, live, under the events; L again hides them"),
     ]
 
     def __init__(self, console: MainHost, *, classes: str = "") -> None:
@@ -101,6 +107,8 @@ class MainScreen(Screen[None]):
         self.panes: dict[str, LivePane] = {}  # by widget id (PANES), filled by compose
         self.header: ConsoleHeader | None = None
         self.lease: LeasePane | None = None
+        self.log_lines = LogLines(console.clock.now, ZoneInfo(console.settings.timezone))
+        self.log_pane: LogPane | None = None  # mounted the first time L is pressed
 
     def compose(self) -> ComposeResult:
         console = self.console
@@ -119,7 +127,15 @@ class MainScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.query_one(EventsTable).focus()
+        self.log_lines.attach(self._new_log_lines)  # before the engine starts: its first lines are kept too
         self.console.panes_mounted()
+
+    def on_unmount(self) -> None:
+        self.log_lines.detach()
+
+    def _new_log_lines(self, lines: list[str]) -> None:
+        if self.log_pane is not None:
+            self.log_pane.add_lines(lines)
 
     def _inbox_label(self) -> str:
         settings = self.console.settings
@@ -292,6 +308,35 @@ class MainScreen(Screen[None]):
     async def action_undo(self) -> None:
         """u: the last undoable action of this console taken back (tui/undo.py)."""
         await undo_last(self.console.undo, self.console.toast)
+
+    def action_zoom(self) -> None:
+        """z: the focused pane fills the screen (Textual's maximize, of the pane around the focused table); z again
+        puts it back."""
+        if self.maximized is not None:
+            self.minimize()
+        elif self.focused is not None and not self.maximize(self.focused):
+            self.notify("This pane cannot be zoomed", severity="warning", timeout=2)
+
+    async def action_log_pane(self) -> None:
+        """L: the log pane, shown with every line kept so far and focused; L again hides it."""
+        from textual.widgets import Log
+
+        from console.tui.widgets.log_pane import LogPane  # the first frame has no log pane
+
+        pane = self.log_pane
+        if pane is None:
+            pane = self.log_pane = LogPane(lambda: list(self.log_lines.lines), id="log")
+            await self.mount(pane, before="#bottom")
+        elif pane.display:
+            pane.display = False
+            if self.maximized is pane:
+                self.minimize()
+            self.query_one(EventsTable).focus()
+            return
+        else:
+            pane.display = True
+            pane.show_kept()
+        pane.query_one(Log).focus()
 
     def action_stall(self) -> None:
         self.query_one(LeasePane).stall()

@@ -107,6 +107,7 @@ def at(view: ApprovalsView, now: int) -> ApprovalsView:
 
 
 class ApprovalsPane(Vertical):
+    ALLOW_MAXIMIZE = True  # z zooms it (MainScreen.action_zoom)
     HELP = """
 ## Approvals
 Questions the agent asked before acting, soonest deadline first: the tool call each is bound to and where

@@ -128,6 +128,8 @@ class EventsView:
 class EventsPane(Vertical):
     """top None means live: the first page (the newest events), following new events as they arrive."""
 
+    ALLOW_MAXIMIZE = True  # z zooms it (MainScreen.action_zoom)
+
     DEFAULT_CSS = """
     EventsPane #events-table {
         height: 1fr;

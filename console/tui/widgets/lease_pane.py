@@ -125,6 +125,7 @@ class LeasePaneView:
 
 
 class LeasePane(Vertical):
+    ALLOW_MAXIMIZE = True  # z zooms it (MainScreen.action_zoom)
     HELP = """
 ## Lease
 One worker at a time owns the inbox: the lease's holder and generation, the time left before it lapses

@@ -97,6 +97,7 @@ class OutboxPaneView:
 
 
 class OutboxPane(Vertical, can_focus=True):
+    ALLOW_MAXIMIZE = True  # z zooms it (MainScreen.action_zoom)
     HELP = """
 ## Outbox
 What the agent says to you: at most one send per gap (the countdown), urgent messages (**!**) at once.
