@@ -355,3 +355,13 @@ def test_the_readme_mcp_servers_example_loads(tmp_path: Path) -> None:
     servers = parse_mcp_servers(settings.mcp_servers)
     assert sorted(servers) == ["shop", "tracker"]
     assert Path(servers["shop"].command or "").is_absolute()
+
+
+def test_the_readme_lists_every_email_setting_the_code_reads() -> None:
+    """Issue 36, item 9: the [email] table in the README names every key build_mail_settings accepts, no other."""
+    from console.edges.mail_config import KEYS
+
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+    table = readme.split("Every `[email]` setting", 1)[1].split("\n\n", 2)[1]
+    listed = {line.split("`")[1] for line in table.splitlines() if line.startswith("| `")}
+    assert listed == KEYS
