@@ -82,11 +82,12 @@ def test_a_sqlite_source_on_a_full_disk(tmp_path: Path, postgres_url: str) -> No
     with small_disk(tmp_path / "small", "4m") as disk:
         source = disk / "inbox.db"
         counts = _fill(source, 2_000)
-        with open(disk / "filler", "wb") as filler:  # the rest of the disk, to the last byte
+        # The rest of the disk, to the last byte. Unbuffered: a short last write leaves nothing behind for close() to
+        # flush into the full disk (it raised ENOSPC there whenever the inbox's size left a partial block).
+        with open(disk / "filler", "wb", buffering=0) as filler:
             try:
                 while True:
                     filler.write(b"\0" * 65_536)
-                    filler.flush()
             except OSError:
                 pass
         _refused(_migrate(source, postgres_url, isolated_env(tmp_path / "home")), str(source))
