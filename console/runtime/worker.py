@@ -83,6 +83,7 @@ class Worker:
         self._tools_changed: asyncio.Event | None = None
         self._current: asyncio.Task[None] | None = None
         self._lost_lease = False
+        self._abandoned_gen: int | None = None  # the generation whose run a stop stopped waiting for
         self._renewed_at = 0
         self._stall_wake: asyncio.Event | None = None  # one for every run: each registered event costs every wake()
         self._loop_done: asyncio.Event | None = None  # set when run() has left its loop
@@ -249,6 +250,12 @@ class Worker:
         while self.stalled and not host.stopping:  # a stalled worker holds its finish, like a closed lid
             assert self._stall_wake is not None
             await host.sleep(self._stall_wake, host.idle_cap)
+        if gen == self._abandoned_gen:
+            # This engine stopped waiting for the run and released its lease, which put its events back to pending
+            # (the owner's quit, not a lost lease): there is nothing to finish, and no fencing to record.
+            log.warning("run %s ended after its engine stopped waiting for it: not finished (its events were "
+                        "pending again already)", self.runs)
+            return
         if self._lost_lease:
             # The finish is still tried: the inbox refuses it and records the refusal, so the console's
             # count of fenced writes is true. Nothing the run staged is written.
@@ -556,6 +563,7 @@ class Worker:
                 await asyncio.wait_for(asyncio.shield(self._current), grace)
             except TimeoutError:
                 abandoned = True
+                self._abandoned_gen = self.gen
                 log.warning("run still going after %.0f s; abandoning it (its events return to pending)", grace)
         if not abandoned and self._loop_done is not None:
             # An acquire or a claim may still be on its way back: release only once the loop has left, so

@@ -21,6 +21,7 @@ import gc
 import logging
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
@@ -355,22 +356,30 @@ class ConsoleApp(App[None]):
         from console.tui.screens.confirm import ConfirmScreen
 
         self.push_screen(ConfirmScreen(
-            f"A run is in progress ({plural(running, 'event')}). Quit anyway? The run gets a few seconds to "
+            f"A run is in progress ({plural(len(running), 'event')}). Quit anyway? The run gets a few seconds to "
             "finish; what it does not finish goes back to pending for the next worker.", yes_label="Quit",
             destructive=True),
-            self._quit_confirmed)
+            partial(self._quit_confirmed, running))
 
-    async def _quit_confirmed(self, confirmed: bool | None) -> None:
-        if confirmed:
-            await self.action_quit()
+    async def _quit_confirmed(self, running: list[int], confirmed: bool | None) -> None:
+        if not confirmed:
+            return
+        # Said at once: the quit waits for the run (up to the engine's grace), and the screen must not look idle
+        # meanwhile (it stood unchanged for 12 s).
+        grace = self.engine.shutdown_grace
+        ids = ", ".join(f"#{event_id}" for event_id in running)
+        self.toast(f"Quitting — waiting for run {ids} (up to {grace:g}s)", title="Quitting", severity="warning",
+                   timeout=grace + 5)
+        # In a worker: awaited here, the wait held the app's messages, the toast among them, until it was over
+        self.run_worker(self.action_quit(), group="quit", exclusive=True)
 
-    async def _running_here(self) -> int:
-        """How many events this console's own worker has claimed and not finished."""
+    async def _running_here(self) -> list[int]:
+        """The events this console's own worker has claimed and not finished."""
         if not self.started or self.engine.mode != "active" or self.engine.gen is None:
-            return 0
+            return []
         gen = self.engine.gen
         running = await self.read(lambda store: store.events(status="running", limit=self.settings.batch_cap))
-        return sum(1 for event in running if event.claim_gen == gen)
+        return sorted(event.id for event in running if event.claim_gen == gen)
 
     def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
                            time_format: str | None = None) -> str | None:
