@@ -22,7 +22,9 @@ loaded machine the wall time waits for a core; the CPU time is the work itself).
 
 Idle cost: the real `agent-console` in a pseudo-terminal (120x40) on an inbox of `--idle-events` done events, a
 pending approval counting down an hour, a message sent an hour ago (`--idle-scenario fresh-send`: one sent as it
-starts) and its own engine holding the lease, left alone: the time on a CPU of every thread of its process tree
+starts; `mixed-ages`: the newest 60 events came one a minute over the last hour; `fresh-event`: those, and the
+newest stored as the console starts, so its age counts seconds through the window) and its own engine holding the
+lease, left alone: the time on a CPU of every thread of its process tree
 (schedstat, in nanoseconds) over `--idle-seconds` of wall time, as a share of one core, from the moment it has
 settled after `--idle-warmup` seconds (under 2% of a core for two seconds: its start is over; at most
 `--idle-settle-limit` seconds more, 0 for none). The peers, in the same
@@ -395,7 +397,8 @@ class Countdown(App):
 
 Countdown().run()
 """
-SCENARIOS = ("quiet", "fresh-send")
+SCENARIOS = ("quiet", "fresh-send", "mixed-ages", "fresh-event")
+SPREAD = 60  # mixed-ages: the newest this many events arrived one a minute over the last hour
 
 
 def small_inbox(path: Path, events: int = 40, scenario: str = "quiet") -> None:
@@ -417,10 +420,25 @@ def small_inbox(path: Path, events: int = 40, scenario: str = "quiet") -> None:
 
 
 def small_inbox_for(root: Path, path: Path, events: int, scenario: str) -> None:
-    """small_inbox made by the checkout at root (its own schema: --before's console may refuse a newer one)."""
+    """small_inbox made by the checkout at root (its own schema: --before's console may refuse a newer one). The
+    ages of mixed-ages and fresh-event are set here, on the quiet inbox, with plain SQL on columns every version
+    has (an older checkout's bench does not know these scenarios): the newest SPREAD events one a minute over the
+    last hour, so that some row's minute turns every minute; fresh-event also makes the newest event a second
+    old as the console starts (issue 38: in the minute after an event arrives its age moves every second)."""
     env = dict(os.environ, PYTHONPATH=str(root), CONSOLE_BENCH_ROOT=str(root))
+    made = scenario if scenario in ("quiet", "fresh-send") else "quiet"
     subprocess.run([sys.executable, str(Path(__file__).resolve()), "--child", "small-inbox", str(path), str(events),
-                    scenario], check=True, cwd=root, env=env)
+                    made], check=True, cwd=root, env=env)
+    if made != scenario:
+        import sqlite3
+
+        now = WallClock().now()
+        with contextlib.closing(sqlite3.connect(path)) as db, db:
+            newest = [row[0] for row in db.execute("SELECT id FROM inbox ORDER BY id DESC LIMIT ?", (SPREAD,))]
+            for minutes, event_id in enumerate(newest, start=1):
+                db.execute("UPDATE inbox SET created_at = ? WHERE id = ?", (now - 60 * minutes - 7, event_id))
+            if scenario == "fresh-event" and newest:
+                db.execute("UPDATE inbox SET created_at = ? WHERE id = ?", (now, newest[0]))
 
 
 def process_tree(pid: int) -> set[int]:

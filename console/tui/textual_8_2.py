@@ -13,9 +13,12 @@ from textual.binding import Binding
 from textual.dom import DOMNode
 from textual.keys import _normalize_key_list
 from textual.notifications import Notification
+from textual.widgets import DataTable
 from textual.widgets._footer import FooterKey
+from textual.widgets.data_table import ColumnKey, RowKey
 
-__all__ = ["FooterKey", "bindings_by_key", "has_registered_themes", "keymap", "normalized_keys", "withdraw_toast"]
+__all__ = ["FooterKey", "bindings_by_key", "has_registered_themes", "keymap", "normalized_keys", "update_cell_alone",
+           "withdraw_toast"]
 CHECKED_AGAINST = (8, 2)
 
 
@@ -43,3 +46,23 @@ def withdraw_toast(app: App[Any], notification: Notification) -> None:
 def normalized_keys(keys: str) -> str:
     """A binding's comma-separated keys as Textual reads them (its own aliases, such as `ctrl+i` for `tab`)."""
     return _normalize_key_list(keys)
+
+
+def update_cell_alone(table: DataTable[Any], row_key: RowKey, column_key: ColumnKey, value: Any) -> None:
+    """A cell's new value with only its row drawn again. DataTable.update_cell bumps the table's update count, which
+    is in the key of every cached row, cell and line, and refreshes the whole widget: one age moving redrew every
+    row (issue 38). Here only the changed row's cached renders go, and only its region is refreshed. For a column
+    of fixed width (a cell wider than it is cut, as always): its width is not measured again."""
+    table._data[row_key][column_key] = value
+    rows, cells = table._row_render_cache, table._cell_render_cache
+    # Textual's LRUCache has keys() but no iteration of its own
+    for row in [key for key in rows.keys() if key[0] == row_key]:  # noqa: SIM118
+        rows.discard(row)
+    for cell in [key for key in cells.keys() if key[0] == row_key]:  # noqa: SIM118
+        cells.discard(cell)
+    index = table.get_row_index(row_key)
+    renderables = table._row_renderable_cache  # keyed by (update count, row index)
+    for row_renderables in [key for key in renderables.keys() if key[1] == index]:  # noqa: SIM118
+        renderables.discard(row_renderables)
+    table._line_cache.clear()  # keyed by screen line: cheap to rebuild from the rows' caches
+    table.refresh_row(index)

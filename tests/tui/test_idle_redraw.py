@@ -174,3 +174,37 @@ async def test_ages_past_a_minute_move_together_at_the_whole_minute(
         await pilot.pause()
         assert str(table.get_cell(first, "age")) == "3m"
         assert redrawn[("EventsTable#events-table", False)] >= 1
+
+
+async def test_a_new_events_age_redraws_its_row_alone(quiet: Path, clock: ManualClock,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 38: in the minute after an event arrives its age moves every second, and DataTable.update_cell
+    refreshed the whole table for it (17-25x the do-nothing app idle). Now only the changed row's line is
+    refreshed, and it shows the new age."""
+    app = make_app(quiet, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await quiet_app(app, pilot)
+        with Store.open(quiet, check=False) as other:
+            other.ingest("chat", "fresh", {"text": "just now"}, now=clock.now())
+        await app.settle()
+        table = app.query_one(EventsTable)
+        fresh = next(iter(table.rows)).value
+        assert fresh is not None and str(table.get_cell(fresh, "age")) == "0s"
+        await pilot.pause()
+        regions: list[tuple[object, ...]] = []
+        refresh = Widget.refresh
+
+        def noted(self: Widget, *args: object, **options: bool) -> Widget:
+            if isinstance(self, EventsTable):
+                regions.append(args)
+            return refresh(self, *args, **options)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(Widget, "refresh", noted)
+        clock.advance(3)
+        app._tick()
+        await pilot.pause()
+        assert str(table.get_cell(fresh, "age")) == "3s"
+        assert regions and all(len(args) == 1 for args in regions)  # a region each time, never the whole table
+        assert all(getattr(args[0], "height", None) == 1 for args in regions)  # one line: the row's
+        assert "just now" in table.render_line(table.header_height).text  # drawn again from the new cells
+        assert "3s" in table.render_line(table.header_height).text

@@ -270,7 +270,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
                     # redrawn, only when what it shows changed.
                     if looks(table.get_cell(key, label)) != looks(cell):
                         # the error column is as wide as its longest error: it is measured again
-                        table.update_cell(key, label, cell, update_width=width is None)
+                        table.set_cell(key, label, cell, measure=width is None)
             return
         scroll_x = table.scroll_x
         what.width = self.what_width
@@ -302,12 +302,12 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
             key = str(event.id)
             with contextlib.suppress(CellDoesNotExist):  # a row the table no longer holds
                 if retry and str(table.get_cell(key, "retry")) != retry:
-                    table.update_cell(key, "retry", Text(retry, justify="right"))
+                    table.set_cell(key, "retry", Text(retry, justify="right"))
                 if now - event.created_at >= 60 and now % 60:
                     continue
                 age = table_age(now - event.created_at)
                 if str(table.get_cell(key, "age")) != age:
-                    table.update_cell(key, "age", Text(age, justify="right"))
+                    table.set_cell(key, "age", Text(age, justify="right"))
 
     @staticmethod
     def _cells(event: Event, now: int, variables: dict[str, str], marked: bool, what_width: int) -> list[Text]:

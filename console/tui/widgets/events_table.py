@@ -8,6 +8,9 @@ from textual.binding import Binding, BindingType
 from textual.geometry import Size
 from textual.message import Message
 from textual.widgets import DataTable
+from textual.widgets.data_table import ColumnKey, RowKey
+
+from console.tui.textual_8_2 import update_cell_alone
 
 
 class EventsTable(DataTable[object], inherit_bindings=False):
@@ -71,6 +74,15 @@ class EventsTable(DataTable[object], inherit_bindings=False):
         # refreshes it, where the private _clear_caches() did the same and may change with any Textual release.
         if before.width != after.width:
             self.notify_style_update()
+
+    def set_cell(self, row: str, column: str, value: object, *, measure: bool = False) -> None:
+        """A cell's new value, drawing only its row again (DataTable.update_cell redraws every row: an idle
+        console's ages moving each second cost a whole table a second, issue 38). measure: a column as wide as
+        its widest cell, measured again through update_cell."""
+        if measure:
+            self.update_cell(row, column, value, update_width=True)
+        else:
+            update_cell_alone(self, RowKey(row), ColumnKey(column), value)
 
     def visible_rows(self) -> int:
         return max(1, self.scrollable_content_region.height - (self.header_height if self.show_header else 0))
