@@ -75,10 +75,14 @@ def approval_cell(approval: Approval, now: int, width: int, lines: int = 12) -> 
     parts: list[str | tuple[str, str]] = []
     for line in asks_lines:
         parts += [(line, asks_style), "\n"]
-    parts.append((f"{bar} {ident}", "dim"))
+    # The request id is what the owner answers by (`approve ID`): never cut. Beside the countdown when both fit,
+    # else on lines of its own.
+    ident_lines = [f"{bar} {ident}"] if len(bar) + 1 + len(ident) <= width else \
+        [bar, *(ident[i:i + max(1, width)] for i in range(0, len(ident), max(1, width)))]
+    parts.append(("\n".join(ident_lines), "dim"))
     for line in where_lines:
         parts += ["\n", (line, where_style)]
-    return Text.assemble(*parts), len(asks_lines) + 1 + len(where_lines)
+    return Text.assemble(*parts), len(asks_lines) + len(ident_lines) + len(where_lines)
 
 
 ROOMY_CALL = 60  # characters of a call on one line past which the pane asks for more room while it waits
