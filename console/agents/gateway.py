@@ -277,10 +277,13 @@ class ToolGateway:
                     "error", "only one approval can be pending at a time; ask again once it is answered", "asked"),
                     rule, trust)
             return self._ask(ctx, call, event, sources, session, provenance, rule, shown=shown or None)
-        if not changes_world(spec):
-            return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, "", event, "allowed",
-                                                            provenance, spec), rule, trust)
         keys = call_keys(ctx, call, [event, *(e for e in covers if e.id != event.id)])
+        if not changes_world(spec):
+            # A read is a journal step of its own too (never one shared key: a committed read would answer
+            # every later one), so a replayed run reads back what it read and a new call reads now.
+            return self._record(ctx, event, call, self._run(ctx, call.name, call.arguments, keys[0][0], event,
+                                                            "allowed", provenance, spec, aliases=keys[1:]),
+                                rule, trust)
         reached = ctx.take_call_slot(keys[0][0], call.name, event=event)
         if reached is not None:  # past a cap, an allowed call asks instead (the owner is told once)
             rule = f"{rule}, past a cap: {cap_in_words(reached)}"
