@@ -37,6 +37,7 @@ from console.tui.widgets.lease_pane import LeasePane
 from console.tui.widgets.outbox_pane import OutboxPane
 
 if TYPE_CHECKING:
+    from console.core import OutboxMessage
     from console.tui.detail import DetailView
     from console.tui.widgets.log_pane import LogPane
 
@@ -237,8 +238,13 @@ class MainScreen(Screen[None]):
         goes_out_at = await console.read(lambda store: store.next_send_at(now=now))
         from console.tui.screens.message import MessageScreen
 
+        async def reread() -> tuple[OutboxMessage | None, int | None, int]:
+            now = console.clock.now()
+            return await console.read(lambda store: (store.outbox_message(message_id), store.next_send_at(now=now),
+                                                     now))
+
         await self.app.push_screen(MessageScreen(message, now, ZoneInfo(console.settings.timezone), goes_out_at,
-                                                send_now=self.query_one(OutboxPane).send_now))
+                                                send_now=self.query_one(OutboxPane).send_now, reread=reread))
 
     async def action_search(self, start_in_outbox: bool = False) -> None:
         from console.tui.screens.search import SearchScreen

@@ -14,11 +14,14 @@ from textual.content import Content
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.core import OutboxMessage
+from console.core import OutboxMessage, StoreError
 from console.textsafe import terminal_safe, terminal_safe_lines
 from console.tui.detail import clock_text
 from console.tui.read_only import read_only
 from console.tui.screens.confirm import ConfirmScreen
+
+LIVE_SECONDS = 1.0
+Reread = tuple[OutboxMessage | None, int | None, int]  # the message, the outbox's next send, the moment read
 
 STATUS_STYLE = {"queued": "$text-warning", "sending": "$text-primary", "sent": "$text-success",
                 "failed": "$text-error"}
@@ -60,8 +63,10 @@ class MessageScreen(ModalScreen[None]):
 
     def __init__(self, message: OutboxMessage, now: int, zone: tzinfo | None = None,
                  goes_out_at: int | None = None, *,
-                 send_now: Callable[[int], Awaitable[bool]] | None = None) -> None:
+                 send_now: Callable[[int], Awaitable[bool]] | None = None,
+                 reread: Callable[[], Awaitable[Reread]] | None = None) -> None:
         super().__init__()
+        self.reread = reread  # the message and the next send as they stand now: the screen stays live
         self.message = message
         self.now = now
         self.zone = zone
@@ -93,6 +98,30 @@ class MessageScreen(ModalScreen[None]):
             with VerticalScroll(id="message-body"):
                 yield Static(Content(terminal_safe_lines(message.body)), id="message-text")
 
+    def on_mount(self) -> None:
+        if self.reread is not None:
+            self.set_interval(LIVE_SECONDS, self.refresh_view)
+
+    async def refresh_view(self) -> None:
+        """Once a second: the message as it stands (sent since, urgent now, a send failed), one row read."""
+        if self.reread is None:
+            return
+        try:
+            message, goes_out_at, now = await self.reread()
+        except StoreError:
+            return  # a busy or closing file: the next second reads again
+        if message is None:
+            return  # pruned meanwhile: what was read stays on screen
+        if (message, goes_out_at, now) != (self.message, self.goes_out_at, self.now):
+            self.message, self.goes_out_at, self.now = message, goes_out_at, now
+            self._show()
+
+    def _show(self) -> None:
+        self.query_one("#message-facts", Static).update(
+            message_facts(self.message, self.now, self.zone, self.goes_out_at))
+        self.query_one("#message-dialog").border_subtitle = self._keys_line()
+        self.refresh_bindings()
+
     def _keys_line(self) -> str:
         return ("s send now · " if self.check_action("send_now", ()) else "") + "c copy · esc close"
 
@@ -114,10 +143,7 @@ class MessageScreen(ModalScreen[None]):
         else:
             self.notify(f"Message #{self.message.id} is no longer held by the gap (sent, or urgent already)",
                         severity="warning")
-        self.query_one("#message-facts", Static).update(
-            message_facts(self.message, self.now, self.zone, self.goes_out_at))
-        self.query_one("#message-dialog").border_subtitle = self._keys_line()
-        self.refresh_bindings()
+        self._show()
 
     def action_copy(self) -> None:
         self.app.copy_to_clipboard(self.message.body)
