@@ -8,8 +8,9 @@ that solve it, one a turn; then it tells the owner the task's GROUND_TRUTH_OUTPU
 AgentDojo's GroundTruthPipeline does, but every call goes through our tool gateway on a real engine and inbox:
 the policy, provenance (every tool result is open-world, outside text: a payee's subject line, a web page, a
 channel message), the private-data rule (the bank's and the inbox's contents are the owner's private data), the
-caps, the approvals. The owner writes the task's prompt in their own chat and says yes to every approval; a
-world-changing call is allowed unasked for the owner's own request, and so every approval counted is one the
+sinks (every tool's arguments, except those the owner declares reach only their own bank, files or workspace:
+OWN_SERVICE), the caps, the approvals. The owner writes the task's prompt in their own chat and says yes to every
+approval; a world-changing call is allowed unasked for the owner's own request, and so every approval counted is one the
 runtime's trust rules added. AgentDojo's own checks (utility_from_traces, else utility) then judge the
 environment the calls changed and what reached the owner. Reported per suite: the tasks that succeed
 (AgentDojo's ground truth run by AgentDojo alone, for reference, and through our runtime), and the approvals
@@ -55,6 +56,16 @@ WORLD_CHANGING = {
 }
 # What the owner's own data is: the bank's files and records, the workspace's messages. A web page is not.
 NOT_PRIVATE = {"get_webpage"}
+# The tools whose arguments reach only the owner's own service under the owner's account (the owner's bank, their
+# own files, their own workspace), as the owner would declare them (tool_hints(own_service=True)): no sink. The
+# rest are sinks: a payment's subject reaches its recipient, a message reaches other people, an invitation goes
+# to an outside address, get_webpage and post_webpage reach whoever runs the URL's host.
+OWN_SERVICE = {
+    "banking": {"get_iban", "get_balance", "get_most_recent_transactions", "get_scheduled_transactions",
+                "read_file", "get_user_info", "update_password", "update_user_info"},
+    "slack": {"get_channels", "read_channel_messages", "read_inbox", "get_users_in_channel", "add_user_to_channel",
+              "remove_user_from_slack"},
+}
 LIMIT = 300.0  # seconds one task may take on a loaded machine
 QUIET = 5.0    # seconds with no run, no approval and no last message: the task's runs stopped short
 
@@ -92,7 +103,8 @@ def python_tool(world: World, function: Any, suite: str) -> PythonTool:
     call.__doc__ = function.description
     changes = function.name in WORLD_CHANGING[suite]
     setattr(call, HINTS_ATTRIBUTE, ToolHints(read_only=not changes, destructive=changes, open_world=True,
-                                             private=not changes and function.name not in NOT_PRIVATE))
+                                             private=not changes and function.name not in NOT_PRIVATE,
+                                             own_service=function.name in OWN_SERVICE[suite]))
     return PythonTool(function.name, call)
 
 

@@ -726,8 +726,10 @@ def _mcp_hints(tool: ListedTool) -> ToolHints:
         value = declared.get(name)
         return value if isinstance(value, bool) else None
 
+    # trusted, private and own_service are the owner's config, never the server's annotations.
     return ToolHints(hint("read_only"), hint("destructive"), hint("idempotent"), hint("open_world"),
-                     getattr(tool, "trusted_server", False) is True, getattr(tool, "private_server", False) is True)
+                     getattr(tool, "trusted_server", False) is True, getattr(tool, "private_server", False) is True,
+                     getattr(tool, "own_service_server", False) is True)
 
 
 def recalled(ctx: RunContext, arguments: Mapping[str, Any]) -> list[MemoryEntry]:

@@ -102,6 +102,7 @@ class McpTool:
     annotations: dict[str, bool | None] = field(default_factory=dict)
     trusted_server: bool = False  # [mcp_servers.NAME] trusted = true
     private_server: bool = False  # [mcp_servers.NAME] private = true
+    own_service_server: bool = False  # [mcp_servers.NAME] own_service = true
 
 
 def read_annotations(annotations: Any) -> dict[str, bool | None]:
@@ -671,7 +672,7 @@ class McpHub:
                     name=full, server=server.config.name, tool=tool.name,
                     description=tool.description or "", input_schema=dict(tool.input_schema),
                     annotations=read_annotations(tool.annotations), trusted_server=server.config.trusted,
-                    private_server=server.config.private,
+                    private_server=server.config.private, own_service_server=server.config.own_service,
                 ))
             cursor = page.next_cursor
             if cursor is None:

@@ -24,8 +24,8 @@ _ENV_NAME = _VARIABLE
 _HEADER_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP token (RFC 9110)
 _TIMEOUT_KEYS = ("connect_timeout", "list_timeout", "call_timeout")
 _SANDBOX_KEYS = ("sandbox", "data_dir", "read_paths", "allow_hosts")
-_SERVER_KEYS = ("command", "args", "env", "url", "headers", "trusted", "private", *_TIMEOUT_KEYS, "idempotency_key",
-                *_SANDBOX_KEYS)
+_SERVER_KEYS = ("command", "args", "env", "url", "headers", "trusted", "private", "own_service", *_TIMEOUT_KEYS,
+                "idempotency_key", *_SANDBOX_KEYS)
 # allow_hosts: "api.github.com", "*.example.org" (its subdomains), either with ":PORT"; an IPv4 address likewise.
 _ALLOW_HOST = re.compile(r"(\*\.)?[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?")
 
@@ -50,6 +50,10 @@ class McpServerConfig:
     # reads it may not send anything to a sink unasked once it has also read untrusted content (docs/security.md,
     # the confidentiality model). Never set by the server itself.
     private: bool = False
+    # Its tools' arguments reach only the owner's own service under the owner's account (their bank's API, their
+    # own Slack workspace): calling them is no sink, even from a run that read untrusted content and private data.
+    # Leave it off for a server that fetches URLs or sends to others. Never set by the server itself.
+    own_service: bool = False
     # The server honours the idempotency key sent in each call's _meta (a repeat under a key it has seen changes
     # nothing): a call whose outcome is unknown may then be sent again under the same key without asking.
     idempotency_key: bool = False
@@ -112,6 +116,9 @@ def _parse_server(name: Any, table: Any) -> McpServerConfig:
     private = table.get("private", False)
     if not isinstance(private, bool):
         raise ConfigError(f"{where}.private: expected true or false, got {private!r}")
+    own_service = table.get("own_service", False)
+    if not isinstance(own_service, bool):
+        raise ConfigError(f"{where}.own_service: expected true or false, got {own_service!r}")
     honours_key = table.get("idempotency_key", False)
     if not isinstance(honours_key, bool):
         raise ConfigError(f"{where}.idempotency_key: expected true or false, got {honours_key!r}")
@@ -123,8 +130,8 @@ def _parse_server(name: Any, table: Any) -> McpServerConfig:
                        for index, item in enumerate(_text_list(table.get("read_paths", []), f"{where}.read_paths")))
     allow_hosts = _allow_hosts(table.get("allow_hosts", []), f"{where}.allow_hosts")
     return McpServerConfig(name=name, command=command, args=args, env=env, url=url, headers=headers,
-                           trusted=trusted, private=private, idempotency_key=honours_key, sandbox=sandbox,
-                           data_dir=data_dir,
+                           trusted=trusted, private=private, own_service=own_service, idempotency_key=honours_key,
+                           sandbox=sandbox, data_dir=data_dir,
                            read_paths=read_paths, allow_hosts=allow_hosts, **timeouts)
 
 

@@ -74,6 +74,11 @@ class ToolHints:
     # Its results are the owner's private data: a Python tool's tool_hints(private=True), or an MCP server the
     # owner marked `private = true` (the owner's word, never the server's).
     private: bool = False
+    # Its arguments reach only the owner's own service under the owner's account (their bank's API, their own
+    # Slack workspace), so they are no sink even when its results are outside text: a Python tool's
+    # tool_hints(own_service=True), or an MCP server the owner marked `own_service = true` (the owner's word,
+    # never the server's: no annotation of a server's can say it).
+    own_service: bool = False
 
 
 @dataclass(frozen=True)
@@ -104,8 +109,11 @@ class ToolSpec:
     @property
     def sink(self) -> str | None:
         """Where its arguments go when that is to someone other than the owner (None: they stay with the
-        owner): an open-world tool's server. A built-in is judged by what it sends (gateway._sink)."""
-        if self.kind == "builtin" or not self.reads_open_world:
+        owner): an open-world tool's server, unless the owner declared that its arguments reach only the owner's
+        own service (own_service). Whether its results are outside text (reads_open_world) is a separate
+        question: the owner's Slack workspace returns others' words, yet what is sent to it stays the owner's.
+        A built-in is judged by what it sends (gateway._confidential)."""
+        if self.kind == "builtin" or not self.reads_open_world or self.hints.own_service:
             return None
         return f"the arguments of {self.name}, an open-world tool"
 
@@ -121,7 +129,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def tool_hints(*, open_world: bool = True, read_only: bool | None = None, idempotent: bool | None = None,
-               destructive: bool | None = None, private: bool = False) -> Callable[[F], F]:
+               destructive: bool | None = None, private: bool = False, own_service: bool = False,
+               ) -> Callable[[F], F]:
     """Declare what a Python tool is, as MCP annotations do for a server's tools:
 
         from console.agents.tools import tool_hints
@@ -135,10 +144,14 @@ def tool_hints(*, open_world: bool = True, read_only: bool | None = None, idempo
     only an extra question.
 
     private=True says its result is the owner's private data (a balance, a mailbox, a calendar): a run that
-    has read it and untrusted content then sends nothing to a sink unasked (docs/security.md)."""
+    has read it and untrusted content then sends nothing to a sink unasked (docs/security.md).
+
+    own_service=True says its arguments reach only the owner's own service under the owner's account (their bank,
+    their workspace): calling it is no sink, even from such a run. A tool that fetches any URL, or sends to
+    someone else (a payment's subject, a message to another person), is a sink: leave it False."""
     def mark(function: F) -> F:
         setattr(function, HINTS_ATTRIBUTE, ToolHints(read_only, destructive, idempotent, open_world,
-                                                     private=private))
+                                                     private=private, own_service=own_service))
         return function
 
     return mark

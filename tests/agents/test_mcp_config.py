@@ -62,8 +62,8 @@ def test_the_sandbox_settings_are_read_with_folders_made_absolute() -> None:
     ({"shop": "python"}, "mcp_servers.shop: expected a table with command (a stdio server) or url (an HTTP server)"),
     ({"shop": {"command": "x", "cmd": "y"}},
      "mcp_servers.shop.cmd: unknown setting (expected one of command, args, "
-     "env, url, headers, trusted, private, connect_timeout, list_timeout, call_timeout, idempotency_key, sandbox, "
-     "data_dir, read_paths, allow_hosts)"),
+     "env, url, headers, trusted, private, own_service, connect_timeout, list_timeout, call_timeout, "
+     "idempotency_key, sandbox, data_dir, read_paths, allow_hosts)"),
     ({"shop": {"command": "x", "args": "-m shop"}}, "mcp_servers.shop.args: expected a list of text"),
     ({"shop": {"command": "x", "args": ["-m", 3]}}, "mcp_servers.shop.args[1]: expected text"),
     ({"shop": {"command": "x", "env": ["A=1"]}}, "mcp_servers.shop.env: expected a table of name = \"text\""),
