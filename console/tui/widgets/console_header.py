@@ -102,6 +102,10 @@ class ConsoleHeader(Vertical):
         text-wrap: nowrap;
         text-overflow: ellipsis;
     }
+    ConsoleHeader #header-spend {
+        width: auto;
+        height: 1;
+    }
     ConsoleHeader #header-rate {
         width: auto;
         height: 1;
@@ -235,6 +239,7 @@ class ConsoleHeader(Vertical):
     def compose(self) -> ComposeResult:
         with Horizontal(id="header-line"):
             yield Static(id="header-title")
+            yield Static(id="header-spend")
             yield Static("ev/min", id="header-rate")
             yield Sparkline([0], id="header-sparkline")
         yield Static(id="header-banner")
@@ -251,6 +256,7 @@ class ConsoleHeader(Vertical):
             *((("  ", ""), (view.webhooks, "$text-accent")) if view.webhooks else ()),
         )
         show(self.query_one("#header-title", Static), title)
+        show(self.query_one("#header-spend", Static), spend_gauge(facts.spend if facts else None))
         if view.activity is not None:
             show(self.query_one("#header-rate", Static), f" {view.activity.last_60s}/min ")
             self.query_one("#header-sparkline", Sparkline).data = view.activity.per_minute or [0]
@@ -326,6 +332,29 @@ class ConsoleHeader(Vertical):
         elif spend.today_usd >= 0.8 * spend.daily_budget_usd:
             style = "$text-warning"
         return ((" · today ", "dim"), (shown, style), (f" of {dollars(spend.daily_budget_usd)}", "dim"))
+
+
+GAUGE_CELLS = 8
+
+
+def spend_gauge(spend: SpendView | None) -> Content:
+    """Today's spend against the daily budget as a bar beside the sparkline (' $ ▰▰▰▱▱▱▱▱ 38% '), in the spend's
+    colours (warning from 80%, error once reached, paused or unknown); nothing without a daily budget."""
+    if spend is None or not spend.daily_budget_usd:
+        return Content("")
+    if spend.today_usd is None:
+        return Content.styled(" $ ? ", "$text-error bold")
+    share = spend.today_usd / spend.daily_budget_usd
+    full = min(GAUGE_CELLS, int(share * GAUGE_CELLS + 0.5)) if share > 0 else 0
+    if share > 0 and full == 0:
+        full = 1  # anything spent shows
+    style = "$text-success"
+    if share >= 1 or spend.paused:
+        style = "$text-error bold"
+    elif share >= 0.8:
+        style = "$text-warning"
+    return Content.assemble((" $ ", "dim"), ("▰" * full, style), ("▱" * (GAUGE_CELLS - full), "dim"),
+                            (f" {min(share, 9.99):.0%} ", style))
 
 
 def fallback_words(models: list[dict[str, Any]]) -> str | None:
