@@ -45,7 +45,7 @@ from console.textsafe import terminal_safe, terminal_safe_lines
 from console.timefmt import plural
 from console.tui.backend import ConsoleEngine
 from console.tui.demo import DEMO_ACTIONS, InjectControls, start_demo_traffic
-from console.tui.keys import binding_ids, key_clashes, key_rows, unknown_key_ids
+from console.tui.keys import binding_ids, key_clashes, key_rows, owner_keymap, unknown_key_ids
 from console.tui.panes import PANES
 from console.tui.screens.main import MainScreen
 from console.tui.state import ConsoleState, default_state_path
@@ -188,7 +188,7 @@ class ConsoleApp(App[None]):
                 self.theme = choice
                 break
         if settings.keys:
-            self.set_keymap(dict(settings.keys))
+            self.set_keymap(owner_keymap(dict(settings.keys)))
         # Without [keys] there is nothing to check (and the checks would import every screen to read its keys).
         self._key_problems = unknown_key_ids(dict(settings.keys), binding_ids()) if settings.keys else []
         self._key_clashes = key_clashes(keymap(self), () if demo else DEMO_ACTIONS) if settings.keys else []

@@ -107,6 +107,22 @@ def shown_key(key: str) -> str:
     return "^" + shown if modifiers == ["ctrl"] else "+".join([*modifiers, shown])
 
 
+# The habits' letters beside the keys they double (j/k, g/G): a letter the owner's [keys] gives to an action is
+# theirs, and the events table keeps only its arrow, Home or End key for that move.
+HABIT_KEYS = {"events.up": "up,k", "events.down": "down,j", "events.newest": "home,g", "events.oldest": "end,G"}
+
+
+def owner_keymap(remaps: Mapping[str, str]) -> dict[str, str]:
+    """The owner's [keys] with the habit letters they took withdrawn from the events table (the focused table's
+    own j would otherwise win over `"console.inject" = "j"`)."""
+    taken = {key.strip() for keys in remaps.values() for key in keys.split(",")}
+    merged = dict(remaps)
+    for binding_id, keys in HABIT_KEYS.items():
+        if binding_id not in remaps and taken & set(keys.split(",")):
+            merged[binding_id] = ",".join(key for key in keys.split(",") if key not in taken)
+    return merged
+
+
 def key_clashes(keymap: Mapping[str, str], skip_actions: Iterable[str] = ()) -> list[str]:
     """One line per remap that gives a key to two actions of one place: a screen's own keys, or the main
     screen's (the app's and its widgets', which are all live at once). Textual quietly keeps one of them

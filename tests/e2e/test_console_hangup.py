@@ -8,6 +8,7 @@ terminal of the real console while events arrive, and the console must be gone w
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 import time
@@ -80,7 +81,8 @@ def test_a_closed_terminal_always_ends_the_console(tmp_path: Path, role: str) ->
         try:
             term.wait_for(lambda s, role=role: "Events" in s and role in s, f"the console to start as {role}")
             with events_arriving(db):
-                term.wait_for(lambda s: "feed-" in s, "the arriving events on screen")
+                term.wait_for(lambda s: re.search(r"chat +hello +pending", s) is not None,
+                              "the arriving events on screen")
                 close_the_terminal(term)
                 status = exited_within(pid, EXIT_BOUND)
             if status is None:

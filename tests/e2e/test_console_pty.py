@@ -85,7 +85,9 @@ def test_inject_approve_quit_in_a_real_terminal(tmp_path: Path) -> None:
         term.wait_for(lambda s: "Question for you" in s and "apr-e2e-1" in s, "the approval toast")
         term.wait_for(lambda s: "1 approval waiting" in s, "the header badge")
         # The pane's row (its countdown and id), not its border's count: the toast covers that border's end.
-        term.wait_for(lambda s: re.search(r"\d+m\d+s apr-e2e-1", s) is not None, "the approval in its pane")
+        # The id has a line of its own under the countdown at 80 columns (it is never cut).
+        term.wait_for(lambda s: re.search(r"\d+m\d+s[^\n]*\n[^\n]*apr-e2e-1", s) is not None,
+                      "the approval in its pane")
         term.send("y")
         term.wait_for(lambda s: "no question" in s, "the approval to be answered")  # "waiting" may be under a toast
         term.send("\x11")  # ctrl+q
@@ -134,7 +136,9 @@ def test_control_characters_from_outside_never_reach_the_terminal(tmp_path: Path
         store.request_approval("ask-1", f"pay {HOSTILE_TEXT}", now=int(time.time()), expires_in=3600)
     term = Terminal(db, tmp_path)
     try:
-        term.wait_for(lambda s: "Events" in s and "evil" in s and "pay hi" in s, "the event and the approval")
+        # The source id is past the 80-column table's edge (the "what" column shows the event): the detail shows it.
+        term.wait_for(lambda s: "Events" in s and "github" in s and "push" in s and "pay hi" in s,
+                      "the event and the approval")
         term.send("\r")  # the detail: the whole source id and the payload
         term.wait_for(lambda s: "Event #1" in s, "the detail screen")
         term.wait_for(lambda s: "PWNED" in s and "gnp.exe" in s, "the id and the payload text, escaped")

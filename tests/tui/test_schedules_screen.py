@@ -50,7 +50,8 @@ async def test_schedules_are_listed_and_steered_from_the_timers_screen(with_sche
         assert row[3:] == ["not yet", "$0.00", row[5], "⚠ an untrusted github #1 run"] and row[5].startswith("in 3d")
         await pilot.press("tab")
         await pilot_until(pilot, lambda: screen.focused is screen.query_one("#schedules-table"), what="tab")
-        assert "instruction 'look at the deploys'" in str(screen.query_one("#timers-line").render())
+        await pilot_until(pilot, lambda: "instruction 'look at the deploys'" in str(
+            screen.query_one("#timers-line").render()), what="the schedule's line once its table has the focus")
         await pilot.press("p")
         await pilot_until(pilot, lambda: schedule_row(screen)[1] == "paused", what="paused")
         with reopen(with_schedule) as store:

@@ -278,6 +278,10 @@ class TimersScreen(ModalScreen[None]):
     def on_data_table_row_highlighted(self) -> None:
         self._show_line()
 
+    def on_descendant_focus(self) -> None:
+        # tab between the two tables: the line speaks of the focused table's row at once, not at the next reload
+        self._show_line()
+
     def _show_line(self) -> None:
         view = self.view
         if self._on_schedules():

@@ -23,8 +23,8 @@ class EventsTable(DataTable[object], inherit_bindings=False):
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("enter", "select_cursor", "Detail", id="events.detail",
                 tooltip="payload, attempts, journal steps, why it has not run"),
-        Binding("up,k", "cursor_up", "Up", show=False),
-        Binding("down,j", "cursor_down", "Down", show=False),
+        Binding("up,k", "cursor_up", "Up", show=False, id="events.up"),
+        Binding("down,j", "cursor_down", "Down", show=False, id="events.down"),
         Binding("pageup", "page_up", "Page up", show=False),
         Binding("pagedown", "page_down", "Page down", show=False),
         Binding("home,g", "newest", "Newest", show=False, id="events.newest", tooltip="and follow new events live"),
