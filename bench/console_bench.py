@@ -277,22 +277,8 @@ async def child_start_console(db: Path) -> dict[str, Any]:
 
 async def child_start_peer() -> dict[str, Any]:
     """A plain Textual app with four panes, until its first frame is drawn."""
-    from textual.app import App, ComposeResult
-    from textual.containers import Horizontal
-    from textual.widgets import DataTable, Footer, Static
-
-    class FourPanes(App[None]):
-        def compose(self) -> ComposeResult:
-            yield Static("agent-console · inbox.db", id="header")
-            table: DataTable[str] = DataTable()
-            table.add_columns("id", "source", "source id", "status", "age")
-            table.add_rows([(str(i), "chat", f"c-{i}", "done", f"{i}s") for i in range(40)])
-            yield table
-            with Horizontal():
-                yield Static("Lease\nnobody holds it", id="lease")
-                yield Static("Approvals\nnone pending", id="approvals")
-                yield Static("Outbox\nnothing queued", id="outbox")
-            yield Footer()
+    from four_panes import FourPanes  # bench/four_panes.py: this script's folder is first on sys.path
+    from textual.widgets import DataTable
 
     app = FourPanes()
     async with app.run_test(size=SIZE) as pilot:

@@ -22,28 +22,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-PEER = '''
-from textual.app import App, ComposeResult
-from textual.containers import Horizontal
-from textual.widgets import DataTable, Footer, Static
-
-
-class FourPanes(App[None]):
-    def compose(self) -> ComposeResult:
-        yield Static("agent-console · inbox.db", id="header")
-        table: DataTable[str] = DataTable()
-        table.add_columns("id", "source", "source id", "status", "age")
-        table.add_rows([(str(i), "chat", f"c-{i}", "done", f"{i}s") for i in range(40)])
-        yield table
-        with Horizontal():
-            yield Static("Lease\\nnobody holds it", id="lease")
-            yield Static("Approvals\\nnone pending", id="approvals")
-            yield Static("Outbox\\nnothing queued", id="outbox")
-        yield Footer()
-
-
-FourPanes().run()
-'''
+PEER = Path(__file__).with_name("four_panes.py")  # the plain app, shared with bench/console_bench.py
 CONSOLE_MARKS = ("Events", "Lease", "Approvals", "Outbox", "Quit")
 PEER_MARKS = ("c-0", "palette")  # its table is as tall as its 40 rows: the panes below it are off the screen
 
@@ -71,8 +50,6 @@ def main() -> None:
     parser.add_argument("--before", type=Path, help="another checkout's console, measured in the same run")
     options = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="agent-console-ff-") as folder:
-        peer = Path(folder) / "four_panes.py"
-        peer.write_text(PEER)
         subjects = [("console", ROOT), *((("console_before", options.before),) if options.before else ())]
         samples: dict[str, list[float]] = {name: [] for name, _ in subjects} | {"peer_four_panes": []}
         for round_ in range(options.rounds):
@@ -81,7 +58,7 @@ def main() -> None:
                 db = Path(folder) / f"{name}-{round_}.db"
                 command = f"cd {root} && {sys.executable} -m console --db {db}"
                 samples[name].append(first_frame_seconds(command, CONSOLE_MARKS, env))
-            samples["peer_four_panes"].append(first_frame_seconds(f"{sys.executable} {peer}", PEER_MARKS,
+            samples["peer_four_panes"].append(first_frame_seconds(f"{sys.executable} {PEER}", PEER_MARKS,
                                                                   dict(os.environ, TERM="xterm-256color")))
     report: dict[str, object] = {"rounds": options.rounds, "load_average": os.getloadavg()}
     for name, runs in samples.items():
