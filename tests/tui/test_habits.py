@@ -47,6 +47,25 @@ async def test_j_k_move_and_g_G_jump_to_the_newest_and_the_oldest(db_path: Path,
         await pilot_until(pilot, lambda: selected(app) == 60, what="g: the newest again")
 
 
+async def test_a_reread_landing_between_j_and_its_highlight_keeps_the_row_j_moved_to(db_path: Path,
+                                                                                    clock: ManualClock) -> None:
+    """CI saw j j end on 59, not 58: a re-read of the page (the run finishing) landed after j moved the table's
+    cursor but before the pane heard of it, and put the cursor back on the remembered newest row."""
+    with Store.open(db_path) as store:
+        for n in range(30):
+            store.ingest("chat", f"c-{n}", {"text": f"hello {n}"}, now=clock.now() - 600 + n)
+    app = make_app(db_path, clock)
+    async with app.run_test(size=(80, 24)) as pilot:
+        await pilot_until(pilot, lambda: app.started and selected(app) == 30, what="the newest selected")
+        pane = app.query_one(EventsPane)
+        pane.table.action_cursor_down()
+        assert pane.page is not None
+        pane.show(pane.page)  # the re-read, before the highlight's message is handled
+        await pilot.pause()
+        assert selected(app) == 29
+        assert pane.table.cursor_row == 1
+
+
 async def test_z_zooms_the_focused_pane_and_z_again_puts_it_back(filled: Path, clock: ManualClock) -> None:
     app = make_app(filled, clock)
     async with app.run_test(size=(80, 24)) as pilot:

@@ -19,6 +19,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
+from textual.coordinate import Coordinate
 from textual.events import Resize
 from textual.reactive import reactive
 from textual.widgets import Static
@@ -182,6 +183,16 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
     def on_mount(self) -> None:
         # A view equal to the last one is not drawn again; a new theme must still recolour the rows.
         self.app.theme_changed_signal.subscribe(self, lambda _theme: self.watch_view(self.view))
+        # The remembered event follows the cursor the moment it moves: the table's highlight message is queued,
+        # and a re-read handled before it would put the cursor back on the event remembered before the key.
+        self.watch(self.table, "cursor_coordinate", self._cursor_moved, init=False)
+
+    def _cursor_moved(self) -> None:
+        table = self.table
+        if table.row_count:
+            with contextlib.suppress(CellDoesNotExist):
+                row_key, _ = table.coordinate_to_cell_key(Coordinate(table.cursor_row, 0))
+                self.selected_id = int(str(row_key.value))
 
     @property
     def table(self) -> EventsTable:
