@@ -14,6 +14,7 @@ A run writes a schedule only through its fenced finish (ScheduleDraft, ScheduleU
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
 from typing import Any
@@ -22,7 +23,7 @@ from zoneinfo import ZoneInfo
 from console.core.base import StoreBase, dumps, loads
 from console.core.models import Schedule, ScheduleDraft, ScheduleSpec, ScheduleUpdate
 from console.core.spend import NANOS_PER_USD, period
-from console.core.timers import _END_TIMERS, SCHEDULE_TIMER_PREFIX, cron_occurrences
+from console.core.timers import _END_TIMERS, _ROW_COLUMNS, SCHEDULE_TIMER_PREFIX, RemovedTimer, cron_occurrences
 
 DAY = 86_400
 RENEW_SECONDS = 30 * DAY  # a renewal runs the schedule 30 more days (from now, never shortening it)
@@ -34,6 +35,20 @@ _COLUMNS = ("s.id, s.title, s.instruction, s.kind, s.at, s.every, s.cron, s.tz, 
             "s.request_id, s.created_at, s.updated_at, s.last_outcome, s.last_at, s.seen, s.expiry_told, "
             "s.budget_told, t.due, t.done")
 _FROM = "FROM schedules s LEFT JOIN timers t ON t.id = ? || s.id"
+# every column of a schedules row, as take_schedule hands it back and put_back_schedule writes it again
+_SCHEDULE_ROW = ("id, title, instruction, kind, at, every, cron, tz, tools, budget_occurrence_nanos, "
+                 "budget_month_nanos, only_if_changed, watch, seen, expires_at, state, paused_reason, origin, "
+                 "request_id, created_at, updated_at, last_outcome, last_at, expiry_told, budget_told")
+
+
+@dataclass(frozen=True)
+class RemovedSchedule:
+    """A deleted schedule's whole row and its timer's (None when it had none), as put_back_schedule writes them
+    again: its origin, budgets, what it last saw and where its occurrences had got to."""
+
+    id: str
+    row: tuple[Any, ...]
+    timer: RemovedTimer | None
 
 
 def timer_id(schedule_id: str) -> str:
@@ -344,10 +359,37 @@ class SchedulesMixin(StoreBase):
             self._conn.execute("UPDATE timers SET done = 1, paused = ? WHERE id = ?", (int(paused), timer_id(spec.id)))
 
     def delete_schedule(self, schedule_id: str) -> bool:
+        return self.take_schedule(schedule_id) is not None
+
+    def take_schedule(self, schedule_id: str) -> RemovedSchedule | None:
+        """Delete a schedule and its timer and hand both rows back, so that put_back_schedule can undo the delete
+        exactly; None when there was no such schedule."""
         with self.write_transaction():
-            self._conn.execute("DELETE FROM timers WHERE id = ?", (timer_id(schedule_id),))
-            return bool(self._conn.execute("DELETE FROM schedules WHERE id = ? RETURNING id",
-                                           (schedule_id,)).fetchall())
+            timers = self._conn.execute(f"DELETE FROM timers WHERE id = ? RETURNING {_ROW_COLUMNS}",
+                                        (timer_id(schedule_id),)).fetchall()
+            rows = self._conn.execute(f"DELETE FROM schedules WHERE id = ? RETURNING {_SCHEDULE_ROW}",
+                                      (schedule_id,)).fetchall()
+            if not rows:
+                return None
+            timer = RemovedTimer(str(timers[0][0]), tuple(timers[0])) if timers else None
+            return RemovedSchedule(str(rows[0][0]), tuple(rows[0]), timer)
+
+    def put_back_schedule(self, removed: RemovedSchedule) -> bool:
+        """A deleted schedule back as it was, with its timer (an undo). False, changing nothing, when a schedule of
+        that id was made since: the newer one stands. An occurrence due meanwhile fires at the scheduler's next
+        pass, coalesced, as after any pause of the scheduler."""
+        marks = ", ".join("?" for _ in removed.row)
+        with self.write_transaction():
+            back = self._conn.execute(
+                f"INSERT INTO schedules ({_SCHEDULE_ROW}) VALUES ({marks}) ON CONFLICT (id) DO NOTHING RETURNING id",
+                removed.row).fetchall()
+            if not back:
+                return False
+            if removed.timer is not None:
+                timer_marks = ", ".join("?" for _ in removed.timer.row)
+                self._conn.execute(f"INSERT INTO timers ({_ROW_COLUMNS}) VALUES ({timer_marks}) "
+                                   "ON CONFLICT (id) DO NOTHING", removed.timer.row)
+            return True
 
     # --- telling the owner before a schedule expires -------------------------------------------------------
     def next_expiry_notice(self) -> int | None:

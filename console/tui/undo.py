@@ -1,5 +1,5 @@
 """The console's undo: **u** takes back the last undoable action taken in this console (a discard, a bulk
-discard, a note forgotten, a timer deleted; a schedule deleted once the schedules screen pushes its own).
+discard, a note forgotten, a timer or a schedule deleted).
 
 Each action that can be taken back pushes an `Undoable` when it is done: what it did, in words, and how to put it
 back (a coroutine that writes through the engine and says what it did). The stack is this console's own and

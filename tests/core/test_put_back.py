@@ -1,9 +1,11 @@
-"""What the console's undo writes back (issue 36, item 3): a forgotten note and a deleted timer return whole, on
-both backends, and a newer one written meanwhile stands."""
+"""What the console's undo writes back (issue 36, item 3): a forgotten note and a deleted timer or schedule
+return whole, on both backends, and a newer one written meanwhile stands."""
 
 from __future__ import annotations
 
-from console.core import MemoryWrite, Store
+from dataclasses import replace
+
+from console.core import MemoryWrite, ScheduleDraft, ScheduleSpec, Store
 
 T = 1_000_000
 UNTRUSTED = {"trusted": False, "event_id": 1, "source": "stripe", "source_id": "evt_1", "tainted_by": ["stripe"]}
@@ -46,3 +48,25 @@ def test_a_deleted_timer_comes_back_whole(inbox_target: str) -> None:
         assert not store.put_back_timer(plants)
         timer = store.timer("plants")
         assert timer is not None and timer.payload == {"title": "set again"}
+
+
+def test_a_deleted_schedule_comes_back_with_its_timer_and_origin(inbox_target: str) -> None:
+    spec = ScheduleSpec("deploys", "check deploys", "look at the deploys", "every", at=T + 3600, every=3600,
+                        expires_at=T + 3 * 86_400)
+    with Store.open(inbox_target) as store:
+        with store.write_transaction():  # as a run's fenced finish writes it
+            store._write_schedule(ScheduleDraft(spec, UNTRUSTED), T)
+        store.pause_schedule("deploys", now=T + 5, reason="paused by you")
+        before, rows_before = store.schedules(), store.schedule_rows(now=T + 10)
+        removed = store.take_schedule("deploys")
+        assert removed is not None and removed.timer is not None
+        assert store.schedules() == [] and store.take_schedule("deploys") is None
+        assert store.put_back_schedule(removed)
+        assert store.schedules() == before  # its origin (untrusted), the pause and the reason, its next fire
+        assert store.schedule_rows(now=T + 10) == rows_before
+        assert store.take_schedule("deploys") is not None
+        with store.write_transaction():  # made again meanwhile: the newer one stands
+            store._write_schedule(ScheduleDraft(replace(spec, title="the new one"), None), T)
+        assert not store.put_back_schedule(removed)
+        again = store.schedule("deploys")
+        assert again is not None and again.spec.title == "the new one" and again.trusted

@@ -1,5 +1,5 @@
 """Issue 36, item 3: u undoes the last undoable action of this console, whatever is selected: a discard (all of a
-bulk discard's events), a note forgotten, a timer deleted; a stack at least 20 deep."""
+bulk discard's events), a note forgotten, a timer or a schedule deleted; a stack at least 20 deep."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from textual.pilot import Pilot
 
 from console.clock import ManualClock
-from console.core import Store
+from console.core import ScheduleDraft, ScheduleSpec, Store
 from console.tui.app import ConsoleApp
 from console.tui.screens.confirm import ConfirmScreen
 from console.tui.screens.notes import NotesScreen
@@ -26,6 +26,7 @@ from tests.tui.test_snapshots import ready
 Compare = Callable[..., bool]
 SIZES = [(80, 24), (120, 40)]
 IDS = ["80x24", "120x40"]
+UNTRUSTED = {"trusted": False, "event_id": 1, "source": "github", "source_id": "d-1", "tainted_by": ["github d-1"]}
 
 
 def six_dead(db: Path, clock: ManualClock) -> None:
@@ -150,3 +151,42 @@ def test_undone_bulk_discard_snapshot(snap_compare: Compare, db_path: Path, cloc
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+async def test_a_deleted_schedule_comes_back_on_u_from_the_main_screen(db_path: Path, clock: ManualClock) -> None:
+    """d on the schedules' table deletes at once and pushes the undo: u on the main screen puts the schedule back
+    whole (its untrusted origin, its pause, its timer), and the timers screen lists it again."""
+    six_dead(db_path, clock)
+    now = clock.now()
+    spec = ScheduleSpec("deploys", "check deploys", "look at the deploys", "every", at=now + 3600, every=3600,
+                        expires_at=now + 3 * 86_400)
+    with Store.open(db_path) as store:
+        with store.write_transaction():  # as a run's fenced finish writes it
+            store._write_schedule(ScheduleDraft(spec, UNTRUSTED), now)
+        store.pause_schedule("deploys", now=now)
+        before = store.schedules()
+    app = make_app(db_path, clock)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await started(app, pilot)
+        await pilot.press("t")
+        await pilot_until(pilot, lambda: isinstance(app.screen, TimersScreen) and bool(app.screen.view
+                                                                                       and app.screen.view.schedules),
+                          what="the schedules")
+        screen = app.screen
+        assert isinstance(screen, TimersScreen)
+        screen.query_one("#schedules-table").focus()
+        await pilot.press("d")
+        await pilot_until(pilot, lambda: any("schedule deploys deleted · ctrl+z here" in t for t in toasts(app)),
+                          what="deleted")
+        with reopen(db_path) as store:
+            assert store.schedules() == []
+        await pilot.press("escape")
+        await pilot.press("u")
+        await pilot_until(pilot, lambda: any(t.startswith("Undone: deleted schedule deploys (check deploys)")
+                                             for t in toasts(app)), what="the schedule back")
+        with reopen(db_path) as store:
+            assert store.schedules() == before
+        await pilot.press("t")
+        await pilot_until(pilot, lambda: isinstance(app.screen, TimersScreen) and bool(
+            app.screen.view and [row["id"] for row in app.screen.view.schedules] == ["deploys"]),
+            what="listed again")

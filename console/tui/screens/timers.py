@@ -26,7 +26,8 @@ from textual.widgets.data_table import ColumnKey
 from console.clock import Clock
 from console.core import Store, StoreError, Timer
 from console.core.models import origin_in_words
-from console.core.timers import APPROVAL_EXPIRY_PREFIX, RemovedTimer
+from console.core.schedules import RemovedSchedule
+from console.core.timers import APPROVAL_EXPIRY_PREFIX
 from console.textsafe import terminal_safe
 from console.timefmt import relative, schedule_in_words
 from console.tui.read_only import read_only
@@ -174,12 +175,13 @@ class TimersScreen(ModalScreen[None]):
                 tooltip="delete the highlighted timer (ctrl+z here, u on the main screen, puts it back)"),
         # the console's undo (a modal screen hides the main screen's keys; u resumes a timer here)
         Binding("ctrl+z", "undo", "Undo", id="timers.undo", show=False,
-                tooltip="take back the console's last action (a timer deleted here)"),
+                tooltip="take back the console's last action (a timer or schedule deleted here)"),
         Binding("a", "toggle_all", "Fired too", id="timers.all", tooltip="show or hide one-off timers that fired"),
         # The schedules' keys are named on their table's title line, shown only once there are schedules.
         Binding("e", "renew", "Renew", id="timers.renew", show=False,
                 tooltip="run the highlighted schedule 30 more days"),
-        Binding("d", "delete", "Delete", id="timers.delete", show=False, tooltip="delete the highlighted schedule"),
+        Binding("d", "delete", "Delete", id="timers.delete", show=False,
+                tooltip="delete the highlighted schedule (ctrl+z here, u on the main screen, puts it back)"),
         Binding("escape,q", "close", "Close", id="timers.close"),
     ]
 
@@ -372,14 +374,14 @@ class TimersScreen(ModalScreen[None]):
             return
         schedule_id, now = str(row["id"]), self._clock.now()
 
-        def steer(store: Store) -> bool:
+        def steer(store: Store) -> object:
             if verb == "pause":
                 return store.pause_schedule(schedule_id, now=now)
             if verb == "resume":
                 return store.resume_schedule(schedule_id, now=now)
             if verb == "renew":
                 return store.renew_schedule(schedule_id, now=now) is not None
-            return store.delete_schedule(schedule_id)
+            return store.take_schedule(schedule_id)  # its rows kept for the undo
 
         try:
             done = await self._write(steer)
@@ -389,10 +391,18 @@ class TimersScreen(ModalScreen[None]):
         finally:
             await self.reload()
         words = {"pause": "paused", "resume": "resumed", "renew": "renewed for 30 days", "delete": "deleted"}[verb]
-        if done:
-            self.notify(f"schedule {schedule_id} {words}", title="Schedules")
-        else:
+        if not done:
             self.notify(f"schedule {schedule_id} is gone", severity="warning")
+            return
+        undo = ""
+        if isinstance(done, RemovedSchedule) and self._undo is not None:
+            removed = done
+            self._undo.push(Undoable(terminal_safe(f"deleted schedule {schedule_id} ({row['title']})"), partial(
+                self._put_back, lambda store: store.put_back_schedule(removed), f"schedule {schedule_id} is back",
+                f"A schedule {schedule_id} was made again since: the newer one stands")))
+            undo = " · ctrl+z here (u on the main screen) puts it back"
+        self.notify(terminal_safe(f"schedule {schedule_id} {words}{undo}"), title="Schedules", markup=False)
+
 
     async def action_delete_timer(self) -> None:
         """D: the highlighted timer deleted, at once: the console's undo puts it back whole (on the schedules'
@@ -408,17 +418,19 @@ class TimersScreen(ModalScreen[None]):
         if removed is None:
             return
         if self._undo is not None:
-            self._undo.push(Undoable(f"deleted the timer {timer.id}", partial(self._put_back, removed)))
+            self._undo.push(Undoable(f"deleted the timer {timer.id}", partial(
+                self._put_back, lambda store: store.put_back_timer(removed), f"The timer {timer.id} is back",
+                f"A timer {timer.id} was set again since: the newer one stands")))
         self.notify(terminal_safe(f"Deleted the timer {timer.id}") + (
             " · ctrl+z here (u on the main screen) puts it back" if self._undo is not None else ""),
             title="Timers", markup=False)
 
-    async def _put_back(self, removed: RemovedTimer) -> str:
-        back = await self._write(lambda store: store.put_back_timer(removed))
+    async def _put_back(self, put_back: Callable[[Store], bool], back: str, newer: str) -> str:
+        """An undo of a delete here: the rows written again (`newer` when one of that id was made since)."""
+        done = await self._write(put_back)
         if self.is_attached:
             await self.reload()
-        return terminal_safe(f"The timer {removed.id} is back" if back else
-                             f"A timer {removed.id} was set again since: the newer one stands")
+        return terminal_safe(back if done else newer)
 
     async def action_toggle_all(self) -> None:
         self.include_done = not self.include_done
