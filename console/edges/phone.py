@@ -45,6 +45,10 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 log = logging.getLogger("agent_console.phone")
 
+# A long poll asks the service to hold it at most this much less than the lease it is opened under has left: the
+# inbox's clock counts whole seconds, and the request takes its time to get there.
+POLL_MARGIN = 2
+
 OUTCOME_WORDS = {"yes": "Approved", "no": "Declined", "expired": "Expired"}
 # What a tap is told back (Telegram shows it on the phone at once).
 VERDICT_WORDS = {"forged": "Not accepted: this button is not from this agent",
@@ -68,6 +72,11 @@ class PhoneHost(Protocol):
 
     @property
     def holder(self) -> str: ...
+
+    @property
+    def held_until(self) -> int | None:
+        """Until when the lease the engine holds lasts (the inbox's clock); None while it holds none."""
+        ...
 
     @property
     def gen(self) -> int | None:
@@ -99,9 +108,59 @@ class ListenerFence:
     def __init__(self, name: str) -> None:
         self.name = name
         self.lost_gen: int | None = None
+        self._wake: asyncio.Event | None = None  # the engine's wake-ups: a change of its lease among them
 
     def lost(self, host: PhoneHost) -> bool:
         return host.gen is None or host.gen == self.lost_gen
+
+    def holding(self, host: PhoneHost) -> bool:
+        """The engine holds the lease, active and not stopping, and it has not lapsed by the engine's own count
+        (a process that was frozen wakes up past its lease before its worker has heard it is gone)."""
+        until = host.held_until
+        return (host.mode == "active" and not host.stopping and not self.lost(host) and until is not None
+                and host.clock.now() < until)
+
+    def poll_seconds(self, host: PhoneHost, wanted: int) -> int | None:
+        """How long a long poll opened now may ask the service to hold it: never longer than the lease it is
+        opened under has left, less POLL_MARGIN, so the service has let go of it before anyone can take the lease
+        over, even when this process is frozen (SIGSTOP, a suspended laptop) with the poll open and cannot close
+        it. None: the engine holds no lease to poll under."""
+        until = host.held_until
+        if until is None or not self.holding(host):
+            return None
+        return max(0, min(wanted, until - host.clock.now() - POLL_MARGIN))
+
+    def _wake_of(self, host: PhoneHost) -> asyncio.Event:
+        if self._wake is None:
+            self._wake = host.wake_event()
+        return self._wake
+
+    async def pause(self, host: PhoneHost, seconds: float) -> None:
+        """Wait for seconds, or until the engine wakes (a commit, a change of its lease)."""
+        await host.sleep(self._wake_of(host), seconds)
+
+    async def hold(self, host: PhoneHost, call: Coroutine[Any, Any, T]) -> T:
+        """Await a long poll only while the engine holds the lease it was opened under: the moment the lease is
+        lost, the engine stalls or stops, or the lease runs out unrenewed, the poll is cancelled (its connection
+        closed: the service lets go of it at once, and the new holder's poll meets no conflict) and
+        StaleGeneration raised."""
+        gen, wake = host.gen, self._wake_of(host)
+        poll = asyncio.ensure_future(call)
+        try:
+            while True:
+                if not self.holding(host) or host.gen != gen:
+                    raise StaleGeneration(f"{self.name}: the engine stopped holding the lease; its long poll closed")
+                woken = asyncio.ensure_future(wake.wait())
+                done, _ = await asyncio.wait({poll, woken}, timeout=host.seconds_until(host.held_until),
+                                             return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                if poll in done:
+                    return poll.result()
+                wake.clear()
+        finally:
+            if not poll.done():
+                poll.cancel()
+                await asyncio.gather(poll, return_exceptions=True)
 
     async def write(self, host: PhoneHost, fn: Callable[[Store, str, int], T]) -> T:
         gen, holder = host.gen, host.holder

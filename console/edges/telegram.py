@@ -400,7 +400,7 @@ class TelegramChannel(PhoneChannel):
     async def _get_updates(self, payload: dict[str, Any], timeout: float) -> list[Any] | None:
         """getUpdates, with what goes wrong recorded as the source's health; None after a refusal waited out."""
         try:
-            updates = await self.call("getUpdates", payload, timeout=timeout)
+            updates = await self.fence.hold(self.host, self.call("getUpdates", payload, timeout=timeout))
         except BotApiError as exc:
             if exc.code == 401:
                 await self._health_is("paused", "the bot token was refused (401 Unauthorized): revoked or "
@@ -433,11 +433,18 @@ class TelegramChannel(PhoneChannel):
             await self._take_kept()
             return
         offset = await self.host.read(lambda s: s.phone_cursor(self.name))
-        payload: dict[str, Any] = {"timeout": self.poll_seconds, "allowed_updates": UPDATE_KINDS}
+        poll = self.fence.poll_seconds(self.host, self.poll_seconds)
+        if poll is None:  # the lease ran out unrenewed (a frozen process, woken): no poll until it is renewed
+            await self.fence.pause(self.host, 1.0)
+            return
+        payload: dict[str, Any] = {"timeout": poll, "allowed_updates": UPDATE_KINDS}
         if offset is not None and offset.lstrip("-").isdigit():
             payload["offset"] = int(offset)
-        updates = await self._get_updates(payload, self.poll_seconds + self.timeout)
+        updates = await self._get_updates(payload, poll + self.timeout)
         if updates is None:
+            return
+        if not updates and poll == 0:  # the lease had too little left for a long poll: a short one, then a rest
+            await self.fence.pause(self.host, 1.0)
             return
         if self.batch_window > 0 and any(isinstance(u, dict) and "message" in u for u in updates):
             updates = await self._gather_burst(payload, updates)

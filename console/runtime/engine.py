@@ -244,13 +244,20 @@ class Engine:
 
     def set_mode(self, mode: Mode) -> None:
         if mode != self._mode:
-            self._mode = mode
+            was_active, self._mode = self._mode == "active", mode
             log.info("mode: %s", mode)
             self.publish("lease", mode)
+            if was_active:
+                self.wake()  # a listener's long poll under the lease ends at once (ListenerFence.hold)
 
     @property
     def gen(self) -> int | None:
         return self.worker.gen
+
+    @property
+    def held_until(self) -> int | None:
+        """Until when the lease this engine holds lasts (the inbox's clock), as its last renewal set it."""
+        return self.worker.held_until
 
     @property
     def agent_name(self) -> str:

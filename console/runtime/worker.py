@@ -73,6 +73,9 @@ class Worker:
         self.host = host
         self.agent = agent
         self.gen: int | None = None
+        # Until when (the inbox's clock) the lease this worker holds lasts, as its last acquire or renewal set it;
+        # None while it holds none. What a listener bounds its long poll by: never past the lease it was opened under.
+        self.held_until: int | None = None
         self.stalled = False
         self.runs = 0
         self.holds = 0  # passes that claimed nothing because the agent waits or is paused
@@ -117,6 +120,7 @@ class Worker:
         else:
             gen = await host.on("writer", lambda store: store.acquire(holder, now=now))
             self._renewed_at = now
+            self.held_until = None if gen is None else now + host.settings.lease_ttl
         if gen is None:
             if self.gen is not None:
                 log.info("lost the lease (generation %s)", self.gen)
@@ -539,15 +543,20 @@ class Worker:
             await asyncio.sleep(interval)  # a renewal period, not a wait for a result
             if self.stalled:
                 continue
+            now = host.clock.now()
             try:
-                renewed = await host.on("writer", self._renewal(gen, host.clock.now()))
+                renewed = await host.on("writer", self._renewal(gen, now))
             except StoreUnavailable as exc:  # try again next period; the run must not die of it
                 host.note_error(f"could not renew the lease: {exc}")
                 continue
             if not renewed:
                 self._lost_lease = True
+                self.held_until = None
                 fence.set()
+                host.wake()  # a listener's long poll under this lease ends now
                 return
+            if self.gen == gen:
+                self.held_until = now + host.settings.lease_ttl
 
     def _renewal(self, gen: int, now: int) -> Callable[[Store], bool]:
         holder = self.host.holder
@@ -578,6 +587,7 @@ class Worker:
             except Exception as exc:
                 host.note_error(f"could not release the lease: {exc}")
             self.gen = None
+            self.held_until = None
 
 
 def _is_digest(event: Event) -> bool:

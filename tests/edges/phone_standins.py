@@ -42,6 +42,10 @@ class Request:
 
 
 class _Server:
+    # A handler whose client hung up is cancelled (aiohttp's handler_cancellation): a stand-in whose requests wait
+    # (a long poll) must let go of a request nobody waits for any more, as the service it stands in for does.
+    cancels_abandoned_requests = False
+
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.url = ""
@@ -53,7 +57,8 @@ class _Server:
     async def start(self) -> None:
         app = web.Application(middlewares=[self._record])
         self.routes(app)
-        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.05)
+        self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.05,
+                                     handler_cancellation=self.cancels_abandoned_requests)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         await site.start()
@@ -259,8 +264,11 @@ class Tap:
 class StandInBotApi(_Server):
     """The Bot API: POST /bot<token>/<method> with a JSON body; {"ok": true, "result": ...} or {"ok": false,
     "error_code", "description"}. getUpdates long-polls: it confirms every update below `offset` and waits up
-    to `timeout` seconds for one at or after it."""
+    to `timeout` seconds for one at or after it. A poll whose client hung up (closed its connection) no longer
+    holds the bot's updates: only polls still connected count as a conflict, and a frozen process's poll (its
+    socket open, nobody reading) holds them until its `timeout` runs out, as on the Bot API."""
 
+    cancels_abandoned_requests = True
     token: str = "123456:stand-in-token"
     failures: dict[str, list[int]] = field(default_factory=dict)   # method -> statuses in turn (200: as usual)
     chats: dict[int, list[dict[str, Any]]] = field(default_factory=dict)

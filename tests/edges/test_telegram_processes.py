@@ -5,6 +5,7 @@ polls, and a takeover continues from the stored offset."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -25,7 +26,8 @@ def bot_token() -> str:
     return TOKEN  # this module's own: the stand-in Bot API in tests/edges/conftest.py takes it
 
 
-def start(tmp_path: Path, bot: StandInBotApi, *, batch_window: float, name: str) -> subprocess.Popen[bytes]:
+def start(tmp_path: Path, bot: StandInBotApi, *, batch_window: float, name: str, lease_ttl: int = 2
+          ) -> subprocess.Popen[bytes]:
     config = tmp_path / "config.toml"
     config.write_text(
         f'[webhooks]\nsecrets_file = "{tmp_path / "secrets.env"}"\n\n'
@@ -33,7 +35,7 @@ def start(tmp_path: Path, bot: StandInBotApi, *, batch_window: float, name: str)
         f'batch_window = {batch_window}\n'
     )
     env = {k: v for k, v in os.environ.items() if not k.startswith("AGENT_CONSOLE_")}
-    env.update(PYTHONPATH=str(ROOT), TG_TEST_TOKEN=TOKEN, AGENT_CONSOLE_LEASE_TTL="2",
+    env.update(PYTHONPATH=str(ROOT), TG_TEST_TOKEN=TOKEN, AGENT_CONSOLE_LEASE_TTL=str(lease_ttl),
                AGENT_CONSOLE_BACKOFF_BASE="0", XDG_CONFIG_HOME=str(tmp_path / "xdg"))
     with (tmp_path / f"{name}.log").open("ab") as sink:
         return subprocess.Popen([sys.executable, "-m", "console", "--db", str(tmp_path / "inbox.db"), "--config",
@@ -110,6 +112,44 @@ async def test_only_the_holder_polls_and_a_takeover_continues_from_the_stored_of
     finally:
         for process in (first, second):
             if process is not None and process.poll() is None:
+                kill(process)
+
+
+async def test_a_frozen_holders_long_poll_ends_before_its_lease_and_the_new_holder_meets_no_conflict(
+        tmp_path: Path, bot: StandInBotApi) -> None:
+    """Issue 36, item 3: the lease holder is frozen (SIGSTOP) while its getUpdates waits; a frozen process cannot
+    close its socket, so the poll stays open on the Bot API until its timeout. It was asked for 30 s whatever the
+    lease had left: the engine that took the lapsed lease over polled into it (a 409 conflict; on Telegram both
+    sides then see 409s and a message waits). Each poll now asks for no longer than the lease it was opened under
+    has left (less a margin), so the Bot API has let go of it before anyone can take the lease over."""
+    db = tmp_path / "inbox.db"
+    first = start(tmp_path, bot, batch_window=0, name="first", lease_ttl=6)
+    second: subprocess.Popen[bytes] | None = None
+    try:
+        await inbox(db, lambda s: s.lease() is not None, "the first engine's lease")
+        first_holder = await inbox(db, lambda s: s.lease().holder, "the first holder's name")
+        second = start(tmp_path, bot, batch_window=0, name="second", lease_ttl=6)
+        await phone(lambda: b"standby" in (tmp_path / "second.log").read_bytes(), "the second engine on standby")
+        polls = len([r for r in bot.requests if r.path.endswith("/getUpdates")])
+        await phone(lambda: bot._waiting == 1 and len([r for r in bot.requests if r.path.endswith("/getUpdates")])
+                    > polls, "a fresh long poll of the first engine waiting")
+        first.send_signal(signal.SIGSTOP)
+
+        await inbox(db, lambda s: s.lease().holder != first_holder, "the lease taken over", limit=60)
+        _, one = await bot.write(OWNER, "written after the takeover")
+        await inbox(db, lambda s: s.find_event("telegram", f"{OWNER}:{one}"), "stored by the new holder")
+        assert bot.conflicts == 0  # the frozen engine's poll had ended before the lease lapsed
+        first.send_signal(signal.SIGCONT)  # it wakes with its lease gone: it polls no more
+        await phone(lambda: b"lost the lease" in (tmp_path / "first.log").read_bytes(), "the first engine told")
+        _, two = await bot.write(OWNER, "written after the first engine woke")
+        await inbox(db, lambda s: s.find_event("telegram", f"{OWNER}:{two}"), "stored by the holder")
+        with Store.open(db, check=False) as store:
+            assert store.chat_health("telegram")[0] == "ok"
+        assert bot.conflicts == 0
+    finally:
+        for process in (first, second):
+            if process is not None and process.poll() is None:
+                process.send_signal(signal.SIGCONT)
                 kill(process)
 
 
