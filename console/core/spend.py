@@ -14,6 +14,7 @@ whole nano-dollars (1e-9 USD), so sums and comparisons are exact.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from dataclasses import dataclass
 from datetime import date, datetime, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo
@@ -298,6 +299,25 @@ class SpendMixin(StoreBase):
             )
         ]
 
+    def daily_spend_by_model(self, *, days: int, zone: str, now: int) -> DailySpend:
+        """Each model's spend per owner's day over the last `days` (today the last), for the console's chart:
+        known costs added up (a reserved call counts its worst case until settled), calls without a price
+        counted apart."""
+        if days < 1:
+            raise ValueError(f"days must be at least 1, not {days}")
+        tz = ZoneInfo(zone)
+        today = datetime.fromtimestamp(now, tz).date()
+        shown = tuple(today - timedelta(days=days - 1 - n) for n in range(days))
+        per_model: dict[str, list[Tally]] = {}
+        for row, _source, _source_id in self.spend_rows(since=_midnight(shown[0], tz)):
+            index = (datetime.fromtimestamp(row.at, tz).date() - shown[0]).days
+            if 0 <= index < days:
+                per_model.setdefault(row.model, [Tally() for _ in shown])[index].add(row)
+        return DailySpend(shown, {model: tuple(tally.known_nanos for tally in tallies)
+                                  for model, tallies in sorted(per_model.items())},
+                          {model: sum(tally.unpriced for tally in tallies)
+                           for model, tallies in sorted(per_model.items())})
+
     def usage_report(self, *, days: int, zone: str, now: int, top: int = 5) -> dict[str, Any]:
         """Tokens and cost per owner's day (the last `days`, today included), per source, and the `top`
         most expensive events; a cost is None where some call in it has no price."""
@@ -332,6 +352,22 @@ class SpendMixin(StoreBase):
                             **tally.public()} for event_id, tally in ranked[:top]],
             "total": total.public(),
         }
+
+
+@dataclass(frozen=True)
+class DailySpend:
+    """Spend per model per owner's day, oldest day first (nano-USD of priced calls), and each model's calls
+    that had no price (counted in no day's bar)."""
+
+    days: tuple[date, ...]
+    nanos: dict[str, tuple[int, ...]]  # by model, one per day
+    unpriced: dict[str, int]
+
+    def day_total(self, index: int) -> int:
+        return sum(per_day[index] for per_day in self.nanos.values())
+
+    def model_total(self, model: str) -> int:
+        return sum(self.nanos.get(model, ()))
 
 
 class Tally:

@@ -46,7 +46,7 @@ from console.timefmt import plural
 from console.tui.backend import ConsoleEngine
 from console.tui.demo import DEMO_ACTIONS, InjectControls, start_demo_traffic
 from console.tui.keys import binding_ids, key_clashes, key_rows, owner_keymap, unknown_key_ids
-from console.tui.panes import PANES
+from console.tui.panes import PANES, FollowsInbox
 from console.tui.screens.main import MainScreen
 from console.tui.state import ConsoleState, default_state_path
 from console.tui.textual_8_2 import has_registered_themes, keymap, withdraw_toast
@@ -60,7 +60,6 @@ if TYPE_CHECKING:
 
     from console.assembly import System
     from console.edges.receiver import WebhookReceiver
-    from console.tui.screens.detail import DetailScreen
 
 # The modal screens (detail, search, keys, message, timers, notes, confirm, inject) and the palette's commands are
 # imported when first opened: the first frame shows none of them, and their widgets (TextArea and its syntax
@@ -438,19 +437,10 @@ class ConsoleApp(App[None]):
             self.main.lease.role_told(notice.detail)
         self.mark(*NOTICE_PANES.get(notice.kind, PANES))
         # A notice can come before the first screen is pushed, or after the screens have gone (on_unmount).
-        if notice.kind != "log" and self.screen_stack and (detail := self._open_detail_screen()) is not None:
-            detail.refresh_view()  # the open event's status, attempts, steps and replies move with the inbox
+        if notice.kind != "log" and self.screen_stack and isinstance(screen := self.screen, FollowsInbox):
+            screen.inbox_changed()  # the open event's detail, a run's timeline, the spend move with the inbox
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
-
-    def _open_detail_screen(self) -> DetailScreen | None:
-        """The event detail screen when it is the one showing (its module is loaded only once one was opened)."""
-        if "console.tui.screens.detail" not in sys.modules:
-            return None
-        from console.tui.screens.detail import DetailScreen
-
-        screen = self.screen
-        return screen if isinstance(screen, DetailScreen) else None
 
     def mark(self, *panes: str) -> None:
         self._dirty.update(panes)

@@ -30,8 +30,8 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
      "budget", "retry"),
     ("Discard the selected dead event", "Or every marked one: kept for the record, never run again (asks first)",
      "discard"),
-    ("Undo the last action", "This console's last discard (every event of it dead again, not run), forgotten note or "
-     "deleted timer", "undo"),
+    ("Undo the last action", "This console's last discard (every event of it dead again, not run), forgotten note, "
+     "deleted timer or schedule", "undo"),
     ("Find events and outbox messages", "Search source, source id, payload text and error; open what is found",
      "search"),
     ("Read outbox messages", "The newest outbox messages, each openable in full", "outbox_messages"),
@@ -41,6 +41,7 @@ ACTIONS: tuple[tuple[str, str, str], ...] = (
     ("Set the budgets", "Daily and monthly US dollars for model calls, stored in the inbox (agent-console budget)",
      "budget"),
     ("Show the timers", "Next fire and catch-up policy of each timer; pause, resume or run one now", "timers"),
+    ("Show the spend", "Spend per day over 30 days, per model, as a bar chart against the daily budget", "spend"),
     ("Show the agent's notes", "Each note with where it came from (yours, a trusted run, an untrusted one); drop one",
      "notes"),
     ("Zoom the focused pane", "It fills the screen; z again puts it back", "zoom"),

@@ -32,6 +32,7 @@ PLACES: dict[str, str] = {
     "MessageScreen": "An outbox message",
     "TimersScreen": "Timers (t)",
     "NotesScreen": "Notes (m)",
+    "SpendScreen": "Spend ($)",
     "InjectScreen": "The inject form (i)",
     "BudgetScreen": "Budgets (b)",
     "FilterScreen": "The filter list (F)",

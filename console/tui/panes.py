@@ -9,7 +9,7 @@ LivePane.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, TypeVar
+from typing import Protocol, TypeVar, runtime_checkable
 
 from textual.notifications import Notification, SeverityLevel
 
@@ -75,3 +75,12 @@ class LivePane(Protocol):
         """The clock's second: redraw what moves with it from the view held, reading nothing (a pane whose
         facts time alone has changed marks itself to be read again)."""
         ...
+
+
+@runtime_checkable
+class FollowsInbox(Protocol):
+    """A screen that shows what the inbox holds while it is open (an event's detail, a run's timeline, the spend):
+    the console calls inbox_changed on each engine notice while it is the screen showing. A screen not open is
+    never called, and costs nothing."""
+
+    def inbox_changed(self) -> None: ...

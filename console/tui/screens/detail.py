@@ -6,14 +6,12 @@ event, y / n answer its waiting approval, c copies its payload, ] and [ move to 
 
 from __future__ import annotations
 
-import contextlib
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import tzinfo
 from typing import ClassVar
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical, VerticalScroll
@@ -23,7 +21,7 @@ from textual.reactive import reactive
 from textual.screen import ModalScreen
 from textual.widgets import Footer, Static
 
-from console.core import Approval, Event, StoreError
+from console.core import Approval, Event
 from console.core.inbox import REVIVABLE
 from console.core.models import PAYLOAD_DAMAGED
 from console.textsafe import json_terminal_safe, terminal_safe
@@ -31,6 +29,7 @@ from console.timefmt import span, via_in_words
 from console.trust.callview import origin_line, request_view
 from console.tui.detail import DetailView, clock_text
 from console.tui.read_only import READ_ONLY_WORDS, read_only
+from console.tui.rereads import FoldedReads
 
 Part = str | tuple[str, str]
 STATUS_STYLE = {"pending": "$text-warning", "running": "$text-primary", "done": "$text-success",
@@ -106,8 +105,7 @@ class DetailScreen(ModalScreen[None]):
         self.set_reactive(DetailScreen.view, view)
         self._payload_shown: tuple[int, int | None] | None = None  # (event id, pruned_at) the payload shows
         self._target = view.event_id  # the event to read next: this one, or the one ] / [ moved to
-        self._reading = False
-        self._again = False
+        self._reads = FoldedReads(self, self._read, "detail-read")
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)  # this dialog's keys, over the main screen's footer
@@ -136,27 +134,19 @@ class DetailScreen(ModalScreen[None]):
         self.set_interval(REFRESH_SECONDS, self.refresh_view)
 
     # --- reading ----------------------------------------------------------------------------------
+    def inbox_changed(self) -> None:
+        """The engine said something committed (panes.FollowsInbox): read the event again."""
+        self.refresh_view()
+
     def refresh_view(self, event_id: int | None = None) -> None:
-        """Read the event again (or another one) and show it. Calls while a read is under way fold into one
-        more read after it, so a flood of engine notices costs at most two reads and never starves the screen."""
+        """Read the event again (or another one) and show it (calls while a read is under way fold into one more
+        read after it)."""
         if event_id is not None:
             self._target = event_id
-        if self._reading:
-            self._again = True
-            return
-        self._reading = True
-        self._read()
+        self._reads()
 
-    @work(group="detail-read")
     async def _read(self) -> None:
-        try:
-            self._again = True
-            while self._again:
-                self._again = False
-                with contextlib.suppress(StoreError):  # a busy or closing file: the next tick reads again
-                    self.view = await self.host.load(self._target)
-        finally:
-            self._reading = False
+        self.view = await self.host.load(self._target)
 
     def watch_view(self, view: DetailView) -> None:
         dialog = self.query_one("#detail-dialog", Vertical)

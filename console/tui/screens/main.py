@@ -85,6 +85,8 @@ class MainScreen(Screen[None]):
                 tooltip="set the daily and monthly budgets for model calls"),
         Binding("t", "timers", "Timers", id="console.timers", show=False,
                 tooltip="the timers: next fire, catch-up policy; pause, resume or run one now"),
+        Binding("dollar_sign", "spend", "Spend", id="console.spend", show=False,
+                tooltip="the spend per day over 30 days, per model, against the daily budget"),
         Binding("m", "notes", "Notes", id="console.notes", show=False,
                 tooltip="the agent's notes, each with where it came from"),
         Binding("x", "stall", "Stall", id="console.stall",
@@ -305,6 +307,12 @@ class MainScreen(Screen[None]):
         console = self.console
         await self.app.push_screen(TimersScreen(console.read, console.engine.write, console.clock,
                                                ZoneInfo(console.settings.timezone), undo=console.undo))
+
+    async def action_spend(self) -> None:
+        from console.tui.screens.spend import SpendScreen
+
+        console = self.console
+        await self.app.push_screen(SpendScreen(console.read, console.clock.now, console.settings.budget_defaults()))
 
     async def action_notes(self) -> None:
         from console.tui.screens.notes import NotesScreen
