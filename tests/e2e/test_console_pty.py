@@ -24,18 +24,20 @@ ROWS, COLS = 24, 80
 
 class Terminal:
     def __init__(self, db: Path | None, home: Path, *, args: Sequence[str] = (),
-                 env: Mapping[str, str] | None = None) -> None:
-        """The console on db (None: no --db) with args after it, its user folders under home, env added."""
+                 env: Mapping[str, str] | None = None, size: tuple[int, int] = (COLS, ROWS)) -> None:
+        """The console on db (None: no --db) with args after it, its user folders under home, env added, in a
+        terminal of size (columns, rows)."""
+        cols, rows = size
         env = dict(os.environ, PYTHONPATH=str(ROOT), TERM="xterm-256color", XDG_CONFIG_HOME=str(home / "config"),
-                   XDG_DATA_HOME=str(home / "data"), XDG_STATE_HOME=str(home / "state"), COLUMNS=str(COLS),
-                   LINES=str(ROWS), **(env or {}))
+                   XDG_DATA_HOME=str(home / "data"), XDG_STATE_HOME=str(home / "state"), COLUMNS=str(cols),
+                   LINES=str(rows), **(env or {}))
         env.pop("TEXTUAL", None)
-        self.screen = pyte.Screen(COLS, ROWS)
+        self.screen = pyte.Screen(cols, rows)
         self.stream = pyte.ByteStream(self.screen)
         self.raw = bytearray()  # every byte the console wrote to the terminal
         inbox = ["--db", str(db)] if db is not None else []
         self.child = pexpect.spawn(sys.executable, ["-m", "console", *inbox, *args], cwd=str(ROOT), env=env,
-                                   dimensions=(ROWS, COLS))
+                                   dimensions=(rows, cols))
 
     def text(self) -> str:
         return "\n".join(self.screen.display)

@@ -49,12 +49,14 @@ class _Server:
     def __init__(self) -> None:
         self.requests: list[Request] = []
         self.url = ""
+        self.loop: asyncio.AbstractEventLoop | None = None  # where it serves (a test in another thread acts there)
         self._runner: web.AppRunner | None = None
 
     def routes(self, app: web.Application) -> None:
         raise NotImplementedError
 
     async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
         app = web.Application(middlewares=[self._record])
         self.routes(app)
         self._runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.05,
