@@ -1,7 +1,8 @@
 """`/`: find events (source, source id, payload text, error) and outbox messages, and open them.
 
 Every word typed must be found in the row (case-insensitive); a number also finds that id. The events pane's
-filter applies. Results come a page at a time, newest first; going down past the last row reads the next.
+filter applies. Results come a page at a time, newest first; going down past the last row reads the next. The rows
+shown follow the inbox while the screen is open: an event run, retried or discarded elsewhere reads as it is now.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from console.core import Event, EventSearch, OutboxSearch, Store
 from console.textsafe import terminal_safe
 from console.tui.finding import RESULTS_PAGE, id_asked, read_event, read_event_matches, read_message_matches
 from console.tui.reads import EventFilter
+from console.tui.rereads import FoldedReads
 from console.tui.tables import clear_rows, measure_now
 from console.tui.widgets.events_pane import table_age
 from console.tui.widgets.results_table import ResultsTable
@@ -75,6 +77,7 @@ class SearchScreen(ModalScreen[None]):
         self._searched: str | None = None  # the text the results shown were read for
         self._typing: Timer | None = None
         self._titles = {"search-events": "Events", "search-outbox": "Outbox messages"}
+        self._reads = FoldedReads(self, self._read_shown, "search-rows")
 
     def compose(self) -> ComposeResult:
         yield Footer(compact=True)
@@ -173,16 +176,36 @@ class SearchScreen(ModalScreen[None]):
                 break
         return EventSearch(events, before)
 
+    def inbox_changed(self) -> None:
+        """The rows shown read again (panes.FollowsInbox): their status and what · error as they are now. The
+        search is not run again: the rows stay where the owner is reading them."""
+        if self.events_table.row_count or self.outbox_table.row_count:
+            self._reads()
+
+    async def _read_shown(self) -> None:
+        event_ids = [int(key.value) for key in self.events_table.rows if key.value is not None]
+        message_ids = [int(key.value) for key in self.outbox_table.rows if key.value is not None]
+        events, messages = await self.reader(lambda store: (
+            [store.event(event_id) for event_id in event_ids],
+            [store.outbox_message(message_id) for message_id in message_ids]))
+        table, details = self.events_table, []
+        for event in events:
+            if event is not None and str(event.id) in table.rows:  # a new search may have replaced the rows
+                details.append(Text(one_line(event_detail(event))))
+                table.update_cell(str(event.id), "status", event.status)
+                table.update_cell(str(event.id), "what · error", details[-1])
+        measure_now(table, "what · error", details)
+        for message in messages:
+            if message is not None and str(message.id) in self.outbox_table.rows:
+                self.outbox_table.update_cell(str(message.id), "status", message.status)
+
     def _add_events(self, found: EventSearch) -> None:
         table = self.events_table
         details: list[Text] = []
         for event in found.events:
             if str(event.id) in table.rows:
                 continue
-            # what the event is (its summary), then why it failed; the payload itself when it says nothing readable
-            detail = " · ".join(part for part in (event.what(), event.error or "") if part) or (
-                "(pruned)" if event.pruned_at is not None else json_line(event.payload))
-            details.append(Text(one_line(detail)))
+            details.append(Text(one_line(event_detail(event))))
             table.add_row(Text(str(event.id), justify="right"), event.status, Text(terminal_safe(event.source)),
                           Text(one_line(event.source_id, 16)), Text(table_age(self.now - event.created_at),
                                                                    justify="right"),
@@ -248,6 +271,12 @@ class SearchScreen(ModalScreen[None]):
             await self.open_event(int(key))
         else:
             await self.open_message(int(key))
+
+
+def event_detail(event: Event) -> str:
+    """What the event is (its summary), then why it failed; the payload itself when it says nothing readable."""
+    return " · ".join(part for part in (event.what(), event.error or "") if part) or (
+        "(pruned)" if event.pruned_at is not None else json_line(event.payload))
 
 
 def json_line(payload: object) -> str:
