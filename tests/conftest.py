@@ -11,12 +11,18 @@ import pytest
 from console.core import Store
 from tests import support
 from tests.pg_server import PostgresServer, drop_schema, start_server
+from tests.precompile import compile_once
 
 RAM_DISK = Path(support.RAM_DISK)
 RAM_DISK_NEEDED = 4 << 30  # the suite with -n 2 keeps up to ~1 GB of files and servers there at once
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    compile_once(config)  # before collection: the suite's bytecode once a run (tests/precompile.py)
+    use_the_ram_disk(config)
+
+
+def use_the_ram_disk(config: pytest.Config) -> None:
     """Test files (tmp_path, tempfile's folders, the subprocesses' own) go on the machine's tmpfs when it has one.
 
     Every commit of a real SQLite file waits for an fsync; on a disk shared with other work each took 2-4 ms, and
