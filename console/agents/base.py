@@ -234,7 +234,7 @@ class RunContext:
         anchor = event if event is not None else (self.events[0] if self.events else None)
         result, how = self.store.run_once(key, fn, gen=self.gen, now=self.time(), holder=self.holder,
                                           event_id=None if anchor is None else anchor.id, aliases=aliases,
-                                          interrupted=interrupted)
+                                          interrupted=interrupted, clock=self.time)
         if how == "skipped":
             self.replayed_steps.add(key)
             telemetry.current().set("agent_console.journal.replayed", True)

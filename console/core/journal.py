@@ -37,9 +37,11 @@ class JournalMixin(StoreBase):
         holder: str | None = None,
         interrupted: Interrupted = "redo",
         aliases: Sequence[tuple[str, int | None]] = (),
+        clock: Callable[[], int] | None = None,
     ) -> tuple[Any, str]:
         """Run fn once for idem_key, under the lease (holder, gen). Returns (result, 'executed') or
-        (the committed result, 'skipped').
+        (the committed result, 'skipped'). `clock` is read again once fn has returned: the step's commit time
+        (without it, `now`), so that the journal says how long a step took (a run's timeline).
 
         Fenced twice, each time in the transaction that writes: claiming the key needs the live lease,
         and committing the result needs that no newer generation exists (the lease may have lapsed
@@ -124,17 +126,18 @@ class JournalMixin(StoreBase):
             # The effect has happened: record it anyway (as its repr) so that no retry repeats it.
             text = dumps({"unserialisable_result": repr(result)[:1000]})
         pointer = dumps({"same_as": idem_key})
+        done_at = now if clock is None else max(now, clock())
         with self.write_transaction():
             committed = self._holds_generation(holder, gen) and all(
                 self._conn.execute(
                     """UPDATE journal SET state = 'committed', result = ?, committed_at = ?
                        WHERE idem_key = ? AND state = 'claimed' AND gen = ? RETURNING idem_key""",
-                    (text if key == idem_key else pointer, now, key, gen),
+                    (text if key == idem_key else pointer, done_at, key, gen),
                 ).fetchall()
                 for key in names
             )
             if not committed:
-                refused = self._record_fenced("commit", holder, gen, now, events, idem_key)
+                refused = self._record_fenced("commit", holder, gen, done_at, events, idem_key)
         if refused is not None:
             raise StaleGeneration(f"the result of step {idem_key!r} refused to generation {gen}: {refused}")
         return result, "executed"

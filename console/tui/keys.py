@@ -33,6 +33,7 @@ PLACES: dict[str, str] = {
     "TimersScreen": "Timers (t)",
     "NotesScreen": "Notes (m)",
     "SpendScreen": "Spend ($)",
+    "TimelineScreen": "A run's timeline (t in an event's detail)",
     "InjectScreen": "The inject form (i)",
     "BudgetScreen": "Budgets (b)",
     "FilterScreen": "The filter list (F)",

@@ -281,3 +281,19 @@ def test_a_step_made_for_several_events_is_found_from_each_and_its_result_is_sto
     pointer = store.journal_step(f"tool:{second}:r:1")
     assert pointer is not None and pointer.result == {"same_as": f"tool:{first}:r:1"}
     assert [s.idem_key for s in store.journal_steps(second)] == [f"tool:{second}:r:1"]
+
+
+def test_a_step_commits_at_the_time_its_call_returned(store: Store) -> None:
+    """With the run's clock, a step's commit time is read once the call has returned: the journal says how long
+    the step took (the console's run timeline draws it), where it used to say every step took no time."""
+    clock = [T]
+
+    def slow_call() -> str:
+        clock[0] += 7  # the model took seven seconds to answer
+        return "answered"
+
+    gen = lease(store, "A", T)
+    assert store.run_once("run-8:turn:1", slow_call, gen=gen, now=T, clock=lambda: clock[0]) == ("answered",
+                                                                                                 "executed")
+    step = store.journal_step("run-8:turn:1")
+    assert step is not None and (step.claimed_at, step.committed_at) == (T, T + 7)

@@ -60,6 +60,7 @@ class DetailHost:
     retry: Callable[[Event], Awaitable[None]]
     answer: Callable[[Approval, str], Awaitable[None]]
     restore: Callable[[Event], Awaitable[None]] | None = None  # undo a discard: dead again, not run
+    timeline: Callable[[int], Awaitable[None]] | None = None  # open an event's run timeline
 
 
 def took_words(seconds: int) -> str:
@@ -90,6 +91,8 @@ class DetailScreen(ModalScreen[None]):
         Binding("y", "unoffered('answer')", "", show=False),
         Binding("n", "unoffered('answer')", "", show=False),
         Binding("c", "copy_payload", "Copy", id="detail.copy", tooltip="copy the payload as JSON"),
+        Binding("t", "timeline", "Timeline", id="detail.timeline",
+                tooltip="this event's runs step by step (model turns, tool calls, approval waits, sends), timed"),
         Binding("right_square_bracket", "step(True)", "Next", id="detail.next", key_display="]",
                 tooltip="the next (older) event under the events table's filter"),
         Binding("left_square_bracket", "step(False)", "Prev", id="detail.previous", key_display="[",
@@ -160,7 +163,7 @@ class DetailScreen(ModalScreen[None]):
             return
         dialog.border_title = f"Event #{event.id}"
         keys = ["r retry"] * (event.status in REVIVABLE) + ["y/n answer"] * (view.waiting_approval() is not None)
-        dialog.border_subtitle = " · ".join([*keys, "c copy", "] next", "[ prev", "esc close"])
+        dialog.border_subtitle = " · ".join([*keys, "t timeline", "c copy", "] next", "[ prev", "esc close"])
         self.refresh_bindings()  # r and y / n are offered only where they do something
         self.query_one("#detail-title", Static).update(self._title(event))
         self.query_one("#detail-why", Static).update(self._why())
@@ -295,6 +298,8 @@ class DetailScreen(ModalScreen[None]):
             return event is not None and event.status in REVIVABLE
         if action == "answer":
             return self.view.waiting_approval() is not None
+        if action == "timeline":
+            return self.host.timeline is not None and event is not None
         return True
 
     async def action_unoffered(self, what: str) -> None:
@@ -333,6 +338,10 @@ class DetailScreen(ModalScreen[None]):
             return
         await self.host.answer(approval, answer)
         self.refresh_view()
+
+    async def action_timeline(self) -> None:
+        if self.host.timeline is not None:
+            await self.host.timeline(self._target)
 
     def action_copy_payload(self) -> None:
         event = self.view.event

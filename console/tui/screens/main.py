@@ -227,8 +227,15 @@ class MainScreen(Screen[None]):
         from console.tui.screens.detail import DetailHost, DetailScreen
 
         host = DetailHost(load, neighbour, events.retry_event, self.query_one(ApprovalsPane).answer,
-                          events.restore_event)
+                          events.restore_event, self.open_timeline)
         await self.app.push_screen(DetailScreen(await load(event_id), host, zone))
+
+    async def open_timeline(self, event_id: int) -> None:
+        from console.tui.screens.timeline import TimelineScreen
+
+        console = self.console
+        await self.app.push_screen(TimelineScreen(event_id, console.read, console.clock,
+                                                  ZoneInfo(console.settings.timezone)))
 
     async def open_message(self, message_id: int) -> None:
         console = self.console
