@@ -14,11 +14,12 @@ import pytest
 from textual.pilot import Pilot
 
 from console.clock import ManualClock
+from console.core import Attempt, JournalStep
 from console.tui.app import ConsoleApp
 from console.tui.keys import key_rows
 from console.tui.screens.detail import DetailScreen
 from console.tui.screens.timeline import TimelineScreen, bar
-from console.tui.timeline import Step
+from console.tui.timeline import Step, build_steps
 from tests.agents.stand_in import FakeClaude, serve_stand_in
 from tests.support import pilot_until
 from tests.tui.scenes import START, make_app
@@ -137,3 +138,17 @@ def test_run_timeline_snapshot(snap_compare: Compare, db_path: Path, claude: Fak
         await pilot.pause()
 
     assert snap_compare(app, terminal_size=size, run_before=run_before)
+
+
+def test_a_failed_attempt_its_retry_wait_and_a_run_still_going() -> None:
+    """From the attempt history alone: the first attempt failed after 5 s, the retry waited 30 s, the second
+    attempt is still running (open: drawn to now), its model turn under way."""
+    history = [Attempt(1, 100, "claim", "w", 1, None), Attempt(1, 105, "error", "w", 1, "RuntimeError: shop down"),
+               Attempt(1, 135, "claim", "w", 2, None)]
+    journal = [JournalStep("claude:1:turn:1", "claimed", 2, 1, 136, None, None, 1)]
+    steps = build_steps(history, journal, (), (), (), ())
+    assert [(s.kind, s.start, s.end, s.outcome) for s in steps] == [
+        ("run", 100, 105, "error: RuntimeError: shop down"), ("retry", 105, 135, ""),
+        ("run", 135, None, "running"), ("turn", 136, None, "under way")]
+    assert steps[1].label == "waited before attempt 2" and steps[2].label == "attempt 2 · gen 2 · w"
+    assert steps[2].took(150) == 15 and steps[0].style == "error"
