@@ -43,6 +43,9 @@ _IDENTIFYING = re.compile(
     r"email|user|username|customer|order|invoice|number|phone|address|target|dest|destination|repo|branch|"
     r"path|file|url|host|name|quantity|qty|count)($|_|-)|Id$|ID$")
 
+# Of those, the names of a quantity (how much, not who or what): an outcome's line leads with another if it can.
+_QUANTITY = re.compile(r"(^|_|-)(amount|sum|total|price|currency|quantity|qty|count)($|_|-)")
+
 APPROVAL_OPENING = "Approval needed"   # the first words of a tool call's announcement
 QUESTION_OPENING = "Question for you"  # the first words of a question's announcement
 UNTRUSTED_MESSAGE_OPENING = "From a run that read untrusted content"
@@ -136,6 +139,33 @@ def compact_call(tool: str, arguments: Mapping[str, Any], limit: int = COMPACT_L
                    [len(value) <= SHORT_VALUE and is_identifying(name) for name, value in pairs])
     shown = ", ".join(f"{name}={cut_middle(value, size)}" for (name, value), size in zip(pairs, allowed, strict=True))
     return f"{identifier_text(tool)}({shown})"
+
+
+def brief_call(tool: str, arguments: Mapping[str, Any], width: int) -> str:
+    """A settled call in about `width` characters, for a list of outcomes: the argument that identifies what was
+    acted on (the first short identifying one, else the shortest) first and whole, every other name after it with
+    its value shortened to fit ("…" at the least); when not even the names fit, the others go after ", …". Only
+    what was already answered is shown this way: what the owner approves is shown whole (compact_call)."""
+    pairs = ordered(arguments)
+    name = identifier_text(tool)
+    if not pairs:
+        return f"{name}()"
+    lead = next((index for index, (argument, _) in enumerate(pairs) if is_identifying(argument)
+                 and not _QUANTITY.search(argument)), None)
+    if lead is None:
+        lead = next((index for index, (argument, _) in enumerate(pairs) if is_identifying(argument)), 0)
+    first, rest = pairs[lead], pairs[:lead] + pairs[lead + 1:]
+    head = f"{name}({first[0]}={first[1]}"
+    room = width - len(head) - 1 - sum(len(argument) + 3 for argument, _ in rest)  # ", name=" each, then ")"
+    if room >= 3 * len(rest):  # every name, each value shortened to fit ("…", '"…"' at the least)
+        sizes = _fit([len(value) for _, value in rest], room)
+        return head + "".join(f", {argument}={cut_middle(value, size)}"
+                              for (argument, value), size in zip(rest, sizes, strict=True)) + ")"
+    for argument, value in rest:  # what fits whole, then ", …" for the rest
+        if len(head) + len(f", {argument}={value}") + len(", …)") > width:
+            return head + ", …)"
+        head += f", {argument}={value}"
+    return head + ")"
 
 
 def wrapped_call(tool: str, arguments: Mapping[str, Any], width: int,
@@ -236,6 +266,22 @@ class RequestView:
         if self.call is not None:
             return compact_call(*self.call, limit=limit)
         return cut_middle(self.question or terminal_safe(self.action), max(limit, QUESTION_LIMIT))
+
+    def brief(self, width: int) -> str:
+        """About `width` characters saying what was asked: a call as brief_call shows it, a question as compact."""
+        return self.compact() if self.call is None else brief_call(*self.call, width)
+
+    def brief_lines(self, width: int) -> list[str]:
+        """brief() within `width`, over more lines where it must: a call's tool name on a line of its own, its
+        arguments under it (the identifying one first and whole; a value longer than a line wraps, never cut)."""
+        one = self.brief(width)
+        if len(one) <= width:
+            return [one]
+        if self.call is None:
+            return _wrap(one, width, "")
+        tool, arguments = self.call
+        return _wrap(f"{identifier_text(tool)}(", width, "") + _wrap(brief_call("", arguments, width - 2)[1:],
+                                                                       width, "  ")
 
     def lines(self, width: int, value_limit: int | None = PANE_VALUE_LIMIT) -> list[str]:
         """Wrapped at `width`, never cut (values longer than value_limit shortened in the middle)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 from zoneinfo import ZoneInfo
 
+from rich.cells import cell_len
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -24,6 +25,7 @@ from console.trust.callview import (
     QUESTION_OPENING,
     RequestView,
     cut_middle,
+    identifier_text,
     request_view,
     wrapped,
 )
@@ -34,6 +36,7 @@ from console.tui.tables import clear_rows, measure_now
 from console.tui.widgets.countdown_bar import bar_text, quantized
 
 BAR_CELLS = 6
+RESOLVED_LINES = 4  # lines of recent outcomes under the waiting ones at least (the newest first)
 OUTCOME_STYLE = {"yes": "$text-success", "no": "$text-warning", "expired": "$text-error"}
 GAP = "  "
 CONFIRM_AFTER_SECONDS = 60  # with confirm_approvals, a yes with more time than this left asks once more
@@ -44,6 +47,33 @@ def countdown_bar(approval: Approval, now: int, cells: int = BAR_CELLS) -> str:
     span = max(1, approval.expires_at - approval.requested_at)
     left = approval.seconds_left(now)
     return bar_text(quantized(left), span, cells) + f" {coarse_span(left)}"
+
+
+def outcome_lines(approval: Approval, width: int) -> list[list[str | tuple[str, str]]]:
+    """A settled approval as the recent outcomes show it within `width`: its outcome, the call (the identifying
+    argument first and whole) and where the answer came from (console, CLI, ntfy, Telegram, deadline); over
+    more lines only where one does not hold them, nothing cut."""
+    outcome: tuple[str, str] = (f"{approval.outcome:<8}", OUTCOME_STYLE.get(approval.outcome or "", ""))
+    via = f" · {VIA_SHORT.get(approval.answered_via, approval.answered_via)}" if approval.answered_via else ""
+    asked = request_view(approval)
+    if asked.call is None:  # a question: its words on the one line, as far as they go (the detail has them all)
+        return [[outcome, asked.compact(), (via, "dim")]]
+    call = asked.brief(width - len(outcome[0]) - len(via))
+    if len(outcome[0]) + len(call) + len(via) <= width:
+        return [[outcome, call, (via, "dim")]]
+    beside = width - len(outcome[0])
+    lines: list[list[str | tuple[str, str]]]
+    if len(identifier_text(asked.call[0])) + 1 <= beside:  # the tool's name and "(" beside the outcome
+        lines = [[line] for line in asked.brief_lines(beside)]
+        lines[0].insert(0, outcome)
+    else:
+        lines = [[outcome]]
+        lines += [[line] for line in asked.brief_lines(width)]
+    for line in (lines[-1], lines[0]):
+        if sum(cell_len(part if isinstance(part, str) else part[0]) for part in line) + len(via) <= width:
+            line.append((via, "dim"))
+            return lines
+    return [*lines, [(via.removeprefix(" "), "dim")]] if via else lines
 
 
 def approval_cell(approval: Approval, now: int, width: int, lines: int = 12) -> tuple[Text, int]:
@@ -196,13 +226,7 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
                                            else "")
         if self.border_subtitle != subtitle:
             self.border_subtitle = subtitle
-        lines: list[str | tuple[str, str]] = [("recent", "dim") if view.resolved else ("nothing resolved yet", "dim")]
-        for approval in view.resolved[:4]:
-            lines += ["\n", (f"{approval.outcome:<8}", OUTCOME_STYLE.get(approval.outcome or "", "")),
-                      request_view(approval).compact()]
-            if approval.answered_via:  # where the answer came from: console, CLI, ntfy, Telegram, deadline
-                lines.append((f" · {VIA_SHORT.get(approval.answered_via, approval.answered_via)}", "dim"))
-        show(self.query_one("#approvals-resolved", Static), Content.assemble(*lines))
+        self._show_resolved(view)
         self._show_stranded(view)
         if previous is None:
             return
@@ -292,10 +316,30 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
         self._rows, self._width = [], 0
         self._render_rows(self.selected())
 
+    def _show_resolved(self, view: ApprovalsView) -> None:
+        """The recent outcomes, each leading with the argument that identifies what was acted on, whole
+        (brief_call): on one line where it fits, else the call over lines of its own (RequestView.brief_lines)."""
+        width = max(12, self.content_size.width)
+        # With nothing waiting, the outcomes may have the pane's room but the table's least; else RESOLVED_LINES.
+        room = RESOLVED_LINES if view.pending else max(RESOLVED_LINES, self.content_size.height - 4)
+        lines: list[list[str | tuple[str, str]]] = [
+            [("recent", "dim") if view.resolved else ("nothing resolved yet", "dim")]]
+        for approval in view.resolved[:room]:
+            entry = outcome_lines(approval, width)
+            if len(lines) > 1 and len(lines) - 1 + len(entry) > room:
+                break  # as many as have room, the newest first: never a cut one
+            lines += entry
+        resolved = self.query_one("#approvals-resolved", Static)
+        resolved.styles.max_height = room + 1
+        show(resolved,
+             Content.assemble(*[part for index, line in enumerate(lines) for part in (["\n"] if index else []) + line]))
+
     @on(Resize)
     def _resized(self) -> None:
         keep = self.selected()
         self.call_after_refresh(self._render_rows, keep)
+        if self.view is not None:
+            self.call_after_refresh(self._show_resolved, self.view)
 
     # --- the approval flow: y / n here, enter opens the approval's screen, the detail's y / n -----------
     @on(DataTable.RowSelected, "#approvals-table")
