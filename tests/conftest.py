@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 import os
 import shutil
 import tempfile
@@ -14,6 +15,7 @@ from tests.pg_server import PostgresServer, drop_schema, start_server
 from tests.precompile import compile_once
 
 RAM_DISK = Path(support.RAM_DISK)
+YOUNG_COLLECTION = 10_000  # allocations between young collections (Python's default: 700)
 RAM_DISK_NEEDED = 4 << 30  # the suite with -n 2 keeps up to ~1 GB of files and servers there at once
 
 
@@ -81,3 +83,14 @@ def inbox_target(request: pytest.FixtureRequest, db_path: Path) -> str:
         return str(db_path)
     url: str = request.getfixturevalue("postgres_url")
     return url
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """What collection loaded (every test module, Textual, hypothesis, the SDKs: ~80,000 objects in a worker)
+    lives to the end of the run, yet Python's collector walked all of it at every full collection, and the
+    Textual pilot tests start a collection every 700 allocations: 22% of tests/tui/test_console.py's CPU was
+    the collector (docs/performance.md). Frozen, those objects are never walked again; young collections run
+    every YOUNG_COLLECTION allocations. Garbage the tests make is collected as before, only in bigger rounds."""
+    gc.freeze()
+    gc.set_threshold(YOUNG_COLLECTION, *gc.get_threshold()[1:])

@@ -1,7 +1,9 @@
-"""The suite's once-a-run compilation (tests/precompile.py) hands pytest exactly the code it would build itself."""
+"""The suite's own set-up: its once-a-run compilation (tests/precompile.py) hands pytest exactly the code it would
+build itself, and what collection loaded is left out of the garbage collector's walks (tests/conftest.py)."""
 
 from __future__ import annotations
 
+import gc
 import os
 import types
 from pathlib import Path
@@ -9,6 +11,7 @@ from pathlib import Path
 import pytest
 from _pytest.assertion import rewrite
 
+from tests.conftest import YOUNG_COLLECTION
 from tests.precompile import modules_to_rewrite, rewrite_test_modules, rewritten_pyc
 
 
@@ -53,3 +56,18 @@ def test_the_run_rewrites_the_test_modules_of_the_paths_it_was_given_and_their_c
     assert here in found  # this module is in every run that runs this test
     assert here.with_name("conftest.py") in found
     assert all(path.name.startswith("test_") or path.name == "conftest.py" for path in found)
+
+
+def test_what_collection_loaded_is_frozen_and_young_collections_are_rarer() -> None:
+    assert gc.isenabled()
+    assert gc.get_freeze_count() > 10_000  # the test modules and libraries collection imported
+    assert gc.get_threshold()[0] == YOUNG_COLLECTION
+    gc.disable()  # none of the cycles below is freed before the count
+    try:
+        made: list[list[object]] = [[] for _ in range(100)]
+        for cell in made:
+            cell.append(cell)  # cycles: garbage only the collector can free
+        del made, cell
+    finally:
+        gc.enable()
+    assert gc.collect() >= 100  # what the tests make is still collected
