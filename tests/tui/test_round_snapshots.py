@@ -72,6 +72,7 @@ def test_approval_screen_settled(snap_compare: Compare, db_path: Path, clock: Ma
         # its part (the lease live again, the answer's event run): the panes' own ticks change nothing after.
         await read_until(app.engine, worker_done, "the worker's part done")
         await screen.tick()
+        await pilot_until(pilot, screen.settled, what="the screen's read of the approval, settled")
         await app.settle()
         await quiet(app, pilot)
         app.clear_notifications()  # a toast leaves after seconds of real time: it is no part of this screen

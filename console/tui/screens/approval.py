@@ -60,6 +60,7 @@ class ApprovalScreen(ModalScreen[str | None]):
         self.zone = zone
         self.clock = clock
         self.reread = reread
+        self._reading = False  # a read of the approval is under way
 
     def on_mount(self) -> None:
         self._show_state()
@@ -70,17 +71,25 @@ class ApprovalScreen(ModalScreen[str | None]):
         """The clock's second: the countdown moves, and the approval is read again (one row)."""
         assert self.clock is not None
         self.now = self.clock.now()
-        # The countdown shows seconds: it moves now, before the read (which waits its turn on a busy reader and
-        # held the countdown still for seconds), and again if the read found the approval settled.
+        # The countdown shows seconds: it moves now, and the read goes on beside it. A read waits its turn on a
+        # busy reader, and awaited here it held this tick and every one after it (the interval awaits its
+        # callback): the countdown stood still for seconds.
         self._show_state()
-        if self.reread is not None and self.view.approval.outcome is None:
-            try:
-                fresh = await self.reread()
-            except StoreError:
-                fresh = None  # a busy or closing file: the next second reads again
-            if fresh is not None and fresh != self.view.approval:
-                self.view = replace(self.view, approval=fresh)
-                self._show_state()
+        if self.reread is not None and self.view.approval.outcome is None and not self._reading:
+            self._reading = True
+            self.run_worker(self._read_again(self.reread), group="approval-reread")
+
+    async def _read_again(self, reread: Callable[[], Awaitable[Approval | None]]) -> None:
+        """One read of the approval (never two at once); the screen shows what it found."""
+        try:
+            fresh = await reread()
+        except StoreError:
+            fresh = None  # a busy or closing file: the next second reads again
+        finally:
+            self._reading = False
+        if fresh is not None and fresh != self.view.approval:
+            self.view = replace(self.view, approval=fresh)
+            self._show_state()
 
     def settled(self) -> bool:
         """Answered (here or elsewhere) or past its deadline: nothing to answer any more."""
