@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import signal
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -85,7 +86,11 @@ def test_quit_while_a_run_is_in_progress_says_so_at_once_and_waits_for_the_run(t
         assert store.lease_log(1)[0][1] == "release"
 
 
-def test_a_stalled_console_is_taken_over_says_so_and_telegram_sees_no_conflict(tmp_path: Path) -> None:
+@pytest.mark.parametrize("stall", ["x", "SIGSTOP"])
+def test_a_stalled_console_is_taken_over_says_so_and_telegram_sees_no_conflict(tmp_path: Path, stall: str) -> None:
+    """x: the console stops renewing (and closes its long poll at once); SIGSTOP: the process freezes with its long
+    poll open, which then ends on the Bot API before the lease lapses (it asked for no longer), and the console
+    woken past its lease polls no more and says it was taken over."""
     db = tmp_path / "inbox.db"
     with served_in_a_thread(lambda: StandInBotApi(token=TOKEN)) as bot:
         config = tmp_path / "config.toml"
@@ -105,8 +110,11 @@ def test_a_stalled_console_is_taken_over_says_so_and_telegram_sees_no_conflict(t
             with Store.open(db, check=False) as store:
                 held = store.lease()
             assert held is not None
-            first.send("x")  # stall: the first console stops renewing its lease
-            wait_all(terms, lambda: "Worker stalled" in first.text(), "the stall said")
+            if stall == "x":
+                first.send("x")  # stall: the first console stops renewing its lease
+                wait_all(terms, lambda: "Worker stalled" in first.text(), "the stall said")
+            else:
+                first.child.kill(signal.SIGSTOP)  # frozen, its long poll open
 
             def taken() -> bool:
                 with Store.open(db, check=False) as store:
@@ -117,20 +125,24 @@ def test_a_stalled_console_is_taken_over_says_so_and_telegram_sees_no_conflict(t
             with Store.open(db, check=False) as store:
                 lease = store.lease()
             assert lease is not None and lease.gen == held.gen + 1
-            said = f"holds the lease now (generation {lease.gen}); this console is stalled"
-            wait_all(terms, lambda: said in toast_text(first.text(), "Taken over"),
-                     "the stalled console naming the new generation")
             wait_all(terms, lambda: "active" in second.text(), "the second console active")
             assert bot.loop is not None
             _, message_id = asyncio.run_coroutine_threadsafe(
                 bot.write(OWNER, "written after the takeover"), bot.loop).result(10)
 
-            def stored() -> bool:
-                with Store.open(db, check=False) as store:
-                    return store.find_event("telegram", f"{OWNER}:{message_id}") is not None
-
-            wait_all(terms, stored, "the message stored by the new holder")
+            wait_all(terms, lambda: stored_event(db, message_id), "the message stored by the new holder")
             assert bot.conflicts == 0  # no poll of the stalled console was open when the new holder polled
+            if stall == "x":
+                said = f"holds the lease now (generation {lease.gen}); this console is stalled"
+            else:
+                first.child.kill(signal.SIGCONT)  # woken past its lease
+                said = f"Another worker holds the lease (generation {lease.gen}): this console is standby"
+            wait_all(terms, lambda: said in toast_text(first.text(), "Taken over"),
+                     "the first console naming the new generation")
+            _, again = asyncio.run_coroutine_threadsafe(
+                bot.write(OWNER, "written once both are awake"), bot.loop).result(10)
+            wait_all(terms, lambda: stored_event(db, again), "the second message stored by the holder")
+            assert bot.conflicts == 0  # the first console, awake, polled no more
             with Store.open(db, check=False) as store:
                 assert store.chat_health("telegram")[0] == "ok"
             for term in terms:
@@ -140,6 +152,13 @@ def test_a_stalled_console_is_taken_over_says_so_and_telegram_sees_no_conflict(t
         finally:
             for term in (first, second):
                 if term is not None:
+                    if term.child.isalive():
+                        term.child.kill(signal.SIGCONT)
                     term.child.close(force=True)
     assert (first.child.exitstatus, second.child.exitstatus if second else None) == (0, 0)
     assert not re.search(r"409|conflict", flat(first.text() + second.text() if second else ""), re.IGNORECASE)
+
+
+def stored_event(db: Path, message_id: int) -> bool:
+    with Store.open(db, check=False) as store:
+        return store.find_event("telegram", f"{OWNER}:{message_id}") is not None
