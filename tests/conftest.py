@@ -11,7 +11,7 @@ import pytest
 
 from console.core import Store
 from tests import support
-from tests.pg_server import PostgresServer, drop_schema, start_server
+from tests.pg_server import InboxPool, PostgresServer, drop_schema, start_server
 from tests.precompile import compile_once
 
 RAM_DISK = Path(support.RAM_DISK)
@@ -76,12 +76,32 @@ def postgres_url(postgres_server: PostgresServer) -> Iterator[str]:
 BACKENDS = ("sqlite", "postgresql")
 
 
+@pytest.fixture(scope="session")
+def postgres_inboxes(postgres_server: PostgresServer) -> Iterator[InboxPool]:
+    pool = InboxPool(postgres_server)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+@pytest.fixture
+def migrated_postgres_url(postgres_inboxes: InboxPool) -> Iterator[str]:
+    """The URL of an inbox (its own schema) as a fresh migration leaves it: migrated, no event in it. Recycled
+    from an earlier test, emptied back to a pristine migration's rows (tests/pg_server.py InboxPool: a test
+    can't see anything an earlier test did there; tests/core/test_recycled_inbox.py proves it)."""
+    url = postgres_inboxes.take()
+    yield url
+    postgres_inboxes.give_back(url)
+
+
 @pytest.fixture(params=BACKENDS)
 def inbox_target(request: pytest.FixtureRequest, db_path: Path) -> str:
-    """Where a conformance test's inbox lives: a SQLite file, then a PostgreSQL schema."""
+    """Where a conformance test's inbox lives: a SQLite file, then a PostgreSQL schema (migrated already: a
+    test of what the first open does takes postgres_url, a schema that does not exist yet)."""
     if request.param == "sqlite":
         return str(db_path)
-    url: str = request.getfixturevalue("postgres_url")
+    url: str = request.getfixturevalue("migrated_postgres_url")
     return url
 
 
