@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from console.core import Store
-from tests.core.workers import spawn
+from tests.core.workers import ForkedLife, spawn
 
 T = 1_000_000
 
@@ -98,7 +98,7 @@ def _taken_later(logs: dict[str, Path], holder: str, gen: int) -> bool:
     )
 
 
-def run_until_killed(proc: subprocess.Popen[str], lines_before_kill: int) -> list[str]:
+def run_until_killed(proc: ForkedLife, lines_before_kill: int) -> list[str]:
     """Read the worker's progress lines and SIGKILL it after the chosen number (or let it end)."""
     assert proc.stdout is not None
     seen: list[str] = []
@@ -121,7 +121,7 @@ def test_a_worker_killed_mid_run_50_times_loses_and_repeats_nothing(tmp_path: Pa
     with Store.open(db) as store:
         for life in range(50):
             store.ingest_many([("chat", f"m-{life}-{n}", {"n": n}) for n in range(2)], now=now)
-            proc = spawn("worker", db, effects, f"W{life}", now, steps)
+            proc = ForkedLife("worker", db, effects, f"W{life}", now, steps)
             # A life prints at least nine lines (its two fresh events: claimed, two steps and finished each; the
             # empty claim; idle). Killed after one of the first seven, it dies before its last claim; after the
             # eighth or later its exit could outrun the kill, and how many lines a life prints depends on how far
@@ -135,7 +135,7 @@ def test_a_worker_killed_mid_run_50_times_loses_and_repeats_nothing(tmp_path: Pa
 
         # Unkilled workers drain the inbox; each comes later, past the backoff of what its takeover sent back.
         for drain in range(5):
-            last = spawn("worker", db, effects, f"D{drain}", now, steps)
+            last = ForkedLife("worker", db, effects, f"D{drain}", now, steps)
             out, err = last.communicate(timeout=60)
             assert last.returncode == 0, err
             assert out.strip().endswith("idle")
