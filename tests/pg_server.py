@@ -208,6 +208,9 @@ class InboxPool:
                        if self.conn.execute(f'SELECT EXISTS (SELECT FROM "{self.pristine}"."{table}")').fetchone()[0]]
         self.sequences = sequences_of(self.conn, self.pristine)
         self.sizes = self._sizes(self.pristine)
+        self.planner = {name: (pages, tuples, visible) for name, pages, tuples, visible in self.conn.execute(
+            "SELECT relname, relpages, reltuples, relallvisible FROM pg_class WHERE relnamespace = %s::regnamespace",
+            (f'"{self.pristine}"',)).fetchall()}
         self.spare: list[str] = []
         self.recycled = 0
         self.taken_at: Any = None
@@ -215,12 +218,30 @@ class InboxPool:
     def take(self) -> str:
         self.taken_at = self.conn.execute("SELECT clock_timestamp()").fetchone()[0]
         if self.spare:
-            return self.spare.pop()
+            url = self.spare.pop()
+            self._planner_as_fresh(schema_of(url))
+            return url
         from console.core import Store
 
         url = self.server.inbox_url()
         Store.open(url).close()
         return url
+
+    def _planner_as_fresh(self, schema: str) -> None:
+        """What ANALYZE learnt of an earlier test's rows would steer this one's plans, and TRUNCATE leaves an index
+        marked as never counted where a fresh one was counted empty at its build. Set as the pristine migration
+        had them when it was made (done as a spare is handed out: a test's ANALYZE of the whole database reaches
+        the spares and the pristine schema too)."""
+        names, pages, tuples, visible = zip(*((name, *figures) for name, figures in self.planner.items()), strict=True)
+        with self.conn.transaction():
+            self.conn.execute("DELETE FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class "
+                              "WHERE relnamespace = %s::regnamespace)", (f'"{schema}"',))
+            self.conn.execute(
+                "UPDATE pg_class c SET relpages = f.pages, reltuples = f.tuples, relallvisible = f.visible "
+                "FROM unnest(%s::text[], %s::int[], %s::real[], %s::int[]) AS f(name, pages, tuples, visible) "
+                "WHERE c.relnamespace = %s::regnamespace AND c.relname = f.name AND (c.relpages, c.reltuples, "
+                "c.relallvisible) IS DISTINCT FROM (f.pages, f.tuples, f.visible)",
+                (list(names), list(pages), list(tuples), list(visible), f'"{schema}"'))
 
     def give_back(self, url: str) -> None:
         schema = schema_of(url)
@@ -273,16 +294,6 @@ class InboxPool:
                 if sequences_of(self.conn, schema) != self.sequences:  # ON CONFLICT and rollbacks spend ids too
                     for name, (last_value, is_called) in self.sequences.items():
                         self.conn.execute("SELECT setval(%s::regclass, %s, %s)", (f'"{name}"', last_value, is_called))
-                # What ANALYZE learnt of the last test's rows would steer the next one's plans, and TRUNCATE
-                # leaves each index marked as never counted where a fresh one was counted empty at its build.
-                self.conn.execute("DELETE FROM pg_statistic WHERE starelid IN (SELECT oid FROM pg_class "
-                                  "WHERE relnamespace = %s::regnamespace)", (f'"{schema}"',))
-                self.conn.execute(
-                    "UPDATE pg_class c SET relpages = p.relpages, reltuples = p.reltuples, "
-                    "relallvisible = p.relallvisible FROM pg_class p WHERE c.relnamespace = %s::regnamespace "
-                    "AND p.relnamespace = %s::regnamespace AND p.relname = c.relname AND (c.relpages, c.reltuples, "
-                    "c.relallvisible) IS DISTINCT FROM (p.relpages, p.reltuples, p.relallvisible)",
-                    (f'"{schema}"', f'"{self.pristine}"'))
             return True
         except psycopg.Error:
             return False
