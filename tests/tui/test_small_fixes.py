@@ -71,7 +71,7 @@ async def test_the_details_footer_offers_retry_and_answers_only_where_they_act(f
         await pilot.pause()
         shown = {b.action for _n, b, enabled, _t in screen.active_bindings.values() if b.show and enabled}
         assert "retry" in shown
-        assert str(screen.query_one("#detail-dialog").border_subtitle).startswith("r retry · c copy")
+        assert str(screen.query_one("#detail-dialog").border_subtitle).startswith("r retry · t timeline · c copy")
 
 
 async def test_the_inject_forms_example_payload_is_selected(filled: Path, clock: ManualClock) -> None:
