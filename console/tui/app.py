@@ -438,7 +438,11 @@ class ConsoleApp(App[None]):
         self.mark(*NOTICE_PANES.get(notice.kind, PANES))
         # A notice can come before the first screen is pushed, or after the screens have gone (on_unmount).
         if notice.kind != "log" and self.screen_stack and isinstance(screen := self.screen, FollowsInbox):
-            screen.inbox_changed()  # the open event's detail, a run's timeline, the spend move with the inbox
+            # The open event's detail, a run's timeline, the spend, the search results move with the inbox. A screen
+            # on the stack whose widgets are not there (being composed, or taken down) has nothing to show it in:
+            # it reads when composed, or never (a notice there crashed the console once, NoMatches).
+            with contextlib.suppress(NoMatches):
+                screen.inbox_changed()
         if notice.kind == "log" and notice.detail:
             self.notify(notice.detail, title="Engine", severity="warning", timeout=6)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Awaitable, Callable
 
+from textual.css.query import NoMatches
 from textual.dom import DOMNode
 
 from console.core import StoreError
@@ -33,7 +34,9 @@ class FoldedReads:
             self._again = True
             while self._again:
                 self._again = False
-                with contextlib.suppress(StoreError):  # a busy or closing file: the next notice or tick reads again
+                # A busy or closing file: the next notice or tick reads again. A screen taken down while it read has
+                # no widgets left to show the answer in (NoMatches): nothing to do.
+                with contextlib.suppress(StoreError, NoMatches):
                     await self._read_once()
         finally:
             self._reading = False

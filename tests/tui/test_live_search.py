@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from console.clock import ManualClock
+from console.notices import Notice
+from console.tui.app import EngineNotice
 from console.tui.screens.search import SearchScreen
 from tests.support import pilot_until
 from tests.tui.conftest import reopen
@@ -47,3 +49,18 @@ async def test_a_result_follows_its_event_and_message_changed_elsewhere(filled: 
             assert elsewhere.dispatch(lambda batch: None, now=clock.now(), channel="console") == 1
         await pilot_until(pilot, lambda: cell(screen, "outbox", str(queued.id), "status") == "sent",
                           what="the message reading sent")
+
+
+async def test_a_notice_while_the_search_screen_is_not_composed_yet_or_gone_is_no_crash(filled: Path,
+                                                                                      clock: ManualClock) -> None:
+    """The full run at stop 41 crashed the console: a change notice reached the search screen after its widgets had
+    gone (NoMatches: '#search-events'). A screen on the stack without its widgets (opening or closing) reads when
+    it is composed, or never."""
+    app = make_app(filled, clock)
+    async with app.run_test(size=SIZE) as pilot:
+        await started(app, pilot)
+        screen = await open_search(app, pilot)
+        await screen.query_one("#search-events").remove()  # as when the screen is taken down
+        app.post_message(EngineNotice(Notice("events", "the inbox changed")))
+        await pilot.pause()
+        assert app.is_running and app.screen is screen
