@@ -166,6 +166,9 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         self.zone = ZoneInfo(host.settings.timezone)
         self.filter = EventFilter()
         self.top: Key | None = None  # the first row's place in the filter's order
+        # Counts the window's moves: a read begun before a move (the app's own re-read of the pane) must not show
+        # the old window after it, nor follow new events again when the move has just left the first page.
+        self.window_moves = 0
         self.selected_id: int | None = None
         self.marked: set[int] = set()
         self.border_title = "Events"
@@ -225,7 +228,10 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
     async def reload(self) -> None:
         self.fit_what()
         rows = self.table.visible_rows()
+        moves = self.window_moves
         page = await self.host.read(read_page(self.filter, top=self.top, limit=rows))
+        if moves != self.window_moves:
+            return  # the window moved while this read ran: the move's own read shows it
         if self.top is not None and page.at_top:
             self.top = None  # scrolled back to the first page: follow new events again
         self.show(page)
@@ -467,6 +473,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         elif kind == "page_up":
             self.top = await self.host.read(read_newer_top(self.filter, key(events[0]), rows))
             self.selected_id = None
+        self.window_moves += 1  # a read begun before this shows nothing: the read below shows the new window
         await self.reload()
         if kind == "oldest" and self.page is not None and self.page.events:
             self.selected_id = self.page.events[-1].id
@@ -474,6 +481,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
 
     async def set_filter(self, flt: EventFilter) -> None:
         self.filter = flt
+        self.window_moves += 1
         self.top = None
         self.selected_id = None
         await self.reload()
