@@ -95,6 +95,7 @@ class Settings:
     max_tool_calls_per_run: int = 20
     max_tool_calls_per_hour: int = 60
     max_messages_per_hour: int = 20
+    busy_timeout: float = 5.0       # seconds a write waits for another process's write lock (a SQLite inbox)
     # The agent's own schedules (the `schedule` tool): at most this many at once, none more often than this
     # (seconds); a request past either is refused with the reason, which the model reads.
     max_schedules: int = 20
@@ -417,6 +418,7 @@ CHECKS: dict[str, Checker] = {
     "max_tool_calls_per_run": _seconds_or_count(0, 100_000),
     "max_tool_calls_per_hour": _seconds_or_count(0, 1_000_000),
     "max_messages_per_hour": _seconds_or_count(0, 1_000_000),
+    "busy_timeout": _seconds_between(0.001, 3600),
     "max_schedules": _seconds_or_count(0, 10_000),
     "min_schedule_interval": _seconds_or_count(60, 366 * 86_400),
     "approval_expiry": _seconds_or_count(1),

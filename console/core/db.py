@@ -35,7 +35,7 @@ from console.core.statements import MOVE_MARK
 # Versions 3.7.0 to 3.51.2 carry the WAL-reset corruption bug, which needs two connections on one
 # file: exactly how this product runs (the console, the webhook receiver and CLI ingests).
 MIN_SQLITE = (3, 51, 3)
-BUSY_TIMEOUT_MS = 5000
+BUSY_TIMEOUT_MS = 5000  # the default of the busy_timeout setting, which a Store opened from settings passes
 # Every commit that waits for the disk writes each page it changed to the WAL, and an ingest changes
 # five (the row, its key, two indexes, the counts): with 1 KiB pages that is a quarter of the bytes
 # to fsync, which measured ~24% faster durable ingests than SQLite's 4 KiB default on this project's
@@ -168,6 +168,7 @@ def connect(
     read_only: bool = False,
     schema_version: int | None = None,
     vfs: str | None = None,
+    busy_timeout: float | None = None,
 ) -> apsw.Connection:
     """Open (creating if needed) one inbox file with this project's pragmas and schema.
 
@@ -177,33 +178,35 @@ def connect(
     not this version's. schema_version stops the migrations at that number (tests use it to build an
     older file). vfs names a registered SQLite VFS: the power-cut tests route every write and fsync
     through one. A VFS written in Python has no shared memory, so that connection holds the file
-    exclusively.
+    exclusively. busy_timeout: the seconds a write waits for another process's write lock (the busy_timeout
+    setting; default BUSY_TIMEOUT_MS).
     """
     check_sqlite_version()
+    busy_ms = BUSY_TIMEOUT_MS if busy_timeout is None else max(1, round(busy_timeout * 1000))
     target = Path(path).expanduser().absolute()
     _check_path(target, read_only=read_only)
     conn: apsw.Connection | None = None
     try:
         if read_only:
             conn = apsw.Connection(str(target), flags=apsw.SQLITE_OPEN_READONLY)
-            _prepare_reader(conn, target, check)
+            _prepare_reader(conn, target, check, busy_ms)
             return conn
         _create_owner_only(target)
         conn = apsw.Connection(str(target), vfs=vfs) if vfs else apsw.Connection(str(target))
         if vfs:
             conn.execute("PRAGMA locking_mode=EXCLUSIVE")  # WAL without shared memory
-        _prepare(conn, target, check, SCHEMA_VERSION if schema_version is None else schema_version, migrate)
+        _prepare(conn, target, check, SCHEMA_VERSION if schema_version is None else schema_version, migrate, busy_ms)
     except BaseException as exc:
         if conn is not None:
             conn.close()
         if isinstance(exc, apsw.Error):
-            raise _open_error(target, exc) from exc
+            raise _open_error(target, exc, busy_ms) from exc
         raise
     return conn
 
 
-def _prepare(conn: apsw.Connection, target: Path, check: bool, upto: int, migrate: bool) -> None:
-    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+def _prepare(conn: apsw.Connection, target: Path, check: bool, upto: int, migrate: bool, busy_ms: int) -> None:
+    conn.set_busy_timeout(busy_ms)
     conn.execute(f"PRAGMA page_size={NEW_FILE_PAGE_SIZE}")
     mode = conn.execute("PRAGMA journal_mode=WAL").fetchall()[0][0]
     if str(mode).lower() != "wal":
@@ -219,8 +222,8 @@ def _prepare(conn: apsw.Connection, target: Path, check: bool, upto: int, migrat
         _migrate(conn, target, upto)
 
 
-def _prepare_reader(conn: apsw.Connection, target: Path, check: bool) -> None:
-    conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+def _prepare_reader(conn: apsw.Connection, target: Path, check: bool, busy_ms: int) -> None:
+    conn.set_busy_timeout(busy_ms)
     current = user_version(conn)
     if current > SCHEMA_VERSION:
         raise newer_schema(target, current, SCHEMA_VERSION)
@@ -296,7 +299,7 @@ def small_page_cache(conn: apsw.Connection) -> Iterator[None]:
         conn.execute(f"PRAGMA cache_size = {size}")
 
 
-def _open_error(target: Path, exc: apsw.Error) -> StoreError:
+def _open_error(target: Path, exc: apsw.Error, busy_ms: int) -> StoreError:
     if isinstance(exc, apsw.NotADBError):
         return StoreError(f"cannot open inbox {target}: the file is not a SQLite database")
     if isinstance(exc, apsw.ReadOnlyError):
@@ -304,7 +307,7 @@ def _open_error(target: Path, exc: apsw.Error) -> StoreError:
     if isinstance(exc, apsw.CorruptError):
         return damage_met(target, exc)
     if isinstance(exc, apsw.BusyError):
-        return StoreUnavailable(f"cannot open inbox {target}: another process kept it busy for {BUSY_TIMEOUT_MS} ms")
+        return StoreUnavailable(f"cannot open inbox {target}: another process kept it busy for {busy_ms} ms")
     return StoreError(f"cannot open inbox {target}: {exc}")
 
 
@@ -316,14 +319,20 @@ def shrink_wal(conn: apsw.Connection) -> bool:
     """Checkpoint every frame of the WAL into the file and truncate the WAL to nothing, unless a reader
     still needs its frames. Never waits: a reader or writer in the way makes it return False at once
     (try again later) instead of holding the write lock while it waits for the reader."""
+    busy_ms = _busy_ms(conn)
     conn.set_busy_timeout(0)
     try:
         busy, _log_frames, _checkpointed = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()[0]
     except apsw.BusyError:
         return False
     finally:
-        conn.set_busy_timeout(BUSY_TIMEOUT_MS)
+        conn.set_busy_timeout(busy_ms)
     return not busy
+
+
+def _busy_ms(conn: apsw.Connection) -> int:
+    """How long this connection's writes wait for another's write lock, in milliseconds."""
+    return int(conn.execute("PRAGMA busy_timeout").fetchall()[0][0])
 
 
 def user_version(conn: apsw.Connection) -> int:
@@ -372,7 +381,7 @@ def transaction(
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except apsw.BusyError as exc:
-                raise StoreUnavailable(f"the inbox is busy (another writer held it for {BUSY_TIMEOUT_MS} ms)") from exc
+                raise StoreUnavailable(f"the inbox is busy (another writer held it for {_busy_ms(conn)} ms)") from exc
             try:
                 if guarded:
                     _refuse_if_marked(conn)

@@ -30,6 +30,9 @@ class StoreOptions:
     max_tool_calls_per_run: int = 20
     max_tool_calls_per_hour: int = 60
     max_messages_per_hour: int = 20
+    # Seconds a SQLite write waits for another process's write lock before the inbox counts as busy (the command
+    # or the run then says so; an engine starting tries again with its backoff).
+    busy_timeout: float = 5.0
 
     def __post_init__(self) -> None:
         for name in ("lease_ttl", "max_attempts", "batch_cap", "max_payload_bytes", "send_timeout",
@@ -40,6 +43,8 @@ class StoreOptions:
                      "max_messages_per_hour"):
             if int(getattr(self, name)) < 0:
                 raise ValueError(f"{name} must not be negative, not {getattr(self, name)}")
+        if not 0 < self.busy_timeout <= 3600:
+            raise ValueError(f"busy_timeout must be more than 0 and at most 3600 seconds, not {self.busy_timeout}")
         if not 0 <= self.backoff_jitter < 1:
             raise ValueError(f"backoff_jitter must be in [0, 1), not {self.backoff_jitter}")
 

@@ -51,22 +51,26 @@ class SqliteBackend:
 
     name = "sqlite"
 
-    def __init__(self, conn: apsw.Connection, path: str) -> None:
+    def __init__(self, conn: apsw.Connection, path: str, busy_timeout: float | None = None) -> None:
         self._conn = conn
         self.path = path
+        self._busy_timeout = busy_timeout  # seconds (the busy_timeout setting); None: the default
 
     @classmethod
     def open(
-        cls, path: str | os.PathLike[str], *, check: bool = False, read_only: bool = False, vfs: str | None = None
+        cls, path: str | os.PathLike[str], *, check: bool = False, read_only: bool = False, vfs: str | None = None,
+        busy_timeout: float | None = None,
     ) -> SqliteBackend:
-        return cls(connect(path, check=check, read_only=read_only, vfs=vfs), os.fspath(path))
+        return cls(connect(path, check=check, read_only=read_only, vfs=vfs, busy_timeout=busy_timeout),
+                   os.fspath(path), busy_timeout)
 
     @property
     def conn(self) -> apsw.Connection:
         return self._conn
 
     def reopen(self) -> SqliteBackend:
-        return SqliteBackend(connect(self.path, check=False), self.path)
+        return SqliteBackend(connect(self.path, check=False, busy_timeout=self._busy_timeout), self.path,
+                             self._busy_timeout)
 
     def close(self) -> None:
         self._conn.close()

@@ -80,14 +80,16 @@ def open_backend(
     vfs: str | None = None,
     schema: str | None = None,
     password_env: str | None = None,
+    busy_timeout: float | None = None,
 ) -> Backend:
     """The one place the storage is chosen: a PostgreSQL URL opens a schema there, anything else is the path
-    of a SQLite file. vfs is SQLite's (the power-cut tests), schema and password_env PostgreSQL's."""
+    of a SQLite file. vfs and busy_timeout are SQLite's (the power-cut tests; the busy_timeout setting), schema and
+    password_env PostgreSQL's."""
     if _is_postgres(target):
         from console.core.pg import PgBackend  # psycopg is loaded only for a PostgreSQL inbox
 
         return PgBackend.open(str(target), read_only=read_only, schema=schema, password_env=password_env)
-    return SqliteBackend.open(target, check=check, read_only=read_only, vfs=vfs)
+    return SqliteBackend.open(target, check=check, read_only=read_only, vfs=vfs, busy_timeout=busy_timeout)
 
 
 def open_store(
@@ -109,7 +111,7 @@ def open_store(
     (`lease_ttl=30`)."""
     settled = (options or StoreOptions()).but(**changes)
     backend = open_backend(target, check=check, read_only=read_only, vfs=vfs, schema=schema,
-                           password_env=password_env)
+                           password_env=password_env, busy_timeout=settled.busy_timeout)
     return Store(backend, settled, seed)
 
 

@@ -97,6 +97,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
         "AGENT_CONSOLE_MODELS": '[{"name": "local", "protocol": "openai", "base_url": "http://127.0.0.1:11434/v1", '
                                 '"model": "qwen3"}]',
         "AGENT_CONSOLE_FAILOVER_AFTER": "10", "AGENT_CONSOLE_ANNOUNCE_FALLBACK": "off",
+        "AGENT_CONSOLE_BUSY_TIMEOUT": "0.5",
     }
     s = load_settings(None, env=env)
     assert (s.lease_ttl, s.outbox_gap, s.max_attempts) == (5, 0, 4)
@@ -126,6 +127,7 @@ def test_every_scalar_setting_reads_from_its_environment_variable() -> None:
     assert s.models == [{"name": "local", "protocol": "openai", "base_url": "http://127.0.0.1:11434/v1",
                          "model": "qwen3"}]
     assert (s.failover_after, s.announce_fallback) == (10, False)
+    assert s.busy_timeout == 0.5 and s.store_options().busy_timeout == 0.5
     assert set(env) == {env_var(name) for name in SETTING_NAMES} - {"AGENT_CONSOLE_DB"}
 
 

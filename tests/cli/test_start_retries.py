@@ -31,7 +31,9 @@ def started_with_log(args: list[str], env: dict[str, str]) -> tuple[subprocess.P
 def test_run_waits_out_the_inbox_busy_at_start_one_line_each_try_then_runs(tmp_path: Path) -> None:
     db = tmp_path / "inbox.db"
     Store.open(db).close()
-    env = isolated_env(tmp_path, AGENT_CONSOLE_DB=str(db), AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *")
+    # Each try waits busy_timeout for the lock before it counts the inbox busy: one second, not the default five.
+    env = isolated_env(tmp_path, AGENT_CONSOLE_DB=str(db), AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *",
+                       AGENT_CONSOLE_BUSY_TIMEOUT="1")
     with Store.open(db) as holder, holder.storage.transaction():  # another writer holds the inbox's write lock
         run, lines = started_with_log(["run"], env)
         try:
@@ -53,7 +55,8 @@ def test_run_waits_out_the_inbox_busy_at_start_one_line_each_try_then_runs(tmp_p
     text = "".join(lines)
     assert "Traceback" not in text, text
     tries = [line for line in lines if "could not start" in line]
-    assert re.search(r"could not start: the inbox is busy \(.*\); trying again in 1 s$", tries[0].rstrip()), tries
+    first = r"could not start: the inbox is busy \(.*held it for 1000 ms\); trying again in 1 s$"
+    assert re.search(first, tries[0].rstrip()), tries
     assert "trying again in 2 s" in tries[1]
 
 

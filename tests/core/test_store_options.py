@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from console.config import load_settings
-from console.core import Batch, SendError, Store, StoreOptions
+from console.core import Batch, SendError, Store, StoreOptions, StoreUnavailable
 from console.core.options import STORE_OPTION_NAMES
 
 NOW = 1_800_000_000
@@ -78,3 +78,18 @@ def test_settings_reach_the_store_max_send_attempts_and_jitter(tmp_path: Path) -
         [event] = store.claim_batch("w", gen, now=NOW)
         assert store.finish("w", gen, [event.id], now=NOW, error="boom")
         assert store.next_retry_at() == NOW + 10
+
+
+def test_busy_timeout_is_how_long_a_write_waits_for_another_writers_lock_and_a_sibling_keeps_it(tmp_path: Path) -> None:
+    settings = load_settings(None, env={"AGENT_CONSOLE_BUSY_TIMEOUT": "0.2"})
+    db = tmp_path / "inbox.db"
+    Store.open(db).close()
+    with Store.open(db) as holder, holder.storage.transaction(), \
+            Store.open(db, options=settings.store_options()) as store:
+        sibling = store.reopen()
+        for waiting in (store, sibling):
+            with pytest.raises(StoreUnavailable, match=r"the inbox is busy \(another writer held it for 200 ms\)"):
+                waiting.ingest("chat", "m1", {}, now=NOW)
+        sibling.close()
+    with pytest.raises(ValueError, match="busy_timeout must be more than 0"):
+        StoreOptions(busy_timeout=0)
