@@ -2,9 +2,9 @@
 primary on the Messages API stand-in, a local fallback on the Chat Completions stand-in) and the recording MCP shop
 over HTTP. Turn 1 runs on the primary and looks an order up; turn 2 meets a 429 and fails over at once
 (failover_after = 1, retry-after 1): the choice `<turn>:model:2` = local is journalled, and the engine is killed
-while local holds the request. By the time a second engine takes the lease over, the primary's cooldown has ended,
-so a fresh choice would ask the primary: the restarted engine asks local, as journalled, the lookup is not made
-again, and the switch is one line in the event's history."""
+while local holds the request. By the time a second engine (standing by) takes the lease over, the primary's
+cooldown has ended, so a fresh choice would ask the primary: the second engine asks local, as journalled, the lookup
+is not made again, and the switch is one line in the event's history."""
 
 from __future__ import annotations
 
@@ -56,7 +56,9 @@ def servers() -> Iterator[tuple[FakeClaude, FakeOpenAI, HttpServer]]:
 
 
 def start(tmp_path: Path, config: Path, db: Path, name: str) -> subprocess.Popen[bytes]:
-    env = isolated_env(tmp_path, ANTHROPIC_API_KEY=FAKE_KEY, AGENT_CONSOLE_LEASE_TTL="5",
+    # The killed engine's lease (renewed until the kill, after the 429) lapses three seconds or more after the
+    # primary's one-second cooldown began: the second engine takes over with the cooldown over.
+    env = isolated_env(tmp_path, ANTHROPIC_API_KEY=FAKE_KEY, AGENT_CONSOLE_LEASE_TTL="3",
                        AGENT_CONSOLE_BACKOFF_BASE="0", AGENT_CONSOLE_DIGEST_CRON="0 9 1 1 *")
     with (tmp_path / f"{name}.log").open("ab") as sink:
         return subprocess.Popen([sys.executable, "-m", "console", "--config", str(config), "--db", str(db), "run"],
@@ -89,6 +91,11 @@ def test_an_engine_killed_after_the_failover_choice_replays_it_and_repeats_no_ca
         subprocess.run([sys.executable, "-m", "console", "--db", str(db), "ingest", "chat", "m1",
                         json.dumps({"text": "where is order 881?"})], cwd=ROOT, env=isolated_env(tmp_path),
                        check=True, capture_output=True, timeout=60)
+        # The second engine starts (imports, its check of the inbox) while the first works, and stands by: the
+        # takeover after the kill waits out the dead engine's lease alone, not the second one's start as well.
+        inbox_until(db, lambda s: (lease := s.lease()) is not None and f":{engines[0].pid}:" in lease.holder,
+                    "the first engine holding the lease", limit=180)
+        engines.append(start(tmp_path, config, db, "second"))
         wait_until(held.arrived.is_set, "the fallback asked for turn 2", limit=180)
         event_id = inbox_until(db, lambda s: (e := s.find_event("chat", "m1")) and e.id)
         choice = inbox_until(db, lambda s: s.journal_step(f"claude:{event_id}:turn:2:model:2"))
@@ -97,7 +104,6 @@ def test_an_engine_killed_after_the_failover_choice_replays_it_and_repeats_no_ca
         assert engines[0].wait(timeout=10) == -signal.SIGKILL
         held.release.set()
 
-        engines.append(start(tmp_path, config, db, "second"))
         inbox_until(db, lambda s: (e := s.event(event_id)) and e.status == "done", "the run done", limit=180)
         steps = inbox_until(db, lambda s: s.journal_steps(event_id))
         history = inbox_until(db, lambda s: s.history(event_id))
