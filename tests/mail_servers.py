@@ -8,6 +8,7 @@ Mail is delivered by IMAP APPEND, as the owner's server would after adding its A
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import pwd
 import shutil
@@ -25,8 +26,11 @@ from pathlib import Path
 from typing import Any
 
 import imapclient
+import psutil
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
+
+from tests.support import wait_until
 
 MAIL_USER = "owner@example.org"
 MAIL_PASSWORD = "correct horse battery staple"
@@ -37,6 +41,26 @@ SMTP_USER, SMTP_PASSWORD = "agent-sender", "smtp secret"
 
 class DovecotMissing(RuntimeError):
     pass
+
+
+def _children(process: psutil.Process) -> list[psutil.Process]:
+    with contextlib.suppress(psutil.Error):
+        return process.children()
+    return []
+
+
+def _title(process: psutil.Process) -> str:
+    with contextlib.suppress(psutil.Error):
+        return " ".join(process.cmdline())
+    return ""  # gone
+
+
+def _ended(process: psutil.Process) -> bool:
+    """Exited (a zombie counts: the master reaps its children only between its own waits)."""
+    try:
+        return process.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
 
 
 def free_port() -> int:
@@ -141,17 +165,54 @@ service imap-login {{
         raise RuntimeError("dovecot did not start: " + (log.read_text()[-2000:] if log.exists() else "no log"))
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait(5)
+        """Stop the server as a restart does, in the order Dovecot's own shutdown ends with (shutdown_clients):
+        each IMAP session is told BYE and its connection closed, then every process exits. Left to itself, the
+        master first waits up to 6 s for its helpers (MAX_DIE_WAIT_MSECS, then a second after SIGQUIT), sessions
+        still up: a stop took 1-6 s, long after the point of a restart. Here the master is told to stop (SIGTERM:
+        it starts no more), the sessions are ended (SIGTERM), and once every client connection they had is closed
+        (imap-login relays the TLS, the BYE with it) the rest of its processes are told to stop too."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            master = psutil.Process(process.pid)
+            clients = self._client_connections()
+            process.send_signal(signal.SIGTERM)
+            sessions = [child for child in _children(master) if _title(child) == "dovecot/imap"]
+            for session in sessions:
+                with contextlib.suppress(psutil.Error):
+                    session.terminate()
+            wait_until(lambda: all(_ended(session) for session in sessions)
+                       and not clients & self._client_connections(), "the sessions told BYE and closed", limit=10,
+                       interval=0.01)
+            deadline = time.monotonic() + 10
+            while process.poll() is None and time.monotonic() < deadline:
+                for child in _children(master):  # again: one it started before it saw its own SIGTERM
+                    with contextlib.suppress(psutil.Error):
+                        if child.status() != psutil.STATUS_ZOMBIE:
+                            child.terminate()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(0.02)
+            if process.poll() is None:
+                process.kill()
+                process.wait(5)
         self.process = None
 
+    def _client_connections(self) -> set[tuple[str, int]]:
+        """The clients connected to this server (their addresses), as its side of each connection sees them."""
+        ports = {self.port, self.starttls_port}
+        return {(c.raddr.ip, c.raddr.port) for c in psutil.net_connections("tcp4")
+                if c.laddr and c.laddr.port in ports and c.raddr and c.status == psutil.CONN_ESTABLISHED}
+
     def remove(self) -> None:
-        self.stop()
+        """Gone for good: nothing starts on this folder again, so the processes are killed, not stopped in order."""
+        process = self.process
+        if process is not None and process.poll() is None:
+            helpers = _children(psutil.Process(process.pid))
+            process.kill()
+            for helper in helpers:
+                with contextlib.suppress(psutil.Error):
+                    helper.kill()
+            process.wait(5)
+        self.process = None
         shutil.rmtree(self.folder, ignore_errors=True)
 
     def client(self) -> imapclient.IMAPClient:
@@ -177,13 +238,31 @@ service imap-login {{
         return table
 
 
+_certificate: tuple[bytes, bytes] | None = None
+
+
+def _server_certificate(folder: Path) -> tuple[Path, Path]:
+    """The servers' certificate, made once per test process and copied into each server's folder (an RSA key
+    costs most of a second of CPU to make). A test that needs another CA makes one with make_certificate."""
+    global _certificate
+    if _certificate is None:
+        with tempfile.TemporaryDirectory() as made:
+            cert, key = make_certificate(Path(made))
+            _certificate = cert.read_bytes(), key.read_bytes()
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    cert.write_bytes(_certificate[0])
+    key.write_bytes(_certificate[1])
+    key.chmod(0o600)
+    return cert, key
+
+
 def start_dovecot(settings: str = "") -> Dovecot:
     """A server in a folder of its own under the system's temp folder (Dovecot's unprivileged processes must
     reach its files, which pytest's owner-only tmp_path does not allow); Dovecot.remove() deletes it."""
     if not (shutil.which("dovecot") or Path("/usr/sbin/dovecot").exists()):
         raise DovecotMissing("dovecot not found: install dovecot-imapd to run these tests")
     folder = Path(tempfile.mkdtemp(prefix="dovecot-"))
-    cert, key = make_certificate(folder)
+    cert, key = _server_certificate(folder)
     for attempt in range(PORT_TRIES):  # a free port can be taken by another test's server before Dovecot binds it
         server = Dovecot(folder=folder, port=free_port(), cert=cert, key=key, starttls_port=free_port(),
                          extra={"settings": settings})

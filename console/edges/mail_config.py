@@ -17,6 +17,8 @@
     smtp_host = "smtp.fastmail.com"     # replies; default: no replies are sent
     smtp_port = 587                     # default 587 (smtp_tls = "starttls") or 465 ("implicit")
     from_address = "me@example.org"     # default: user
+    reconnect_base = 1                  # seconds before the first reconnect, doubling up to reconnect_max (60)
+    login_retry = 300                   # seconds between tries of a refused login
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from console.edges.secretfile import Secret, load_secrets_file, resolve_secret
 KEYS = {"imap_host", "imap_port", "tls", "ca_file", "user", "password_env", "folder", "after", "move_to", "since",
         "catch_up_max", "trusted_senders", "authserv_id", "untrusted", "smtp_host", "smtp_port", "smtp_tls",
         "smtp_user", "smtp_password_env", "from_address", "poll_seconds", "body_cap", "max_message_bytes",
-        "timeout", "name"}
+        "timeout", "reconnect_base", "reconnect_max", "login_retry", "name"}
 DEFAULT_PASSWORD_ENV = "AGENT_CONSOLE_EMAIL_PASSWORD"
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _HOST = re.compile(r"^[A-Za-z0-9.\-:\[\]]{1,253}$")
@@ -71,6 +73,9 @@ class MailSettings:
     body_cap: int = 100_000
     max_message_bytes: int = 2_000_000
     timeout: float = 30.0
+    reconnect_base: float = 1.0      # seconds before the first reconnect; doubles (jittered) up to reconnect_max
+    reconnect_max: float = 60.0
+    login_retry: float = 300.0       # a refused login is tried again this often (one notice, not one a try)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def tls_context(self) -> ssl.SSLContext:
@@ -172,6 +177,8 @@ def build_mail_settings(settings: Settings, environ: Mapping[str, str] | None = 
         smtp_password = password if smtp_env == password_env else _secret(smtp_env, "smtp_password_env",
                                                                            settings, env)
     name = _text(raw, "name", "email") or "email"
+    reconnect_base = _number(raw, "reconnect_base", 1, 0.01, 3600)
+    reconnect_max = _number(raw, "reconnect_max", max(60, reconnect_base), reconnect_base, 86_400)
     return MailSettings(
         name=name, imap_host=host, imap_port=port, tls=tls, user=user, password=password,
         folder=_text(raw, "folder", "INBOX") or "INBOX", after=after, move_to=move_to, since=since,
@@ -185,4 +192,6 @@ def build_mail_settings(settings: Settings, environ: Mapping[str, str] | None = 
         body_cap=int(_number(raw, "body_cap", 100_000, 1000, 500_000)),
         max_message_bytes=int(_number(raw, "max_message_bytes", 2_000_000, 10_000, 50_000_000)),
         timeout=_number(raw, "timeout", 30, 1, 600),
+        reconnect_base=reconnect_base, reconnect_max=reconnect_max,
+        login_retry=_number(raw, "login_retry", 300, 1, 86_400),
     )

@@ -47,7 +47,6 @@ CHUNK = 50                  # messages stored per transaction
 FETCH_BYTES = 8_000_000     # bytes of raw mail fetched (and held) at a time
 IDLE_RENEW = 25 * 60        # seconds an IDLE is kept before it is renewed (servers drop it after 30 minutes)
 IDLE_TICK = 1.0             # seconds between looks at whether the engine is stopping, while in IDLE
-LOGIN_RETRY = 300.0         # a refused login: tried again every five minutes (one notice, not one a try)
 
 
 class MailLoginRefused(Exception):
@@ -61,9 +60,9 @@ class MailChannel:
         self.settings = settings
         self.name = settings.name
         self.at_most_once = False
-        self.reconnect_base = 1.0
-        self.reconnect_max = 60.0
-        self.login_retry = LOGIN_RETRY
+        self.reconnect_base = settings.reconnect_base
+        self.reconnect_max = settings.reconnect_max
+        self.login_retry = settings.login_retry
         self._reached = False  # the session logged in and selected the folder: its failure restarts the backoff
         self._host: PhoneHost | None = None
         self._loop: asyncio.AbstractEventLoop | None = None

@@ -124,6 +124,9 @@ def _settings(tmp_path: Path, **email: object) -> Settings:
     ({"untrusted": "drop"}, {"PW": "x"}, "email.untrusted:"),
     ({"since": "last week"}, {"PW": "x"}, "email.since:"),
     ({"imapport": 1}, {"PW": "x"}, "email.imapport: unknown setting"),
+    ({"reconnect_base": 0}, {"PW": "x"}, "email.reconnect_base: expected a number from 0.01 to 3600, got 0"),
+    ({"reconnect_base": 5, "reconnect_max": 2}, {"PW": "x"}, "email.reconnect_max: expected a number from 5 to"),
+    ({"login_retry": "5m"}, {"PW": "x"}, "email.login_retry: expected a number from 1 to 86400, got '5m'"),
 ])
 def test_bad_settings_name_the_setting(tmp_path: Path, email: dict[str, object], environ: dict[str, str],
                                        error: str) -> None:
@@ -139,4 +142,5 @@ def test_the_password_comes_from_the_secrets_file(tmp_path: Path) -> None:
     mail = build_mail_settings(_settings(tmp_path, smtp_host="smtp.example.org"), {})
     assert mail is not None and mail.password.reveal() == "from-the-file"
     assert (mail.imap_port, mail.smtp_port, mail.folder, mail.from_address) == (993, 587, "INBOX", OWNER)
+    assert (mail.reconnect_base, mail.reconnect_max, mail.login_retry) == (1, 60, 300)
     assert "from-the-file" not in repr(mail)
