@@ -30,6 +30,7 @@ from console.trust.callview import (
     wrapped,
 )
 from console.tui.panes import PaneHost
+from console.tui.read_order import ReadOrder
 from console.tui.reads import ApprovalsView, read_approval, read_approvals
 from console.tui.render import show
 from console.tui.tables import clear_rows, measure_now
@@ -184,9 +185,13 @@ them: on a yes, whether the approved call ran, and which event to retry (the ret
         self._rows: list[tuple[str, Text, int]] = []
         self._width = 0  # the width the rows were laid out for: a new width lays them out again
         self.toasts: dict[str, Notification] = {}  # request id -> its "Approval needed" toast
+        self._reads = ReadOrder()
 
     async def reload(self) -> None:
+        ticket = self._reads.begin()
         view = await self.host.read(read_approvals(self.host.clock.now()))
+        if not self._reads.may_show(ticket):
+            return  # a read begun after this one has shown newer facts
         self.view = view
         self._drop_settled_toasts({a.request_id for a in view.pending})
         # A waiting call too long for the pane gets the room to show all it asks: the row of panes it sits in

@@ -23,6 +23,7 @@ from console.textsafe import terminal_safe
 from console.timefmt import plural
 from console.tui.detail import human_span
 from console.tui.panes import PaneHost
+from console.tui.read_order import ReadOrder
 from console.tui.reads import (
     Activity,
     ChannelTrouble,
@@ -152,11 +153,16 @@ class ConsoleHeader(Vertical):
         self.chain = host.settings.model_chain()
         self._model_in_use: str | None = None  # the model in use as last read (a change is a toast)
         self._channels_down: set[tuple[str, str, str]] = set()  # channels told down (_say_channels_down)
+        self._reads = ReadOrder()
+        self._activity_reads = ReadOrder()
 
     async def reload(self) -> None:
         host = self.host
         now = host.clock.now()
+        ticket = self._reads.begin()
         facts = await host.read(read_header(now, host.settings.budget_defaults(), self.chain))
+        if not self._reads.may_show(ticket):
+            return  # a read begun after this one has shown newer facts
         self._say_model_switch(facts.models)
         self._say_channels_down(facts.channels_down)
         self.view = HeaderView(now, host.engine.mode, facts, self.activity, host.receiver_summary(),
@@ -232,9 +238,13 @@ class ConsoleHeader(Vertical):
         host = self.host
         now = host.clock.now()
         self.activity_stale = False
-        self._activity_read_at = now
-        self.activity = await host.read(read_activity(now))
-        self.sources = await host.read(lambda store: store.sources())
+        self._activity_read_at = now  # a tick while this reads does not read again
+        ticket = self._activity_reads.begin()
+        activity = await host.read(read_activity(now))
+        sources = await host.read(lambda store: store.sources())
+        if not self._activity_reads.may_show(ticket):
+            return  # a read begun after this one has shown a newer sparkline
+        self.activity, self.sources = activity, sources
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="header-line"):

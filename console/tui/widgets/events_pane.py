@@ -30,6 +30,7 @@ from console.core.inbox import REVIVABLE
 from console.textsafe import terminal_safe
 from console.timefmt import coarse_span
 from console.tui.panes import PaneHost
+from console.tui.read_order import ReadOrder
 from console.tui.reads import (
     EventFilter,
     EventsPage,
@@ -169,6 +170,7 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
         # Counts the window's moves: a read begun before a move (the app's own re-read of the pane) must not show
         # the old window after it, nor follow new events again when the move has just left the first page.
         self.window_moves = 0
+        self._reads = ReadOrder()
         self.selected_id: int | None = None
         self.marked: set[int] = set()
         self.border_title = "Events"
@@ -228,10 +230,12 @@ is under the table. The keys below work here; **ctrl+p** finds every action by n
     async def reload(self) -> None:
         self.fit_what()
         rows = self.table.visible_rows()
-        moves = self.window_moves
+        moves, ticket = self.window_moves, self._reads.begin()
         page = await self.host.read(read_page(self.filter, top=self.top, limit=rows))
         if moves != self.window_moves:
             return  # the window moved while this read ran: the move's own read shows it
+        if not self._reads.may_show(ticket):
+            return  # a read begun after this one has shown newer facts
         if self.top is not None and page.at_top:
             self.top = None  # scrolled back to the first page: follow new events again
         self.show(page)

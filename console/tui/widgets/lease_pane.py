@@ -17,6 +17,7 @@ from console.textsafe import terminal_safe
 from console.timefmt import agent_in_words
 from console.tui.detail import human_span
 from console.tui.panes import PaneHost
+from console.tui.read_order import ReadOrder
 from console.tui.reads import LeaseView, read_lease
 from console.tui.render import show
 from console.tui.widgets.countdown_bar import Countdown, CountdownBar
@@ -165,10 +166,14 @@ every third of its TTL); below half its TTL (a renewal late), stalled, or held b
         self._tools_down: set[str] = set()  # MCP servers told down (_say_tools_down)
         self.stalled = False  # x: this console's worker stopped renewing (or taking) the lease
         self._held_gen: int | None = None  # the generation this console held the lease under, as last read
+        self._reads = ReadOrder()
 
     async def reload(self) -> None:
         host = self.host
+        ticket = self._reads.begin()
         data = await host.read(read_lease(host.clock.now()))
+        if not self._reads.may_show(ticket):
+            return  # a read begun after this one has shown newer facts
         self.view = LeasePaneView(data, host.engine.mode, host.engine.holder, host.settings.lease_ttl)
         told = self._say_role_change(None if data.lease is None else data.lease.gen)
         self._say_lease_lost(data, host.engine.holder, host.engine.mode, told)

@@ -17,6 +17,7 @@ from console.timefmt import coarse_span
 from console.tui.detail import human_span
 from console.tui.panes import PaneHost
 from console.tui.read_only import READ_ONLY_FLASH, read_only
+from console.tui.read_order import ReadOrder
 from console.tui.reads import OutboxView, read_outbox
 from console.tui.render import show
 from console.tui.widgets.countdown_bar import Countdown, CountdownBar, quantized
@@ -128,10 +129,14 @@ them into the outbox (it asks first).
         super().__init__(id=id)
         self.host = host
         self.border_title = "Outbox"
+        self._reads = ReadOrder()
 
     async def reload(self) -> None:
         host = self.host
-        self.view = OutboxPaneView(await host.read(read_outbox(host.clock.now())), host.settings.outbox_gap)
+        ticket = self._reads.begin()
+        outbox = await host.read(read_outbox(host.clock.now()))
+        if self._reads.may_show(ticket):  # else a read begun after this one has shown newer facts
+            self.view = OutboxPaneView(outbox, host.settings.outbox_gap)
 
     def tick(self, now: int) -> None:
         if self.view is not None and self.view.counts_down():
