@@ -13,6 +13,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,13 @@ def audit(db: Path, home: Path, *args: str) -> Any:
     return run_process(["audit", *args], isolated_env(home, AGENT_CONSOLE_DB=str(db)))
 
 
+def audits(*calls: tuple[Path, Path, tuple[str, ...]]) -> list[Any]:
+    """Several `audit` processes at once (each only reads its file): their starts, most of their time, overlap
+    where the machine has a core to spare. The results in the order of the calls."""
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return list(pool.map(lambda call: audit(call[0], call[1], *call[2]), calls))
+
+
 async def test_the_trail_lists_every_call_and_answer_and_verify_finds_a_row_tampered_with(
     tmp_path: Path, claude: FakeClaude, monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -101,10 +109,13 @@ async def test_the_trail_lists_every_call_and_answer_and_verify_finds_a_row_tamp
 
 
 def check_the_export(db: Path, home: Path) -> None:
-
-    exported = audit(db, home, "--json")
-    as_csv = audit(db, home, "--csv")
-    as_text = audit(db, home)
+    with Store.open(db, read_only=True) as store:  # for --since: the time of the newest row
+        latest = max(row.at for row in store.audit_rows())
+    iso = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(latest))
+    exported, as_csv, as_text, since_at, since_iso, since_age, bad, verified = audits(
+        *((db, home, args) for args in [("--json",), ("--csv",), (), ("--since", str(latest), "--json"),
+                                        ("--since", iso, "--json"), ("--since", "1d", "--json"),
+                                        ("--since", "last tuesday"), ("--verify",)]))
 
     assert exported.returncode == as_csv.returncode == as_text.returncode == 0, exported.stderr + as_csv.stderr
     rows = json.loads(exported.stdout)
@@ -150,16 +161,13 @@ def check_the_export(db: Path, home: Path) -> None:
     assert len(as_text.stdout.splitlines()) == 10 and "denied (deny: mcp__shop__delete_*) -> refused" in as_text.stdout
 
     # --since takes what the other commands take for a time (epoch seconds, ISO 8601) and an age.
-    latest = max(r["at"] for r in rows)
-    since = json.loads(audit(db, home, "--since", str(latest), "--json").stdout)
+    assert latest == max(r["at"] for r in rows)
+    since = json.loads(since_at.stdout)
     assert since == [r for r in rows if r["at"] >= latest] and 0 < len(since) < len(rows)
-    iso = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime(latest))
-    assert json.loads(audit(db, home, "--since", iso, "--json").stdout) == since
-    assert json.loads(audit(db, home, "--since", "1d", "--json").stdout) == rows
-    bad = audit(db, home, "--since", "last tuesday")
+    assert json.loads(since_iso.stdout) == since
+    assert json.loads(since_age.stdout) == rows
     assert_user_error(bad.returncode, bad.stdout, bad.stderr, "--since takes epoch seconds")
 
-    verified = audit(db, home, "--verify")
     assert verified.returncode == 0 and verified.stdout.startswith("10 rows, chain intact; last hash "), verified
     assert rows[-1]["hash"] in verified.stdout
 
@@ -192,8 +200,9 @@ def check_verification(db: Path, home: Path) -> None:
         "swapped.db": (swap_bodies, "row 2 (event 1, mcp__shop__delete_order) does not match its hash"),
         "cut.db": (lambda c: c.execute("DELETE FROM audit WHERE seq = 10"), "row 10 is missing from the end"),
     }
-    for name, (change, words) in cases.items():
-        result = audit(tampered(db, name, change), home, "--verify")
+    copies = [tampered(db, name, change) for name, (change, _words) in cases.items()]
+    results = audits(*((copy, home, ("--verify",)) for copy in copies))
+    for (_change, words), result in zip(cases.values(), results, strict=True):
         assert_user_error(result.returncode, result.stdout, result.stderr, "the audit trail is broken", words)
 
     with Store.open(db, read_only=True) as store:  # the original is untouched
