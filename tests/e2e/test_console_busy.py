@@ -97,7 +97,8 @@ def test_a_stalled_console_is_taken_over_says_so_and_telegram_sees_no_conflict(t
         config.write_text(
             f'[webhooks]\nsecrets_file = {json.dumps(str(tmp_path / "secrets.env"))}\n\n'
             f'[[channels]]\ntype = "telegram"\ntoken_env = "TG_TEST_TOKEN"\nchat_id = {OWNER}\n'
-            f'api_base = {json.dumps(bot.url)}\n')
+            f'api_base = {json.dumps(bot.url)}\nbatch_window = 0\n')  # each message stored as it comes: no
+        # two-second gathering of a burst before each of the two messages this test waits for
         env = {"TG_TEST_TOKEN": TOKEN, "AGENT_CONSOLE_LEASE_TTL": "6"}
         first = Terminal(db, tmp_path / "first", args=["--config", str(config)], env=env)
         second: Terminal | None = None
