@@ -511,6 +511,7 @@ def run_app(settings: Settings, *, read_only: bool = False) -> None:
     """Open the console on settings.db; read_only: a console that watches and changes nothing."""
     open_inbox(settings, read_only=read_only).close()  # a bad inbox fails here, before the screen
     _run(settings, demo=False, read_only=read_only)
+    _leave_at_once()
 
 
 def run_demo_app(*, keep: Path | None = None) -> None:
@@ -523,6 +524,8 @@ def run_demo_app(*, keep: Path | None = None) -> None:
             # The last spans are written now, while the folder is there: the SDK's own flush at exit came after
             # the folder was removed and made it again (a leftover agent-console-demo-* folder, 0755).
             telemetry.configure(None)
+    if keep is None:  # a kept folder is named by the command line once this returns
+        _leave_at_once()
 
 
 def _run(settings: Settings, *, demo: bool, read_only: bool = False) -> None:
@@ -531,6 +534,26 @@ def _run(settings: Settings, *, demo: bool, read_only: bool = False) -> None:
     app.run()
     if app.start_error:
         raise StoreError(app.start_error)
+
+
+def _leave_at_once() -> None:
+    """End the process now that the console has closed everything it opened (the engine stopped, its lease
+    released, every inbox connection closed, the terminal given back): the exit handlers run (telemetry's last
+    export, the logs' flush), then the process ends without the interpreter taking its ~700 modules apart one
+    object at a time, which kept the terminal waiting 0.3-1.1 s after the screen had gone (docs/performance.md).
+    A thread still running is waited for as a normal exit would: then this returns and the exit is the usual one."""
+    import atexit
+    import threading
+    from os import _exit  # os._exit: the process ends here (a from-import: Textual has a private `_exit` of its own)
+
+    if any(thread.is_alive() and not thread.daemon for thread in threading.enumerate()
+           if thread is not threading.main_thread()):
+        return
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed terminal (a hangup) takes no more output
+            stream.flush()
+    _exit(0)
 
 
 def _start_demo(app: ConsoleApp) -> None:
