@@ -352,6 +352,7 @@ class HoldingProxy:
         self._released: asyncio.Event | None = None
         self.commands: list[bytes] = []  # every command line the engine sent, in order
         self._server: asyncio.AbstractServer | None = None
+        self._clients: list[asyncio.StreamWriter] = []
 
     async def start(self) -> None:
         self.held = asyncio.Event()
@@ -365,12 +366,18 @@ class HoldingProxy:
         assert self._released is not None
         self._released.set()
 
+    def cut(self) -> None:
+        """Drop every engine's connection, as a crashed server does: no BYE, no TLS goodbye, the TCP stream closed."""
+        for writer in self._clients:
+            writer.transport.abort()
+
     async def stop(self) -> None:
         if self._server is not None:
             self._server.close()
             await self._server.wait_closed()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._clients.append(writer)
         context = ssl.create_default_context(cafile=str(self.server.cert))
         upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", self.server.port, ssl=context,
                                                                          server_hostname="127.0.0.1")

@@ -22,7 +22,9 @@ import datetime as dt
 import email.policy
 import email.utils
 import logging
+import os
 import random
+import select
 import smtplib
 import socket
 import ssl
@@ -211,6 +213,8 @@ class MailChannel:
             deadline = time.monotonic() + IDLE_RENEW
             while not self._should_stop() and time.monotonic() < deadline:
                 responses = client.idle_check(timeout=IDLE_TICK)
+                if not responses and _closed_by_server(client):
+                    raise ConnectionResetError("the server closed the connection")
                 if any(isinstance(r, tuple) and len(r) > 1 and r[1] in (b"EXISTS", b"RECENT") for r in responses):
                     break
                 if any(isinstance(r, tuple) and r and r[0] == b"BYE" for r in responses):
@@ -488,6 +492,23 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return f"{type(exc).__name__}: {_server_words(exc)}"
+
+
+def _closed_by_server(client: imapclient.IMAPClient) -> bool:
+    """The server closed the connection without a BYE (it crashed, or the link dropped): imapclient's idle_check
+    then returns nothing, at once, every time, and the source sat in IDLE on a dead connection saying ok."""
+    sock = client.socket()
+    try:
+        if isinstance(sock, ssl.SSLSocket) and sock.pending():
+            return False
+        if not select.select([sock], [], [], 0)[0]:
+            return False
+        with socket.socket(fileno=os.dup(sock.fileno())) as raw:  # the TCP stream under the TLS
+            return raw.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+    except BlockingIOError:
+        return False
+    except OSError:  # reset
+        return True
 
 
 def _close(client: imapclient.IMAPClient) -> None:

@@ -175,6 +175,34 @@ async def test_a_server_restart_mid_idle_loses_and_repeats_nothing(tmp_path: Pat
         stop(engine)
 
 
+async def test_a_connection_closed_without_bye_mid_idle_reconnects(tmp_path: Path, dovecot: Dovecot) -> None:
+    """A server that crashes, or a link that drops, closes the connection with no BYE. imapclient's idle_check
+    then returns nothing, at once, every time: the source sat in IDLE on a dead connection saying ok (until its
+    IDLE renewal, 25 minutes on), spinning, and stored nothing meanwhile. Seen when a test's Dovecot was stopped
+    without its BYE. Mail reaches the engine here only by a connection's SELECT (a catch-up, then a reconnect),
+    never by IDLE: mail that arrives between SELECT and IDLE is another matter (see the report of this round)."""
+    db = tmp_path / "inbox.db"
+    run_log = tmp_path / "run.log"
+    proxy = HoldingProxy(dovecot, hold=b"UID STORE")
+    proxy.holding = False  # a plain relay here: the test cuts it
+    await proxy.start()
+    dovecot.append(mail("before", "one"))
+    engine = start(tmp_path, dovecot, imap_port=proxy.port, since=dt.date.today().isoformat())
+    try:
+        await inbox(db, lambda s: len(s.events(source="email")) == 1, "the first message (the catch-up)")
+        await phone(lambda: b"IDLE" in b"".join(proxy.commands), "the engine in IDLE")
+        proxy.cut()
+        await proxy.stop()  # and no connection until the next message is there
+        await phone(lambda: "reconnecting in" in run_log.read_text(), "the closed connection seen")
+        dovecot.append(mail("after", "two"))
+        await proxy.start()
+        await inbox(db, lambda s: len(s.events(source="email")) == 2, "the message sent after the cut", limit=30.0)
+        assert sorted((p["subject"], dup) for _, dup, p in stored(db)) == [("after", 0), ("before", 0)]
+    finally:
+        stop(engine)
+        await proxy.stop()
+
+
 async def test_a_uidvalidity_change_replays_no_old_mail(tmp_path: Path, dovecot: Dovecot) -> None:
     db = tmp_path / "inbox.db"
     client = dovecot.client()
