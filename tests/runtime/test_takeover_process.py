@@ -84,9 +84,9 @@ def test_sigkill_of_the_holder_lets_the_running_standby_take_over_within_the_lea
     standby takes the next generation once the dead holder's lease has run out, and no later than a
     lease time after that, then works the inbox."""
     log = tmp_path / "workers.log"
-    workers.append(start_worker(inbox_target, log))
+    Store.open(inbox_target).close()  # the inbox made first: the two engines start on it together
+    workers.extend([start_worker(inbox_target, log), start_worker(inbox_target, log)])
     first_holder = inbox_until(inbox_target, lambda s: (lease := s.lease()) and lease.holder)
-    workers.append(start_worker(inbox_target, log))
     holder_pid = int(first_holder.split(":")[1])
     (holder,) = [proc for proc in workers if proc.pid == holder_pid]
     (standby,) = [proc for proc in workers if proc.pid != holder_pid]
