@@ -137,7 +137,10 @@ async def test_a_thousand_at_once_with_a_sigkill_midway_are_each_stored_once(tmp
     second: subprocess.Popen[bytes] | None = None
     try:
         await inbox(db, started(db), "the first start's place")
-        raw = [bytes(mail(f"burst {n}", f"message {n}")) for n in range(1000)]
+        # One message built, a thousand made from it (building each took 3.6 s of this process's CPU for the
+        # thousand): each still its own subject, text and Message-ID.
+        template = bytes(mail("burst NUMBER", "message NUMBER", message_id="<burst-NUMBER@example.org>"))
+        raw = [template.replace(b"NUMBER", str(n).encode()) for n in range(1000)]
         client = dovecot.client()
         client.multiappend("INBOX", raw)  # one command: the thousand arrive at once
         client.logout()
