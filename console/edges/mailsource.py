@@ -210,6 +210,8 @@ class MailChannel:
         """Wait in IDLE until the server says something changed, the engine stops, or it is time to renew."""
         client.idle()
         try:
+            if _told_before_idling(client):
+                return  # mail came while the source stored or looked: take it now
             deadline = time.monotonic() + IDLE_RENEW
             while not self._should_stop() and time.monotonic() < deadline:
                 responses = client.idle_check(timeout=IDLE_TICK)
@@ -261,8 +263,8 @@ class MailChannel:
             if self._last_cursor is None or self._last_cursor.uidvalidity != uidvalidity:
                 self._commit(client, MailCursor(uidvalidity, max(0, uidnext - 1), cursor.date), [])
             return
-        if uidnext and uidnext <= cursor.uid + 1:
-            return
+        # No shortcut on UIDNEXT: Dovecot's STATUS of the selected folder can answer from before a message that
+        # has just landed (one too low); the search is asked instead.
         uids = sorted(uid for uid in client.search(["UID", f"{cursor.uid + 1}:*"]) if uid > cursor.uid)
         self._fetch_and_store(client, uidvalidity, uids, after_date=0)
 
@@ -492,6 +494,14 @@ def _describe(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror
     return f"{type(exc).__name__}: {_server_words(exc)}"
+
+
+def _told_before_idling(client: imapclient.IMAPClient) -> bool:
+    """The server's news of new mail that came before IDLE's "+ idling" (or with a command before it: a STATUS, a
+    FETCH) is filed by imaplib among its untagged responses, where idle_check never looks; the server does not
+    tell it again. Taken (so each is acted on once): True when any was there."""
+    untagged: dict[str, list[Any]] = client._imap.untagged_responses
+    return bool([untagged.pop(kind, None) for kind in ("EXISTS", "RECENT")] != [None, None])
 
 
 def _closed_by_server(client: imapclient.IMAPClient) -> bool:

@@ -343,6 +343,30 @@ async def test_a_sigkill_between_the_store_and_the_flag_loses_nothing_and_repeat
         await proxy.stop()
 
 
+async def test_mail_that_arrives_while_the_source_looks_for_new_mail_is_stored_at_once(
+        tmp_path: Path, dovecot: Dovecot) -> None:
+    """IDLE said a message came; before the source asked the folder what is new, another landed. The folder's
+    STATUS on the selected folder answered the session's view from before it (UIDNEXT one too low), and the new
+    message's EXISTS came with that answer, where the source never looked: it went back into IDLE, the server told
+    nothing more, and the message waited for the next one or IDLE's renewal 25 minutes later."""
+    db = tmp_path / "inbox.db"
+    proxy = HoldingProxy(dovecot, hold=b"STATUS")  # the look after IDLE's news waits until the second is there
+    await proxy.start()
+    engine = start(tmp_path, dovecot, imap_port=proxy.port)
+    try:
+        await inbox(db, started(db), "the first start's place")
+        dovecot.append(mail("the first", "told by IDLE"))
+        assert proxy.held is not None
+        await asyncio.wait_for(proxy.held.wait(), 40)
+        dovecot.append(mail("the second", "landed while the source looked"))
+        proxy.release()
+        await inbox(db, lambda s: len(s.events(source="email")) == 2, "both messages", limit=20)
+        assert sorted(p["subject"] for _, _, p in stored(db)) == ["the first", "the second"]
+    finally:
+        stop(engine)
+        await proxy.stop()
+
+
 async def test_starttls_polling_a_server_without_idle_a_bounded_catch_up_and_move(tmp_path: Path) -> None:
     # A server that does not offer IDLE: the source polls. STARTTLS on the plain port, the certificate checked.
     server = start_dovecot(settings="imap_capability = IMAP4rev1 LITERAL+ SASL-IR UIDPLUS MOVE STARTTLS "
