@@ -49,6 +49,7 @@ CHUNK = 50                  # messages stored per transaction
 FETCH_BYTES = 8_000_000     # bytes of raw mail fetched (and held) at a time
 IDLE_RENEW = 25 * 60        # seconds an IDLE is kept before it is renewed (servers drop it after 30 minutes)
 IDLE_TICK = 1.0             # seconds between looks at whether the engine is stopping, while in IDLE
+NEW_MAIL_NEWS = (b"EXISTS", b"RECENT")  # what a server says, untagged, when mail arrives in the selected folder
 
 
 class MailLoginRefused(Exception):
@@ -217,7 +218,7 @@ class MailChannel:
                 responses = client.idle_check(timeout=IDLE_TICK)
                 if not responses and _closed_by_server(client):
                     raise ConnectionResetError("the server closed the connection")
-                if any(isinstance(r, tuple) and len(r) > 1 and r[1] in (b"EXISTS", b"RECENT") for r in responses):
+                if any(isinstance(r, tuple) and len(r) > 1 and r[1] in NEW_MAIL_NEWS for r in responses):
                     break
                 if any(isinstance(r, tuple) and r and r[0] == b"BYE" for r in responses):
                     raise ConnectionResetError("the server said BYE")
@@ -501,7 +502,8 @@ def _told_before_idling(client: imapclient.IMAPClient) -> bool:
     FETCH) is filed by imaplib among its untagged responses, where idle_check never looks; the server does not
     tell it again. Taken (so each is acted on once): True when any was there."""
     untagged: dict[str, list[Any]] = client._imap.untagged_responses
-    return bool([untagged.pop(kind, None) for kind in ("EXISTS", "RECENT")] != [None, None])
+    taken = [untagged.pop(kind.decode(), None) for kind in NEW_MAIL_NEWS]  # both taken, not only the first
+    return any(news is not None for news in taken)
 
 
 def _closed_by_server(client: imapclient.IMAPClient) -> bool:
